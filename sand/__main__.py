@@ -1,0 +1,3 @@
+from sand.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Backends: where VMs live. Each sits behind :class:`sand.backends.protocol.Backend`."""

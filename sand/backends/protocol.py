@@ -1,0 +1,175 @@
+"""The one small contract every backend implements.
+
+Observation is read-only and cheap: one listing per backend (one
+``GET /cluster/resources`` per Proxmox cluster, one ``limactl list --json`` per
+Lima host), deep reads only for VMs whose stored fingerprint differs from the
+desired one, that are new, or that are locked. Mutations are few and explicit,
+and each is journalled by the backend *before* the call that makes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from sand.desired import DesiredVM
+
+if TYPE_CHECKING:
+    from sand.state.journal import Journal
+
+
+class Ownership(StrEnum):
+    MANAGED = "managed"  # our marker: this project, and the VM's own identity
+    UNMANAGED = "unmanaged"  # no marker: a human's VM, never touched
+    COPIED = "copied"  # our marker naming another identity: a human's clone of ours
+    OTHER_PROJECT = "other-project"  # sand's marker for another project
+
+
+class Mutability(StrEnum):
+    IN_PLACE = "in-place"
+    RESTART = "in-place, requires restart"
+    GROW_ONLY = "in-place when growing, replace when shrinking"
+    REPLACE = "forces replacement"
+
+
+# Fields the planner compares, and whether the guest itself must be reprovisioned.
+INFRA_FIELDS = ("image", "cpus", "memory", "disk", "state", "protect", "node", "ports")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What sand writes on a VM it owns (PVE tags + description, Lima sidecar)."""
+
+    project: str
+    name: str
+    identity: str  # the VM's own id (PVE vmid, Lima instance name): a copy fails this
+    fingerprint: str  # DesiredVM.fingerprint last converged; "" while being created
+    guest_fingerprint: str = ""  # DesiredVM.guest_fingerprint last provisioned
+    image: str = ""
+
+    def to_json_dict(self) -> dict[str, str]:
+        return {
+            "project": self.project,
+            "name": self.name,
+            "identity": self.identity,
+            "fingerprint": self.fingerprint,
+            "guest_fingerprint": self.guest_fingerprint,
+            "image": self.image,
+        }
+
+
+@dataclass(frozen=True)
+class ObservedVM:
+    """One VM as a backend sees it. ``None`` for a field means "not read"."""
+
+    backend: str
+    name: str
+    identity: str
+    ownership: Ownership
+    power: str  # "running" | "stopped" | "unknown"
+    cpus: int | None = None
+    memory: int | None = None
+    disk: int | None = None
+    protect: bool = False
+    lock: str | None = None  # PVE lock (clone, migrate, ...) or Lima in-flight state
+    node: str | None = None
+    ports: tuple[tuple[int, int], ...] | None = None  # (guest, host) forwards, Lima only
+    marker: Marker | None = None
+    deep: bool = False  # true when a per-VM read filled the marker details
+    template: bool = False
+    # Security-relevant config found on the VM that the manifest does not allow
+    # (a writable mount, a non-loopback forward): planned as drift.
+    findings: tuple[str, ...] = ()
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.marker.fingerprint if self.marker else ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one backend showed in one reconcile."""
+
+    backend: str
+    vms: tuple[ObservedVM, ...]
+    # When set, the listing could not be trusted (limactl failed, an instance
+    # without lima.yaml, API down): nothing on this backend is created, pruned
+    # or replaced in this run, and the plan says why.
+    unknown_reason: str | None = None
+    requests: int = 0  # listing/API calls made to observe, for budgets and benchmarks
+    warnings: tuple[str, ...] = ()
+
+    def managed(self) -> list[ObservedVM]:
+        return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
+
+
+@dataclass(frozen=True)
+class GuestEndpoint:
+    """How provisioning reaches a guest over SSH."""
+
+    host: str
+    port: int
+    user: str
+    identity: str  # private key path; IdentitiesOnly: the only key offered
+    # Host-key policy: "pin" (trust on first use, then refuse a change: Lima guests),
+    # or "none" (Proxmox cattle IPs; see the security model).
+    host_key_policy: str = "pin"
+    host_key_alias: str = ""  # the name keys are pinned under (stable across IP reuse)
+    jump: JumpHost | None = None
+
+
+@dataclass(frozen=True)
+class JumpHost:
+    """The remote Lima host a guest is reached through (keys pinned; agent allowed)."""
+
+    host: str
+    port: int
+    user: str | None
+    identity: str | None
+    known_hosts: str | None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A place VMs live. Implementations: ``sand.backends.proxmox``, ``sand.backends.lima``."""
+
+    name: str
+    type: str
+    # Which desired fields change in place, need a restart, or force replacement.
+    field_policy: Mapping[str, Mutability]
+    clone_parallelism: int
+
+    async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
+        """Read-only; one listing, deep reads only where fingerprints differ."""
+        ...
+
+    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        """Create, configure and start (if desired) a VM; its marker has fingerprint ''."""
+        ...
+
+    async def update(
+        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+    ) -> ObservedVM:
+        """Change ``fields`` in place (restarting when the policy says so)."""
+        ...
+
+    async def delete(self, current: ObservedVM, journal: Journal) -> None:
+        """Stop and remove a managed VM with everything it owns."""
+        ...
+
+    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
+        """Write the marker with the desired fingerprints: the VM is in sync."""
+        ...
+
+    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
+        """Where to SSH for provisioning (may wait for the guest agent/boot)."""
+        ...
+
+    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
+        """Settle one unfinished journal entry from a crashed run; say what was done."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,179 @@
+"""Desired state: one fully-resolved, normalised spec per VM.
+
+Defaults are applied here, once, so every later layer (plan, backends,
+provisioning) reads a single flat record and never has to re-derive a value.
+The fingerprints are what backends store on the VM, so a no-op plan needs no
+per-VM reads: equal fingerprints mean nothing sand manages has changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from sand.manifest.loader import LoadedManifest
+from sand.manifest.models import LimaBackend, Manifest, ProxmoxBackend
+
+DEFAULT_CPUS = 2
+DEFAULT_MEMORY = 8 << 30
+DEFAULT_DISK = 100 << 30
+DEFAULT_USER = "claude"
+DEFAULT_AGENTS = ("claude",)
+
+
+@dataclass(frozen=True)
+class DesiredRepo:
+    name: str
+    url: str
+    branch: str | None
+    path: str
+    token_secret: str | None
+
+
+@dataclass(frozen=True)
+class DesiredSecret:
+    """Where a secret goes. The value is resolved separately and never stored here."""
+
+    name: str
+    scope: str
+    env: str
+
+
+@dataclass(frozen=True, order=True)
+class DesiredPort:
+    guest: int
+    host: int
+
+
+@dataclass(frozen=True)
+class DesiredVM:
+    project: str
+    name: str
+    backend: str
+    backend_type: str
+    image: str
+    cpus: int
+    memory: int
+    disk: int
+    state: str
+    protect: bool
+    node: str | None
+    ports: tuple[DesiredPort, ...]
+    user: str
+    agents: tuple[str, ...]
+    packages: tuple[str, ...]
+    repos: tuple[DesiredRepo, ...]
+    secrets: tuple[DesiredSecret, ...]
+    bundle_digest: str
+    guest_fingerprint: str = field(default="", compare=False)
+    fingerprint: str = field(default="", compare=False)
+
+    def guest_content(self) -> dict[str, object]:
+        """What provisioning puts in the guest; a change here means reprovision."""
+        return {
+            "user": self.user,
+            "agents": list(self.agents),
+            "packages": list(self.packages),
+            "repos": [asdict(r) for r in self.repos],
+            "secrets": [asdict(s) for s in self.secrets],
+            "bundle": self.bundle_digest,
+        }
+
+    def infra(self) -> dict[str, object]:
+        """What the backend holds; compared field by field by the planner."""
+        return {
+            "image": self.image,
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "disk": self.disk,
+            "state": self.state,
+            "protect": self.protect,
+            "node": self.node,
+            "ports": [asdict(p) for p in self.ports],
+        }
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    project: str
+    manifest: Manifest
+    vms: tuple[DesiredVM, ...]
+
+    def for_backend(self, backend: str) -> list[DesiredVM]:
+        return [vm for vm in self.vms if vm.backend == backend]
+
+
+def digest(value: object, length: int = 16) -> str:
+    """Stable short hash of JSON-able data (sorted keys, no whitespace)."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def with_fingerprints(vm: DesiredVM) -> DesiredVM:
+    guest = digest(vm.guest_content())
+    whole = digest({"project": vm.project, "name": vm.name, "infra": vm.infra(), "guest": guest})
+    return _replace(vm, guest_fingerprint=guest, fingerprint=whole)
+
+
+def _replace(vm: DesiredVM, **changes: object) -> DesiredVM:
+    from dataclasses import replace
+
+    return replace(vm, **changes)  # type: ignore[arg-type]
+
+
+def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") -> DesiredState:
+    """Resolve defaults into one DesiredVM per manifest entry (manifest order kept)."""
+    m = loaded.manifest if isinstance(loaded, LoadedManifest) else loaded
+    d = m.defaults
+    vms: list[DesiredVM] = []
+    for vm in m.vms:
+        backend_name = vm.backend or d.backend or next(iter(m.backends))
+        backend = m.backends[backend_name]
+        image = vm.image or d.image or _backend_image(backend)
+        repos = tuple(
+            DesiredRepo(
+                name=r,
+                url=m.repos[r].url,
+                branch=m.repos[r].branch,
+                path=m.repos[r].path or f"~/src/{r}",
+                token_secret=m.repos[r].token,
+            )
+            for r in vm.repos
+        )
+        secrets = tuple(
+            DesiredSecret(name=s.name, scope=_norm_path(s.scope), env=s.env or s.name)
+            for s in vm.secrets
+        )
+        spec = DesiredVM(
+            project=m.project,
+            name=vm.name,
+            backend=backend_name,
+            backend_type=backend.type,
+            image=image,
+            cpus=vm.cpus or d.cpus or DEFAULT_CPUS,
+            memory=vm.memory or d.memory or DEFAULT_MEMORY,
+            disk=vm.disk or d.disk or DEFAULT_DISK,
+            state=vm.state or d.state or "running",
+            protect=vm.protect,
+            node=vm.node,
+            ports=tuple(sorted(DesiredPort(p.guest, p.host) for p in vm.ports)),
+            user=vm.user or d.user or DEFAULT_USER,
+            agents=tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS))),
+            packages=tuple(sorted(set(vm.packages or d.packages or ()))),
+            repos=repos,
+            secrets=secrets,
+            bundle_digest=bundle_digest,
+        )
+        vms.append(with_fingerprints(spec))
+    return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+
+
+def _backend_image(backend: LimaBackend | ProxmoxBackend) -> str:
+    if isinstance(backend, ProxmoxBackend):
+        return f"template:{backend.template}"
+    return "default"
+
+
+def _norm_path(path: str) -> str:
+    return path.rstrip("/") if len(path) > 1 else path

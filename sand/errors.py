@@ -1,0 +1,93 @@
+"""Error types, named for the layer that failed.
+
+Every error carries what a person needs to act on it; the CLI prints
+``str(error)`` and exits 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SandError(Exception):
+    """Base of every error sand reports to a person."""
+
+    layer = "sand"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in a file, located by line and column (1-based)."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+
+
+class ManifestError(SandError):
+    """The manifest is invalid; holds every problem found, not just the first."""
+
+    layer = "manifest"
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.column, p.message))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class SecretError(SandError):
+    """A secret source could not be resolved. Never carries the value."""
+
+    layer = "secrets"
+
+
+class BackendError(SandError):
+    """A backend (Proxmox API, limactl) refused or failed an operation."""
+
+    layer = "backend"
+
+    def __init__(self, message: str, *, backend: str = "", transient: bool = False) -> None:
+        self.backend = backend
+        self.transient = transient
+        prefix = f"backend {backend}: " if backend else ""
+        super().__init__(prefix + message)
+
+
+class TransportError(SandError):
+    """The connection itself failed (SSH to a guest or a remote Lima host)."""
+
+    layer = "transport"
+
+    def __init__(self, message: str, *, transient: bool = True) -> None:
+        self.transient = transient
+        super().__init__(message)
+
+
+class GuestCommandError(SandError):
+    """A command inside the guest ran and failed."""
+
+    layer = "guest"
+
+    def __init__(self, step: str, exit_status: int | None, output_tail: str) -> None:
+        self.step = step
+        self.exit_status = exit_status
+        self.output_tail = output_tail
+        super().__init__(
+            f"guest step {step!r} failed with exit status {exit_status}; last output:\n"
+            f"{output_tail}"
+        )
+
+
+class StateError(SandError):
+    """Host state (journal, lock, plan file) is unusable."""
+
+    layer = "state"
+
+
+class PlanRefused(SandError):
+    """A plan is safe to compute but not to apply as it stands (mass delete, stale plan)."""
+
+    layer = "plan"

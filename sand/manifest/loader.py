@@ -1,0 +1,165 @@
+"""Read a manifest file into a validated :class:`Manifest`, or a ManifestError
+listing every problem as ``FILE:LINE:COL: message``."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sand.errors import ManifestError, Problem
+from sand.manifest.models import Manifest
+from sand.manifest.references import check_references
+from sand.manifest.yamlmarks import MarkedData, Path, load_marked
+
+MAX_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    manifest: Manifest
+    path: FsPath
+    text: str
+
+    @property
+    def directory(self) -> FsPath:
+        return self.path.parent
+
+
+def load_manifest(path: str | FsPath) -> LoadedManifest:
+    file = FsPath(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ManifestError([Problem(str(file), 1, 1, f"cannot read: {exc.strerror}")]) from None
+    if len(raw) > MAX_BYTES:
+        raise ManifestError([Problem(str(file), 1, 1, "the manifest is larger than 4 MiB")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError([Problem(str(file), 1, 1, f"not UTF-8: {exc.reason}")]) from None
+    return LoadedManifest(parse_manifest(text, str(file)), file, text)
+
+
+def parse_manifest(text: str, filename: str = "sand.yaml") -> Manifest:
+    marked, yaml_problems = load_marked(text)
+    problems = [Problem(filename, p.mark.line, p.mark.column, p.message) for p in yaml_problems]
+    if problems:
+        raise ManifestError(problems)
+    if not isinstance(marked.data, dict):
+        raise ManifestError([Problem(filename, 1, 1, "the manifest must be a mapping of keys")])
+    try:
+        manifest = Manifest.model_validate(marked.data)
+    except ValidationError as exc:
+        raise ManifestError(_validation_problems(exc, marked, filename)) from None
+    findings = list(check_references(manifest))
+    if findings:
+        raise ManifestError(
+            [_problem(filename, marked, path, message) for path, message in findings]
+        )
+    return manifest
+
+
+def _problem(
+    filename: str, marked: MarkedData, path: Path, message: str, key: bool = False
+) -> Problem:
+    mark = marked.mark_for(path, key=key)
+    return Problem(filename, mark.line, mark.column, message)
+
+
+def _validation_problems(exc: ValidationError, marked: MarkedData, filename: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for error in exc.errors(include_url=False):
+        path = _data_path(marked.data, error["loc"])
+        kind = error["type"]
+        dotted = _dotted(path)
+        if kind == "extra_forbidden":
+            key = str(path[-1])
+            hint = _did_you_mean(key, _allowed_keys(marked.data, path[:-1]))
+            problems.append(_problem(filename, marked, path, f"unknown key {key!r}{hint}", True))
+        elif kind == "missing":
+            problems.append(
+                _problem(filename, marked, path[:-1], f"missing required key {str(path[-1])!r}")
+            )
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            where = f"{dotted}: " if dotted else ""
+            problems.append(_problem(filename, marked, path, where + message, key=_is_key(error)))
+    return problems
+
+
+def _is_key(error: Any) -> bool:
+    return "[key]" in error["loc"]
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> Path:
+    """Drop the parts of a pydantic location that are not in the data (union tags, '[key]')."""
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_dict or in_list:
+            path.append(part)
+            node = node[part]
+        elif part == "[key]":
+            continue
+        elif isinstance(node, dict) and isinstance(part, str) and part not in ("lima", "proxmox"):
+            # A key that is absent (missing) or the offending extra key itself.
+            path.append(part)
+            node = None
+        else:
+            continue
+    return tuple(path)
+
+
+def _dotted(path: Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _allowed_keys(data: Any, path: Path) -> list[str]:
+    model = _model_at(path, data)
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
+    from sand.manifest import models as m
+
+    table: dict[Path, type[BaseModel]] = {(): m.Manifest, ("defaults",): m.Defaults}
+    if path in table:
+        return table[path]
+    head = path[:1]
+    if head == ("vms",) and len(path) == 2:
+        return m.VM
+    if head == ("vms",) and len(path) == 4 and path[2] == "secrets":
+        return m.SecretUse
+    if head == ("vms",) and len(path) == 4 and path[2] == "ports":
+        return m.Port
+    if head == ("repos",) and len(path) == 2:
+        return m.Repo
+    if head == ("secrets",) and len(path) == 2:
+        return m.Secret
+    if head == ("secrets",) and len(path) == 3:
+        return m.SecretSource
+    if head == ("backends",) and len(path) >= 2:
+        node = data.get("backends", {}).get(path[1]) if isinstance(data, dict) else None
+        kind = node.get("type") if isinstance(node, dict) else None
+        if len(path) == 3 and path[2] == "ssh":
+            return m.SshTarget
+        if len(path) == 2:
+            kinds: dict[str, type[BaseModel]] = {"lima": m.LimaBackend, "proxmox": m.ProxmoxBackend}
+            return kinds.get(str(kind))
+    return None
+
+
+def _did_you_mean(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

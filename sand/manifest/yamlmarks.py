@@ -1,0 +1,135 @@
+"""YAML → plain data, remembering where every key and value stood.
+
+PyYAML's ``safe_load`` throws the marks away, and pydantic reports errors by
+path (``('vms', 2, 'memory')``); this module keeps a path → (line, column)
+table so each error can name the exact spot in the file. It also refuses what
+``safe_load`` silently accepts: duplicate keys (the later one would win) and
+alias bombs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+Path = tuple[str | int, ...]
+MAX_NODES = 200_000
+
+
+@dataclass(frozen=True)
+class Mark:
+    line: int  # 1-based
+    column: int  # 1-based
+
+    @staticmethod
+    def of(mark: yaml.Mark | None) -> Mark:
+        if mark is None:
+            return Mark(1, 1)
+        return Mark(mark.line + 1, mark.column + 1)
+
+
+@dataclass
+class MarkedData:
+    data: Any
+    value_marks: dict[Path, Mark] = field(default_factory=dict)
+    key_marks: dict[Path, Mark] = field(default_factory=dict)
+
+    def mark_for(self, path: Path, *, key: bool = False) -> Mark:
+        """The closest mark for ``path``: the spot itself, else its nearest parent."""
+        table = self.key_marks if key else self.value_marks
+        probe = path
+        while probe:
+            if probe in table:
+                return table[probe]
+            if probe in self.value_marks:
+                return self.value_marks[probe]
+            probe = probe[:-1]
+        return self.value_marks.get((), Mark(1, 1))
+
+
+class YamlProblem(Exception):
+    def __init__(self, mark: Mark, message: str) -> None:
+        self.mark = mark
+        self.message = message
+        super().__init__(message)
+
+
+class _Converter:
+    def __init__(self, out: MarkedData) -> None:
+        self.out = out
+        self.count = 0
+        self.scalars = SafeConstructor()
+        self.problems: list[YamlProblem] = []
+
+    def convert(self, node: yaml.Node, path: Path) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            # Aliases can expand a small file into an enormous tree.
+            raise YamlProblem(Mark.of(node.start_mark), "the manifest is too large (alias bomb?)")
+        self.out.value_marks.setdefault(path, Mark.of(node.start_mark))
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.ScalarNode)
+        try:
+            return self.scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or node.start_mark
+            raise YamlProblem(Mark.of(mark), f"cannot read this value: {_reason(exc)}") from None
+        except (ValueError, OverflowError, TypeError) as exc:
+            raise YamlProblem(Mark.of(node.start_mark), f"cannot read this value: {exc}") from None
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
+        self.scalars.flatten_mapping(node)  # resolves YAML merge keys (<<)
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise YamlProblem(Mark.of(key_node.start_mark), "keys must be plain strings")
+            key = key_node.value
+            if key_node.tag != "tag:yaml.org,2002:str":
+                raise YamlProblem(
+                    Mark.of(key_node.start_mark), f"key {key!r} must be a string, not a number"
+                )
+            if key in result:
+                self.problems.append(
+                    YamlProblem(Mark.of(key_node.start_mark), f"duplicate key {key!r}")
+                )
+                continue
+            self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
+            result[key] = self.convert(value_node, (*path, key))
+        return result
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
+    return str(exc) or type(exc).__name__
+
+
+def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
+    """Parse one YAML document; return the data with marks and any problems found."""
+    out = MarkedData(data=None)
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        return out, [YamlProblem(Mark.of(exc.problem_mark or exc.context_mark), _reason(exc))]
+    except yaml.YAMLError as exc:
+        return out, [YamlProblem(Mark(1, 1), _reason(exc))]
+    except (ValueError, RecursionError) as exc:
+        return out, [YamlProblem(Mark(1, 1), f"invalid YAML: {exc}")]
+    if len(nodes) != 1:
+        message = "the manifest is empty" if not nodes else "the manifest holds several documents"
+        mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
+        return out, [YamlProblem(mark, message)]
+    converter = _Converter(out)
+    try:
+        out.data = converter.convert(nodes[0], ())
+    except YamlProblem as problem:
+        return out, [*converter.problems, problem]
+    except RecursionError:
+        return out, [YamlProblem(Mark(1, 1), "the manifest is nested too deeply")]
+    return out, converter.problems

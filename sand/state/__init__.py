@@ -1,0 +1,1 @@
+"""Host state: journal, project lock, per-VM records. Secret-free by construction."""

@@ -1,0 +1,16 @@
+"""Real-guest test rig for sand.
+
+Three kinds of real SSH targets, all built from one cached Debian bookworm
+debootstrap so they behave like the Debian guests sand provisions:
+
+* :class:`tests.rig.guest.NetnsGuest` -- a "container" guest: its own network
+  namespace, PID/mount/UTS namespaces and a disposable overlay copy of the
+  rootfs, running a real OpenSSH ``sshd``.  Starts in well under a second.
+* :class:`tests.rig.qemu.QemuGuest` -- one full VM (own kernel, systemd as
+  PID 1) under ``qemu-system-x86_64 -accel tcg``.
+* :class:`tests.rig.gitserver.GitServer` -- ``git http-backend`` behind HTTP
+  basic auth with a token, reachable from netns guests.
+
+The pytest fixtures live in :mod:`tests.rig.fixtures`; list it in a conftest's
+``pytest_plugins`` to use them.  Everything here needs root.
+"""

@@ -1,0 +1,116 @@
+"""Small helpers shared by the rig modules: running commands, locks, paths."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+CACHE_ENV = "SAND_RIG_CACHE"
+DEFAULT_CACHE = Path("/var/cache/sand-rig")
+
+# Per-guest state (overlay upper dirs, keys, ownership records) lives under the
+# cache dir rather than /tmp so overlayfs always has a real filesystem under it
+# and so `cleanup_stale()` from a later run can find what a crashed run left.
+STATE_SUBDIR = "guests"
+
+
+class RigError(RuntimeError):
+    """A rig step failed; the message carries the command and its output."""
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def state_dir() -> Path:
+    path = cache_dir() / STATE_SUBDIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log(msg: str) -> None:
+    # stderr so pytest's -s / CI logs show progress of long builds.
+    print(f"[sand-rig] {msg}", file=sys.stderr, flush=True)
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    check: bool = True,
+    input: bytes | None = None,
+    timeout: float | None = 600,
+    env: dict[str, str] | None = None,
+    capture: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a command, raising RigError with its output when it fails."""
+    args = [os.fspath(a) for a in argv]
+    proc = subprocess.run(
+        args,
+        input=input,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.PIPE if capture else None,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        out = (proc.stdout or b"").decode(errors="replace")[-4000:]
+        err = (proc.stderr or b"").decode(errors="replace")[-4000:]
+        raise RigError(
+            f"command failed (exit {proc.returncode}): {' '.join(args)}\n"
+            f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
+        )
+    return proc
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock: serialises builders and address allocation across
+    processes (concurrent pytest runs, xdist workers, CI setup + tests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def missing_tools(tools: Sequence[str]) -> list[str]:
+    return [t for t in tools if shutil.which(t) is None]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_file(path: Path, data: str | bytes, mode: int = 0o644, uid: int = 0, gid: int = 0) -> None:
+    """Write a file inside a guest tree with exact ownership and mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    # Remove first: the path may be a symlink from the lower rootfs layer and
+    # writing through it could land outside the guest tree.
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        os.write(fd, raw)
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
