@@ -66,6 +66,7 @@ class DesiredVM:
     repos: tuple[DesiredRepo, ...]
     secrets: tuple[DesiredSecret, ...]
     bundle_digest: str
+    provision: bool = True
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -111,7 +112,9 @@ def digest(value: object, length: int = 16) -> str:
 
 
 def with_fingerprints(vm: DesiredVM) -> DesiredVM:
-    guest = digest(vm.guest_content())
+    # An unprovisioned VM has no guest content sand answers for.
+    guest = digest(vm.guest_content()) if vm.provision else ""
+
     whole = digest({"project": vm.project, "name": vm.name, "infra": vm.infra(), "guest": guest})
     return _replace(vm, guest_fingerprint=guest, fingerprint=whole)
 
@@ -130,7 +133,7 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
     for vm in m.vms:
         backend_name = vm.backend or d.backend or next(iter(m.backends))
         backend = m.backends[backend_name]
-        image = vm.image or d.image or _backend_image(backend)
+        image = _image(vm.image, d.image, backend)
         repos = tuple(
             DesiredRepo(
                 name=r,
@@ -164,15 +167,25 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
             repos=repos,
             secrets=secrets,
             bundle_digest=bundle_digest,
+            provision=_first(vm.provision, d.provision, True),
         )
         vms.append(with_fingerprints(spec))
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
 
 
-def _backend_image(backend: LimaBackend | ProxmoxBackend) -> str:
+def _first(*values: bool | None) -> bool:
+    return next(v for v in values if v is not None)  # type: ignore[return-value]
+
+
+def _image(vm_image: str | None, default: str | None, backend: LimaBackend | ProxmoxBackend) -> str:
+    """The identity of what a VM is made from; changing it forces replacement.
+
+    On Proxmox that is the template (a VM's ``image`` names another template)
+    and the storage it is cloned onto; on Lima, the template or image name.
+    """
     if isinstance(backend, ProxmoxBackend):
-        return f"template:{backend.template}"
-    return "default"
+        return f"template:{vm_image or backend.template}@{backend.storage}"
+    return vm_image or default or "default"
 
 
 def _norm_path(path: str) -> str:

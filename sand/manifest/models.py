@@ -182,6 +182,11 @@ class Defaults(Strict):
     packages: list[str] | None = None
     user: Identifier | None = None
     state: PowerState | None = None
+    provision: bool | None = Field(
+        default=None,
+        description="Provision guests over SSH (default true). False: sand manages only the "
+        "machine, for fleets provisioned by other means.",
+    )
 
 
 class VM(Strict):
@@ -200,6 +205,7 @@ class VM(Strict):
     state: PowerState | None = None
     protect: bool = False
     node: str | None = Field(default=None, description="Proxmox only: pin to this node.")
+    provision: bool | None = None
 
 
 class Manifest(Strict):
