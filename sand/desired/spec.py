@@ -174,7 +174,7 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
 
 
 def _first(*values: bool | None) -> bool:
-    return next(v for v in values if v is not None)  # type: ignore[return-value]
+    return next(v for v in values if v is not None)
 
 
 def _image(vm_image: str | None, default: str | None, backend: LimaBackend | ProxmoxBackend) -> str:
