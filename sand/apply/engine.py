@@ -1,0 +1,132 @@
+"""Carry out a plan: the only place (with the backends) that changes the world.
+
+Each VM is applied independently under a bounded semaphore, so one failure
+never stops the others; clones sharing one backend's storage get their own
+smaller limit. Every failure is kept with the layer that raised it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from sand.backends.protocol import Backend, ObservedVM
+from sand.desired import DesiredVM
+from sand.errors import SandError
+from sand.logs import get_logger
+from sand.plan.model import Action, Plan, VMChange
+from sand.state.journal import Journal
+
+# (vm, endpoint-producing backend, observed) → provisions the guest; injected by
+# the caller so the engine does not depend on how secrets are resolved.
+Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[None]]
+Progress = Callable[[str, str], None]
+
+
+@dataclass
+class VMResult:
+    vm: str
+    backend: str
+    action: Action
+    ok: bool = True
+    layer: str = ""
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class ApplyResult:
+    results: list[VMResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def failures(self) -> list[VMResult]:
+        return [r for r in self.results if not r.ok]
+
+
+async def execute(
+    plan: Plan,
+    backends: Mapping[str, Backend],
+    journal: Journal,
+    provisioner: Provisioner,
+    *,
+    parallelism: int = 10,
+    progress: Progress | None = None,
+) -> ApplyResult:
+    gate = asyncio.Semaphore(max(1, parallelism))
+    clone_gates = {name: asyncio.Semaphore(b.clone_parallelism) for name, b in backends.items()}
+    say = progress or (lambda vm, step: None)
+    log = get_logger()
+
+    async def run(change: VMChange) -> VMResult:
+        result = VMResult(change.vm, change.backend, change.action)
+        started = time.monotonic()
+        async with gate:
+            try:
+                await _apply_one(
+                    change,
+                    backends[change.backend],
+                    journal,
+                    provisioner,
+                    clone_gates[change.backend],
+                    say,
+                )
+                say(change.vm, "done")
+            except SandError as exc:
+                result.ok, result.layer, result.error = False, exc.layer, str(exc)
+                say(change.vm, f"failed ({exc.layer})")
+                log.error("vm failed", vm=change.vm, layer=exc.layer, error=str(exc))
+            except OSError as exc:
+                result.ok, result.layer, result.error = False, "host", str(exc)
+                say(change.vm, "failed (host)")
+        result.seconds = time.monotonic() - started
+        return result
+
+    todo = plan.actionable()
+    results = await asyncio.gather(*(run(c) for c in todo))
+    return ApplyResult(list(results))
+
+
+async def _apply_one(
+    change: VMChange,
+    backend: Backend,
+    journal: Journal,
+    provisioner: Provisioner,
+    clone_gate: asyncio.Semaphore,
+    say: Progress,
+) -> None:
+    vm, current = change.desired, change.observed
+    if change.action is Action.DELETE:
+        assert current is not None
+        say(change.vm, "deleting")
+        await backend.delete(current, journal)
+        return
+    assert vm is not None
+    if change.action is Action.REPLACE:
+        assert current is not None
+        say(change.vm, "deleting (replace)")
+        await backend.delete(current, journal)
+        current = None
+    if change.action in (Action.CREATE, Action.REPLACE):
+        say(change.vm, "creating")
+        async with clone_gate:
+            current = await backend.create(vm, journal)
+    elif change.action is Action.UPDATE and change.fields:
+        assert current is not None
+        say(change.vm, "updating " + ", ".join(f.field for f in change.fields))
+        current = await backend.update(vm, current, [f.field for f in change.fields], journal)
+    assert current is not None
+    if vm.provision and (change.reprovision or change.secrets_only):
+        say(change.vm, "provisioning" if change.reprovision else "delivering secrets")
+        await provisioner(vm, backend, current, change)
+    if change.action in (Action.CREATE, Action.REPLACE) and vm.state == "stopped":
+        # Creates always boot (provisioning needs a running guest); honour the
+        # manifest's power state afterwards.
+        say(change.vm, "stopping")
+        current = await backend.update(vm, current, ["state"], journal)
+    say(change.vm, "recording")
+    await backend.mark_converged(vm, current)

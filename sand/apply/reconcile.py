@@ -1,0 +1,184 @@
+"""The reconcile loop, once: recover → observe → plan → (confirm) → execute."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sand.apply.engine import ApplyResult, Progress, execute
+from sand.apply.guest import GuestSecrets, make_provisioner
+from sand.apply.observe import observe_all
+from sand.apply.recovery import replay_journal
+from sand.apply.session import Session, open_session
+from sand.desired import DesiredState
+from sand.errors import PlanRefused
+from sand.plan import Plan, make_plan
+from sand.plan.render import plan_to_json, render_text, use_colour
+from sand.state.records import record_results
+
+EXIT_OK, EXIT_ERROR = 0, 1
+
+
+async def compute_plan(
+    session: Session,
+    *,
+    refresh_only: bool = False,
+    correct_drift: bool = True,
+    destroy: bool = False,
+    secrets: GuestSecrets | None = None,
+) -> Plan:
+    desired = session.desired
+    if destroy:
+        desired = DesiredState(desired.project, desired.manifest, ())
+    observations = await observe_all(session.backends, desired)
+    digests = (secrets or GuestSecrets(session)).digests(desired) if not refresh_only else {}
+    return make_plan(
+        desired,
+        observations,
+        session.policies(),
+        secret_digests=digests,
+        correct_drift=correct_drift,
+        refresh_only=refresh_only,
+    )
+
+
+def mass_delete_problem(plan: Plan) -> str | None:
+    """Why this plan deletes too much to run without --allow-mass-delete, or None.
+
+    Too much: more than half of a backend's managed VMs (when more than one),
+    or all of them — what an emptied or truncated manifest would do.
+    """
+    managed: dict[str, int] = {}
+    remaining: dict[str, int] = {}
+    for c in plan.changes:
+        if c.observed is not None:
+            managed[c.backend] = managed.get(c.backend, 0) + 1
+        if c.desired is not None:
+            remaining[c.backend] = remaining.get(c.backend, 0) + 1
+    for backend, count in plan.deletes_by_backend().items():
+        total = managed.get(backend, count)
+        if (count == total and not remaining.get(backend)) or (count > 1 and count * 2 > total):
+            return (
+                f"the plan deletes {count} of {total} managed VMs on backend {backend!r}; "
+                "re-run with --allow-mass-delete if that is intended"
+            )
+    return None
+
+
+def run_apply(
+    manifest: str | Path,
+    *,
+    auto_approve: bool,
+    parallelism: int,
+    allow_mass_delete: bool,
+    as_json: bool,
+    destroy: bool = False,
+) -> int:
+    from sand.apply.planfile import read_plan_file
+
+    saved = read_plan_file(manifest)
+    if saved is not None:
+        # A saved plan was approved when it was made; it runs only if still exact.
+        manifest, auto_approve = saved["manifest"], True
+    session = open_session(manifest, lock=True)
+    return asyncio.run(
+        _apply(session, auto_approve, parallelism, allow_mass_delete, as_json, destroy, saved)
+    )
+
+
+async def _apply(
+    session: Session,
+    auto_approve: bool,
+    parallelism: int,
+    allow_mass_delete: bool,
+    as_json: bool,
+    destroy: bool,
+    saved: dict[str, Any] | None = None,
+) -> int:
+    try:
+        if not auto_approve and not sys.stdin.isatty():
+            raise PlanRefused(
+                "no terminal to confirm on; re-run with --auto-approve to apply unattended"
+            )
+        recovered = await replay_journal(session.journal, session.backends)
+        for line in recovered:
+            print(f"Recovered: {line}", file=sys.stderr)
+        secrets = GuestSecrets(session)
+        plan = await compute_plan(session, destroy=destroy, secrets=secrets)
+        if saved is not None:
+            from sand.apply.planfile import check_still_valid
+
+            check_still_valid(saved, session, plan)
+        if not as_json:
+            sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
+        if not plan.has_changes:
+            if as_json:
+                print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
+            return EXIT_OK
+        problem = mass_delete_problem(plan)
+        if problem and not allow_mass_delete:
+            raise PlanRefused(problem)
+        if not auto_approve and not _confirm(destroy):
+            print("Apply cancelled.")
+            return EXIT_ERROR
+        started = time.monotonic()
+        result = await execute(
+            plan,
+            session.backends,
+            session.journal,
+            make_provisioner(session, secrets),
+            parallelism=parallelism,
+            progress=_progress_printer(as_json),
+        )
+        record_results(session.project, result)
+        if not session.journal.pending():
+            session.journal.compact()
+        _report(plan, result, time.monotonic() - started, as_json)
+        return EXIT_OK if result.ok else EXIT_ERROR
+    finally:
+        await session.close()
+
+
+def _confirm(destroy: bool) -> bool:
+    what = "destroy all managed VMs" if destroy else "perform these actions"
+    print(f"\nDo you want to {what}? Only 'yes' will be accepted.")
+    try:
+        return input("  Enter a value: ").strip() == "yes"
+    except EOFError:
+        return False
+
+
+def _progress_printer(as_json: bool) -> Progress:
+    def say(vm: str, step: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        if as_json:
+            return
+        print(f"{stamp} {vm}: {step}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _report(plan: Plan, result: ApplyResult, seconds: float, as_json: bool) -> None:
+    add, chg, destroy = plan.counts()
+    if as_json:
+        out = {
+            "plan": plan_to_json(plan),
+            "results": [r.__dict__ | {"action": r.action.value} for r in result.results],
+            "ok": result.ok,
+        }
+        print(json.dumps(out, indent=2, default=str))
+        return
+    failures = result.failures()
+    if not failures:
+        print(
+            f"\nApply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
+            f"({seconds:.1f}s)."
+        )
+        return
+    print(f"\nApply finished with {len(failures)} failed VM(s):")
+    for f in failures:
+        print(f"  {f.vm} ({f.backend}) [{f.layer}]: {f.error}")

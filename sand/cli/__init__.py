@@ -1,0 +1,1 @@
+"""Command-line interface: parses arguments, renders output, maps exit codes."""

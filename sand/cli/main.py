@@ -1,0 +1,86 @@
+"""The ``sand`` command line. Exit codes: 0 ok / no changes, 1 error, 2 changes
+pending (``--detailed-exitcode``). Heavy modules are imported inside the
+command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from sand import __version__
+from sand.errors import SandError
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sand",
+        description="Keep disposable agent dev VMs in the state a manifest declares.",
+    )
+    parser.add_argument("--version", action="version", version=f"sand {__version__}")
+    parser.add_argument("--log-format", choices=("console", "json"), default="console")
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def manifest_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("manifest", nargs="?", default="sand.yaml", help="default: ./sand.yaml")
+
+    p = sub.add_parser("validate", help="check a manifest without contacting any backend")
+    manifest_arg(p)
+    sub.add_parser("schema", help="print the manifest's JSON Schema")
+
+    p = sub.add_parser("plan", help="show what apply would do")
+    manifest_arg(p)
+    p.add_argument("--json", action="store_true", help="the plan as JSON on stdout")
+    p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when changes pend")
+    p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
+    p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
+
+    p = sub.add_parser("apply", help="make the VMs match the manifest")
+    manifest_arg(p)
+    p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="plan and results as JSON on stdout")
+    p.add_argument("--parallelism", type=int, default=10, metavar="N")
+    p.add_argument("--allow-mass-delete", action="store_true")
+    p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
+    p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
+    p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
+
+    p = sub.add_parser("destroy", help="delete every VM this manifest's project manages")
+    manifest_arg(p)
+    p.add_argument("--auto-approve", action="store_true")
+
+    p = sub.add_parser("status", help="desired vs observed, per VM")
+    manifest_arg(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("doctor", help="check backend credentials and permissions")
+    manifest_arg(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    from sand.logs import configure
+
+    configure(args.log_format, args.log_level)
+    try:
+        from sand.cli import commands
+
+        handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+        return int(handler(args))
+    except SandError as exc:
+        from sand.logs import redact
+
+        print(f"Error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130

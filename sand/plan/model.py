@@ -1,0 +1,94 @@
+"""A plan is plain data: what will happen to each VM, and why.
+
+Nothing here performs I/O. The renderer (``render.py``) and the apply engine
+only read these records, and ``--json`` is the same records serialised, so
+what a person approves is exactly what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from sand.backends.protocol import ObservedVM
+from sand.desired import DesiredVM
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"  # in place, possibly with a restart
+    REPROVISION = "reprovision"  # guest content changed; the machine stays
+    REPLACE = "replace"  # delete, then create
+    DELETE = "delete"
+    NOOP = "no-op"
+    BLOCKED = "blocked"  # a change is needed but unsafe now (unknown backend, lock, protect)
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: object
+    after: object
+    forces_replacement: bool = False
+    requires_restart: bool = False
+
+
+@dataclass(frozen=True)
+class VMChange:
+    vm: str
+    backend: str
+    action: Action
+    identity: str | None = None
+    fields: tuple[FieldChange, ...] = ()
+    reasons: tuple[str, ...] = ()
+    drift: tuple[FieldChange, ...] = ()
+    reprovision: bool = False  # provision the guest as part of this change
+    secrets_only: bool = False  # only secrets changed: re-deliver, don't reprovision
+    desired: DesiredVM | None = field(default=None, compare=False, repr=False)
+    observed: ObservedVM | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def requires_restart(self) -> bool:
+        return any(f.requires_restart for f in self.fields)
+
+
+@dataclass(frozen=True)
+class Plan:
+    project: str
+    changes: tuple[VMChange, ...]
+    unknown_backends: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    observed_fingerprint: str = ""
+    refresh_only: bool = False
+
+    def actionable(self) -> list[VMChange]:
+        return [c for c in self.changes if c.action not in (Action.NOOP, Action.BLOCKED)]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.actionable())
+
+    def counts(self) -> tuple[int, int, int]:
+        """(to add, to change, to destroy), counted as Terraform does (replace = 1 + 1)."""
+        add = change = destroy = 0
+        for c in self.changes:
+            if c.action is Action.CREATE:
+                add += 1
+            elif c.action is Action.REPLACE:
+                add += 1
+                destroy += 1
+            elif c.action in (Action.UPDATE, Action.REPROVISION):
+                change += 1
+            elif c.action is Action.DELETE:
+                destroy += 1
+        return add, change, destroy
+
+    def drifted(self) -> list[VMChange]:
+        return [c for c in self.changes if c.drift]
+
+    def deletes_by_backend(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.changes:
+            if c.action is Action.DELETE:
+                out[c.backend] = out.get(c.backend, 0) + 1
+        return out

@@ -1,0 +1,228 @@
+"""Desired state × observed state → Plan. Pure: same inputs, same plan.
+
+The rules, in the order they are applied to one desired VM:
+1. its backend's listing could not be trusted → blocked (nothing is created or
+   replaced on a guess);
+2. no managed VM of that name → create (unless an unmanaged one holds the name
+   on a backend where names are unique);
+3. locked (clone, migrate, backup in flight) → blocked;
+4. fields differ → replace if any field forces it, else update in place;
+   guest fingerprint differs → reprovision; only secret values rotated →
+   re-deliver secrets;
+5. equal fingerprints but observed values differ → drift ("changed outside
+   sand"), corrected unless the caller only reports.
+Managed VMs that no desired entry names are deleted, unless protected,
+locked, or on a backend whose listing was untrusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from functools import partial
+
+from sand.backends.protocol import Mutability, Observation, ObservedVM, Ownership
+from sand.desired import DesiredState, DesiredVM
+from sand.plan.model import Action, FieldChange, Plan, VMChange
+
+Policy = Mapping[str, Mutability]
+
+
+def make_plan(
+    desired: DesiredState,
+    observations: Mapping[str, Observation],
+    policies: Mapping[str, Policy],
+    *,
+    secret_digests: Mapping[str, tuple[str, str]] | None = None,
+    correct_drift: bool = True,
+    refresh_only: bool = False,
+) -> Plan:
+    """``secret_digests`` maps VM name → (digest of values now, digest last delivered)."""
+    digests = secret_digests or {}
+    changes: list[VMChange] = []
+    wanted: set[tuple[str, str]] = set()
+    for vm in desired.vms:
+        wanted.add((vm.backend, vm.name))
+        obs = observations.get(vm.backend)
+        change = _plan_vm(vm, obs, policies.get(vm.backend, {}), digests.get(vm.name))
+        if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
+            change = _report_only(change)
+        changes.append(change)
+    for backend, obs in observations.items():
+        for observed in obs.managed():
+            if (backend, observed.name) in wanted:
+                continue
+            change = _plan_delete(observed, obs)
+            changes.append(_report_only(change) if refresh_only else change)
+    unknown = {b: o.unknown_reason for b, o in observations.items() if o.unknown_reason}
+    warnings = tuple(w for o in observations.values() for w in o.warnings)
+    return Plan(
+        project=desired.project,
+        changes=tuple(changes),
+        unknown_backends=unknown,
+        warnings=warnings,
+        observed_fingerprint=observation_fingerprint(observations),
+        refresh_only=refresh_only,
+    )
+
+
+def _plan_vm(
+    vm: DesiredVM, obs: Observation | None, policy: Policy, secrets: tuple[str, str] | None
+) -> VMChange:
+    base = partial(VMChange, vm=vm.name, backend=vm.backend, desired=vm)
+    if obs is None or obs.unknown_reason:
+        why = obs.unknown_reason if obs else "backend was not observed"
+        return base(action=Action.BLOCKED, reasons=(f"backend unknown: {why}",))
+    same_name = [o for o in obs.vms if o.name == vm.name]
+    managed = [o for o in same_name if o.ownership is Ownership.MANAGED]
+    if len(managed) > 1:
+        ids = ", ".join(o.identity for o in managed)
+        return base(action=Action.BLOCKED, reasons=(f"several managed VMs claim this name: {ids}",))
+    if not managed:
+        squatter = [o for o in same_name if o.ownership is not Ownership.MANAGED]
+        if squatter and vm.backend_type == "lima":
+            return base(
+                action=Action.BLOCKED,
+                reasons=(f"an instance named {vm.name!r} exists and is not managed by sand",),
+            )
+        return base(action=Action.CREATE, reprovision=vm.provision)
+    current = managed[0]
+    base = partial(base, identity=current.identity, observed=current)
+    if current.lock:
+        return base(
+            action=Action.BLOCKED, reasons=(f"operation in progress (lock={current.lock})",)
+        )
+    fields = _field_changes(vm, current, policy)
+    in_sync = current.fingerprint == vm.fingerprint
+    drift = fields if in_sync else ()
+    security = tuple(
+        FieldChange("security", finding, "as generated", forces_replacement=True)
+        for finding in current.findings
+    )
+    fields = fields + security
+    drift = drift + security
+    guest_changed = vm.provision and not in_sync and _guest_fp(current) != vm.guest_fingerprint
+    secrets_changed = bool(vm.provision and secrets and secrets[0] != secrets[1])
+    reasons: list[str] = []
+    if any(f.forces_replacement for f in fields):
+        if current.protect:
+            return base(
+                action=Action.BLOCKED,
+                fields=fields,
+                drift=drift,
+                reasons=("must be replaced but is protected: set protect: false first",),
+            )
+        return base(action=Action.REPLACE, fields=fields, drift=drift, reprovision=vm.provision)
+    if fields:
+        if guest_changed:
+            reasons.append("guest content changed")
+        return base(
+            action=Action.UPDATE,
+            fields=fields,
+            drift=drift,
+            reasons=tuple(reasons),
+            reprovision=guest_changed,
+            secrets_only=secrets_changed and not guest_changed,
+        )
+    if guest_changed:
+        return base(
+            action=Action.REPROVISION,
+            reasons=("guest content changed (bundle, user, agents, packages, repos or secrets)",),
+            reprovision=True,
+        )
+    if secrets_changed:
+        return base(
+            action=Action.REPROVISION, reasons=("secret values changed",), secrets_only=True
+        )
+    if not in_sync:
+        return base(action=Action.UPDATE, reasons=("record the converged spec",))
+    return base(action=Action.NOOP)
+
+
+def _guest_fp(vm: ObservedVM) -> str:
+    return vm.marker.guest_fingerprint if vm.marker else ""
+
+
+def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[FieldChange, ...]:
+    desired = vm.infra()
+    observed: dict[str, object] = {
+        "image": (current.marker.image or None) if current.marker else None,
+        "cpus": current.cpus,
+        "memory": current.memory,
+        "disk": current.disk,
+        "state": current.power if current.power in ("running", "stopped") else None,
+        "protect": current.protect,
+        # Placement is only compared when the manifest pins a node.
+        "node": current.node if vm.node else None,
+        "ports": [{"guest": g, "host": h} for g, h in current.ports]
+        if current.ports is not None
+        else None,
+    }
+    running = current.power == "running"
+    out: list[FieldChange] = []
+    for name, mutability in policy.items():
+        before, after = observed.get(name), desired.get(name)
+        if before is None or after is None or before == after:
+            continue
+        forces = mutability is Mutability.REPLACE or (
+            mutability is Mutability.GROW_ONLY
+            and isinstance(before, int)
+            and isinstance(after, int)
+            and after < before
+        )
+        restart = mutability is Mutability.RESTART and running and vm.state == "running"
+        out.append(FieldChange(name, before, after, forces, restart))
+    return tuple(out)
+
+
+def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:
+    base = partial(
+        VMChange,
+        vm=observed.name,
+        backend=observed.backend,
+        identity=observed.identity,
+        observed=observed,
+    )
+    if obs.unknown_reason:
+        return base(action=Action.BLOCKED, reasons=("backend unknown: not pruned",))
+    if observed.protect:
+        return base(
+            action=Action.BLOCKED,
+            reasons=(
+                "not in the manifest, but protected: unprotect it on the backend to delete it",
+            ),
+        )
+    if observed.lock:
+        return base(action=Action.BLOCKED, reasons=(f"not pruned while locked ({observed.lock})",))
+    return base(action=Action.DELETE, reasons=("not in the manifest",))
+
+
+def _report_only(change: VMChange) -> VMChange:
+    from dataclasses import replace
+
+    return replace(change, action=Action.NOOP, fields=(), reprovision=False, secrets_only=False)
+
+
+def observation_fingerprint(observations: Mapping[str, Observation]) -> str:
+    """A digest of what was observed, so a saved plan can tell the world moved."""
+    rows: list[list[object]] = []
+    for backend in sorted(observations):
+        obs = observations[backend]
+        rows.append([backend, obs.unknown_reason or ""])
+        for vm in sorted(obs.vms, key=lambda v: (v.name, v.identity)):
+            rows.append(
+                [
+                    vm.name,
+                    vm.identity,
+                    vm.ownership.value,
+                    vm.fingerprint,
+                    vm.power,
+                    vm.cpus,
+                    vm.memory,
+                    vm.disk,
+                    vm.lock,
+                    vm.protect,
+                ]
+            )
+    return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()[:32]

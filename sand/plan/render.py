@@ -1,0 +1,172 @@
+"""Plan → text in Terraform's vocabulary, or → JSON. Reads the plan; decides nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, TextIO
+
+from sand.manifest.sizes import format_size
+from sand.plan.model import Action, FieldChange, Plan, VMChange
+
+SYMBOLS = {
+    Action.CREATE: "+",
+    Action.UPDATE: "~",
+    Action.REPROVISION: "~",
+    Action.REPLACE: "-/+",
+    Action.DELETE: "-",
+    Action.BLOCKED: "!",
+}
+_COLOURS = {"+": "32", "~": "33", "-/+": "35", "-": "31", "!": "31;1"}
+_SIZE_FIELDS = {"memory", "disk"}
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def render_text(plan: Plan, *, colour: bool = False) -> str:
+    def paint(symbol: str, text: str) -> str:
+        return f"\x1b[{_COLOURS[symbol]}m{text}\x1b[0m" if colour else text
+
+    lines: list[str] = []
+    for backend, why in sorted(plan.unknown_backends.items()):
+        lines.append(f"Warning: backend {backend!r} is unknown this run: {why}")
+        lines.append("  Nothing on it will be created, replaced or deleted.")
+        lines.append("")
+    for warning in plan.warnings:
+        lines.append(f"Warning: {warning}")
+    drifted = plan.drifted()
+    if drifted:
+        lines.append("Note: Objects have changed outside of sand")
+        lines.append("")
+        for change in drifted:
+            lines.append(f"  # {change.vm} ({change.backend}) has changed outside of sand")
+            for f in change.drift:
+                lines.append(
+                    f"      {f.field}: {_value(f.field, f.after)} -> {_value(f.field, f.before)}"
+                )
+        lines.append("")
+    body = [c for c in plan.changes if c.action is not Action.NOOP]
+    if plan.refresh_only:
+        lines.append(
+            "This was a refresh-only plan: drift is reported above, and nothing will change."
+            if drifted
+            else "No changes. Your VMs match what sand last applied."
+        )
+        return "\n".join(lines) + "\n"
+    if not plan.has_changes and not [c for c in body if c.action is Action.BLOCKED]:
+        lines.append("No changes. Your VMs match the manifest.")
+        return "\n".join(lines) + "\n"
+    if plan.has_changes:
+        lines.append("sand will perform the following actions:")
+        lines.append("")
+    for change in body:
+        lines.extend(_render_change(change, paint))
+        lines.append("")
+    if plan.has_changes:
+        add, chg, destroy = plan.counts()
+        lines.append(f"Plan: {add} to add, {chg} to change, {destroy} to destroy.")
+    else:
+        lines.append("No changes can be made now; see the blocked VMs above.")
+    return "\n".join(lines) + "\n"
+
+
+def _render_change(change: VMChange, paint: Any) -> list[str]:
+    symbol = SYMBOLS[change.action]
+    head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
+    verb = {
+        Action.CREATE: "will be created",
+        Action.UPDATE: "will be updated in place",
+        Action.REPROVISION: "will be reprovisioned",
+        Action.REPLACE: "must be replaced",
+        Action.DELETE: "will be destroyed",
+        Action.BLOCKED: "cannot be changed now",
+    }[change.action]
+    if change.action is Action.UPDATE and change.requires_restart:
+        verb += " (requires restart)"
+    if change.action is Action.UPDATE and change.reprovision:
+        verb += " and reprovisioned"
+    if change.secrets_only:
+        verb += " (secrets re-delivered)" if change.action is Action.UPDATE else ""
+    out = [f"{head} {verb}"]
+    for reason in change.reasons:
+        out.append(f"  #   {reason}")
+    pad = " " * max(0, 3 - len(symbol))
+    out.append(f"{pad}{paint(symbol, symbol)} vm {json.dumps(change.vm)} {{")
+    if change.action is Action.CREATE and change.desired is not None:
+        spec = change.desired.infra()
+        width = max(len(k) for k in spec)
+        for key, value in spec.items():
+            if value in (None, [], False) and key in ("node", "ports", "protect"):
+                continue
+            out.append(f"      {paint('+', '+')} {key.ljust(width)} = {_value(key, value)}")
+    elif change.action is Action.DELETE and change.observed is not None:
+        o = change.observed
+        for key, value in (("cpus", o.cpus), ("memory", o.memory), ("disk", o.disk)):
+            if value is not None:
+                out.append(f"      {paint('-', '-')} {key.ljust(6)} = {_value(key, value)}")
+    else:
+        for f in change.fields:
+            out.append(f"      {paint('~', '~')} {_field_line(f)}")
+        if change.action is Action.REPROVISION or change.reprovision:
+            out.append(f"      {paint('~', '~')} guest = (known after apply)")
+    out.append("    }")
+    return out
+
+
+def _field_line(f: FieldChange) -> str:
+    line = f"{f.field} = {_value(f.field, f.before)} -> {_value(f.field, f.after)}"
+    if f.forces_replacement:
+        line += " # forces replacement"
+    elif f.requires_restart:
+        line += " # requires restart"
+    return line
+
+
+def _value(field: str, value: object) -> str:
+    if field in _SIZE_FIELDS and isinstance(value, int):
+        return json.dumps(format_size(value))
+    return json.dumps(value, default=str)
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    add, chg, destroy = plan.counts()
+
+    def fields(items: tuple[FieldChange, ...]) -> list[dict[str, Any]]:
+        return [
+            {
+                "field": f.field,
+                "before": f.before,
+                "after": f.after,
+                "forces_replacement": f.forces_replacement,
+                "requires_restart": f.requires_restart,
+            }
+            for f in items
+        ]
+
+    return {
+        "format_version": "1",
+        "project": plan.project,
+        "refresh_only": plan.refresh_only,
+        "observed_fingerprint": plan.observed_fingerprint,
+        "changes": [
+            {
+                "vm": c.vm,
+                "backend": c.backend,
+                "action": c.action.value,
+                "identity": c.identity,
+                "fields": fields(c.fields),
+                "drift": fields(c.drift),
+                "reasons": list(c.reasons),
+                "reprovision": c.reprovision,
+                "secrets_only": c.secrets_only,
+                "requires_restart": c.requires_restart,
+            }
+            for c in plan.changes
+        ],
+        "summary": {"add": add, "change": chg, "destroy": destroy, "has_changes": plan.has_changes},
+        "unknown_backends": dict(plan.unknown_backends),
+        "warnings": list(plan.warnings),
+    }
