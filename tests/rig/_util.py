@@ -99,7 +99,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def write_file(path: Path, data: str | bytes, mode: int = 0o644, uid: int = 0, gid: int = 0) -> None:
+def write_file(
+    path: Path, data: str | bytes, mode: int = 0o644, uid: int = 0, gid: int = 0
+) -> None:
     """Write a file inside a guest tree with exact ownership and mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data

@@ -52,7 +52,7 @@ PACKAGES: tuple[str, ...] = (
 )
 
 # Bump when _customize() changes so cached trees are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 STAMP_NAME = ".sand-rig-stamp.json"
 
@@ -110,15 +110,21 @@ def apt_mirror(suite: str = SUITE) -> str:
                     continue
                 if "deb" not in fields.get("types", "").split():
                     continue
-                if suite in fields.get("suites", "").split() and "main" in fields.get(
-                    "components", ""
-                ).split():
+                if (
+                    suite in fields.get("suites", "").split()
+                    and "main" in fields.get("components", "").split()
+                ):
                     return fields["uris"].split()[0].rstrip("/")
         else:
             for raw in text.splitlines():
                 # "deb [opts] URI suite comp..." -- drop comments and [opts].
                 parts = re.sub(r"\[[^]]*\]", "", raw.split("#", 1)[0]).split()
-                if len(parts) >= 4 and parts[0] == "deb" and parts[2] == suite and "main" in parts[3:]:
+                if (
+                    len(parts) >= 4
+                    and parts[0] == "deb"
+                    and parts[2] == suite
+                    and "main" in parts[3:]
+                ):
                     return parts[1].rstrip("/")
     raise RigError(f"no apt source for Debian {suite} main found in /etc/apt; cannot debootstrap")
 
@@ -168,6 +174,11 @@ def _customize(root: Path) -> None:
     # build can still apt-get install the kernel from a copy of this tree.
     run(["chroot", root, "apt-get", "clean"], check=False)
     (root / "etc/hostname").write_text("sand-rig\n")
+    # debootstrap copied the build host's resolver, which guests can't reach
+    # (they have no route off the test network); fail DNS fast instead.
+    resolv = root / "etc/resolv.conf"
+    resolv.unlink(missing_ok=True)
+    resolv.write_text("# sand rig guests have no DNS\n")
     # An empty machine-id makes systemd (qemu guest) generate one per boot,
     # so copies don't share an id.
     (root / "etc/machine-id").write_text("")

@@ -1,0 +1,105 @@
+"""pytest fixtures for the real-guest rig.  Use from any conftest with::
+
+    pytest_plugins = ["tests.rig.fixtures"]
+
+Fixtures:
+
+``rig_rootfs`` (session)
+    Path of the cached Debian rootfs (built on first use, ~1 min).
+``netns_guest`` (function)
+    A factory: ``make_guest(user="claude") -> NetnsGuest``, started and
+    ready for SSH; every guest it made is stopped when the test ends.
+``git_server`` (function)
+    A started :class:`GitServer` with a random token (``git_server.token``).
+``qemu_guest`` (session)
+    One booted :class:`QemuGuest` shared by the session (booting under TCG
+    costs tens of seconds, so tests share it and must not break it).
+
+Off CI the fixtures skip with the reason when the machine can't host guests
+(not root, a tool missing).  On CI (``CI`` set) the same condition fails the
+test instead: a rig that silently skips everything there proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.rig._util import missing_tools
+from tests.rig.gitserver import GitServer
+from tests.rig.guest import REQUIRED_TOOLS as NETNS_TOOLS
+from tests.rig.guest import NetnsGuest, cleanup_stale
+from tests.rig.qemu import REQUIRED_TOOLS as QEMU_TOOLS
+from tests.rig.qemu import QemuGuest, build_image, cleanup_stale_qemu
+from tests.rig.rootfs import ensure_rootfs
+
+MakeGuest = Callable[..., NetnsGuest]
+
+
+def _unavailable(tools: tuple[str, ...]) -> None:
+    reason = ""
+    if os.geteuid() != 0:
+        reason = "the sand rig needs root (netns, mounts, chroot)"
+    else:
+        missing = missing_tools(tools)
+        if missing:
+            reason = f"the sand rig needs {', '.join(missing)} (run .ci/rig-setup.sh)"
+    if not reason:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} -- required on CI", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def rig_rootfs() -> Path:
+    _unavailable((*NETNS_TOOLS, "debootstrap"))
+    # Leftovers of a crashed earlier run (only those whose owner is dead).
+    cleanup_stale()
+    cleanup_stale_qemu()
+    return ensure_rootfs()
+
+
+@pytest.fixture
+def netns_guest(rig_rootfs: Path) -> Iterator[MakeGuest]:
+    made: list[NetnsGuest] = []
+
+    def make_guest(user: str = "claude", **kwargs: object) -> NetnsGuest:
+        guest = NetnsGuest(user, rootfs=rig_rootfs, **kwargs)  # type: ignore[arg-type]
+        made.append(guest)
+        return guest.start()
+
+    yield make_guest
+    errors: list[BaseException] = []
+    for guest in made:
+        try:
+            guest.stop()
+        except Exception as e:  # keep stopping the others
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def git_server() -> Iterator[GitServer]:
+    _unavailable(("git", "ip"))
+    server = GitServer(token=f"rig-{secrets.token_urlsafe(24)}").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def qemu_guest(rig_rootfs: Path) -> Iterator[QemuGuest]:
+    _unavailable(QEMU_TOOLS)
+    build_image()
+    guest = QemuGuest().start()
+    try:
+        yield guest
+    finally:
+        guest.stop()
