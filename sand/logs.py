@@ -1,68 +1,26 @@
-"""Logging (structlog) with a redaction processor.
+"""Logging (structlog): human console by default, JSON for CI, always redacted.
 
-Every resolved secret value is registered here the moment it is read; the
-processor then replaces it wherever it appears in an event (message, keys,
-nested values, exception text) before anything is rendered. Redaction is a
-safety net: code still never logs values on purpose.
+structlog (and rich behind its console renderer) is imported only when logging
+is configured, which commands that never reach a backend skip: that keeps
+`sand validate` fast.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import threading
-from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-import structlog
+from sand.redaction import REDACTED, redact, redaction_processor, register_secret
 
-REDACTED = "[redacted]"
-_MIN_SECRET_LEN = 4  # shorter values would redact ordinary words; such secrets are refused
-
-_lock = threading.Lock()
-_secrets: set[str] = set()
-
-
-def register_secret(value: str) -> None:
-    """Remember a resolved secret value so no log line can carry it."""
-    if len(value) < _MIN_SECRET_LEN:
-        return
-    with _lock:
-        _secrets.add(value)
-        for line in value.splitlines():
-            if len(line) >= _MIN_SECRET_LEN:
-                _secrets.add(line.strip())
-
-
-def redact(text: str) -> str:
-    with _lock:
-        values = sorted(_secrets, key=len, reverse=True)
-    for value in values:
-        if value and value in text:
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def _scrub(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_scrub(v) for v in value)
-    if isinstance(value, BaseException):
-        return redact(f"{type(value).__name__}: {value}")
-    return value
-
-
-def redaction_processor(
-    _logger: Any, _method: str, event: MutableMapping[str, Any]
-) -> MutableMapping[str, Any]:
-    return {key: _scrub(value) for key, value in event.items()}
+__all__ = ["REDACTED", "configure", "get_logger", "redact", "register_secret"]
 
 
 def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog once per process: console (human) or json (CI)."""
+    import structlog
+
     out = stream or sys.stderr
     renderer: Any
     if fmt == "json":
@@ -87,10 +45,10 @@ def configure(fmt: str = "console", level: str = "info", stream: TextIO | None =
 
 
 def _colour_ok() -> bool:
-    import os
-
     return "NO_COLOR" not in os.environ
 
 
 def get_logger(name: str = "sand") -> Any:
+    import structlog
+
     return structlog.get_logger(name)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from sand import __version__
-from sand.errors import SandError
+from sand.errors import ManifestError, SandError
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -68,16 +68,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
-    from sand.logs import configure
+    if args.command not in ("validate", "schema"):
+        from sand.logs import configure
 
-    configure(args.log_format, args.log_level)
+        configure(args.log_format, args.log_level)
     try:
         from sand.cli import commands
 
         handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
         return int(handler(args))
+    except ManifestError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        count = len(exc.problems)
+        print(
+            f"Error: the manifest is invalid ({count} problem{'s' * (count != 1)}).",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     except SandError as exc:
-        from sand.logs import redact
+        from sand.redaction import redact
 
         print(f"Error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_ERROR

@@ -51,15 +51,15 @@ def parse_manifest(text: str, filename: str = "sand.yaml") -> Manifest:
         raise ManifestError(problems)
     if not isinstance(marked.data, dict):
         raise ManifestError([Problem(filename, 1, 1, "the manifest must be a mapping of keys")])
+    problems = [
+        _problem(filename, marked, path, message) for path, message in check_references(marked.data)
+    ]
     try:
         manifest = Manifest.model_validate(marked.data)
     except ValidationError as exc:
-        raise ManifestError(_validation_problems(exc, marked, filename)) from None
-    findings = list(check_references(manifest))
-    if findings:
-        raise ManifestError(
-            [_problem(filename, marked, path, message) for path, message in findings]
-        )
+        problems += _validation_problems(exc, marked, filename)
+    if problems:
+        raise ManifestError(problems)
     return manifest
 
 

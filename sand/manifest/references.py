@@ -1,80 +1,124 @@
 """Checks that need the whole manifest: names, references, per-backend rules.
 
-Each check yields (path, message) so the loader can point at the exact line;
-all of them run, so one `sand validate` shows every broken reference at once.
+They read the raw YAML data (defensively: any part may be malformed), so they
+run even when schema validation failed elsewhere and one `sand validate` shows
+every problem at once. Each check yields (path, message) so the loader can
+point at the exact line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
-from sand.manifest.models import LimaBackend, Manifest, ProxmoxBackend
 from sand.manifest.names import check_vm_name
 from sand.manifest.yamlmarks import Path
 
 Finding = tuple[Path, str]
 
 
-def check_references(m: Manifest) -> Iterator[Finding]:
-    if m.defaults.backend is not None and m.defaults.backend not in m.backends:
-        yield ("defaults", "backend"), _unknown("backend", m.defaults.backend, m.backends)
-    for name, repo in m.repos.items():
-        if repo.token is not None and repo.token not in m.secrets:
-            yield ("repos", name, "token"), _unknown("secret", repo.token, m.secrets)
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def check_references(data: Any) -> Iterator[Finding]:
+    data = _dict(data)
+    backends = _dict(data.get("backends"))
+    secrets = _dict(data.get("secrets"))
+    repos = _dict(data.get("repos"))
+    defaults = _dict(data.get("defaults"))
+    default_backend = _str(defaults.get("backend"))
+    if default_backend is not None and backends and default_backend not in backends:
+        yield ("defaults", "backend"), _unknown("backend", default_backend, backends)
+    for name, repo in repos.items():
+        token = _str(_dict(repo).get("token"))
+        if token is not None and token not in secrets:
+            yield ("repos", name, "token"), _unknown("secret", token, secrets)
     seen: dict[str, int] = {}
     host_ports: dict[tuple[str, int], str] = {}
-    for i, vm in enumerate(m.vms):
-        at: Path = ("vms", i)
-        if vm.name in seen:
-            yield (*at, "name"), f"VM name {vm.name!r} is already used by vms[{seen[vm.name]}]"
-        seen.setdefault(vm.name, i)
-        backend_name = vm.backend or m.defaults.backend
-        if backend_name is None:
-            if len(m.backends) == 1:
-                backend_name = next(iter(m.backends))
-            else:
-                yield at, f"VM {vm.name!r} names no backend and defaults.backend is not set"
-                continue
-        backend = m.backends.get(backend_name)
-        if backend is None:
-            if vm.backend is not None:
-                yield (*at, "backend"), _unknown("backend", backend_name, m.backends)
+    for i, vm in enumerate(_list(data.get("vms"))):
+        if not isinstance(vm, dict):
             continue
-        why = check_vm_name(vm.name, backend.type)
-        if why:
-            yield (*at, "name"), why
-        if (vm.image or m.defaults.image) is None and isinstance(backend, LimaBackend):
-            yield at, f"VM {vm.name!r} has no image and defaults.image is not set"
-        for j, repo_name in enumerate(vm.repos):
-            if repo_name not in m.repos:
-                yield (*at, "repos", j), _unknown("repo", repo_name, m.repos)
-        scopes: set[tuple[str, str]] = set()
-        for j, use in enumerate(vm.secrets):
-            if use.name not in m.secrets:
-                yield (*at, "secrets", j, "name"), _unknown("secret", use.name, m.secrets)
-            variable = use.env or use.name
-            if (use.scope, variable) in scopes:
-                yield (*at, "secrets", j), f"{variable} is placed twice at scope {use.scope}"
-            scopes.add((use.scope, variable))
-        yield from _backend_rules(vm.name, at, backend, vm.node, [p.host for p in vm.ports])
-        for j, port in enumerate(vm.ports):
-            key = (backend_name, port.host)
+        at: Path = ("vms", i)
+        name = _str(vm.get("name")) or ""
+        if name and name in seen:
+            yield (*at, "name"), f"VM name {name!r} is already used by vms[{seen[name]}]"
+        seen.setdefault(name, i)
+        own_backend = _str(vm.get("backend"))
+        backend_name = own_backend or default_backend
+        if backend_name is None:
+            if len(backends) == 1:
+                backend_name = next(iter(backends))
+            elif backends:
+                yield at, f"VM {name!r} names no backend and defaults.backend is not set"
+                continue
+            else:
+                continue
+        if backend_name not in backends:
+            if own_backend is not None and backends:
+                yield (*at, "backend"), _unknown("backend", backend_name, backends)
+            continue
+        backend = _dict(backends[backend_name])
+        kind = _str(backend.get("type"))
+        if kind not in ("lima", "proxmox"):
+            continue
+        if name:
+            why = check_vm_name(name, kind)
+            if why:
+                yield (*at, "name"), why
+        if kind == "lima" and vm.get("image") is None and defaults.get("image") is None:
+            yield at, f"VM {name!r} has no image and defaults.image is not set"
+        for j, repo_name in enumerate(_list(vm.get("repos"))):
+            if isinstance(repo_name, str) and repo_name not in repos:
+                yield (*at, "repos", j), _unknown("repo", repo_name, repos)
+        yield from _secret_uses(at, _list(vm.get("secrets")), secrets)
+        ports = [_dict(p) for p in _list(vm.get("ports"))]
+        yield from _backend_rules(name, at, kind, backend, _str(vm.get("node")), bool(ports))
+        for j, port in enumerate(ports):
+            host = port.get("host")
+            if not isinstance(host, int):
+                continue
+            key = (backend_name, host)
             if key in host_ports:
                 yield (
                     (*at, "ports", j, "host"),
                     (
-                        f"host port {port.host} on backend {backend_name!r} is already forwarded "
+                        f"host port {host} on backend {backend_name!r} is already forwarded "
                         f"for VM {host_ports[key]!r}"
                     ),
                 )
-            host_ports.setdefault(key, vm.name)
+            host_ports.setdefault(key, name)
+
+
+def _secret_uses(at: Path, uses: list[Any], secrets: Mapping[str, Any]) -> Iterator[Finding]:
+    placed: set[tuple[str, str]] = set()
+    for j, use in enumerate(uses):
+        use = _dict(use)
+        secret = _str(use.get("name"))
+        if secret is None:
+            continue
+        if secret not in secrets:
+            yield (*at, "secrets", j, "name"), _unknown("secret", secret, secrets)
+        variable = _str(use.get("env")) or secret
+        scope = _str(use.get("scope")) or ""
+        if (scope, variable) in placed:
+            yield (*at, "secrets", j), f"{variable} is placed twice at scope {scope}"
+        placed.add((scope, variable))
 
 
 def _backend_rules(
-    vm: str, at: Path, backend: LimaBackend | ProxmoxBackend, node: str | None, ports: list[int]
+    vm: str, at: Path, kind: str, backend: dict[str, Any], node: str | None, has_ports: bool
 ) -> Iterator[Finding]:
-    if isinstance(backend, ProxmoxBackend):
-        if ports:
+    if kind == "proxmox":
+        if has_ports:
             yield (
                 (*at, "ports"),
                 (
@@ -82,12 +126,13 @@ def _backend_rules(
                     "bridge, so reach its ports there"
                 ),
             )
-        if node is not None and node not in backend.placement_nodes:
+        nodes = [backend["node"]] if _str(backend.get("node")) else _list(backend.get("nodes"))
+        if node is not None and nodes and node not in nodes:
             yield (
                 (*at, "node"),
                 (
                     f"node {node!r} is not one of this backend's nodes: "
-                    + ", ".join(backend.placement_nodes)
+                    + ", ".join(str(n) for n in nodes)
                 ),
             )
     elif node is not None:

@@ -1,0 +1,231 @@
+"""`sand apply --watch`: reconcile on every manifest save, and periodically.
+
+- Debounced: an editor's save burst (write, rename, chmod within a few hundred
+  ms) gives exactly one run.
+- Single-flight: never two applies at once; changes that arrive during a run
+  cause exactly one follow-up run, however many there were.
+- Periodic re-observation (default 60 s) detects drift; it is corrected only
+  with ``selfHeal: true`` in the manifest, otherwise reported.
+- An invalid edit is reported and the last good manifest stays in force.
+- A VM that keeps failing is retried with exponential backoff (1 s doubling,
+  5 min cap) instead of on every tick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sand.apply.engine import execute
+from sand.apply.guest import GuestSecrets, make_provisioner
+from sand.apply.reconcile import compute_plan, mass_delete_problem
+from sand.apply.recovery import replay_journal
+from sand.apply.session import open_session
+from sand.errors import ManifestError, SandError
+from sand.logs import get_logger
+from sand.manifest import load_manifest
+from sand.plan.model import Action, Plan
+from sand.plan.render import render_text
+from sand.state.records import record_results
+
+BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
+
+
+@dataclass
+class Backoff:
+    """Per-VM retry schedule after failures."""
+
+    failures: dict[str, int] = field(default_factory=dict)
+    not_before: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, vm: str, now: float) -> None:
+        n = self.failures.get(vm, 0) + 1
+        self.failures[vm] = n
+        self.not_before[vm] = now + min(BACKOFF_CAP, BACKOFF_START * 2 ** (n - 1))
+
+    def succeeded(self, vm: str) -> None:
+        self.failures.pop(vm, None)
+        self.not_before.pop(vm, None)
+
+    def waiting(self, vm: str, now: float) -> bool:
+        return self.not_before.get(vm, 0.0) > now
+
+
+@dataclass
+class Watcher:
+    manifest: Path
+    interval: float
+    debounce: float
+    parallelism: int
+    allow_mass_delete: bool
+    backoff: Backoff = field(default_factory=Backoff)
+    runs: int = 0
+    last_good: str | None = None
+
+    def referenced_files(self) -> set[Path]:
+        """The manifest and the secret files it names: saving either re-applies."""
+        files = {self.manifest.resolve()}
+        try:
+            m = load_manifest(self.manifest).manifest
+        except ManifestError:
+            return files
+        for secret in m.secrets.values():
+            if secret.source.file:
+                p = Path(secret.source.file).expanduser()
+                files.add((p if p.is_absolute() else self.manifest.parent / p).resolve())
+        return files
+
+    async def reconcile(self, reason: str) -> None:
+        self.runs += 1
+        log = get_logger()
+        print(f"{_now()} watch: run {self.runs} ({reason})", file=sys.stderr, flush=True)
+        try:
+            text = self.manifest.read_text(encoding="utf-8")
+            load_manifest(self.manifest)
+            self.last_good = text
+        except (ManifestError, OSError) as exc:
+            # Keep the last good manifest in force: nothing is applied from a bad edit.
+            print(
+                f"{_now()} watch: manifest invalid, keeping the last good one:\n{exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        try:
+            session = open_session(self.manifest, lock=True, lock_wait=30.0)
+        except SandError as exc:
+            print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
+            return
+        try:
+            await replay_journal(session.journal, session.backends)
+            secrets = GuestSecrets(session)
+            periodic = reason == "periodic"
+            heal = session.loaded.manifest.self_heal
+            plan = await compute_plan(session, secrets=secrets, correct_drift=heal or not periodic)
+            plan = self._without_backed_off(plan)
+            sys.stdout.write(render_text(plan))
+            sys.stdout.flush()
+            problem = mass_delete_problem(plan)
+            if problem and not self.allow_mass_delete:
+                print(f"{_now()} watch: refused: {problem}", file=sys.stderr, flush=True)
+                return
+            if not plan.has_changes:
+                return
+            result = await execute(
+                plan,
+                session.backends,
+                session.journal,
+                make_provisioner(session, secrets),
+                parallelism=self.parallelism,
+            )
+            record_results(session.project, result)
+            now = time.monotonic()
+            for r in result.results:
+                if r.ok:
+                    self.backoff.succeeded(r.vm)
+                else:
+                    self.backoff.failed(r.vm, now)
+                    print(
+                        f"{_now()} watch: {r.vm} failed [{r.layer}]: {r.error}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        except SandError as exc:
+            log.error("watch run failed", error=str(exc))
+            print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
+        finally:
+            await session.close()
+
+    def _without_backed_off(self, plan: Plan) -> Plan:
+        from dataclasses import replace
+
+        now = time.monotonic()
+        kept = tuple(
+            replace(c, action=Action.NOOP) if self.backoff.waiting(c.vm, now) else c
+            for c in plan.changes
+        )
+        return replace(plan, changes=kept)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        from watchfiles import awatch
+
+        stop = stop or asyncio.Event()
+        wake = asyncio.Event()
+        reasons: list[str] = ["start"]
+        wake.set()
+
+        async def watch_files() -> None:
+            while not stop.is_set():
+                files = self.referenced_files()
+                dirs = sorted({str(f.parent) for f in files})
+
+                def ours(_change: object, path: str, files: set[Path] = files) -> bool:
+                    return Path(path).resolve() in files
+
+                async for changes in awatch(
+                    *dirs,
+                    debounce=int(self.debounce * 1000),
+                    step=50,
+                    stop_event=stop,
+                    watch_filter=ours,
+                    recursive=False,
+                ):
+                    if changes:
+                        reasons.append("manifest saved")
+                        wake.set()
+                    if self.referenced_files() != files:
+                        break  # the set of watched files changed: re-arm
+
+        async def tick() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.interval)
+                if not stop.is_set():
+                    reasons.append("periodic")
+                    wake.set()
+
+        async def loop() -> None:
+            # One consumer: runs never overlap, and any number of wake-ups that
+            # arrive during a run collapse into exactly one follow-up.
+            while not stop.is_set():
+                await wake.wait()
+                if stop.is_set():
+                    break
+                wake.clear()
+                reason = "manifest saved" if "manifest saved" in reasons else reasons[-1]
+                reasons.clear()
+                await self.reconcile(reason)
+
+        tasks = [asyncio.create_task(t()) for t in (watch_files, tick, loop)]
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        wake.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stopper.cancel()
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+def watch(args: argparse.Namespace) -> int:
+    watcher = Watcher(
+        manifest=Path(args.manifest),
+        interval=args.interval,
+        debounce=args.debounce,
+        parallelism=args.parallelism,
+        allow_mass_delete=args.allow_mass_delete,
+    )
+    load_manifest(watcher.manifest)  # a bad manifest at start is an error, exit 1
+    print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(watcher.run())
+    return 0

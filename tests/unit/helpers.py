@@ -1,0 +1,92 @@
+"""Builders for pure planner tests: a manifest in text, observations as records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sand.backends.protocol import Marker, Mutability, Observation, ObservedVM, Ownership
+from sand.desired import DesiredState, DesiredVM, build_desired
+from sand.manifest import parse_manifest
+
+MANIFEST = """\
+apiVersion: sand/v1
+project: demo
+backends:
+  pve:
+    type: proxmox
+    host: pve.test
+    node: pve1
+    pool: sand
+    storage: local-lvm
+    template: 9000
+    token_file: pve.token
+    identity: id_ed25519
+  laptop:
+    type: lima
+defaults:
+  backend: pve
+  image: debian-12
+vms:
+  - name: a
+  - name: b
+    memory: 16GiB
+  - name: c
+    backend: laptop
+    ports: [{guest: 3000, host: 3000}]
+"""
+
+# The policies the backends declare (kept in step with their field_policy).
+PVE_POLICY = {
+    "image": Mutability.REPLACE,
+    "node": Mutability.REPLACE,
+    "cpus": Mutability.RESTART,
+    "memory": Mutability.RESTART,
+    "disk": Mutability.GROW_ONLY,
+    "state": Mutability.IN_PLACE,
+    "protect": Mutability.IN_PLACE,
+}
+LIMA_POLICY = {**PVE_POLICY, "ports": Mutability.RESTART}
+del LIMA_POLICY["node"]
+POLICIES = {"pve": PVE_POLICY, "laptop": LIMA_POLICY}
+
+
+def desired(text: str = MANIFEST) -> DesiredState:
+    return build_desired(parse_manifest(text), bundle_digest="bundle-v1")
+
+
+def observed_from(vm: DesiredVM, identity: str = "", **changes: object) -> ObservedVM:
+    """The VM as a backend would show it right after sand converged it."""
+    base = ObservedVM(
+        backend=vm.backend,
+        name=vm.name,
+        identity=identity or vm.name,
+        ownership=Ownership.MANAGED,
+        power=vm.state,
+        cpus=vm.cpus,
+        memory=vm.memory,
+        disk=vm.disk,
+        protect=vm.protect,
+        ports=tuple((p.guest, p.host) for p in vm.ports) if vm.backend_type == "lima" else None,
+        marker=Marker(
+            project=vm.project,
+            name=vm.name,
+            identity=identity or vm.name,
+            fingerprint=vm.fingerprint,
+            guest_fingerprint=vm.guest_fingerprint,
+            image=vm.image,
+        ),
+        deep=True,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def converged(state: DesiredState) -> dict[str, Observation]:
+    out: dict[str, list[ObservedVM]] = {"pve": [], "laptop": []}
+    for i, vm in enumerate(state.vms):
+        out[vm.backend].append(observed_from(vm, str(100 + i) if vm.backend == "pve" else ""))
+    return {name: Observation(name, tuple(vms)) for name, vms in out.items()}
+
+
+def stale_marker(vm: ObservedVM, **marker_changes: str) -> ObservedVM:
+    assert vm.marker is not None
+    return replace(vm, marker=replace(vm.marker, fingerprint="old", **marker_changes))
