@@ -210,3 +210,10 @@ def test_cli_validate_reports_file_line_column_and_exits_1(tmp_path):
     assert proc.returncode == 1
     assert f"{bad}:21:5: unknown key 'memroy'" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_manifest_reference_doc_is_generated_from_the_models():
+    from sand.manifest.reference import render
+
+    checked_in = (ROOT / "docs" / "manifest.md").read_text()
+    assert checked_in == render(), "regenerate: python -m sand.manifest.reference > docs/manifest.md"

@@ -1,0 +1,94 @@
+"""Generate docs/manifest.md from the models, so the reference cannot drift.
+
+Run ``python -m sand.manifest.reference > docs/manifest.md``; a test fails when
+the checked-in file differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from sand.manifest import models as m
+
+SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+    ("Top level", m.Manifest, "The whole `sand.yaml`."),
+    ("`backends.<name>` with `type: lima`", m.LimaBackend, "Lima here, or remote with `ssh`."),
+    ("`backends.<name>.ssh`", m.SshTarget, "A remote Lima host."),
+    ("`backends.<name>` with `type: proxmox`", m.ProxmoxBackend, "A Proxmox VE cluster."),
+    ("`defaults`", m.Defaults, "Values every VM takes unless it sets its own."),
+    ("`secrets.<NAME>`", m.Secret, "A named secret; the name is its default variable name."),
+    ("`secrets.<NAME>.from`", m.SecretSource, "Exactly one source; values never live here."),
+    ("`repos.<name>`", m.Repo, "A repository cloned into VMs that list it."),
+    ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
+    ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
+    ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),
+]
+
+INTRO = """\
+# Manifest reference (`sand.yaml`, `apiVersion: sand/v1`)
+
+Generated from the models in `sand/manifest/models.py` by
+`python -m sand.manifest.reference`; a test keeps it in step.
+Unknown keys are errors; sizes take bytes or `8GiB`, `512MiB`, `40G` (binary).
+Editors validate against `schemas/sand.schema.json` (start the file with
+`# yaml-language-server: $schema=<path>/sand.schema.json`).
+"""
+
+
+def _type(prop: dict[str, Any]) -> str:
+    """A short type name from the field's JSON Schema (what editors also show)."""
+    if "$ref" in prop:
+        return str(prop["$ref"]).rsplit("/", 1)[-1]
+    if "const" in prop:
+        return repr(prop["const"])
+    if "enum" in prop:
+        return " \\| ".join(repr(v) for v in prop["enum"])
+    if "anyOf" in prop or "oneOf" in prop:
+        parts = [_type(p) for p in prop.get("anyOf", prop.get("oneOf", []))]
+        return " \\| ".join(dict.fromkeys(parts))
+    kind = prop.get("type")
+    if kind == "array":
+        return f"list of {_type(prop.get('items', {}))}"
+    if kind == "object":
+        values = prop.get("additionalProperties")
+        return f"map of {_type(values)}" if isinstance(values, dict) else "map"
+    if kind == "string" and "pattern" in prop and prop.get("examples"):
+        return "size"
+    return str(kind or "any")
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    if info.default_factory is not None:
+        return "empty"
+    return "—" if info.default is None else f"`{info.default!r}`"
+
+
+def _is_size(prop: dict[str, Any]) -> bool:
+    variants = prop.get("anyOf", [])
+    return any(v.get("examples") == ["8GiB", "512MiB"] for v in variants) or any(
+        _is_size(v) for v in variants if "anyOf" in v
+    )
+
+
+def render() -> str:
+    out = [INTRO]
+    for title, model, blurb in SECTIONS:
+        out.append(f"\n## {title}\n\n{blurb}\n")
+        out.append("| key | type | default | meaning |")
+        out.append("|---|---|---|---|")
+        props = model.model_json_schema(by_alias=True)["properties"]
+        for name, info in model.model_fields.items():
+            key = info.alias or name
+            meaning = (info.description or "").replace("\n", " ")
+            kind = "size" if _is_size(props[key]) else _type(props[key])
+            out.append(f"| `{key}` | {kind} | {_default(info)} | {meaning} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
