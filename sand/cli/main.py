@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check backend credentials and permissions")
     manifest_arg(p)
+
+    from sand.cli.verbs import add_verb_parsers
+
+    add_verb_parsers(sub)
     return parser
 
 
@@ -73,9 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure(args.log_format, args.log_level)
     try:
-        from sand.cli import commands
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            from sand.cli import commands
 
-        handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+            handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
         return int(handler(args))
     except ManifestError as exc:
         for problem in exc.problems:
