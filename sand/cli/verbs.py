@@ -6,14 +6,9 @@ lazily, so building the parser stays cheap.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 
 def add_verb_parsers(sub: Any) -> None:
     """Register the per-VM verbs on the main parser's subparsers."""
     del sub  # the verbs are added by sand.verbs as they land
-
-
-def _unused(args: argparse.Namespace) -> int:
-    return 0

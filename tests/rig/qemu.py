@@ -60,7 +60,7 @@ from tests.rig._util import (
     state_dir,
     write_file,
 )
-from tests.rig.guest import GuestProcess, _set_pdeathsig
+from tests.rig.guest import GuestProcess, _owner_alive, _proc_start_time, _set_pdeathsig
 from tests.rig.rootfs import RootfsRecipe, ensure_rootfs
 
 # Added on top of the base rootfs.  systemd-sysv makes systemd /sbin/init;
@@ -71,6 +71,8 @@ IMAGE_RECIPE_VERSION = 1
 IMAGE_SIZE = "3G"  # sparse; the tree is ~700 MB, the rest is room for tests
 
 GUEST_ADDRESS = "10.0.2.15"  # QEMU user-mode network's default guest address
+# Where guestfwd entries appear inside the guest (slirp's virtual network).
+GUESTFWD_ADDRESS = "10.0.2.100"
 
 REQUIRED_TOOLS = ("qemu-system-x86_64", "qemu-img", "mkfs.ext4", "ssh", "ssh-keygen")
 
@@ -287,6 +289,11 @@ def build_image() -> QemuImage:
             (tmp / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
             os.chmod(tmp, 0o755)
             os.rename(tmp, dest)
+            # Images of older recipes: ~1 GB each.  A guest still booted from
+            # one keeps its open file; the directory can go.
+            for old in dest.parent.glob("qemu-bookworm-*"):
+                if old != dest:
+                    shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -303,16 +310,22 @@ def _free_port() -> int:
 
 
 def cleanup_stale_qemu() -> list[str]:
-    """Remove per-guest dirs of qemu guests whose qemu process is gone."""
+    """Remove qemu guests whose owning test process is gone (killing a qemu
+    that somehow outlived it).  Guests of live processes are left alone."""
     removed: list[str] = []
     for gdir in state_dir().glob("q-*"):
-        pidfile = gdir / "qemu.pid"
         try:
-            pid = int(pidfile.read_text().strip())
+            owner = json.loads((gdir / "owner.json").read_text())
         except (OSError, ValueError):
-            pid = 0
-        if pid and pid_alive(pid):
+            owner = {}
+        if owner and _owner_alive(owner):
             continue
+        if not owner and time.time() - gdir.stat().st_mtime < 60:
+            continue  # being created right now; owner.json is written next
+        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+            pid = int((gdir / "qemu.pid").read_text().strip())
+            if pid_alive(pid) and "qemu" in Path(f"/proc/{pid}/comm").read_text():
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(gdir, ignore_errors=True)
         removed.append(os.fspath(gdir))
     return removed
@@ -335,7 +348,7 @@ class QemuGuest:
         accel: str = "tcg",
     ) -> None:
         """guestfwds: (guest_port, host_addr, host_port) -- the guest's TCP
-        connections to 10.0.2.100:<guest_port> reach host_addr:host_port
+        connections to GUESTFWD_ADDRESS:<guest_port> reach host_addr:host_port
         (e.g. a GitServer); nothing else is reachable from the guest."""
         self.id = secrets.token_hex(4)
         self.user = user
@@ -378,6 +391,9 @@ class QemuGuest:
             raise RigError(f"missing tools: {missing}")
         image = build_image()
         self.dir.mkdir(parents=True)
+        pid = os.getpid()
+        owner = {"owner_pid": pid, "owner_start": _proc_start_time(pid)}
+        (self.dir / "owner.json").write_text(json.dumps(owner))
         _LIVE.add(self)
         try:
             self._prepare(image)
@@ -424,8 +440,13 @@ class QemuGuest:
 
     def qemu_argv(self, image: QemuImage) -> list[str]:
         netdev = f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:22"
+        relay = Path(__file__).with_name("_relay.py")
         for guest_port, host_addr, host_port in self.guestfwds:
-            netdev += f",guestfwd=tcp:10.0.2.100:{guest_port}-tcp:{host_addr}:{host_port}"
+            # cmd: runs the relay per guest connection (see _relay.py).
+            netdev += (
+                f",guestfwd=tcp:{GUESTFWD_ADDRESS}:{guest_port}-"
+                f"cmd:{sys.executable} {relay} {host_addr} {host_port}"
+            )
         cmdline = " ".join(
             [
                 "console=ttyS0",

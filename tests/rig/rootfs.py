@@ -242,7 +242,21 @@ def ensure_rootfs(recipe: RootfsRecipe | None = None) -> Path:
             shutil.rmtree(dest)
         _remove_stale_tmp(dest.parent)
         build_rootfs(recipe, dest)
+        _prune_old_trees(dest)
     return dest
+
+
+def _prune_old_trees(current: Path) -> None:
+    """Delete trees of older recipes (~400 MB each) unless a running guest
+    still has one as its overlay lower layer."""
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    for old in current.parent.glob(f"rootfs-{current.name.split('-')[1]}-*"):
+        if old == current or not old.is_dir():
+            continue
+        if f"lowerdir={old}" in mountinfo:
+            continue
+        log(f"removing rootfs of an older recipe: {old}")
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _remove_stale_tmp(parent: Path) -> None:
