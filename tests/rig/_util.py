@@ -116,3 +116,37 @@ def write_file(
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` in our mount namespace."""
+    prefix = os.fspath(path)
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mnt = line.split()[4].replace("\\040", " ")
+            if mnt == prefix or mnt.startswith(prefix + "/"):
+                found.append(mnt)
+    return found
+
+
+def remove_tree(path: Path) -> bool:
+    """rmtree that never crosses a mount point.
+
+    A killed debootstrap leaves /proc and /sys mounted in its target, and a
+    guest dir may still hold its overlay; rmtree across those would try to
+    delete through into live filesystems.  Unmount deepest first (lazily if
+    busy); if anything is still mounted, leave the tree and say so.
+    """
+    for _ in range(3):
+        mounts = sorted(mounts_under(path), key=len, reverse=True)
+        if not mounts:
+            break
+        for m in mounts:
+            if run(["umount", m], check=False).returncode != 0:
+                run(["umount", "-l", m], check=False)
+    if mounts_under(path):
+        log(f"WARNING: {path} still has mounts; leaving it in place")
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True

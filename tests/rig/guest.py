@@ -28,7 +28,6 @@ import ipaddress
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +44,7 @@ from tests.rig._util import (
     log,
     missing_tools,
     pid_alive,
+    remove_tree,
     run,
     state_dir,
     write_file,
@@ -191,17 +191,6 @@ def _records() -> list[dict[str, object]]:
     return out
 
 
-def _mounts_under(path: Path) -> list[str]:
-    prefix = os.fspath(path)
-    found: list[str] = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mnt = line.split()[4].replace("\\040", " ")
-            if mnt == prefix or mnt.startswith(prefix + "/"):
-                found.append(mnt)
-    return found
-
-
 def _teardown(record: dict[str, object]) -> None:
     """Remove everything a guest record names.  Idempotent, never raises for
     things that are already gone."""
@@ -222,27 +211,11 @@ def _teardown(record: dict[str, object]) -> None:
     if veth:
         run(["ip", "link", "del", veth], check=False)
     if gdir is not None:
-        _remove_tree(gdir)
+        remove_tree(gdir)
     rec_id = record.get("id")
     if rec_id:
         with contextlib.suppress(FileNotFoundError):
             (RECORDS_DIR / f"{rec_id}.json").unlink()
-
-
-def _remove_tree(gdir: Path) -> None:
-    # Unmount deepest first; a lazy unmount detaches even if something still
-    # holds the overlay open.  Never rmtree across a live mount point.
-    for _ in range(3):
-        mounts = sorted(_mounts_under(gdir), key=len, reverse=True)
-        if not mounts:
-            break
-        for m in mounts:
-            if run(["umount", m], check=False).returncode != 0:
-                run(["umount", "-l", m], check=False)
-    if _mounts_under(gdir):
-        log(f"WARNING: {gdir} still has mounts; leaving it in place")
-        return
-    shutil.rmtree(gdir, ignore_errors=True)
 
 
 def cleanup_stale() -> list[str]:
@@ -283,7 +256,7 @@ def cleanup_stale() -> list[str]:
         sdir = state_dir()
         for gdir in sdir.iterdir():
             if gdir.is_dir() and os.fspath(gdir) not in live_dirs and gdir.name.startswith("g-"):
-                _remove_tree(gdir)
+                remove_tree(gdir)
                 removed.append(os.fspath(gdir))
     return removed
 

@@ -56,6 +56,7 @@ from tests.rig._util import (
     log,
     missing_tools,
     pid_alive,
+    remove_tree,
     run,
     state_dir,
     write_file,
@@ -235,8 +236,8 @@ def build_image() -> QemuImage:
         if _is_built(dest):
             return _image_in(dest)
         for stale in dest.parent.glob(f".{dest.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.rmtree(dest, ignore_errors=True)
+            remove_tree(stale)
+        remove_tree(dest)
         t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         try:
@@ -295,7 +296,7 @@ def build_image() -> QemuImage:
                 if old != dest:
                     shutil.rmtree(old, ignore_errors=True)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             raise
         log(f"qemu image built in {time.monotonic() - t0:.0f}s: {dest}")
     return _image_in(dest)

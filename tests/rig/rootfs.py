@@ -16,19 +16,17 @@ CLI (used by .ci/rig-setup.sh)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.rig._util import RigError, cache_dir, file_lock, log, missing_tools, run
+from tests.rig._util import RigError, cache_dir, file_lock, log, missing_tools, remove_tree, run
 
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -219,7 +217,7 @@ def build_rootfs(recipe: RootfsRecipe, dest: Path) -> None:
         os.rename(tmp, dest)
         log(f"rootfs built in {time.monotonic() - t0:.0f}s: {dest}")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
 
 
@@ -239,7 +237,7 @@ def ensure_rootfs(recipe: RootfsRecipe | None = None) -> Path:
         if dest.exists():
             # A tree without a valid stamp is a leftover from an older layout;
             # the rename below needs the name free.
-            shutil.rmtree(dest)
+            remove_tree(dest)
         _remove_stale_tmp(dest.parent)
         build_rootfs(recipe, dest)
         _prune_old_trees(dest)
@@ -256,15 +254,14 @@ def _prune_old_trees(current: Path) -> None:
         if f"lowerdir={old}" in mountinfo:
             continue
         log(f"removing rootfs of an older recipe: {old}")
-        shutil.rmtree(old, ignore_errors=True)
+        remove_tree(old)
 
 
 def _remove_stale_tmp(parent: Path) -> None:
     # Temp trees of a builder that was killed.  We hold the build lock, so no
     # live builder owns them.
     for p in parent.glob(".rootfs-*.tmp-*"):
-        with contextlib.suppress(OSError):
-            shutil.rmtree(p)
+        remove_tree(p)
 
 
 def main(argv: list[str] | None = None) -> int:

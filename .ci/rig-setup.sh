@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 machine (as root) to run the real-guest rig tests:
+# host tools from apt, then the cached debootstrap rootfs and the qemu image.
+# Idempotent: installs only missing packages and reuses the caches
+# ($SAND_RIG_CACHE, default /var/cache/sand-rig), so a warm run takes seconds.
+#
+# Cold-cache timings on the 2-core CI machine: rootfs ~1 min, qemu image
+# ~1.5 min (most of it apt downloading and unpacking the kernel).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+if [ "$(id -u)" != 0 ]; then
+  echo "rig-setup: must run as root (debootstrap, netns, mounts)" >&2
+  exit 1
+fi
+
+# What the rig runs on the host.  Guests bring their own sshd, sudo, git,
+# direnv, ... inside the rootfs, so openssh-server is not needed here.
+PACKAGES=(
+  debootstrap     # builds the guest rootfs
+  iproute2        # ip netns / veth / bridge
+  util-linux      # unshare, nsenter, mount
+  openssh-client  # ssh-keygen for per-guest keys, ssh for QemuGuest.run_root
+  git             # the git http-backend server and repo seeding
+  e2fsprogs       # mkfs.ext4 -d for the qemu disk and seed images
+  qemu-system-x86 # the full VM (TCG)
+  qemu-utils      # qemu-img for per-guest qcow2 overlays
+  ca-certificates
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "rig-setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "rig-setup: host packages already installed"
+fi
+
+t0=$SECONDS
+"$PYTHON" -m tests.rig.rootfs build
+t1=$SECONDS
+"$PYTHON" -m tests.rig.qemu build
+t2=$SECONDS
+echo "rig-setup: rootfs ready in $((t1 - t0))s, qemu image ready in $((t2 - t1))s"
