@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sand.apply.engine import ApplyResult, Progress, execute
+from sand.apply.engine import ApplyResult, execute
 from sand.apply.guest import GuestSecrets, make_provisioner
 from sand.apply.observe import observe_all
+from sand.apply.progress import progress_reporter
 from sand.apply.recovery import replay_journal
 from sand.apply.session import Session, open_session
 from sand.desired import DesiredState
@@ -77,6 +78,7 @@ def run_apply(
     allow_mass_delete: bool,
     as_json: bool,
     destroy: bool = False,
+    progress_mode: str = "auto",
 ) -> int:
     from sand.apply.planfile import read_plan_file
 
@@ -86,7 +88,16 @@ def run_apply(
         manifest, auto_approve = saved["manifest"], True
     session = open_session(manifest, lock=True)
     return asyncio.run(
-        _apply(session, auto_approve, parallelism, allow_mass_delete, as_json, destroy, saved)
+        _apply(
+            session,
+            auto_approve,
+            parallelism,
+            allow_mass_delete,
+            as_json,
+            destroy,
+            saved,
+            "json" if as_json else progress_mode,
+        )
     )
 
 
@@ -97,7 +108,8 @@ async def _apply(
     allow_mass_delete: bool,
     as_json: bool,
     destroy: bool,
-    saved: dict[str, Any] | None = None,
+    saved: dict[str, Any] | None,
+    progress_mode: str,
 ) -> int:
     try:
         if not auto_approve and not sys.stdin.isatty():
@@ -126,14 +138,15 @@ async def _apply(
             print("Apply cancelled.")
             return EXIT_ERROR
         started = time.monotonic()
-        result = await execute(
-            plan,
-            session.backends,
-            session.journal,
-            make_provisioner(session, secrets),
-            parallelism=parallelism,
-            progress=_progress_printer(as_json),
-        )
+        with progress_reporter(progress_mode) as say:
+            result = await execute(
+                plan,
+                session.backends,
+                session.journal,
+                make_provisioner(session, secrets),
+                parallelism=parallelism,
+                progress=say,
+            )
         record_results(session.project, result)
         if not session.journal.pending():
             session.journal.compact()
@@ -150,16 +163,6 @@ def _confirm(destroy: bool) -> bool:
         return input("  Enter a value: ").strip() == "yes"
     except EOFError:
         return False
-
-
-def _progress_printer(as_json: bool) -> Progress:
-    def say(vm: str, step: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        if as_json:
-            return
-        print(f"{stamp} {vm}: {step}", file=sys.stderr, flush=True)
-
-    return say
 
 
 def _report(plan: Plan, result: ApplyResult, seconds: float, as_json: bool) -> None:

@@ -70,6 +70,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         allow_mass_delete=args.allow_mass_delete,
         as_json=args.json,
+        progress_mode="json" if args.log_format == "json" else "auto",
     )
 
 
