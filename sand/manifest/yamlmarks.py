@@ -16,6 +16,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 Path = tuple[str | int, ...]
+# libyaml's parser keeps node marks too and is ~5x faster on large fleets.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NODES = 200_000
 
 
@@ -114,7 +116,7 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
     """Parse one YAML document; return the data with marks and any problems found."""
     out = MarkedData(data=None)
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.MarkedYAMLError as exc:
         return out, [YamlProblem(Mark.of(exc.problem_mark or exc.context_mark), _reason(exc))]
     except yaml.YAMLError as exc:

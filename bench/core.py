@@ -1,0 +1,101 @@
+"""Benchmarks of the spine: CLI startup, and manifest → plan for a large fleet.
+
+Run through ``python bench/run.py``; each function returns rows for its table.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _median_ms(argv: list[str], runs: int = 15) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def startup() -> list[tuple[str, str]]:
+    """`sand --version` and `sand validate` against a bare interpreter, median of 15."""
+    bare = _median_ms([sys.executable, "-c", "pass"])
+    version = _median_ms([sys.executable, "-m", "sand", "--version"])
+    validate = _median_ms([sys.executable, "-m", "sand", "validate", "manifests/example.yaml"])
+    help_ = _median_ms([sys.executable, "-m", "sand", "plan", "--help"])
+    return [
+        ("python -c pass", f"{bare:.0f} ms"),
+        ("sand --version", f"{version:.0f} ms (target ≤ 100 ms; +{version - bare:.0f} ms over bare)"),
+        ("sand plan --help", f"{help_:.0f} ms (target ≤ 150 ms)"),
+        ("sand validate example", f"{validate:.0f} ms"),
+    ]
+
+
+def fleet_manifest(n: int) -> str:
+    lines = [
+        "apiVersion: sand/v1",
+        "project: bench",
+        "backends:",
+        "  pve: {type: proxmox, host: pve.test, node: pve1, pool: sand, storage: local-lvm,",
+        "        template: 9000, token_file: t, identity: k}",
+        "defaults: {backend: pve, memory: 4GiB, agents: [claude]}",
+        "vms:",
+    ]
+    lines += [f"  - name: vm-{i:04d}" for i in range(n)]
+    return "\n".join(lines) + "\n"
+
+
+PEAK_PROBE = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from sand.manifest import load_manifest
+from sand.desired import build_desired
+from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership, Mutability
+from sand.plan import make_plan
+from sand.plan.render import render_text
+loaded = load_manifest(sys.argv[1])
+desired = build_desired(loaded)
+vms = tuple(
+    ObservedVM("pve", v.name, str(100 + i), Ownership.MANAGED, "running", v.cpus, v.memory,
+               v.disk, marker=Marker(v.project, v.name, str(100 + i), v.fingerprint))
+    for i, v in enumerate(desired.vms)
+)
+policy = {"cpus": Mutability.RESTART, "memory": Mutability.RESTART}
+plan = make_plan(desired, {"pve": Observation("pve", vms)}, {"pve": policy})
+text = render_text(plan)
+elapsed = time.perf_counter() - t0
+print(json.dumps({"seconds": elapsed,
+                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "noop": not plan.has_changes}))
+"""
+
+
+def fleet_plan() -> list[tuple[str, str]]:
+    """Load, resolve and plan a converged fleet in a fresh process: time and peak memory."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (10, 100, 1000):
+            path = Path(tmp) / f"fleet-{n}.yaml"
+            path.write_text(fleet_manifest(n))
+            out = subprocess.run(
+                [sys.executable, "-c", PEAK_PROBE, str(path)],
+                check=True, capture_output=True, text=True, cwd=ROOT,
+            )
+            data = json.loads(out.stdout)
+            assert data["noop"], "a converged fleet must plan no changes"
+            rows.append(
+                (
+                    f"manifest→plan, N={n}",
+                    f"{data['seconds'] * 1000:.0f} ms (imports included), "
+                    f"peak RSS {data['maxrss_kib'] / 1024:.0f} MiB",
+                )
+            )
+    return rows
