@@ -16,6 +16,7 @@ import asyncssh
 import pytest
 
 from tests.rig import guest as guest_mod
+from tests.rig.argv import ArgvWatch
 from tests.rig.guest import NetnsGuest, cleanup_stale
 from tests.rig.ssh import connect_options
 from tests.rig.ssh import run as ssh_run
@@ -209,3 +210,18 @@ def test_cleanup_stale_reaps_a_crashed_run(rig_rootfs: Path, tmp_path: Path) -> 
     assert not _link_exists(info["veth"])
     assert not Path(info["dir"]).exists()
     assert not list(guest_mod.RECORDS_DIR.glob(f"{info['netns'][len('sandg-') :]}.json"))
+
+
+async def test_argv_watch_catches_a_secret_in_argv_but_not_on_stdin(
+    netns_guest: MakeGuest,
+) -> None:
+    guest = netns_guest()
+    leaked, safe = "leak-" + os.urandom(6).hex(), "safe-" + os.urandom(6).hex()
+    with ArgvWatch(guest) as watch:
+        # A short-lived process with the secret in argv (what sand must never
+        # do) and one that receives its secret on stdin (what it does).
+        await ssh_run(guest, f"sh -c 'sleep 0.2' {leaked}")
+        await ssh_run(guest, "cat > /dev/shm/s; sleep 0.2", input=safe)
+    assert watch.samples > 5
+    assert watch.containing(leaked)
+    assert watch.containing(safe) == []

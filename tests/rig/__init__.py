@@ -11,6 +11,11 @@ debootstrap so they behave like the Debian guests sand provisions:
 * :class:`tests.rig.gitserver.GitServer` -- ``git http-backend`` behind HTTP
   basic auth with a token, reachable from netns guests.
 
+Helpers: :mod:`tests.rig.ssh` (asyncssh options with the rig key and the
+pinned host key) and :class:`tests.rig.argv.ArgvWatch` (samples every
+process's argv during an operation, to prove a secret never appeared there).
+
 The pytest fixtures live in :mod:`tests.rig.fixtures`; list it in a conftest's
-``pytest_plugins`` to use them.  Everything here needs root.
+``pytest_plugins`` to use them.  Everything here needs root; .ci/rig-setup.sh
+installs the host packages and pre-builds the caches.
 """
