@@ -204,8 +204,9 @@ def test_cleanup_stale_reaps_a_crashed_run(rig_rootfs: Path, tmp_path: Path) -> 
             break
         time.sleep(0.1)
     assert not pids.stdout.split()
-    removed = cleanup_stale()
-    assert info["netns"] in removed
+    # (Not asserting it is in the returned list: a concurrent test run's own
+    # cleanup_stale() may legitimately reap it first.)
+    cleanup_stale()
     assert not _netns_exists(info["netns"])
     assert not _link_exists(info["veth"])
     assert not Path(info["dir"]).exists()
