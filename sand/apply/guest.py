@@ -17,60 +17,53 @@ from sand.plan.model import VMChange
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
     from sand.apply.session import Session
+    from sand.secrets import SecretValue
 
 
 class GuestSecrets:
+    """Resolves (once) the secrets the desired VMs use, and tracks their digests."""
+
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._values: dict[str, str] | None = None
+        self._values: dict[str, SecretValue] | None = None
 
-    def _needed(self, desired: DesiredState) -> set[str]:
-        names = {s.name for vm in desired.vms if vm.provision for s in vm.secrets}
-        names |= {r.token_secret for vm in desired.vms for r in vm.repos if r.token_secret}
-        return names
-
-    def values(self, desired: DesiredState) -> dict[str, str]:
+    def _resolved(self) -> dict[str, SecretValue]:
         if self._values is None:
-            needed = self._needed(desired)
-            if not needed:
-                self._values = {}
-            else:
-                from sand.secrets import resolve_secrets
+            from sand.secrets import resolve_secrets, secret_names
 
-                resolved = resolve_secrets(
-                    self.session.loaded.manifest, self.session.loaded.directory, needed
-                )
-                self._values = {name: value.reveal() for name, value in resolved.items()}
+            names = secret_names(self.session.desired.vms)
+            loaded = self.session.loaded
+            self._values = (
+                resolve_secrets(loaded.manifest, loaded.directory, names) if names else {}
+            )
         return self._values
 
     def for_vm(self, vm: DesiredVM) -> dict[str, str]:
-        values = self.values(self.session.desired)
-        names = {s.name for s in vm.secrets} | {r.token_secret for r in vm.repos if r.token_secret}
-        return {n: values[n] for n in names if n in values}
+        from sand.secrets.resolve import values_for
+
+        return values_for(vm, self._resolved())
 
     def digests(self, desired: DesiredState) -> Mapping[str, tuple[str, str]]:
         """VM name → (keyed hash of its values now, keyed hash last delivered)."""
-        users = [vm for vm in desired.vms if vm.provision and (vm.secrets or _tokens(vm))]
+        from sand.secrets import DigestStore, digest_key, secret_names, secrets_digest
+
+        users = [vm for vm in desired.vms if secret_names([vm])]
         if not users:
             return {}
-        from sand.secrets import DigestStore, secrets_digest
-
-        store = DigestStore(self.session.project)
-        out: dict[str, tuple[str, str]] = {}
-        for vm in users:
-            out[vm.name] = (secrets_digest(vm, self.for_vm(vm)), store.get(vm.name) or "")
-        return out
+        key, store = digest_key(), DigestStore(self.session.project)
+        return {
+            vm.name: (secrets_digest(vm, self.for_vm(vm), key), store.get(vm.name) or "")
+            for vm in users
+        }
 
     def record(self, vm: DesiredVM) -> None:
-        if not (vm.secrets or _tokens(vm)):
-            return
-        from sand.secrets import DigestStore, secrets_digest
+        from sand.secrets import DigestStore, digest_key, secret_names, secrets_digest
 
-        DigestStore(self.session.project).set(vm.name, secrets_digest(vm, self.for_vm(vm)))
-
-
-def _tokens(vm: DesiredVM) -> bool:
-    return any(r.token_secret for r in vm.repos)
+        store = DigestStore(self.session.project)
+        if secret_names([vm]):
+            store.record(vm.name, secrets_digest(vm, self.for_vm(vm), digest_key()))
+        else:
+            store.forget(vm.name)
 
 
 def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:

@@ -41,10 +41,8 @@ class Session:
 
 
 def desired_from(loaded: LoadedManifest) -> DesiredState:
-    try:
-        from sand.provision.bundle import bundle_digest
-    except ImportError:  # TODO(provision): remove once the bundle module lands
-        return build_desired(loaded)
+    from sand.provision.bundle import bundle_digest
+
     return build_desired(loaded, bundle_digest=bundle_digest())
 
 
