@@ -1,0 +1,25 @@
+"""Guest provisioning over SSH: the bundle, the transport, the steps.
+
+``bundle_digest`` is imported at plan time, so this package's import stays
+stdlib-only; ``provision`` and ``deliver_secrets`` (which need asyncssh) are
+loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sand.provision.bundle import bundle_digest
+
+if TYPE_CHECKING:
+    from sand.provision.provisioner import ProvisionReport, deliver_secrets, provision
+
+__all__ = ["ProvisionReport", "bundle_digest", "deliver_secrets", "provision"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("provision", "deliver_secrets", "ProvisionReport"):
+        from sand.provision import provisioner
+
+        return getattr(provisioner, name)
+    raise AttributeError(name)

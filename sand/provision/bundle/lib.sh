@@ -1,0 +1,105 @@
+# Sourced by every sand provisioning step (bash). Not executable on its own.
+#
+# Conventions every step follows:
+# - Data arrives on stdin as NUL-terminated fields, never in argv: argv holds
+#   only fixed paths and names the host validated, so no value can show up in
+#   a process listing.
+# - A step prints "sand:changed <what>" for every change it makes and nothing
+#   of the kind otherwise, so a second run of an unchanged spec reports zero.
+# - Files are written through a temp file in the destination's directory,
+#   compared first, renamed into place; the EXIT trap removes any temp file a
+#   failure leaves behind (for secrets: a partial file on tmpfs).
+set -euo pipefail
+umask 077
+export LC_ALL=C
+
+SAND_LIB=/usr/local/lib/sand/bundle
+_sand_tmp=()
+trap 'rm -f -- "${_sand_tmp[@]}"' EXIT
+
+changed() { printf 'sand:changed %s\n' "$*"; }
+die() { printf 'sand: %s\n' "$*" >&2; exit 1; }
+
+# read_field VAR: the next NUL-terminated field from stdin.
+read_field() { IFS= read -r -d '' "$1"; }
+
+# read_records: after the fields, the host always sends "end"; a stream that
+# stops before it was cut off and must not be half-applied.
+expect_end() { [ "${1:-}" = end ] || die "the payload from the host was truncated"; }
+
+# mode_of FILE: its permission bits, e.g. 600.
+mode_of() { stat -c %a -- "$1"; }
+
+# put_file DEST MODE < text: install the text at DEST when DEST differs.
+# Returns 0 when it wrote, 1 when DEST already held exactly that -- and then
+# it has touched nothing, not even DEST's directory.
+put_file() {
+	local dest=$1 mode=$2 text=""
+	IFS= read -r -d '' text || true # all of stdin, byte for byte (text has no NUL)
+	if [ -f "$dest" ] && [ ! -L "$dest" ] && [ "$(mode_of "$dest")" = "$mode" ] &&
+		cmp -s -- "$dest" <(printf '%s' "$text"); then
+		return 1
+	fi
+	_put "$dest" "$mode" < <(printf '%s' "$text")
+}
+
+# put_copy SRC DEST MODE: the same for a file's bytes (binaries included).
+put_copy() {
+	if [ -f "$2" ] && [ ! -L "$2" ] && [ "$(mode_of "$2")" = "$3" ] && cmp -s -- "$1" "$2"; then
+		return 1
+	fi
+	_put "$2" "$3" <"$1"
+}
+
+# _put DEST MODE < bytes: through a temp file in DEST's directory (so on the
+# same filesystem: a secret's partial file is on tmpfs too), renamed into place.
+_put() {
+	local tmp
+	tmp=$(mktemp -- "$(dirname -- "$1")/.sand.XXXXXXXX")
+	_sand_tmp+=("$tmp")
+	cat >"$tmp"
+	chmod "$2" -- "$tmp"
+	mv -f -- "$tmp" "$1"
+}
+
+# remove_file FILE: delete it if present; returns 0 when something was removed.
+remove_file() {
+	if [ -e "$1" ] || [ -L "$1" ]; then
+		rm -f -- "$1"
+		return 0
+	fi
+	return 1
+}
+
+# put_block FILE NAME < content: keep one "# BEGIN NAME" .. "# END NAME" block
+# in FILE holding content (empty content removes the block). The rest of the
+# file is left as the user has it.
+put_block() {
+	local file=$1 name=$2 body current="" mode=644
+	body=$(cat)
+	if [ -f "$file" ]; then
+		mode=$(mode_of "$file")
+		current=$(awk -v b="# BEGIN $name" -v e="# END $name" \
+			'$0 == b { skip = 1; next } $0 == e { skip = 0; next } !skip' "$file")
+	elif [ -z "$body" ]; then
+		return 1
+	fi
+	put_file "$file" "$mode" < <(
+		if [ -n "$current" ]; then printf '%s\n' "$current"; fi
+		if [ -n "$body" ]; then printf '# BEGIN %s\n%s\n# END %s\n' "$name" "$body" "$name"; fi
+	)
+}
+
+# home_of USER
+home_of() { getent passwd "$1" | cut -d: -f6; }
+
+# expand VAR PATH: set VAR to PATH with '~' and '~/...' made the running
+# user's home; absolute paths as they are.
+expand() {
+	case $2 in
+	"~") printf -v "$1" '%s' "$HOME" ;;
+	"~/"*) printf -v "$1" '%s' "$HOME/${2#"~/"}" ;;
+	/*) printf -v "$1" '%s' "$2" ;;
+	*) die "not an absolute or home-relative path: $2" ;;
+	esac
+}

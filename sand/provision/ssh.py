@@ -1,0 +1,217 @@
+"""SSH to a guest with the stance the security model sets for each hop.
+
+* Only the endpoint's identity is offered (IdentitiesOnly): no agent, no
+  ~/.ssh/config, no default keys. A guest's sshd gives up after MaxAuthTries
+  refusals, so an agent with six keys would lock a good key out.
+* Host keys: policy "pin" trusts a key on first contact and refuses a changed
+  one, from sand's own known_hosts under the state dir keyed by the endpoint's
+  host-key alias (stable where an address is not); policy "none" checks
+  nothing (Proxmox guests: DHCP hands a fresh VM an address an old one used).
+* A jump host (remote Lima) is the user's own machine: its key is pinned by
+  its known_hosts file and the agent and ssh_config are allowed there.
+* A booting guest refuses connections for a while, so connecting retries with
+  backoff until a deadline; a changed host key is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from sand.backends.protocol import GuestEndpoint, JumpHost
+from sand.errors import TransportError
+from sand.secrets.files import locked, write_private
+from sand.state.paths import state_root
+
+KNOWN_HOSTS_FILE = "known_hosts"
+CONNECT_DEADLINE = 180.0  # a Proxmox guest can take minutes to boot and start sshd
+ATTEMPT_TIMEOUT = 15.0
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
+
+
+class KnownHosts:
+    """sand's known_hosts: OpenSSH format, one line per pinned key, by alias."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_root() / KNOWN_HOSTS_FILE
+
+    def keys(self, alias: str) -> list[asyncssh.SSHKey]:
+        return [asyncssh.import_public_key(k) for k in self._lines().get(alias, [])]
+
+    def pin(self, alias: str, key: asyncssh.SSHKey) -> bool:
+        """Record ``key`` for ``alias`` unless one is there; False if another is."""
+        line = key.export_public_key("openssh").decode().split()
+        entry = " ".join(line[:2])
+        with locked(self.path):
+            entries = self._lines()
+            current = entries.get(alias)
+            if current:
+                return entry in current  # pinned meanwhile (another run): agree or refuse
+            entries[alias] = [entry]
+            text = "".join(
+                f"{name} {k}\n" for name in sorted(entries) for k in sorted(entries[name])
+            )
+            write_private(self.path, text.encode())
+        return True
+
+    def _lines(self) -> dict[str, list[str]]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        out: dict[str, list[str]] = {}
+        for raw in text.splitlines():
+            parts = raw.split()
+            if len(parts) >= 3 and not raw.startswith("#"):
+                out.setdefault(parts[0], []).append(f"{parts[1]} {parts[2]}")
+        return out
+
+
+def host_key_alias(endpoint: GuestEndpoint) -> str:
+    return endpoint.host_key_alias or f"[{endpoint.host}]:{endpoint.port}"
+
+
+def where(endpoint: GuestEndpoint) -> str:
+    via = f" via {endpoint.jump.host}" if endpoint.jump else ""
+    return f"{endpoint.user}@{endpoint.host}:{endpoint.port}{via}"
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    endpoint: GuestEndpoint,
+    *,
+    deadline: float = CONNECT_DEADLINE,
+    known_hosts: KnownHosts | None = None,
+    on_retry: Callable[[int, str], None] | None = None,
+) -> AsyncIterator[asyncssh.SSHClientConnection]:
+    """An authenticated connection to the guest (and its jump host), closed on exit."""
+    if endpoint.host_key_policy not in ("pin", "none"):
+        raise TransportError(
+            f"unknown host-key policy {endpoint.host_key_policy!r}", transient=False
+        )
+    key = _load_identity(endpoint.identity)
+    pins = known_hosts or KnownHosts()
+    alias = host_key_alias(endpoint)
+    stop = time.monotonic() + deadline
+    delay = _BACKOFF_FIRST
+    attempt = 0
+    while True:
+        attempt += 1
+        tunnel: asyncssh.SSHClientConnection | None = None
+        try:
+            pinned = pins.keys(alias) if endpoint.host_key_policy == "pin" else []
+            if endpoint.jump is not None:
+                tunnel = await _connect_jump(endpoint.jump)
+            conn = await asyncio.wait_for(
+                asyncssh.connect(
+                    endpoint.host,
+                    endpoint.port,
+                    tunnel=tunnel if tunnel is not None else (),
+                    username=endpoint.user,
+                    client_keys=[key],
+                    agent_path=None,
+                    agent_forwarding=False,
+                    x11_forwarding=False,
+                    config=None,
+                    preferred_auth="publickey",
+                    password=None,
+                    kbdint_auth=False,
+                    known_hosts=(pinned, [], []) if pinned else None,
+                    connect_timeout=ATTEMPT_TIMEOUT,
+                    login_timeout=ATTEMPT_TIMEOUT,
+                    keepalive_interval=15,
+                    keepalive_count_max=4,
+                ),
+                timeout=ATTEMPT_TIMEOUT * 2,
+            )
+        except asyncssh.HostKeyNotVerifiable:
+            await _close(tunnel)
+            raise TransportError(
+                f"SSH to {where(endpoint)}: the host key differs from the one sand pinned for "
+                f"{alias!r} in {pins.path}. Either the VM was recreated outside sand or "
+                f"something is impersonating it; if you know it was recreated, delete the "
+                f"{alias!r} line from that file.",
+                transient=False,
+            ) from None
+        except (OSError, asyncssh.Error) as exc:  # TimeoutError is an OSError
+            await _close(tunnel)
+            reason = _describe(exc)
+            if time.monotonic() + delay >= stop:
+                raise TransportError(
+                    f"SSH to {where(endpoint)} failed after {attempt} attempts over "
+                    f"{deadline:g}s: {reason}"
+                ) from None
+            if on_retry is not None:
+                on_retry(attempt, reason)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX)
+            continue
+        try:
+            if endpoint.host_key_policy == "pin" and not pinned:
+                server_key = conn.get_server_host_key()
+                if server_key is None or not pins.pin(alias, server_key):
+                    raise TransportError(
+                        f"SSH to {where(endpoint)}: another run pinned a different host key "
+                        f"for {alias!r} in {pins.path} while this one connected",
+                        transient=False,
+                    )
+            yield conn
+        finally:
+            conn.close()
+            await conn.wait_closed()
+            await _close(tunnel)
+        return
+
+
+async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:
+    # The user's own host: their agent, ssh_config and known_hosts apply.
+    options: dict[str, Any] = {
+        "known_hosts": str(Path(jump.known_hosts).expanduser()) if jump.known_hosts else (),
+        "connect_timeout": ATTEMPT_TIMEOUT,
+        "login_timeout": ATTEMPT_TIMEOUT,
+        "keepalive_interval": 15,
+    }
+    if jump.user:
+        options["username"] = jump.user
+    if jump.identity:
+        options["client_keys"] = [str(Path(jump.identity).expanduser())]
+    try:
+        return await asyncssh.connect(jump.host, jump.port, **options)
+    except asyncssh.HostKeyNotVerifiable:
+        raise TransportError(
+            f"SSH to jump host {jump.host}:{jump.port}: its host key is not the one in "
+            f"{jump.known_hosts or '~/.ssh/known_hosts'}; refusing to go on",
+            transient=False,
+        ) from None
+
+
+def _load_identity(path: str) -> asyncssh.SSHKey:
+    file = Path(path).expanduser()
+    try:
+        return asyncssh.read_private_key(file)
+    except (OSError, asyncssh.KeyImportError) as exc:
+        raise TransportError(
+            f"cannot load the SSH identity {file}: {_describe(exc)}", transient=False
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return "permission denied (the guest does not accept this identity, or not yet)"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = getattr(exc, "reason", "") or str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+async def _close(conn: asyncssh.SSHClientConnection | None) -> None:
+    if conn is not None:
+        conn.close()
+        with contextlib.suppress(Exception):
+            await conn.wait_closed()

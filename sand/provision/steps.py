@@ -1,0 +1,252 @@
+"""What provisioning runs in a guest, as data: one :class:`Step` per bundle script.
+
+Everything here is pure: a DesiredVM and its secret values go in, steps come
+out. A step's command line holds only fixed paths and names checked against
+strict patterns (a user name, an agent from a closed set); everything else --
+paths, URLs, and above all secret values -- travels in the step's stdin as
+NUL-terminated fields, so no value can appear in a guest process listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sand.desired.spec import DesiredVM
+from sand.errors import SandError
+from sand.provision.bundle import GUEST_DIR, Bundle
+
+AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
+AGENTS = ("claude", "codex")
+# Always present on a provisioned guest, whatever the VM lists.
+BASE_PACKAGES = ("direnv", "git")
+
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Guest paths go into .envrc, gitconfig and includeIf patterns: keep them to
+# characters none of those quote or expand.
+_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_+@=,][A-Za-z0-9._+@=,-]*$")
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+~:-]+)?$")
+_BRANCH = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/+-]+(?<![./])$")
+_CONTEXT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+
+
+class ProvisionSpecError(SandError):
+    """A VM's guest spec cannot be provisioned as written (checked before any SSH)."""
+
+    layer = "provision"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]  # fixed paths and validated names only
+    as_root: bool
+    stdin: bytes = field(default=b"", repr=False)  # may hold secret values
+    timeout: float = 300.0
+
+    def command(self, login_user: str, user: str) -> str:
+        """The guest command line; sshd hands it to the login shell."""
+        if self.as_root:
+            prefix = [] if login_user == "root" else ["sudo", "-n"]
+        else:
+            prefix = ["sudo", "-n", "-H", "-u", user, "--"]
+        return shlex.join([*prefix, *self.argv])
+
+
+def script(name: str, *args: str) -> tuple[str, ...]:
+    return ("/bin/bash", f"{GUEST_DIR}/{name}", *args)
+
+
+# Installs the bundle tar from stdin unless the guest already has this digest
+# ($1, hex). The new tree is unpacked beside the old one and swapped in, so a
+# step never runs a half-copied bundle.
+INSTALL_BUNDLE = (
+    f"set -eu\nd={GUEST_DIR}\n"
+    + r"""
+if [ -f "$d/DIGEST" ] && [ "$(cat "$d/DIGEST")" = "$1" ]; then cat >/dev/null; exit 0; fi
+mkdir -p "${d%/*}"
+t=$(mktemp -d "${d%/*}/.bundle.XXXXXXXX")
+trap 'rm -rf "$t"' EXIT
+tar -x -f - -C "$t" --no-same-owner
+[ "$(cat "$t/DIGEST")" = "$1" ] || { echo "sand: the bundle arrived damaged" >&2; exit 1; }
+chmod 755 "$t"
+rm -rf "$d.old"
+if [ -e "$d" ]; then mv "$d" "$d.old"; fi
+mv "$t" "$d"
+rm -rf "$d.old"
+echo "sand:changed bundle $1"
+"""
+)
+
+
+def fields(*records: Sequence[str]) -> bytes:
+    """NUL-terminated fields for a step's stdin, closed by the "end" record."""
+    out = bytearray()
+    for record in [*records, ("end",)]:
+        for value in record:
+            if "\x00" in value:
+                raise ProvisionSpecError("a provisioning value contains a NUL character")
+            out += value.encode() + b"\x00"
+    return bytes(out)
+
+
+# --- validation -------------------------------------------------------------------
+
+
+def check_user(user: str) -> str:
+    if not _USER.match(user):
+        raise ProvisionSpecError(f"user {user!r} is not a valid Linux user name")
+    return user
+
+
+def guest_path(path: str, what: str) -> str:
+    """A normalised '~/…' or absolute path made only of safe segments."""
+    if path == "~":
+        return path
+    if path.startswith("~/"):
+        head, rest = "~", path[2:]
+    elif path.startswith("/"):
+        head, rest = "", path[1:]
+    else:
+        raise ProvisionSpecError(f"{what} {path!r} must be absolute or start with '~/'")
+    segments = rest.rstrip("/").split("/")
+    if not rest or not all(_PATH_SEGMENT.match(s) for s in segments):
+        raise ProvisionSpecError(
+            f"{what} {path!r}: use letters, digits and '._+@=,-' in each path segment "
+            "(no spaces, quotes, '.' or '..' segments, or empty segments)"
+        )
+    return head + "/" + "/".join(segments)
+
+
+def slug(path: str) -> str:
+    """A file name for a guest path: readable, and unique by a hash of the path."""
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", path.removeprefix("~/").strip("/~")) or "home"
+    return f"{tail[-40:].strip('-.') or 'p'}-{hashlib.sha256(path.encode()).hexdigest()[:10]}"
+
+
+def credential_context(url: str, repo: str) -> str:
+    """scheme://host[:port] of an HTTP(S) clone URL, refusing embedded credentials."""
+    parts = urlsplit(url)
+    if parts.password is not None or parts.username is not None:
+        raise ProvisionSpecError(
+            f"repo {repo!r}: the URL carries credentials; put the token in a secret and name "
+            "it in the repo's 'token'"
+        )
+    context = f"{parts.scheme}://{parts.netloc}"
+    if not _CONTEXT.match(context):
+        raise ProvisionSpecError(
+            f"repo {repo!r}: a token is only used over http(s); {url!r} is not an http(s) URL"
+        )
+    return context
+
+
+def check_url(url: str, repo: str) -> str:
+    if not url or url.startswith("-") or any(c.isspace() or c == "\x00" for c in url):
+        raise ProvisionSpecError(f"repo {repo!r}: {url!r} is not a usable git URL")
+    if "://" in url and urlsplit(url).password is not None:
+        raise ProvisionSpecError(
+            f"repo {repo!r}: the URL carries a password; put it in a secret and name it in "
+            "the repo's 'token'"
+        )
+    return url
+
+
+# --- the steps ----------------------------------------------------------------------
+
+
+def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
+    """user → packages → agents → home: everything but secrets and repos."""
+    user = check_user(vm.user)
+    agents = sorted(set(vm.agents))
+    unknown = [a for a in agents if a not in AGENTS]
+    if unknown:
+        raise ProvisionSpecError(f"unknown agents: {', '.join(unknown)}")
+    packages = sorted(set(vm.packages) | set(BASE_PACKAGES))
+    bad = [p for p in packages if not _PACKAGE.match(p)]
+    if bad:
+        raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
+    source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
+    if source:
+        agents_step = Step(
+            "agents",
+            script("agents.sh", user, "upload", *agents),
+            True,
+            stdin=_agent_tar(Path(source), agents),
+        )
+    else:
+        agents_step = Step(
+            "agents", script("agents.sh", user, "registry", *agents), True, timeout=1800
+        )
+    return [
+        Step("user", script("user.sh", user), True),
+        Step("packages", script("packages.sh"), True, stdin=fields(packages), timeout=1800),
+        agents_step,
+        Step("home", script("home.sh", *agents), False),
+    ]
+
+
+def secrets_step(vm: DesiredVM, values: Mapping[str, str]) -> Step:
+    """Every scoped secret and repo token, in one payload (values only on stdin)."""
+    records: list[tuple[str, ...]] = []
+    seen: set[tuple[str, str]] = set()
+    for s in sorted(vm.secrets, key=lambda s: (s.scope, s.env)):
+        scope = guest_path(s.scope, f"scope of secret {s.name!r}")
+        if not _ENV.match(s.env):
+            raise ProvisionSpecError(f"secret {s.name!r}: {s.env!r} is not an env name")
+        if (scope, s.env) in seen:
+            raise ProvisionSpecError(f"two secrets set {s.env} at {scope}")
+        seen.add((scope, s.env))
+        records.append(("env", scope, slug(scope), s.env, values[s.name]))
+    for r in vm.repos:
+        if not r.token_secret:
+            continue
+        checkout = guest_path(r.path, f"path of repo {r.name!r}")
+        token = values[r.token_secret]
+        if "\n" in token or "\r" in token:
+            raise ProvisionSpecError(f"repo {r.name!r}: its token must be a single line")
+        records.append(("git", checkout, slug(checkout), credential_context(r.url, r.name), token))
+    return Step("secrets", script("secrets.sh"), False, stdin=fields(*records), timeout=120)
+
+
+def repos_step(vm: DesiredVM) -> Step:
+    records = []
+    for r in vm.repos:
+        if r.branch is not None and not _BRANCH.match(r.branch):
+            raise ProvisionSpecError(f"repo {r.name!r}: {r.branch!r} is not a branch name")
+        checkout = guest_path(r.path, f"path of repo {r.name!r}")
+        records.append(("repo", checkout, check_url(r.url, r.name), r.branch or ""))
+    return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=1800)
+
+
+def bundle_step(bundle: Bundle) -> Step:
+    """Install the bundle unless the guest already has this digest (stdin: its tar)."""
+    argv = ("/bin/sh", "-c", INSTALL_BUNDLE, "sand-bundle", bundle.digest)
+    return Step("bundle", argv, True, stdin=bundle.tar(), timeout=120)
+
+
+def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:
+    """Stand-in agent executables from the host dir named by SAND_AGENT_SOURCE."""
+    buf = BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for agent in agents:
+            path = source / agent
+            if not path.is_file():
+                raise ProvisionSpecError(
+                    f"{AGENT_SOURCE_ENV}={source}: there is no {agent} file to upload"
+                )
+            info = tar.gettarinfo(str(path), arcname=agent)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o755
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+    return buf.getvalue()

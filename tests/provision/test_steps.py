@@ -1,0 +1,125 @@
+"""Step construction: values only in stdin, names validated before any SSH."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from sand.provision.bundle import Bundle
+from sand.provision.steps import (
+    ProvisionSpecError,
+    base_steps,
+    bundle_step,
+    guest_path,
+    repos_step,
+    secrets_step,
+    slug,
+)
+from tests.provision.helpers import make_vm, repo, secret
+
+CANARY = "canary-steps-0d15ea5e"
+TOKEN = "canary-token-8badf00d"
+
+
+def _vm(**kw):
+    defaults = dict(
+        secrets=(secret("API", "~/work", "API_KEY"),),
+        repos=(repo("app", "https://git.test/org/app.git", "~/src/app", token="GIT"),),
+        agents=("claude", "codex"),
+        packages=("jq",),
+    )
+    return make_vm(**{**defaults, **kw})
+
+
+def _all_steps(vm, tmp_path):
+    for agent in ("claude", "codex"):
+        (tmp_path / agent).write_text("#!/bin/sh\n")
+    return [
+        bundle_step(Bundle()),
+        *base_steps(vm, agent_source=str(tmp_path)),
+        secrets_step(vm, {"API": CANARY, "GIT": TOKEN}),
+        repos_step(vm),
+    ]
+
+
+def test_no_value_is_ever_in_a_command_line_only_in_stdin(tmp_path):
+    steps = _all_steps(_vm(), tmp_path)
+    for step in steps:
+        for login in ("root", "claude", "debian"):
+            command = step.command(login, "claude")
+            assert CANARY not in command and TOKEN not in command
+    secrets = next(s for s in steps if s.name == "secrets")
+    assert CANARY.encode() in secrets.stdin and TOKEN.encode() in secrets.stdin
+    assert CANARY not in repr(secrets)
+
+
+def test_commands_run_fixed_bundle_scripts_as_root_or_as_the_user(tmp_path):
+    by_name = {s.name: s for s in _all_steps(_vm(), tmp_path)}
+    assert shlex.split(by_name["secrets"].command("debian", "claude")) == [
+        "sudo", "-n", "-H", "-u", "claude", "--",
+        "/bin/bash", "/usr/local/lib/sand/bundle/secrets.sh",
+    ]  # fmt: skip
+    assert shlex.split(by_name["user"].command("debian", "claude"))[:3] == [
+        "sudo", "-n", "/bin/bash",
+    ]  # fmt: skip
+    assert shlex.split(by_name["user"].command("root", "claude"))[0] == "/bin/bash"
+    assert [s.name for s in _all_steps(_vm(), tmp_path)] == [
+        "bundle", "user", "packages", "agents", "home", "secrets", "repos",
+    ]  # fmt: skip
+
+
+def test_git_and_direnv_are_always_installed(tmp_path):
+    packages = next(s for s in _all_steps(_vm(), tmp_path) if s.name == "packages")
+    assert packages.stdin.split(b"\0") == [b"direnv", b"git", b"jq", b"end", b""]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["work", "~/../etc", "~/a/./b", "~/a b", "~/a'b", "/", "~/a//b", "~/$(id)", "~user/x"],
+)
+def test_unsafe_guest_paths_are_refused(path):
+    with pytest.raises(ProvisionSpecError):
+        guest_path(path, "scope")
+
+
+def test_guest_paths_are_normalised_and_slugs_unique():
+    assert guest_path("~/work/", "scope") == "~/work"
+    assert guest_path("/srv/app", "scope") == "/srv/app"
+    assert guest_path("~", "scope") == "~"
+    assert slug("~/a/b") != slug("~/a-b")
+    assert slug("~/a/b").startswith("a-b-")
+
+
+def test_a_token_in_the_url_is_refused():
+    vm = _vm(repos=(repo("app", "https://x:" + TOKEN + "@git.test/app.git", "~/src/app", "GIT"),))
+    with pytest.raises(ProvisionSpecError) as err:
+        secrets_step(vm, {"API": CANARY, "GIT": TOKEN})
+    assert TOKEN not in str(err.value)
+    with pytest.raises(ProvisionSpecError):
+        repos_step(vm)
+
+
+def test_a_token_for_a_non_http_remote_is_refused():
+    vm = _vm(repos=(repo("app", "git@git.test:org/app.git", "~/src/app", "GIT"),))
+    with pytest.raises(ProvisionSpecError, match="only used over http"):
+        secrets_step(vm, {"API": CANARY, "GIT": TOKEN})
+
+
+def test_two_secrets_for_one_variable_in_one_scope_are_refused():
+    vm = _vm(secrets=(secret("A", "~/w", "X"), secret("B", "~/w/", "X")))
+    with pytest.raises(ProvisionSpecError, match="two secrets set X"):
+        secrets_step(vm, {"A": CANARY, "B": CANARY, "GIT": TOKEN})
+
+
+def test_unknown_user_names_and_packages_are_refused(tmp_path):
+    with pytest.raises(ProvisionSpecError):
+        base_steps(_vm(user="Bad User"), agent_source=str(tmp_path))
+    with pytest.raises(ProvisionSpecError):
+        base_steps(_vm(packages=("jq; rm -rf /",)), agent_source=str(tmp_path))
+
+
+def test_a_missing_stand_in_agent_is_reported(tmp_path):
+    (tmp_path / "claude").write_text("#!/bin/sh\n")
+    with pytest.raises(ProvisionSpecError, match="no codex file"):
+        base_steps(_vm(), agent_source=str(tmp_path))
