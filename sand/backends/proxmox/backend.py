@@ -1,0 +1,78 @@
+"""The Proxmox VE backend object: the Backend protocol over the modules beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sand.backends.protocol import GuestEndpoint, Mutability, Observation, ObservedVM
+from sand.backends.proxmox import create as create_mod
+from sand.backends.proxmox import guest, lifecycle
+from sand.backends.proxmox import observe as observe_mod
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.doctor import DoctorReport
+from sand.backends.proxmox.doctor import doctor as run_doctor
+from sand.desired import DesiredVM
+from sand.state.journal import Journal
+
+FIELD_POLICY: Mapping[str, Mutability] = {
+    "image": Mutability.REPLACE,
+    "node": Mutability.REPLACE,
+    "cpus": Mutability.RESTART,
+    "memory": Mutability.RESTART,
+    "disk": Mutability.GROW_ONLY,
+    "state": Mutability.IN_PLACE,
+    "protect": Mutability.IN_PLACE,
+}
+
+
+class ProxmoxVEBackend:
+    type = "proxmox"
+    field_policy = FIELD_POLICY
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.name = ctx.name
+        self.clone_parallelism = ctx.config.clone_parallelism
+
+    def __repr__(self) -> str:
+        c = self.ctx.config
+        return f"ProxmoxVEBackend({self.name!r}, https://{c.host}:{c.port}, pool={c.pool!r})"
+
+    @property
+    def requests(self) -> int:
+        """API requests sent so far (retries included)."""
+        return self.ctx.client.requests
+
+    @property
+    def warnings(self) -> list[str]:
+        """Warnings of tasks that ended ``WARNINGS: n`` (they succeeded), oldest first."""
+        return self.ctx.client.warnings
+
+    async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
+        return await observe_mod.observe(self.ctx, desired)
+
+    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        return await create_mod.create(self.ctx, vm, journal)
+
+    async def update(
+        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+    ) -> ObservedVM:
+        return await lifecycle.update(self.ctx, vm, current, fields, journal)
+
+    async def delete(self, current: ObservedVM, journal: Journal) -> None:
+        await lifecycle.delete(self.ctx, current, journal)
+
+    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
+        await lifecycle.mark_converged(self.ctx, vm, current)
+
+    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
+        return await guest.endpoint(self.ctx, vm, current)
+
+    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
+        return await lifecycle.recover(self.ctx, entry, journal)
+
+    async def doctor(self) -> DoctorReport:
+        return await run_doctor(self.ctx)
+
+    async def close(self) -> None:
+        await self.ctx.client.close()

@@ -1,0 +1,280 @@
+"""A thin asyncio wrapper around proxmoxer: retries, task polling, error mapping.
+
+proxmoxer (requests) is synchronous, so every call runs in a worker thread via
+``asyncio.to_thread``. Transient failures (5xx other than PVE's definite
+refusals, connection errors, timeouts, lock timeouts, no quorum) are retried
+with exponential backoff and a cap; 401/403 never are. Every error is a
+:class:`ProxmoxError` naming the backend, the call and PVE's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import proxmoxer
+import requests
+import structlog
+
+from sand.backends.proxmox.errors import ProxmoxError, is_transient_status, is_transient_task
+from sand.backends.proxmox.token import ApiToken, read_token
+
+log = structlog.get_logger("sand.proxmox")
+
+
+@dataclass
+class RetryPolicy:
+    """Attempts per request and the backoff between them (seconds, doubling, capped)."""
+
+    attempts: int = 6
+    initial: float = 0.5
+    factor: float = 2.0
+    cap: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.cap, self.initial * self.factor**attempt))
+
+
+@dataclass
+class PollPolicy:
+    """Task status polling: first look at once, then ``initial`` growing to ``cap``."""
+
+    initial: float = 0.5
+    factor: float = 1.5
+    cap: float = 5.0
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    upid: str
+    exitstatus: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class PveClient:
+    backend: str
+    host: str
+    port: int
+    token_file: Path
+    verify: bool | str = True  # False, True, or a CA bundle path
+    http_timeout: float = 15.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    poll: PollPolicy = field(default_factory=PollPolicy)
+    requests: int = 0  # API requests sent (attempts included)
+    warnings: list[str] = field(default_factory=list)  # task WARNINGS, newest last
+
+    def __post_init__(self) -> None:
+        self._api: Any = None
+        self._token: ApiToken | None = None
+        self._init_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PveClient({self.backend}, https://{self.host}:{self.port})"
+
+    # --- plumbing ---------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        with self._init_lock:
+            if self._api is None:
+                token = read_token(self.token_file, self.backend)
+                self._token = token
+                self._api = proxmoxer.ProxmoxAPI(
+                    self.host,
+                    port=self.port,
+                    user=token.user,
+                    token_name=token.token_name,
+                    token_value=token.secret,
+                    verify_ssl=self.verify,
+                    timeout=self.http_timeout,
+                    service="PVE",
+                )
+            return self._api
+
+    @property
+    def token(self) -> ApiToken:
+        self._connect()
+        assert self._token is not None
+        return self._token
+
+    def _scrub(self, text: str) -> str:
+        if self._token is not None and self._token.secret:
+            text = text.replace(self._token.secret, "***")
+        return text
+
+    def _fail(self, what: str, message: str, *, transient: bool, status: int | None = None) -> None:
+        raise ProxmoxError(
+            self.backend, self._scrub(f"{what}: {message}"), transient=transient, status=status
+        )
+
+    def _sync(self, method: str, path: str, params: Mapping[str, Any]) -> Any:
+        api = self._connect()
+        what = f"{method} /{path}"
+        args = {k: _form(v) for k, v in params.items() if v is not None}
+        resource = api(path)
+        try:
+            if method == "GET":
+                return resource.get(**args)
+            if method == "POST":
+                return resource.post(**args)
+            if method == "PUT":
+                return resource.put(**args)
+            if method == "DELETE":
+                return resource.delete(**args)
+            raise ValueError(method)
+        except proxmoxer.core.ResourceException as e:
+            reason = str(e.content or "").strip()
+            if e.errors:
+                reason += f" {e.errors}"
+            status = int(e.status_code)
+            phrase = e.status_message or ""
+            text = f"{status} {phrase}: {reason}" if phrase else f"{status}: {reason}"
+            if status == 401:
+                text += " (the API token was rejected: check token_file)"
+            elif status == 403:
+                text += " (the token lacks this privilege: run `sand doctor`)"
+            self._fail(what, text, transient=is_transient_status(status, reason), status=status)
+        except requests.exceptions.SSLError as e:
+            self._fail(
+                what,
+                f"TLS verification failed for https://{self.host}:{self.port} ({_short(e)}); "
+                "set ca_file to the cluster's CA certificate",
+                transient=False,
+            )
+        except (
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+        ) as e:
+            self._fail(what, f"{type(e).__name__}: {_short(e)}", transient=True)
+        except ValueError as e:  # a reply that is not JSON
+            self._fail(what, f"unreadable answer: {_short(e)}", transient=True)
+        return None  # unreachable: _fail raises
+
+    # --- requests ---------------------------------------------------------------
+
+    async def request(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
+    ) -> Any:
+        """One API call, retried while the failure is transient."""
+        attempts = self.retry.attempts if retry else 1
+        for attempt in range(attempts):
+            self.requests += 1
+            try:
+                return await asyncio.to_thread(self._sync, method, path.strip("/"), params or {})
+            except ProxmoxError as e:
+                e.attempts = attempt + 1
+                if not e.transient or attempt + 1 >= attempts:
+                    if e.transient and attempts > 1:
+                        raise ProxmoxError(
+                            self.backend,
+                            f"{e.detail} (gave up after {attempts} attempts)",
+                            transient=True,
+                            status=e.status,
+                        ) from None
+                    raise
+                delay = self.retry.delay(attempt)
+                log.debug("proxmox.retry", backend=self.backend, error=str(e), delay=delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def get(self, path: str, **params: Any) -> Any:
+        return await self.request("GET", path, params)
+
+    async def put(self, path: str, **params: Any) -> Any:
+        return await self.request("PUT", path, params)
+
+    async def post(self, path: str, **params: Any) -> Any:
+        return await self.request("POST", path, params)
+
+    async def delete(self, path: str, **params: Any) -> Any:
+        return await self.request("DELETE", path, params)
+
+    # --- tasks ------------------------------------------------------------------
+
+    async def task(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        what: str,
+        timeout: float,
+    ) -> TaskResult:
+        """Start a worker (the call answers a UPID) and wait for its end."""
+        try:
+            upid = await self.request(method, path, params)
+        except ProxmoxError as e:
+            err = ProxmoxError(
+                self.backend, f"{what}: {e.detail}", transient=e.transient, status=e.status
+            )
+            err.attempts = e.attempts
+            raise err from None
+        if not upid:  # a synchronous answer: nothing to wait for
+            return TaskResult("", "OK")
+        return await self.wait(str(upid), what=what, timeout=timeout)
+
+    async def wait(self, upid: str, *, what: str, timeout: float) -> TaskResult:
+        """Poll a task until it stops; OK and ``WARNINGS: n`` succeed, anything else raises."""
+        node = upid.split(":")[1] if upid.count(":") >= 2 else ""
+        deadline = time.monotonic() + timeout
+        delay = 0.0
+        while True:
+            status = await self.get(f"nodes/{node}/tasks/{upid}/status")
+            if status.get("status") == "stopped":
+                break
+            if time.monotonic() + delay > deadline:
+                raise ProxmoxError(
+                    self.backend,
+                    f"{what}: task {upid} still running after {timeout:.0f}s",
+                    transient=True,
+                    upid=upid,
+                )
+            await asyncio.sleep(delay)
+            delay = min(self.poll.cap, max(self.poll.initial, delay * self.poll.factor))
+        exitstatus = str(status.get("exitstatus") or "unexpected status")
+        if exitstatus == "OK":
+            return TaskResult(upid, exitstatus)
+        lines = await self._task_log(node, upid)
+        if exitstatus.startswith("WARNINGS"):
+            found = [line for line in lines if "WARN" in line and not line.startswith("TASK")]
+            warnings = tuple(f"{what}: {w}" for w in (found or [exitstatus]))
+            self.warnings.extend(warnings)
+            for w in warnings:
+                log.warning("proxmox.task_warning", backend=self.backend, warning=w, upid=upid)
+            return TaskResult(upid, exitstatus, warnings)
+        tail = "\n  ".join(lines[-8:]) or "(no log)"
+        raise ProxmoxError(
+            self.backend,
+            self._scrub(f"{what} failed: {exitstatus}\n  last task log lines:\n  {tail}"),
+            transient=is_transient_task(exitstatus),
+            upid=upid,
+        )
+
+    async def _task_log(self, node: str, upid: str) -> list[str]:
+        try:
+            rows = await self.get(f"nodes/{node}/tasks/{upid}/log", limit=1000)
+        except ProxmoxError:
+            return []
+        return [str(row.get("t", "")) for row in rows or [] if isinstance(row, dict)]
+
+    async def close(self) -> None:
+        api, self._api = self._api, None
+        if api is not None:
+            await asyncio.to_thread(api._store["session"].close)
+
+
+def _form(value: Any) -> Any:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    return value
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    return text if len(text) <= 300 else text[:300] + "..."

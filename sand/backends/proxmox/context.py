@@ -1,0 +1,52 @@
+"""What every Proxmox operation needs: backend name, project, config, API client."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sand.backends.proxmox.client import PveClient
+from sand.manifest.models import ProxmoxBackend
+
+
+@dataclass
+class Timeouts:
+    """Seconds per operation (PVE tasks and waits)."""
+
+    clone: float = 1800.0
+    config: float = 120.0
+    resize: float = 600.0
+    start: float = 300.0
+    shutdown: float = 180.0  # the ACPI shutdown before a forced stop
+    stop: float = 120.0
+    delete: float = 600.0
+    unlock: float = 600.0  # waiting for another task's lock (clone, backup) to clear
+    agent: float = 300.0  # waiting for the guest agent to report an address
+
+
+@dataclass
+class Ctx:
+    name: str
+    project: str
+    config: ProxmoxBackend
+    client: PveClient
+    identity: Path  # SSH private key for guests; its .pub goes to cloud-init
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    deep_reads: int = 8  # concurrent per-VM reads during observe
+    agent_poll: tuple[float, float] = (1.0, 10.0)  # backoff while waiting for the agent
+    unlock_poll: tuple[float, float] = (0.5, 5.0)
+    # Memory promised to VMs this backend is creating, per node (placement).
+    reserved: dict[str, int] = field(default_factory=dict)
+    # Guest addresses handed out to provisioning: ip -> vmid.
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._clone_slots: asyncio.Semaphore | None = None
+
+    @property
+    def clone_slots(self) -> asyncio.Semaphore:
+        """At most ``clone_parallelism`` clones at once (PVE's storage lock is short-lived)."""
+        if self._clone_slots is None:
+            self._clone_slots = asyncio.Semaphore(self.config.clone_parallelism)
+        return self._clone_slots

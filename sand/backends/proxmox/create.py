@@ -1,0 +1,329 @@
+"""Create: adopt a VM of ours if one exists, else clone the template, configure, start.
+
+Order (each step journalled): pick node, ``/cluster/nextid``, journal intent,
+full clone into pool and storage with the marker in the description (the
+intent's id is in it, so an "already exists" after a lost answer is told apart
+from someone else's VM), one config PUT (CPU, memory, NIC, cloud-init, tags),
+a duplicate check, disk resize, start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+import weakref
+from typing import Any
+
+from sand.backends.protocol import Marker, ObservedVM, Ownership
+from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox import vmops
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
+from sand.desired import DesiredVM
+from sand.state.journal import Journal, JournalEntry
+
+ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave
+CLONE_ATTEMPTS = 4  # clones retried after a transient task failure (storage lock timeout)
+
+# Creates of one manifest entry in this process run one at a time (per event loop).
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]]
+_LOCKS = weakref.WeakKeyDictionary()
+
+
+class _Taken(Exception):
+    """The vmid went to another client between nextid and clone."""
+
+
+def _entry_lock(ctx: Ctx, name: str) -> asyncio.Lock:
+    locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
+    key = (ctx.config.host, str(ctx.config.port), ctx.project, name)
+    return locks.setdefault(key, asyncio.Lock())
+
+
+def parse_image(image: str, default_storage: str) -> tuple[str, str]:
+    """``template:<vmid-or-name>@<storage>`` as (template, storage)."""
+    ref = image[len("template:") :] if image.startswith("template:") else image
+    if "@" in ref:
+        ref, _, storage = ref.rpartition("@")
+        return ref, storage or default_storage
+    return ref, default_storage
+
+
+def find_template(ctx: Ctx, rows: list[Row], ref: str, node: str) -> Row:
+    if ref.isdigit():
+        found = [r for r in rows if str(r["vmid"]) == ref]
+        if found and not found[0].get("template"):
+            raise ProxmoxError(ctx.name, f"VM {ref} is not a template; sand clones templates only")
+    else:
+        found = [r for r in rows if r.get("name") == ref and r.get("template")]
+    if not found:
+        raise ProxmoxError(
+            ctx.name,
+            f"template {ref!r} not found on the cluster (or the token lacks VM.Audit on it)",
+        )
+    # A copy on the target node first, then any whose node is up (status "unknown":
+    # its node is offline, and a clone runs where its source lives).
+    found.sort(key=lambda r: (r.get("status") == "unknown", r.get("node") != node, int(r["vmid"])))
+    if found[0].get("status") == "unknown":
+        raise ProxmoxError(
+            ctx.name,
+            f"template {ref!r} is on node {found[0].get('node')}, which is offline",
+            transient=True,
+        )
+    return found[0]
+
+
+async def pick_node(ctx: Ctx, vm: DesiredVM) -> str:
+    """vm.node, the only placement node, or the online one with most free memory."""
+    candidates = [vm.node] if vm.node else ctx.config.placement_nodes
+    if len(candidates) == 1:
+        return candidates[0]
+    free: dict[str, int] = {}
+    for row in await ctx.client.get("nodes") or []:
+        name = str(row.get("node"))
+        if name in candidates and row.get("status", "online") == "online":
+            free[name] = (
+                int(row.get("maxmem") or 0) - int(row.get("mem") or 0) - ctx.reserved.get(name, 0)
+            )
+    if not free:
+        raise ProxmoxError(
+            ctx.name, f"none of the placement nodes ({', '.join(candidates)}) is online"
+        )
+    return max(sorted(free), key=lambda n: free[n])
+
+
+def read_pubkey(ctx: Ctx) -> str:
+    pub = ctx.identity.with_name(ctx.identity.name + ".pub")
+    try:
+        key = pub.read_text(encoding="utf-8").strip()
+    except OSError:
+        raise ProxmoxError(
+            ctx.name, f"public key {pub} of identity {ctx.identity} not found (cloud-init needs it)"
+        ) from None
+    if not key.startswith(("ssh-", "ecdsa-", "sk-")):
+        raise ProxmoxError(ctx.name, f"{pub} does not look like an OpenSSH public key")
+    return key
+
+
+async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]:
+    """VMs carrying this project's marker for vm.name and their own vmid, lowest id first."""
+    want = {vm.name: vm}
+    found: list[ObservedVM] = []
+    for row in rows:
+        unnamed_clone = row.get("lock") and not row.get("name")
+        if row.get("name") != vm.name and not unnamed_clone:
+            continue
+        outcome = classify(ctx, row, want)
+        if outcome is DEEP:
+            try:
+                config = await read_config(ctx, str(row.get("node")), row["vmid"])
+            except ProxmoxError as e:
+                if "does not exist" in e.detail:
+                    continue
+                raise
+            outcome = classify(ctx, row, want, config)
+        if (
+            isinstance(outcome, ObservedVM)
+            and outcome.ownership is Ownership.MANAGED
+            and outcome.name == vm.name
+        ):
+            found.append(outcome)
+    return sorted(found, key=lambda o: int(o.identity))
+
+
+async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
+    pubkey = read_pubkey(ctx)
+    async with _entry_lock(ctx, vm.name):
+        rows = await listing(ctx)
+        own = await find_own(ctx, rows, vm)
+        if own:
+            return await _adopt(ctx, vm, own[0], journal, pubkey)
+        ref, storage = parse_image(vm.image, ctx.config.storage)
+        node = await pick_node(ctx, vm)
+        template = find_template(ctx, rows, ref, node)
+        template_disk = int(template.get("maxdisk") or 0)
+        if template_disk > vm.disk:
+            raise ProxmoxError(
+                ctx.name,
+                f"template {ref!r} has a {template_disk} byte disk, larger than the {vm.disk} "
+                f"asked for VM {vm.name!r} (disks only grow): ask for at least that much",
+            )
+        ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
+        vmid, entry = await _clone(ctx, vm, template, node, storage, journal)
+        try:
+            return await _setup(ctx, vm, node, vmid, entry, journal, pubkey, check_duplicates=True)
+        except ProxmoxError:
+            journal.step(entry, "failed")
+            raise
+
+
+async def _clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+) -> tuple[int, JournalEntry]:
+    for _ in range(ID_ATTEMPTS):
+        vmid = int(await ctx.client.get("cluster/nextid"))
+        entry = journal.begin(
+            "create",
+            backend=ctx.name,
+            vm=vm.name,
+            identity=str(vmid),
+            node=node,
+            project=ctx.project,
+            template=str(template["vmid"]),
+        )
+        marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
+        params: dict[str, Any] = {
+            "newid": vmid,
+            "name": vm.name,
+            "description": mk.render_block(marker, op=entry.id),
+            "pool": ctx.config.pool,
+            "storage": storage,
+            "full": 1,
+        }
+        if template.get("node") != node:
+            params["target"] = node
+        try:
+            await _clone_task(ctx, template, vmid, params, entry.id)
+        except _Taken:
+            journal.finish(entry, "failed")
+            continue
+        except ProxmoxError as e:
+            if not e.transient:  # PVE refused or the task failed: nothing was made
+                journal.finish(entry, "failed")
+            raise  # otherwise the clone may still be running: recover() settles it
+        journal.step(entry, "cloned")
+        return vmid, entry
+    raise ProxmoxError(
+        ctx.name,
+        f"could not allocate a vmid for {vm.name!r}: {ID_ATTEMPTS} ids were taken by other "
+        "clients first",
+        transient=True,
+    )
+
+
+async def _clone_task(ctx: Ctx, template: Row, vmid: int, params: dict[str, Any], op: str) -> None:
+    tnode, tvmid = str(template.get("node")), template["vmid"]
+    path = f"{vmops.vm_path(tnode, tvmid)}/clone"
+    what = f"clone of template {tvmid} to VM {vmid}"
+    async with ctx.clone_slots:
+        for attempt in range(CLONE_ATTEMPTS):
+            try:
+                await ctx.client.task("POST", path, params, what=what, timeout=ctx.timeouts.clone)
+                return
+            except ProxmoxError as e:
+                if "already exists" in e.detail:
+                    # Only a request sent again after a lost answer can meet our own clone.
+                    if e.attempts > 1 and await _made_by(ctx, vmid, op):
+                        return  # our earlier attempt landed: its clone is done
+                    raise _Taken() from None
+                # A task that ended on lock contention is retried here (the client has
+                # already retried failed requests).
+                retry = e.upid is not None and e.transient and "still running" not in e.detail
+                if retry and attempt + 1 < CLONE_ATTEMPTS:
+                    await asyncio.sleep(ctx.client.retry.delay(attempt))
+                    continue
+                raise
+
+
+async def _made_by(ctx: Ctx, vmid: int, op: str) -> bool:
+    """Whether VM vmid was cloned by journal entry ``op`` (waits for its clone to end)."""
+    row = await vmops.find_or_wait(ctx, vmid)
+    if row is None:
+        return False
+    node = str(row.get("node"))
+    if row.get("lock"):
+        await vmops.wait_unlocked(ctx, node, vmid, why="its clone is still running")
+    block = mk.parse_block((await read_config(ctx, node, vmid)).get("description"))
+    return block is not None and block.get("op") == op
+
+
+async def _adopt(
+    ctx: Ctx, vm: DesiredVM, own: ObservedVM, journal: Journal, pubkey: str
+) -> ObservedVM:
+    """Take over a VM of ours for this entry (made by a parallel or an interrupted run)."""
+    node = own.node or ""
+    entry = journal.begin(
+        "create",
+        backend=ctx.name,
+        vm=vm.name,
+        identity=own.identity,
+        node=node,
+        project=ctx.project,
+        adopt=True,
+    )
+    await vmops.wait_unlocked(
+        ctx, node, own.identity, why="another sand run may still be creating it; re-run later"
+    )
+    return await _setup(ctx, vm, node, int(own.identity), entry, journal, pubkey)
+
+
+async def _setup(
+    ctx: Ctx,
+    vm: DesiredVM,
+    node: str,
+    vmid: int,
+    entry: JournalEntry,
+    journal: Journal,
+    pubkey: str,
+    *,
+    check_duplicates: bool = False,
+) -> ObservedVM:
+    """Configure, resize and start a cloned VM; every step may be repeated safely."""
+    path = vmops.vm_path(node, vmid)
+    config = await read_config(ctx, node, vmid)
+    tags = mk.parse_tags(config.get("tags"))
+    if not (tags.complete and tags.project == ctx.project and tags.identity == str(vmid)):
+        await ctx.client.put(f"{path}/config", **_base_config(ctx, vm, vmid, config, pubkey))
+        journal.step(entry, "configured")
+        config = await read_config(ctx, node, vmid)
+    if check_duplicates:
+        others = [o for o in await find_own(ctx, await listing(ctx), vm) if int(o.identity) < vmid]
+        if others:
+            # A parallel run made this entry's VM first: remove ours, take theirs.
+            await vmops.destroy(ctx, node, vmid)
+            journal.step(entry, "duplicate-removed")
+            journal.finish(entry, "duplicate")
+            return await _adopt(ctx, vm, others[0], journal, pubkey)
+    disk = vmops.boot_disk(config)
+    if disk is not None and vm.disk > disk[1]:
+        await ctx.client.task(
+            "PUT",
+            f"{path}/resize",
+            {"disk": disk[0], "size": mk.size_arg(vm.disk)},
+            what=f"resize of VM {vmid} {disk[0]}",
+            timeout=ctx.timeouts.resize,
+        )
+        journal.step(entry, "resized")
+    status = await vmops.read_status(ctx, node, vmid)
+    if status.get("status") != "running":
+        await vmops.start(ctx, node, vmid)
+        journal.step(entry, "started")
+    journal.finish(entry)
+    observed, _ = await vmops.read_vm(ctx, node, vmid, vm)
+    return observed
+
+
+def _base_config(
+    ctx: Ctx, vm: DesiredVM, vmid: int, config: dict[str, Any], pubkey: str
+) -> dict[str, Any]:
+    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
+    params: dict[str, Any] = {
+        "cores": vm.cpus,
+        "sockets": 1,
+        "memory": mk.memory_mib(vm.memory),
+        "net0": vmops.with_bridge(config.get("net0"), ctx.config.bridge),
+        "ciuser": vm.user,
+        "sshkeys": urllib.parse.quote(pubkey + "\n", safe=""),
+        "ipconfig0": "ip=dhcp",
+        "tags": mk.merge_tags(config.get("tags"), marker),
+    }
+    agent = str(config.get("agent") or "0")
+    if agent.split(",")[0] not in ("1", "enabled=1"):
+        params["agent"] = "1"
+    if not vmops.has_cloudinit(config):
+        slot = vmops.free_ide(config)
+        if slot is None:
+            raise ProxmoxError(ctx.name, f"VM {vmid} has no free IDE slot for a cloud-init drive")
+        params[slot] = f"{parse_image(vm.image, ctx.config.storage)[1]}:cloudinit"
+    return params

@@ -1,0 +1,215 @@
+"""``sand doctor`` for a Proxmox backend: is the token able to do its job, and no more?
+
+One ``GET /access/permissions`` gives the token's effective privileges per
+path. Every privilege sand uses must be there (on the pool, which PVE projects
+onto its VMs and storage, or on the narrower path itself), and nothing may be
+granted on ``/`` or ``/vms`` (that reaches VMs outside the pool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.create import parse_image, read_pubkey
+from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.observe import listing
+
+# On the pool (projected onto the VMs sand creates).
+VM_PRIVILEGES = (
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Config.CPU",
+    "VM.Config.Cloudinit",
+    "VM.Config.Disk",
+    "VM.Config.HWType",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.Options",
+    "VM.PowerMgmt",
+    "VM.GuestAgent.Audit",
+)
+STORAGE_PRIVILEGES = ("Datastore.AllocateSpace", "Datastore.Audit")
+# Privileges that let a token change who may do what, or the hosts themselves.
+DANGEROUS = (
+    "Permissions.Modify",
+    "User.Modify",
+    "Group.Allocate",
+    "Realm.Allocate",
+    "Realm.AllocateUser",
+    "Sys.Modify",
+    "Sys.PowerMgmt",
+    "Sys.Console",
+)
+TOO_BROAD_PATHS = ("/", "/vms")
+
+Permissions = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" | "warning" | "ok"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.message}"
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """Every check's finding. Iterating yields the problems only (errors and warnings,
+    as text), which is what ``sand doctor`` prints; an empty iteration means healthy."""
+
+    backend: str
+    findings: tuple[Finding, ...]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([str(f) for f in self.findings if f.severity != "ok"])
+
+    def __len__(self) -> int:
+        return sum(1 for f in self.findings if f.severity != "ok")
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f.message for f in self.findings if f.severity != "ok"]
+
+    def lines(self) -> list[str]:
+        return [f"proxmox {self.backend}: {f}" for f in self.findings]
+
+
+def holds(perms: Permissions, path: str, privilege: str, also: tuple[str, ...] = ()) -> bool:
+    """Whether ``privilege`` applies on ``path``: on it, on a propagating parent, or on one
+    of ``also`` (the pool the object is a member of)."""
+    for candidate in (path, *also):
+        parts = candidate.rstrip("/").split("/")
+        for i in range(len(parts), 0, -1):
+            prefix = "/".join(parts[:i]) or "/"
+            granted = perms.get(prefix) or {}
+            if privilege in granted and (prefix == candidate or _propagates(granted[privilege])):
+                return True
+    return False
+
+
+def _propagates(flag: Any) -> bool:
+    return str(flag).lower() not in ("0", "false", "")
+
+
+def check_permissions(
+    perms: Permissions,
+    *,
+    pool: str,
+    storage: str,
+    bridge: str,
+    template: str | None,
+    template_in_pool: bool,
+    nodes: list[str],
+) -> list[Finding]:
+    findings: list[Finding] = []
+    pool_path = f"/pool/{pool}"
+    missing: list[str] = []
+    for priv in VM_PRIVILEGES:
+        if not holds(perms, pool_path, priv):
+            missing.append(f"{priv} on {pool_path}")
+    if template is not None:
+        tpath = f"/vms/{template}"
+        also = (pool_path,) if template_in_pool else ()
+        if not holds(perms, tpath, "VM.Clone", also):
+            missing.append(f"VM.Clone on {tpath} (the template)")
+    spath = f"/storage/{storage}"
+    for priv in STORAGE_PRIVILEGES:
+        if not holds(perms, spath, priv, (pool_path,)):
+            missing.append(f"{priv} on {spath} (or on {pool_path} with the storage a member)")
+    bpath = f"/sdn/zones/localnetwork/{bridge}"
+    if not holds(perms, bpath, "SDN.Use"):
+        missing.append(f"SDN.Use on {bpath}")
+    for item in missing:
+        findings.append(Finding("error", f"missing privilege {item}"))
+    if len(nodes) > 1:
+        for node in nodes:
+            if not holds(perms, f"/nodes/{node}", "Sys.Audit"):
+                findings.append(
+                    Finding(
+                        "warning",
+                        f"no Sys.Audit on /nodes/{node}: placement cannot see its free memory",
+                    )
+                )
+    for path in TOO_BROAD_PATHS:
+        granted = sorted(perms.get(path) or {})
+        if granted:
+            findings.append(
+                Finding(
+                    "error",
+                    f"too broad: the token holds {', '.join(granted)} on {path}, which reaches "
+                    f"VMs outside pool {pool!r}; grant sand's role on {pool_path} instead",
+                )
+            )
+    for path, held in sorted(perms.items()):
+        if path in TOO_BROAD_PATHS:
+            continue
+        risky = sorted(p for p in held if p in DANGEROUS)
+        if risky:
+            findings.append(
+                Finding("error", f"too broad: {', '.join(risky)} on {path} is never needed")
+            )
+    if not missing:
+        findings.append(Finding("ok", f"the token holds every privilege sand needs on {pool_path}"))
+    return findings
+
+
+async def doctor(ctx: Ctx) -> DoctorReport:
+    findings: list[Finding] = []
+
+    def done() -> DoctorReport:
+        return DoctorReport(ctx.name, tuple(findings))
+
+    try:
+        token = ctx.client.token
+        findings.append(Finding("ok", f"token file {ctx.client.token_file} ({token.token_id})"))
+        version = await ctx.client.get("version")
+        findings.append(
+            Finding("ok", f"API reachable at {ctx.config.host}: PVE {version.get('version')}")
+        )
+        perms = await ctx.client.get("access/permissions")
+        rows = await listing(ctx)
+        nodes = await ctx.client.get("nodes")
+    except ProxmoxError as e:
+        findings.append(Finding("error", e.detail))
+        return done()
+    ref, storage = parse_image(f"template:{ctx.config.template}@{ctx.config.storage}", "")
+    tmpl = [
+        r
+        for r in rows
+        if (str(r["vmid"]) == ref if ref.isdigit() else r.get("name") == ref) and r.get("template")
+    ]
+    if not tmpl:
+        findings.append(
+            Finding("error", f"template {ref!r} not found (or the token lacks VM.Audit on it)")
+        )
+    findings.extend(
+        check_permissions(
+            perms or {},
+            pool=ctx.config.pool,
+            storage=storage,
+            bridge=ctx.config.bridge,
+            template=str(tmpl[0]["vmid"]) if tmpl else None,
+            template_in_pool=bool(tmpl and tmpl[0].get("pool") == ctx.config.pool),
+            nodes=ctx.config.placement_nodes,
+        )
+    )
+    online = {str(n.get("node")): n.get("status", "online") for n in nodes or []}
+    for node in ctx.config.placement_nodes:
+        if node not in online:
+            findings.append(Finding("error", f"node {node!r} is not in the cluster"))
+        elif online[node] != "online":
+            findings.append(Finding("warning", f"node {node!r} is {online[node]}"))
+    try:
+        read_pubkey(ctx)
+    except ProxmoxError as e:
+        findings.append(Finding("error", e.detail))
+    return done()

@@ -1,0 +1,219 @@
+"""sand's ownership marker on a PVE VM: tags (seen by the listing) and a description block.
+
+Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
+
+    sand                      this VM was made by sand
+    sand-project-<project>    for which project
+    sand-<vmid>-<fp16>        its own vmid (a human's clone keeps the tag and fails
+                              this check) and the fingerprint it last converged to
+                              ("new" while it is being created)
+
+The description ends with a fenced JSON block with the full marker (project,
+vmid, name, both fingerprints, image), read only on a deep (per-VM) read.
+Operator tags and description text are kept on every write. PVE stores tags
+lower-cased, de-duplicated and sorted, so sand writes them that way too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sand.backends.protocol import Marker
+
+TOOL_TAG = "sand"
+PROJECT_PREFIX = "sand-project-"
+NEW = "new"
+_IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
+_TAG_SPLIT = re.compile(r"[;,\s]+")
+_PVE_TAG = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$")
+_BLOCK = re.compile(r"\n*```sand[ \t]*\r?\n(.*?)\r?\n```[ \t]*\n*", re.DOTALL)
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class TagMarker:
+    """What the tags alone say (any field may be missing on a hand-edited VM)."""
+
+    tool: bool
+    project: str | None
+    identity: str | None
+    fingerprint: str | None  # "" for "new"
+
+    @property
+    def present(self) -> bool:
+        return self.tool or self.project is not None or self.identity is not None
+
+    @property
+    def complete(self) -> bool:
+        return self.project is not None and self.identity is not None
+
+
+def split_tags(value: object) -> list[str]:
+    """PVE's tag list (``a;b``, also ``,`` or blanks) as normalised tags."""
+    if not value:
+        return []
+    return [t.lower() for t in _TAG_SPLIT.split(str(value)) if t]
+
+
+def join_tags(tags: Iterable[str]) -> str:
+    """Tags as PVE stores them with the default tag-style: lower-case, unique, sorted."""
+    return ";".join(sorted({t.lower() for t in tags if t}))
+
+
+def is_sand_tag(tag: str) -> bool:
+    return tag == TOOL_TAG or tag.startswith(PROJECT_PREFIX) or bool(_IDENTITY_TAG.match(tag))
+
+
+def parse_tags(value: object) -> TagMarker:
+    tool = False
+    project = identity = fingerprint = None
+    for tag in split_tags(value):
+        if tag == TOOL_TAG:
+            tool = True
+        elif tag.startswith(PROJECT_PREFIX):
+            project = tag[len(PROJECT_PREFIX) :]
+        else:
+            found = _IDENTITY_TAG.match(tag)
+            if found:
+                identity = found[1]
+                fingerprint = "" if found[2] == NEW else found[2]
+    return TagMarker(tool, project, identity, fingerprint)
+
+
+def marker_tags(marker: Marker) -> list[str]:
+    fp = marker.fingerprint if re.fullmatch(r"[0-9a-f]{16}", marker.fingerprint) else NEW
+    tags = [TOOL_TAG, f"sand-{marker.identity}-{fp}", PROJECT_PREFIX + marker.project.lower()]
+    for tag in tags:
+        if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
+            raise ValueError(f"not a valid PVE tag: {tag!r}")
+    return tags
+
+
+def merge_tags(current: object, marker: Marker) -> str:
+    """The VM's tags with sand's replaced by ``marker``'s, every operator tag kept."""
+    keep = [t for t in split_tags(current) if not is_sand_tag(t)]
+    return join_tags([*keep, *marker_tags(marker)])
+
+
+def operator_tags(current: object) -> list[str]:
+    return [t for t in split_tags(current) if not is_sand_tag(t)]
+
+
+# --- description -------------------------------------------------------------
+
+
+def parse_block(text: object) -> dict[str, Any] | None:
+    """The JSON object in the description's last ```sand block, or None."""
+    if not text:
+        return None
+    blocks = _BLOCK.findall(str(text))
+    if not blocks:
+        return None
+    try:
+        data = json.loads(blocks[-1])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("tool", "sand") != "sand":
+        return None
+    return data
+
+
+def parse_description(text: object) -> Marker | None:
+    """The marker in the description's last ```sand block, or None."""
+    data = parse_block(text)
+    if data is None:
+        return None
+    try:
+        return Marker(
+            project=str(data["project"]),
+            name=str(data["name"]),
+            identity=str(data["vmid"]),
+            fingerprint=str(data.get("fingerprint") or ""),
+            guest_fingerprint=str(data.get("guest_fingerprint") or ""),
+            image=str(data.get("image") or ""),
+        )
+    except KeyError:
+        return None
+
+
+def operator_text(text: object) -> str:
+    """The description without sand's block: what an operator wrote."""
+    return _BLOCK.sub("\n\n", str(text or "")).strip()
+
+
+def render_block(marker: Marker, **extra: object) -> str:
+    """The fenced block; ``extra`` adds keys such as ``op`` (the journal entry that
+    cloned the VM) and ``protect`` (protection was set by sand, not by an operator)."""
+    data: dict[str, object] = {
+        "tool": "sand",
+        "project": marker.project,
+        "name": marker.name,
+        "vmid": int(marker.identity),
+        "fingerprint": marker.fingerprint,
+        "guest_fingerprint": marker.guest_fingerprint,
+        "image": marker.image,
+    }
+    data.update((k, v) for k, v in extra.items() if v is not None)
+    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+
+
+def merge_description(current: object, marker: Marker, **extra: object) -> str:
+    """The description with sand's block replaced, operator text kept first."""
+    text = operator_text(current)
+    block = render_block(marker, **extra)
+    return f"{text}\n\n{block}" if text else block
+
+
+# --- sizes -------------------------------------------------------------------
+
+
+def ceil_to(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+def memory_mib(memory: int) -> int:
+    """PVE's ``memory`` (MiB) for a size in bytes, rounded up."""
+    return max(1, ceil_to(memory, MIB) // MIB)
+
+
+def size_arg(size: int) -> str:
+    """A size in bytes as PVE's disk-size syntax (G, M or K, exact or rounded up to K)."""
+    for unit, suffix in ((GIB, "G"), (MIB, "M")):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return f"{ceil_to(size, 1024) // 1024}K"
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int | None:
+    found = _SIZE.match(text.strip())
+    if not found:
+        return None
+    return int(float(found[1]) * _UNITS[found[2]])
+
+
+def observed_memory(maxmem: int | None, desired: int | None) -> int | None:
+    """Report ``desired`` when PVE holds exactly what sand set for it (MiB rounding)."""
+    if maxmem is None:
+        return None
+    if desired is not None and memory_mib(desired) * MIB == maxmem:
+        return desired
+    return maxmem
+
+
+def observed_disk(maxdisk: int | None, desired: int | None) -> int | None:
+    """Report ``desired`` when the disk is that size up to the storage's rounding (4 MiB)."""
+    if maxdisk is None:
+        return None
+    if desired is not None and desired <= maxdisk < ceil_to(desired, 1024) + 4 * MIB:
+        return desired
+    return maxdisk

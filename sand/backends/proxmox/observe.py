@@ -1,0 +1,246 @@
+"""Observation: one ``GET /cluster/resources?type=vm``, deep reads only where needed.
+
+A VM whose tags carry this project's marker, its own vmid and the desired
+fingerprint is settled from the listing alone. A config GET (for the
+description marker and ``protection``) happens only for VMs whose tag
+fingerprint differs, that are locked, whose marker is incomplete, or that are
+unmarked but carry a desired name. The guest agent is never called here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership
+from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.errors import ProxmoxError
+from sand.desired import DesiredVM
+
+Row = Mapping[str, Any]
+DEEP = object()  # classify(): "needs the VM's config"
+
+
+async def listing(ctx: Ctx) -> list[Row]:
+    """The cluster's QEMU guests the token may audit (one request)."""
+    rows = await ctx.client.get("cluster/resources", type="vm")
+    return [r for r in rows or [] if r.get("type", "qemu") == "qemu" and "vmid" in r]
+
+
+async def read_config(ctx: Ctx, node: str, vmid: str | int) -> dict[str, Any]:
+    data = await ctx.client.get(f"nodes/{node}/qemu/{vmid}/config")
+    return dict(data or {})
+
+
+def power_of(row: Row) -> str:
+    status = str(row.get("status") or "")
+    return status if status in ("running", "stopped") else "unknown"
+
+
+def is_protected(config: Mapping[str, Any]) -> bool:
+    return str(config.get("protection", "0")).lower() in ("1", "true", "yes", "on")
+
+
+def classify(
+    ctx: Ctx,
+    row: Row,
+    desired: Mapping[str, DesiredVM],
+    config: Mapping[str, Any] | None = None,
+) -> ObservedVM | object | None:
+    """An ObservedVM, None (not sand's business), or DEEP (read the config first)."""
+    vmid = str(row["vmid"])
+    name = str(row.get("name") or "")
+    tags = mk.parse_tags(row.get("tags"))
+    locked = bool(row.get("lock"))
+    template = bool(row.get("template"))
+
+    if config is None:
+        if tags.complete:
+            assert tags.project is not None and tags.identity is not None
+            want = desired.get(name)
+            if tags.project != ctx.project:
+                return _observed(ctx, row, Ownership.OTHER_PROJECT, _tag_marker(tags, name), None)
+            if tags.identity != vmid:
+                return _observed(ctx, row, Ownership.COPIED, _tag_marker(tags, name), None)
+            if (
+                want is not None
+                and not template
+                and not locked
+                and tags.fingerprint
+                and tags.fingerprint == want.fingerprint
+            ):
+                # The fingerprint covers every field sand manages, guest content included,
+                # so what the listing cannot show is vouched for by it.
+                fast = Marker(
+                    ctx.project,
+                    name,
+                    vmid,
+                    want.fingerprint,
+                    want.guest_fingerprint,
+                    want.image,
+                )
+                return _observed(ctx, row, Ownership.MANAGED, fast, want, protect=want.protect)
+            return DEEP
+        if tags.present or name in desired:
+            return DEEP
+        if locked and row.get("pool") == ctx.config.pool:
+            return DEEP  # perhaps a clone of ours still in flight (no name, no tags yet)
+        return None
+
+    described = mk.parse_description(config.get("description"))
+    found: list[tuple[str, str]] = []  # (project, identity) each source names
+    if tags.complete:
+        assert tags.project is not None and tags.identity is not None
+        found.append((tags.project, tags.identity))
+    if described is not None:
+        found.append((described.project, described.identity))
+    protect = is_protected(config)
+    lock = row.get("lock") or config.get("lock")
+    if not found:
+        if name in desired:
+            return _observed(
+                ctx, row, Ownership.UNMANAGED, None, None, protect=protect, lock=lock, deep=True
+            )
+        return None
+    if any(project != ctx.project for project, _ in found):
+        ownership = Ownership.OTHER_PROJECT
+    elif any(identity != vmid for _, identity in found):
+        ownership = Ownership.COPIED
+    else:
+        ownership = Ownership.MANAGED
+    project, identity = found[0]
+    fingerprint = tags.fingerprint if tags.identity is not None else None
+    if described is not None:
+        if fingerprint is None:
+            fingerprint = described.fingerprint
+        elif fingerprint != described.fingerprint:
+            fingerprint = ""  # tags and description disagree: treat as not converged
+    the_marker = Marker(
+        project=project,
+        name=described.name if described is not None else name,
+        identity=identity,
+        fingerprint=fingerprint or "",
+        guest_fingerprint=described.guest_fingerprint if described is not None else "",
+        image=described.image if described is not None else "",
+    )
+    notes: dict[str, str] = {}
+    if template and ownership is Ownership.MANAGED:
+        ownership = Ownership.UNMANAGED  # a template is never sand's to change
+        notes["note"] = "a template carrying sand's marker; templates are never managed"
+    want = desired.get(the_marker.name) if ownership is Ownership.MANAGED else None
+    return _observed(
+        ctx, row, ownership, the_marker, want, protect=protect, lock=lock, deep=True, notes=notes
+    )
+
+
+def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
+    return Marker(
+        project=tags.project or "",
+        name=name,
+        identity=tags.identity or "",
+        fingerprint=tags.fingerprint or "",
+    )
+
+
+def _observed(
+    ctx: Ctx,
+    row: Row,
+    ownership: Ownership,
+    the_marker: Marker | None,
+    want: DesiredVM | None,
+    *,
+    protect: bool = False,
+    lock: object = None,
+    deep: bool = False,
+    notes: Mapping[str, str] | None = None,
+) -> ObservedVM:
+    vmid = str(row["vmid"])
+    name = the_marker.name if the_marker and ownership is Ownership.MANAGED else row.get("name")
+    lock = lock if lock is not None else row.get("lock")
+    details = {"vmid": vmid, "status": str(row.get("status") or "")}
+    if row.get("pool"):
+        details["pool"] = str(row["pool"])
+    if the_marker is not None and ownership is Ownership.MANAGED and row.get("name") != name:
+        details["pve_name"] = str(row.get("name") or "")
+    details.update(notes or {})
+    return ObservedVM(
+        backend=ctx.name,
+        name=str(name or f"VM {vmid}"),
+        identity=vmid,
+        ownership=ownership,
+        power=power_of(row),
+        cpus=_int(row.get("maxcpu")),
+        memory=mk.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
+        disk=mk.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
+        protect=protect,
+        lock=str(lock) if lock else None,
+        node=str(row.get("node") or "") or None,
+        marker=the_marker,
+        deep=deep,
+        template=bool(row.get("template")),
+        details=details,
+    )
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
+
+
+async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
+    start = ctx.client.requests
+    by_name = {vm.name: vm for vm in desired}
+    try:
+        rows = await listing(ctx)
+    except ProxmoxError as e:
+        if not e.transient:
+            raise
+        return Observation(
+            backend=ctx.name,
+            vms=(),
+            unknown_reason=f"cannot list the cluster's VMs: {e.detail}",
+            requests=ctx.client.requests - start,
+        )
+    decided: list[ObservedVM] = []
+    deep: list[Row] = []
+    for row in rows:
+        outcome = classify(ctx, row, by_name)
+        if outcome is DEEP:
+            deep.append(row)
+        elif isinstance(outcome, ObservedVM):
+            decided.append(outcome)
+
+    slots = asyncio.Semaphore(ctx.deep_reads)
+
+    async def one(row: Row) -> ObservedVM | str | None:
+        async with slots:
+            try:
+                config = await read_config(ctx, str(row.get("node")), row["vmid"])
+            except ProxmoxError as e:
+                if e.status == 500 and "does not exist" in e.detail:
+                    return None  # gone since the listing
+                return f"cannot read VM {row['vmid']}'s config: {e.detail}"
+        outcome = classify(ctx, row, by_name, config)
+        return outcome if isinstance(outcome, ObservedVM) else None
+
+    results = await asyncio.gather(*(one(row) for row in deep))
+    problems = [r for r in results if isinstance(r, str)]
+    decided.extend(r for r in results if isinstance(r, ObservedVM))
+    decided.sort(key=lambda vm: int(vm.identity))
+    warnings = tuple(
+        f"VM {vm.identity} ({vm.name}) carries the marker of VM {vm.marker.identity}: "
+        "a copy made outside sand, left alone"
+        for vm in decided
+        if vm.ownership is Ownership.COPIED and vm.marker is not None
+    )
+    return Observation(
+        backend=ctx.name,
+        vms=tuple(decided),
+        unknown_reason="; ".join(problems) if problems else None,
+        requests=ctx.client.requests - start,
+        warnings=warnings,
+    )

@@ -1,0 +1,242 @@
+"""Operations on one VM shared by create, update, delete and recover."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sand.backends.protocol import ObservedVM, Ownership
+from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.observe import classify, listing, read_config
+from sand.desired import DesiredVM
+
+DRIVE_PREFIXES = ("scsi", "virtio", "sata", "ide")
+
+
+def vm_path(node: str, vmid: str | int) -> str:
+    return f"nodes/{node}/qemu/{vmid}"
+
+
+async def read_status(ctx: Ctx, node: str, vmid: str | int) -> dict[str, Any]:
+    return dict(await ctx.client.get(f"{vm_path(node, vmid)}/status/current") or {})
+
+
+async def read_vm(
+    ctx: Ctx, node: str, vmid: str | int, want: DesiredVM | None = None
+) -> tuple[ObservedVM, dict[str, Any]]:
+    """A deep read of one VM (status and config): its ObservedVM and config."""
+    status = await read_status(ctx, node, vmid)
+    config = await read_config(ctx, node, vmid)
+    row = row_of(node, vmid, status, config)
+    desired = {want.name: want} if want else {}
+    observed = classify(ctx, row, desired, config)
+    if not isinstance(observed, ObservedVM):
+        from sand.backends.proxmox.observe import _observed
+
+        observed = _observed(ctx, row, Ownership.UNMANAGED, None, None, deep=True)
+    return observed, config
+
+
+def row_of(
+    node: str, vmid: str | int, status: Mapping[str, Any], config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A listing-shaped row from status/current and config."""
+    return {
+        "vmid": int(vmid),
+        "name": status.get("name") or config.get("name"),
+        "node": node,
+        "status": status.get("status"),
+        "maxcpu": status.get("cpus") or status.get("maxcpu"),
+        "maxmem": status.get("maxmem"),
+        "maxdisk": status.get("maxdisk"),
+        "tags": config.get("tags") or status.get("tags"),
+        "lock": status.get("lock") or config.get("lock"),
+        "template": status.get("template") or config.get("template"),
+    }
+
+
+async def locate(ctx: Ctx, vmid: str | int) -> dict[str, Any] | None:
+    """The VM's listing row (it may have moved node), or None if it is gone."""
+    for row in await listing(ctx):
+        if str(row["vmid"]) == str(vmid):
+            return dict(row)
+    return None
+
+
+async def id_taken(ctx: Ctx, vmid: str | int) -> bool:
+    """Whether any guest holds vmid, seen or not (``/cluster/nextid?vmid=`` needs no rights)."""
+    try:
+        await ctx.client.get("cluster/nextid", vmid=vmid)
+    except ProxmoxError as e:
+        if "already exists" in e.detail:
+            return True
+        raise
+    return False
+
+
+async def find_or_wait(ctx: Ctx, vmid: str | int) -> dict[str, Any] | None:
+    """The VM's listing row, or None when the id is free.
+
+    A clone in flight is not yet in the pool, so a pool-scoped token cannot see it
+    though its id is taken: wait (bounded) for it to join the pool or to go away.
+    """
+    deadline = time.monotonic() + ctx.timeouts.unlock
+    delay, cap = ctx.unlock_poll
+    while True:
+        row = await locate(ctx, vmid)
+        if row is not None:
+            return row
+        if not await id_taken(ctx, vmid):
+            return None
+        if time.monotonic() + delay > deadline:
+            raise ProxmoxError(
+                ctx.name,
+                f"VM {vmid} exists but is not visible to the token after "
+                f"{ctx.timeouts.unlock:.0f}s (a clone still running, or a VM outside pool "
+                f"{ctx.config.pool!r})",
+                transient=True,
+            )
+        await asyncio.sleep(delay)
+        delay = min(cap, delay * 2)
+
+
+async def wait_unlocked(ctx: Ctx, node: str, vmid: str | int, *, why: str) -> dict[str, Any]:
+    """Wait (bounded) for another task's lock on the VM to clear; returns its config."""
+    deadline = time.monotonic() + ctx.timeouts.unlock
+    delay, cap = ctx.unlock_poll
+    while True:
+        status = await read_status(ctx, node, vmid)
+        lock = status.get("lock")
+        if not lock:
+            return await read_config(ctx, node, vmid)
+        if time.monotonic() + delay > deadline:
+            raise ProxmoxError(
+                ctx.name,
+                f"VM {vmid} is still locked ({lock}) after {ctx.timeouts.unlock:.0f}s; {why}",
+                transient=True,
+            )
+        await asyncio.sleep(delay)
+        delay = min(cap, delay * 2)
+
+
+async def start(ctx: Ctx, node: str, vmid: str | int) -> None:
+    try:
+        await ctx.client.task(
+            "POST",
+            f"{vm_path(node, vmid)}/status/start",
+            what=f"start of VM {vmid}",
+            timeout=ctx.timeouts.start,
+        )
+    except ProxmoxError as e:
+        if "already running" not in e.detail:
+            raise
+
+
+async def stop(ctx: Ctx, node: str, vmid: str | int) -> None:
+    """Hard stop (disposable VMs being removed)."""
+    try:
+        await ctx.client.task(
+            "POST",
+            f"{vm_path(node, vmid)}/status/stop",
+            what=f"stop of VM {vmid}",
+            timeout=ctx.timeouts.stop,
+        )
+    except ProxmoxError as e:
+        if "not running" not in e.detail:
+            raise
+
+
+async def shutdown(ctx: Ctx, node: str, vmid: str | int) -> None:
+    """ACPI shutdown, forced off when the guest does not power down in time."""
+    try:
+        await ctx.client.task(
+            "POST",
+            f"{vm_path(node, vmid)}/status/shutdown",
+            {"timeout": int(ctx.timeouts.shutdown), "forceStop": 1},
+            what=f"shutdown of VM {vmid}",
+            timeout=ctx.timeouts.shutdown + 60,
+        )
+    except ProxmoxError as e:
+        if "not running" not in e.detail:
+            raise
+
+
+async def destroy(ctx: Ctx, node: str, vmid: str | int) -> None:
+    """Stop and delete a VM with its disks; a VM already gone is fine."""
+    try:
+        status = await read_status(ctx, node, vmid)
+        if status.get("status") == "running":
+            await stop(ctx, node, vmid)
+        await ctx.client.task(
+            "DELETE",
+            vm_path(node, vmid),
+            {"purge": 1, "destroy-unreferenced-disks": 1},
+            what=f"delete of VM {vmid}",
+            timeout=ctx.timeouts.delete,
+        )
+    except ProxmoxError as e:
+        if "does not exist" not in e.detail:
+            raise
+    for ip, owner in list(ctx.addresses.items()):
+        if owner == str(vmid):
+            del ctx.addresses[ip]
+
+
+def boot_disk(config: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The boot disk's config key and size in bytes (cloud-init and CD-ROM drives skipped)."""
+    order: list[str] = []
+    boot = str(config.get("boot") or "")
+    if boot.startswith("order="):
+        order = [d for d in boot[len("order=") :].split(";") if d]
+    elif config.get("bootdisk"):
+        order = [str(config["bootdisk"])]
+    keys = sorted(
+        (k for k in config if k.startswith(DRIVE_PREFIXES) and k[-1].isdigit()),
+        key=lambda k: (DRIVE_PREFIXES.index(next(p for p in DRIVE_PREFIXES if k.startswith(p))), k),
+    )
+    for key in [k for k in order if k in config] + keys:
+        value = str(config.get(key) or "")
+        if not value or "media=cdrom" in value or "cloudinit" in value.split(",")[0]:
+            continue
+        size = 0
+        for part in value.split(",")[1:]:
+            if part.startswith("size="):
+                size = mk.parse_size(part[5:]) or 0
+        return key, size
+    return None
+
+
+def has_cloudinit(config: Mapping[str, Any]) -> bool:
+    return any(
+        k.startswith(DRIVE_PREFIXES) and "cloudinit" in str(v).split(",")[0]
+        for k, v in config.items()
+    )
+
+
+def free_ide(config: Mapping[str, Any]) -> str | None:
+    for key in ("ide2", "ide0", "ide1", "ide3"):
+        if key not in config:
+            return key
+    return None
+
+
+def mac_of(net: object) -> str | None:
+    """The MAC of a netN value (``virtio=BC:24:11:..,bridge=vmbr0``)."""
+    for part in str(net or "").split(","):
+        key, _, value = part.partition("=")
+        if key == "macaddr" or (value.count(":") == 5 and key not in ("bridge", "tag")):
+            return value.lower()
+    return None
+
+
+def with_bridge(net: object, bridge: str) -> str:
+    """net0 on ``bridge``, model and MAC kept (a fresh virtio NIC if there is none)."""
+    parts = [p for p in str(net or "").split(",") if p]
+    if not parts:
+        return f"virtio,bridge={bridge}"
+    kept = [p for p in parts if not p.startswith("bridge=")]
+    return ",".join([kept[0], f"bridge={bridge}", *kept[1:]])
