@@ -1,0 +1,163 @@
+"""FakePve with what sand's tests need on top of fakepve 0.5.0.
+
+* ``PUT /nodes/{node}/qemu/{vmid}/resize`` changes the disk's ``size=`` (fakepve
+  answers it generically and stores nothing): grow only, as PVE.
+* ``task_secs``: PVE seconds a task type takes (a clone holds ``lock: clone``
+  meanwhile), to test polling, timeouts and concurrency.
+* ``task_warnings``: make a task end ``WARNINGS: n`` with ``WARN:`` log lines.
+* ``task_failures``: make the next task(s) of a type end ``TASK ERROR: <message>``
+  before doing anything (a failed clone is cleaned up, as PVE does).
+* a request log with query strings and answer status, outermost middleware, so
+  a dropped connection is logged too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from fakepve import FakePve, PveError, TaskError
+from fakepve.lxc import format_size
+from fakepve.qemu import is_cdrom, join_drive, split_drive
+
+API = "/api2/json"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # without /api2/json
+    query: dict[str, str] = field(default_factory=dict)
+    status: int = 0  # 0: the connection was dropped
+    at: float = 0.0  # when the answer was sent (time.time())
+    took: float = 0.0  # seconds from arrival to answer (a hung request shows here)
+
+    def __str__(self) -> str:
+        q = "&".join(f"{k}={v}" for k, v in self.query.items())
+        return f"{self.method} {self.path}{'?' + q if q else ''} -> {self.status}"
+
+
+def _bytes(text: str) -> int:
+    text = text.strip()
+    unit = text[-1] if text and text[-1] in "KMGT" else ""
+    return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
+
+
+class RigPve(FakePve):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[Request] = []
+        self.task_secs: dict[str, float] = {}
+        self.task_warnings: dict[tuple[str, str], list[str]] = {}
+        self.task_failures: dict[tuple[str, str], list[str]] = {}
+        self._background: set[asyncio.Future[None]] = set()
+
+    # --- request log -------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = super()._build_app()
+
+        @web.middleware
+        async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+            path = request.path[len(API) :] if request.path.startswith(API) else request.path
+            entry = {"method": request.method, "path": path, "query": dict(request.query)}
+            start = time.time()
+            try:
+                response: web.StreamResponse = await handler(request)
+            except BaseException:
+                now = time.time()
+                self.log.append(Request(**entry, status=0, at=now, took=now - start))
+                raise
+            now = time.time()
+            self.log.append(Request(**entry, status=response.status, at=now, took=now - start))
+            return response
+
+        app.middlewares.insert(0, record)
+        return app
+
+    # --- tasks ---------------------------------------------------------------------
+
+    async def task(
+        self,
+        node: str,
+        ttype: str,
+        tid: Any,
+        user: str,
+        body: Any,
+        vm: Any = None,
+        lock: bool = True,
+        log: Any = (),
+    ) -> str:
+        secs = self.task_secs.get(ttype, 0)
+        warn = self.task_warnings.pop((ttype, str(tid)), None) or self.task_warnings.get(
+            (ttype, "*")
+        )
+        failures = self.task_failures.get((ttype, str(tid))) or self.task_failures.get((ttype, "*"))
+        failure = failures.pop(0) if failures else None
+        inner = body
+
+        async def timed() -> Any:
+            await self.pause(secs)
+            if failure is not None:
+                if ttype == "qmclone" and vm in self.vms:
+                    self.vms.remove(vm)  # PVE removes what a failed clone made
+                raise TaskError(failure)
+            note = await inner()
+            if warn:
+                raise TaskError(f"WARNINGS: {len(warn)}")
+            return note
+
+        upid: str = await super().task(node, ttype, tid, user, timed, vm=vm, lock=lock, log=log)
+        if warn:
+            record = self.tasks[upid]
+
+            async def fix_log() -> None:
+                while record["status"] != "stopped":
+                    await asyncio.sleep(0.002)
+                if str(record.get("exitstatus", "")).startswith("WARNINGS"):
+                    del record["log"][-2:]
+                    record["log"].extend(f"WARN: {line}" for line in warn)
+                    record["log"].append(f"TASK WARNINGS: {len(warn)}")
+
+            if record["status"] == "stopped":
+                await fix_log()
+            else:
+                self._background.add(asyncio.ensure_future(fix_log()))
+        return upid
+
+    # --- disk resize -----------------------------------------------------------------
+
+    def _routes_sandrig(self) -> list[tuple[str, str, Any]]:
+        return [("PUT", "/nodes/{node}/qemu/{vmid}/resize", self._rig_resize)]
+
+    async def _rig_resize(self, v: dict[str, Any], user: str) -> str:
+        vm = self.find(v["node"], v["vmid"])
+        self.need_quorum()
+        self._check_lock(vm)
+        key = str(v["disk"])
+        value = vm.config.get(key)
+        if value is None:
+            raise PveError(500, f"disk '{key}' does not exist")
+        volume, props = split_drive(value)
+        if is_cdrom(volume, props):
+            raise PveError(500, "you can't resize a cdrom")
+        current = _bytes(str(props.get("size", "0")))
+        text = str(v["size"])
+        new = current + _bytes(text[1:]) if text.startswith("+") else _bytes(text)
+        if new < current:
+            raise PveError(500, "shrinking disks is not supported")
+
+        async def body() -> None:
+            props["size"] = format_size(new)
+            vm.config[key] = join_drive(volume, props)
+            sid, _, name = volume.partition(":")
+            vol = self.storages.get(sid, {}).get("volumes", {}).get(name)
+            if vol is not None:
+                vol["size"] = new
+
+        result: str = await self.task(vm.node, "resize", vm.vmid, user, body, vm=vm)
+        return result
