@@ -1,0 +1,90 @@
+"""The marker's encoding: tags as PVE normalises them, the description block, sizes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sand.backends.protocol import Marker
+from sand.backends.proxmox import marker as mk
+
+M = Marker("demo", "web-1", "101", "0123456789abcdef", "fedcba9876543210", "template:t@s")
+
+
+def test_tags_name_tool_project_and_identity_with_fingerprint() -> None:
+    assert mk.marker_tags(M) == ["sand", "sand-101-0123456789abcdef", "sand-project-demo"]
+    parsed = mk.parse_tags(mk.join_tags(mk.marker_tags(M)))
+    assert parsed.complete
+    assert (parsed.project, parsed.identity, parsed.fingerprint) == ("demo", "101", M.fingerprint)
+
+
+def test_an_unconverged_marker_says_new() -> None:
+    fresh = Marker("demo", "web-1", "101", "")
+    assert "sand-101-new" in mk.marker_tags(fresh)
+    assert mk.parse_tags("sand;sand-101-new;sand-project-demo").fingerprint == ""
+
+
+def test_merge_keeps_operator_tags_and_replaces_ours() -> None:
+    current = "Golden;sand;sand-101-aaaaaaaaaaaaaaaa;sand-project-demo;team-a"
+    merged = mk.merge_tags(current, M)
+    assert merged == "golden;sand;sand-101-0123456789abcdef;sand-project-demo;team-a"
+    # Stored exactly as PVE stores tags: nothing left to diff on the next read.
+    assert merged == mk.join_tags(mk.split_tags(merged))
+
+
+def test_pve_separators_all_parse() -> None:
+    assert mk.split_tags("a,b c;d") == ["a", "b", "c", "d"]
+    assert mk.split_tags(None) == []
+
+
+def test_operator_tags_that_merely_look_like_ours_are_kept() -> None:
+    assert mk.operator_tags("sandbox;sand-extra;sand") == ["sandbox", "sand-extra"]
+
+
+def test_description_block_round_trips_and_keeps_operator_text() -> None:
+    text = mk.merge_description("Owner: alice\n\nDo not reboot on Fridays.", M, protect=True)
+    assert text.startswith("Owner: alice\n\nDo not reboot on Fridays.\n\n```sand\n")
+    assert mk.parse_description(text) == M
+    assert mk.parse_block(text)["protect"] is True  # type: ignore[index]
+    again = mk.merge_description(text, M, protect=True)
+    assert again == text  # idempotent: no perpetual rewrite
+    assert mk.operator_text(again) == "Owner: alice\n\nDo not reboot on Fridays."
+
+
+def test_description_without_a_block_has_no_marker() -> None:
+    assert mk.parse_description("just notes") is None
+    assert mk.parse_description("```sand\nnot json\n```") is None
+    assert mk.parse_description(None) is None
+
+
+def test_sizes_in_pve_units() -> None:
+    assert mk.memory_mib(8 << 30) == 8192
+    assert mk.memory_mib(1_000_000) == 1  # rounded up to a whole MiB
+    assert mk.size_arg(100 << 30) == "100G"
+    assert mk.size_arg(1536 << 20) == "1536M"
+    assert mk.size_arg(1000) == "1K"
+    assert mk.parse_size("4096M") == 4 << 30
+    assert mk.observed_memory(2048 << 20, 2 << 30) == 2 << 30
+    assert mk.observed_memory(1 << 20, 1_000_000) == 1_000_000  # what sand set for it
+    assert mk.observed_disk((10 << 30) + (2 << 20), 10 << 30) == 10 << 30  # storage rounding
+    assert mk.observed_disk(12 << 30, 10 << 30) == 12 << 30
+
+
+TAG = st.from_regex(r"[a-z0-9_][a-z0-9_+.\-]{0,12}", fullmatch=True)
+
+
+@given(st.lists(TAG, max_size=6), st.sampled_from(["", "0123456789abcdef"]))
+def test_merging_any_operator_tags_is_stable(operator: list[str], fp: str) -> None:
+    marker = Marker("demo", "x", "250", fp)
+    once = mk.merge_tags(";".join(operator), marker)
+    assert mk.merge_tags(once, marker) == once
+    kept = {t for t in operator if not mk.is_sand_tag(t)}
+    assert kept <= set(mk.split_tags(once))
+    assert mk.parse_tags(once).identity == "250"
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="`"), max_size=80))
+def test_operator_text_survives_any_rewrite(text: str) -> None:
+    merged = mk.merge_description(text, M)
+    assert mk.operator_text(merged) == text.strip()
+    assert mk.parse_description(merged) == M

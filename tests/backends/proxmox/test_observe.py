@@ -1,0 +1,203 @@
+"""Observation: one listing for a no-op, deep reads only where needed, ownership right."""
+
+from __future__ import annotations
+
+import asyncio
+
+import proxmoxer
+import pytest
+
+from sand.backends.protocol import Ownership
+from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.state.journal import Journal
+from tests.backends.proxmox.helpers import by_name, managed
+from tests.fakepve_rig.rig import FakePveRig
+
+GIB = 1 << 30
+
+
+async def test_created_vms_observe_with_one_listing_and_no_agent_call(
+    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+) -> None:
+    entries = [{"name": f"dev-{i}", "memory": "2GiB", "disk": "12GiB"} for i in range(4)]
+    desired = rig.desired(entries)
+    for vm in desired:
+        created = await backend.create(vm, journal)
+        await backend.mark_converged(vm, created)
+    rig.clear_log()
+
+    obs = await backend.observe(desired)
+
+    assert [str(r) for r in rig.log] == ["GET /cluster/resources?type=vm -> 200"]
+    assert obs.requests == 1 and obs.unknown_reason is None
+    assert rig.count(contains="/agent/") == 0
+    seen = managed(obs.vms)
+    assert sorted(seen) == [vm.name for vm in desired]
+    for vm in desired:
+        got = seen[vm.name]
+        assert got.fingerprint == vm.fingerprint
+        assert (got.cpus, got.memory, got.disk) == (vm.cpus, vm.memory, vm.disk)
+        assert got.power == "running"
+        assert got.marker is not None and got.marker.image == vm.image
+        assert not got.deep
+
+
+@pytest.mark.parametrize("n", [0, 1, 50, 400])
+async def test_a_no_op_is_one_request_whatever_the_fleet_size(
+    rig: FakePveRig, backend: ProxmoxVEBackend, n: int
+) -> None:
+    desired = rig.desired([{"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(n)])
+    for i, vm in enumerate(desired):
+        rig.seed_managed(vm, 1000 + i)
+    rig.clear_log()
+    obs = await backend.observe(desired)
+    assert rig.count() == 1
+    assert len(obs.managed()) == n
+    assert all(o.fingerprint == by_name(desired)[o.name].fingerprint for o in obs.vms)
+
+
+async def test_deep_reads_only_for_vms_whose_fingerprint_differs(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    entries = [{"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(10)]
+    for i, vm in enumerate(rig.desired(entries)):
+        rig.seed_managed(vm, 200 + i)
+    entries[3]["memory"] = "2GiB"
+    entries[7]["cpus"] = 4
+    desired = rig.desired(entries)
+    rig.clear_log()
+
+    obs = await backend.observe(desired)
+
+    configs = rig.requests("GET", contains="/config")
+    assert sorted(r.path for r in configs) == [
+        "/nodes/pve1/qemu/203/config",
+        "/nodes/pve1/qemu/207/config",
+    ]
+    assert rig.count() == 3  # the listing and two config reads: <= 2 calls per changed VM
+    seen = managed(obs.vms)
+    assert seen["vm-3"].deep and seen["vm-7"].deep and not seen["vm-0"].deep
+    assert seen["vm-3"].memory == 1 * GIB  # what is there, to be compared by the planner
+    assert seen["vm-3"].fingerprint != by_name(desired)["vm-3"].fingerprint
+
+
+async def test_a_vm_removed_from_the_manifest_is_deep_read_before_it_may_be_pruned(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    old = rig.desired([{"name": "gone", "protect": True}])[0]
+    rig.seed_managed(old, 300)
+    obs = await backend.observe([])
+    (vm,) = obs.vms
+    assert vm.ownership is Ownership.MANAGED and vm.deep and vm.protect
+
+
+async def test_a_locked_vm_is_read_and_reported_locked(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    desired = rig.desired([{"name": "busy"}])
+    rig.seed_managed(desired[0], 310, lock="backup")
+    obs = await backend.observe(desired)
+    (vm,) = obs.vms
+    assert vm.lock == "backup" and vm.deep and vm.ownership is Ownership.MANAGED
+    assert rig.count("GET", "/nodes/pve1/qemu/310/config") == 1
+
+
+def _human_clone(rig: FakePveRig, source: int, newid: int, name: str) -> None:
+    """An operator clones a managed VM with their own root token (PVE copies tags and
+    description verbatim), through the API as the web UI would."""
+    token_file = rig.add_token("root@pam!ops", acl="root")
+    user, _, secret = token_file.read_text().strip().partition("=")
+    user, _, token_name = user.partition("!")
+    api = proxmoxer.ProxmoxAPI(
+        rig.host,
+        port=rig.port,
+        user=user,
+        token_name=token_name,
+        token_value=secret,
+        verify_ssl=rig.ca_file,
+    )
+    api.nodes("pve1").qemu(source).clone.post(newid=newid, name=name, full=1, pool=rig.pool)
+
+
+async def test_ownership_of_everything_in_the_pool(
+    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+) -> None:
+    desired = rig.desired([{"name": "web"}, {"name": "db"}])
+    web = by_name(desired)["web"]
+    made = await backend.create(web, journal)
+    await backend.mark_converged(web, made)
+    await asyncio.to_thread(_human_clone, rig, int(made.identity), 160, "web-copy")
+    rig.seed_vm(150, "db", tags="team-a", description="a human's db")  # holds a desired name
+    rig.seed_vm(151, "scratch")  # a human's VM, nothing to do with sand
+    other = rig.desired([{"name": "web"}], project="other")[0]
+    rig.seed_managed(other, 170)  # another project's VM of the same name
+    rig.clear_log()
+
+    obs = await backend.observe(desired)
+
+    kinds = {vm.identity: (vm.name, vm.ownership) for vm in obs.vms}
+    assert kinds == {
+        made.identity: ("web", Ownership.MANAGED),
+        "150": ("db", Ownership.UNMANAGED),
+        "160": ("web-copy", Ownership.COPIED),
+        "170": ("web", Ownership.OTHER_PROJECT),
+    }
+    copied = next(vm for vm in obs.vms if vm.identity == "160")
+    assert copied.marker is not None and copied.marker.identity == made.identity
+    assert any("160" in w and "copy" in w for w in obs.warnings)
+    # Only the unmarked VM holding a desired name needed its config read.
+    assert [r.path for r in rig.requests(contains="/config")] == ["/nodes/pve1/qemu/150/config"]
+    assert "9000" not in kinds  # the template is not sand's business
+
+
+async def test_a_template_carrying_our_marker_is_never_managed(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    vm = rig.desired([{"name": "golden-copy"}])[0]
+    rig.seed_managed(vm, 400, template=True, status="stopped")
+    obs = await backend.observe([])
+    (seen,) = obs.vms
+    assert seen.template and seen.ownership is Ownership.UNMANAGED
+    assert obs.managed() == []
+
+
+async def test_a_failing_listing_means_unknown_never_empty(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    rig.fail("GET", "/cluster/resources", 503, "Service Unavailable")
+    obs = await backend.observe(rig.desired([{"name": "a"}]))
+    assert obs.unknown_reason is not None and "503" in obs.unknown_reason
+    assert obs.vms == ()
+    assert rig.count("GET", "/cluster/resources") == backend.ctx.client.retry.attempts
+
+
+async def test_a_briefly_failing_listing_is_retried(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    rig.fail("GET", "/cluster/resources", 502, "Bad Gateway", times=2)
+    obs = await backend.observe([])
+    assert obs.unknown_reason is None
+    assert rig.count("GET", "/cluster/resources") == 3
+
+
+async def test_an_unreachable_api_means_unknown(rig: FakePveRig) -> None:
+    backend = rig.make_backend(port=1)  # nothing listens there
+    obs = await backend.observe([])
+    assert obs.unknown_reason is not None and "ConnectionError" in obs.unknown_reason
+    await backend.close()
+
+
+async def test_vms_on_an_offline_node_stay_managed_with_unknown_power(
+    fakepve_factory, journal: Journal
+) -> None:
+    rig = fakepve_factory(nodes=("pve1", "pve2"))
+    backend = rig.make_backend()
+    desired = rig.desired([{"name": "a"}, {"name": "b"}])
+    rig.seed_managed(desired[0], 500, node="pve1")
+    rig.seed_managed(desired[1], 501, node="pve2")
+    rig.run(rig.pve.set_node_offline, "pve2")
+    obs = await backend.observe(desired)
+    seen = managed(obs.vms)
+    assert seen["b"].power == "unknown" and seen["a"].power == "running"
+    assert obs.unknown_reason is None and rig.count() == 1
+    await backend.close()
