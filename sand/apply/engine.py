@@ -123,10 +123,14 @@ async def _apply_one(
     if vm.provision and (change.reprovision or change.secrets_only):
         say(change.vm, "provisioning" if change.reprovision else "delivering secrets")
         await provisioner(vm, backend, current, change)
-    if change.action in (Action.CREATE, Action.REPLACE) and vm.state == "stopped":
-        # Creates always boot (provisioning needs a running guest); honour the
-        # manifest's power state afterwards.
-        say(change.vm, "stopping")
-        current = await backend.update(vm, current, ["state"], journal)
+    if change.action in (Action.CREATE, Action.REPLACE):
+        # Creates always boot (provisioning needs a running guest) and are
+        # unprotected until provisioned; settle power state and protection last.
+        finishing = [
+            f for f, on in (("state", vm.state == "stopped"), ("protect", vm.protect)) if on
+        ]
+        if finishing:
+            say(change.vm, "setting " + ", ".join(finishing))
+            current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
     await backend.mark_converged(vm, current)

@@ -1,0 +1,51 @@
+"""Run the real `sand` command line in a subprocess against a fake backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class Sand:
+    workdir: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.workdir / "sand.yaml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workdir / "state"
+
+    def write(self, data: dict[str, Any]) -> Path:
+        self.manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+        return self.manifest
+
+    def run(
+        self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "SAND_STATE_DIR": str(self.state_dir), "NO_COLOR": "1"}
+        full_env.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "sand", *args],
+            capture_output=True,
+            text=True,
+            cwd=self.workdir,
+            env=full_env,
+            input=stdin,
+            timeout=300,
+            check=False,
+        )
+
+    def plan_json(self, *extra: str) -> dict[str, Any]:
+        proc = self.run("plan", "--json", *extra)
+        assert proc.returncode in (0, 2), proc.stderr
+        return json.loads(proc.stdout)

@@ -1,0 +1,168 @@
+"""The command line end to end against fakepve: plan, apply, idempotence,
+exit codes, saved plans, mass-delete guard, status and destroy.
+
+Assertions read fakepve's own state and request log, not sand's output alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import Sand
+
+VMS = [{"name": "web-1"}, {"name": "web-2", "memory": "2GiB"}]
+
+
+@pytest.fixture
+def sand(tmp_path, fakepve_server):
+    s = Sand(tmp_path)
+    s.write(fakepve_server.manifest(VMS))
+    return s
+
+
+def names(rig):
+    return sorted(vm.name for vm in rig.vms())
+
+
+def test_plan_then_apply_then_noop(sand, fakepve_server):
+    rig = fakepve_server
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stderr
+    assert "Plan: 2 to add, 0 to change, 0 to destroy." in proc.stdout
+    assert '+ vm "web-1" {' in proc.stdout
+    assert names(rig) == []  # plan changed nothing
+
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Apply complete! Resources: 2 added, 0 changed, 0 destroyed" in proc.stdout
+    assert names(rig) == ["web-1", "web-2"]
+    web2 = rig.vms_named("web-2")[0]
+    assert int(web2.config["memory"]) == 2048
+
+    rig.clear_log()
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No changes." in proc.stdout
+    listing = rig.count("GET", "/cluster/resources")
+    assert listing == 1
+    assert rig.count(contains="/agent/") == 0
+    assert rig.count(contains="/config") == 0  # no deep reads on a no-op
+
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0 and "No changes." in proc.stdout
+    assert names(rig) == ["web-1", "web-2"]
+
+
+def test_apply_without_a_terminal_or_approval_refuses_and_changes_nothing(sand, fakepve_server):
+    proc = sand.run("apply")
+    assert proc.returncode == 1
+    assert "--auto-approve" in proc.stderr
+    assert names(fakepve_server) == []
+
+
+def test_answering_no_cancels(sand, fakepve_server):
+    # stdin is a pipe, not a terminal: refused before asking; with a TTY the
+    # prompt accepts only "yes" (exercised through tmux in the e2e suite).
+    proc = sand.run("apply", stdin="yes\n")
+    assert proc.returncode == 1
+    assert names(fakepve_server) == []
+
+
+def test_memory_change_is_one_update_in_place(sand, fakepve_server):
+    rig = fakepve_server
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    before = {vm.name: vm.vmid for vm in rig.vms()}
+    sand.write(rig.manifest([{"name": "web-1"}, {"name": "web-2", "memory": "4GiB"}]))
+    plan = sand.plan_json()
+    actions = {c["vm"]: c["action"] for c in plan["changes"]}
+    assert actions == {"web-1": "no-op", "web-2": "update"}
+    assert plan["summary"]["change"] == 1
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {vm.name: vm.vmid for vm in rig.vms()} == before  # same machines
+    assert int(rig.vms_named("web-2")[0].config["memory"]) == 4096
+    assert sand.run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_removing_an_entry_deletes_only_that_vm(sand, fakepve_server):
+    rig = fakepve_server
+    sand.write(rig.manifest(VMS + [{"name": "web-3"}]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    sand.write(rig.manifest(VMS))
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 destroyed" in proc.stdout
+    assert names(rig) == ["web-1", "web-2"]
+
+
+def test_mass_delete_needs_the_flag(sand, fakepve_server):
+    rig = fakepve_server
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    sand.write(rig.manifest([]))
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 1
+    assert "--allow-mass-delete" in proc.stderr
+    assert names(rig) == ["web-1", "web-2"]
+    proc = sand.run("apply", "--auto-approve", "--allow-mass-delete")
+    assert proc.returncode == 0, proc.stderr
+    assert names(rig) == []
+
+
+def test_saved_plan_applies_once_and_refuses_when_stale(sand, fakepve_server):
+    rig = fakepve_server
+    plan_file = sand.workdir / "create.plan"
+    assert sand.run("plan", "--out", str(plan_file)).returncode == 0
+    proc = sand.run("apply", str(plan_file))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert names(rig) == ["web-1", "web-2"]
+    # The same saved plan again: the world moved (it was made against an empty
+    # pool), so it must refuse instead of creating duplicates.
+    proc = sand.run("apply", str(plan_file))
+    assert proc.returncode == 1
+    assert "stale" in proc.stderr or "differs" in proc.stderr
+    assert names(rig) == ["web-1", "web-2"]
+
+
+def test_invalid_manifest_touches_nothing(sand, fakepve_server):
+    rig = fakepve_server
+    rig.clear_log()
+    text = sand.manifest.read_text().replace("name: web-2", "name: web_2")
+    sand.manifest.write_text(text)
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 1
+    assert "sand.yaml:" in proc.stderr and "not valid on Proxmox" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert rig.log == []
+
+
+def test_status_reports_conditions(sand, fakepve_server):
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    proc = sand.run("status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["vm"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {"web-1", "web-2"}
+    for row in rows.values():
+        assert row["conditions"]["Synced"] is True
+        assert row["conditions"]["Healthy"] is True
+        assert row["last_reconcile"]
+        assert row["observed"]["power"] == "running"
+
+
+def test_destroy_keeps_protected_vms(sand, fakepve_server):
+    rig = fakepve_server
+    sand.write(rig.manifest([{"name": "web-1"}, {"name": "keep", "protect": True}]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    assert str(rig.vms_named("keep")[0].config.get("protection")) == "1"
+    proc = sand.run("destroy", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert names(rig) == ["keep"]
+    assert "protected" in proc.stdout
+
+
+def test_json_logs_are_json(sand, fakepve_server):
+    proc = sand.run("--log-format", "json", "--log-level", "info", "apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    assert any(e.get("event") == "progress" and e.get("step") == "done" for e in events)
