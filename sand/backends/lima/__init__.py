@@ -1,0 +1,78 @@
+"""The Lima backend (``type: lima``): local ``limactl``, or ``limactl`` on a remote host
+over one SSH connection. See ``docs/backends/lima.md``.
+
+Modules: ``runner`` (the local/SSH seam), ``scripts`` (the fixed sh scripts run next to
+limactl), ``listing`` (JSON Lines parsing), ``config`` (generated lima.yaml and the
+security checks), ``marker`` (ownership), ``sshconfig``, ``backend`` (the Backend).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sand.backends.lima.backend import FIELD_POLICY, LimaBackendImpl
+from sand.backends.lima.runner import LocalRunner, RemoteRunner, RemoteTarget, Runner
+from sand.backends.protocol import Backend, JumpHost
+from sand.manifest.models import LimaBackend
+
+__all__ = ["FIELD_POLICY", "LimaBackendImpl", "make_lima_backend"]
+
+
+def _local_path(value: str, manifest_dir: Path) -> str:
+    """``~`` expanded; a relative path is relative to the manifest's directory."""
+    p = Path(os.path.expanduser(value))
+    return str(p if p.is_absolute() else (manifest_dir / p).resolve())
+
+
+def _executable(value: str, manifest_dir: Path) -> str:
+    """A bare name is looked up on PATH; anything with a slash is a path."""
+    return _local_path(value, manifest_dir) if "/" in value else value
+
+
+def _remote_home(value: str) -> str:
+    # The remote command runs in the login directory, so "~/x" is just "x" there;
+    # quoting keeps the remote shell from expanding anything.
+    if value == "~":
+        return "."
+    return value[2:] if value.startswith("~/") else value
+
+
+def make_lima_backend(
+    name: str, config: LimaBackend, *, project: str, manifest_dir: Path
+) -> Backend:
+    runner: Runner
+    jump: JumpHost | None = None
+    if config.ssh is None:
+        home = _local_path(config.lima_home, manifest_dir) if config.lima_home else None
+        runner = LocalRunner(backend=name, lima_home=home)
+        limactl = _executable(config.limactl, manifest_dir)
+    else:
+        ssh = config.ssh
+        identity = _local_path(ssh.identity, manifest_dir) if ssh.identity else None
+        known_hosts = _local_path(ssh.known_hosts or "~/.ssh/known_hosts", manifest_dir)
+        target = RemoteTarget(
+            host=ssh.host,
+            port=ssh.port,
+            user=ssh.user,
+            identity=identity,
+            known_hosts=known_hosts,
+            lima_home=_remote_home(ssh.lima_home),
+        )
+        runner = RemoteRunner(backend=name, target=target)
+        jump = JumpHost(
+            host=ssh.host,
+            port=ssh.port,
+            user=ssh.user,
+            identity=identity,
+            known_hosts=known_hosts,
+        )
+        limactl = config.limactl  # resolved on the remote host's PATH
+    return LimaBackendImpl(
+        name,
+        project=project,
+        runner=runner,
+        limactl=limactl,
+        clone_parallelism=config.clone_parallelism,
+        jump=jump,
+    )

@@ -1,0 +1,785 @@
+"""The Lima backend: instances on this machine or on a remote host, via ``limactl``.
+
+Observation is one call per reconcile: a fixed script that runs ``limactl list --json``
+once and prints sand's sidecar files next to it (one SSH exec when remote). Everything
+the planner compares comes from that listing (``cpus``, ``memory``, ``disk``, status,
+``protected``, the resolved ``config``) plus the marker, so there are no per-VM reads.
+
+Creating: a VM whose base (image + user) other VMs share is ``limactl clone``-d from a
+base instance ``sand-base-<project>-<hash>`` (built once with ``limactl create``, never
+started, rebuilt when its content stamp changes, under a lock); other VMs are created
+directly. Both paths pass the security settings as ``--set`` so they hold after Lima
+merges base templates. Every mutating limactl call is journalled first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sand.backends.lima import config as cfg
+from sand.backends.lima import scripts
+from sand.backends.lima.listing import (
+    LimaInstance,
+    ListingError,
+    parse_frames,
+    parse_list,
+    version_tuple,
+)
+from sand.backends.lima.marker import (
+    BaseStamp,
+    Classification,
+    Sidecar,
+    classify,
+    new_uid,
+    parse_base_stamp,
+    parse_sidecar,
+)
+from sand.backends.lima.runner import Completed, Runner
+from sand.backends.lima.sshconfig import parse_ssh_config
+from sand.backends.protocol import (
+    GuestEndpoint,
+    JumpHost,
+    Marker,
+    Mutability,
+    Observation,
+    ObservedVM,
+    Ownership,
+)
+from sand.desired import DesiredVM, digest
+from sand.errors import BackendError, SandError
+from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.state.journal import Journal
+
+FIELD_POLICY: Mapping[str, Mutability] = {
+    "image": Mutability.REPLACE,
+    "cpus": Mutability.RESTART,
+    "memory": Mutability.RESTART,
+    "disk": Mutability.GROW_ONLY,
+    "ports": Mutability.RESTART,
+    "state": Mutability.IN_PLACE,
+    "protect": Mutability.IN_PLACE,
+}
+CONFIG_FIELDS = frozenset({"cpus", "memory", "disk", "ports"})
+MIN_VERSION = (2, 2, 0)
+BASE_FORMAT = 1  # bump to rebuild every base when the generated base config changes
+
+TIMEOUT_LIST = 120.0
+TIMEOUT_CREATE = 1800.0  # may download an image
+TIMEOUT_CLONE = 1800.0  # copies a disk
+TIMEOUT_START = 1200.0  # Lima itself waits up to 10 min for the guest
+TIMEOUT_STOP = 300.0
+TIMEOUT_SHORT = 120.0
+
+
+@dataclass
+class _Inspected:
+    """One instance as read by a (per-name) observe call."""
+
+    instance: LimaInstance | None
+    sidecar: Sidecar | None = None
+    base_stamp: BaseStamp | None = None
+
+
+@dataclass
+class _BaseState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ready: bool = False
+
+
+class LimaBackendImpl:
+    type = "lima"
+    field_policy: Mapping[str, Mutability] = FIELD_POLICY
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        project: str,
+        runner: Runner,
+        limactl: str = "limactl",
+        clone_parallelism: int = 2,
+        jump: JumpHost | None = None,
+        key_dir: Path | None = None,
+        bundle: cfg.BundleMount | None = None,
+    ) -> None:
+        self.name = name
+        self.project = project
+        self.runner = runner
+        self.limactl = limactl
+        self.clone_parallelism = clone_parallelism
+        self.jump = jump
+        self._key_dir = key_dir
+        self._bundle = bundle
+        self._version_checked = False
+        self._version_warnings: list[str] = []
+        self._seen: set[str] | None = None  # every instance name in the last listing
+        self._bases: dict[str, _BaseState] = {}
+        self._base_users: dict[str, int] = {}
+        self._base_stamps: dict[str, BaseStamp] = {}
+        self._local_keys: dict[str, str] = {}
+
+    # --- limactl ----------------------------------------------------------------------
+
+    def _argv(self, *args: str) -> list[str]:
+        return [self.limactl, "--tty=false", *args]
+
+    def _error(self, res: Completed, what: str, hint: str = "") -> BackendError:
+        tail = res.err_tail()
+        msg = f"`{what}` failed on {self.runner.where} (exit {res.returncode})"
+        if tail:
+            msg += f": {tail}"
+        if hint:
+            msg += f"\n{hint}"
+        return BackendError(msg, backend=self.name)
+
+    async def _limactl(
+        self, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_SHORT
+    ) -> Completed:
+        res = await self.runner.run(self._argv(*args), stdin=stdin, timeout=timeout)
+        if not res.ok:
+            shown = " ".join(a for a in args if not a.startswith("--set=") and len(a) < 80)
+            raise self._error(res, f"limactl {shown}")
+        return res
+
+    async def _script(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, what: str
+    ) -> Completed:
+        res = await self.runner.run(argv, stdin=stdin, timeout=TIMEOUT_SHORT)
+        if not res.ok:
+            raise self._error(res, what)
+        return res
+
+    # --- observe ----------------------------------------------------------------------
+
+    async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
+        self._base_users = {}
+        for vm in desired:
+            key = self.base_name(vm)
+            self._base_users[key] = self._base_users.get(key, 0) + 1
+        self._seen = None
+        want_version = not self._version_checked
+        argv = scripts.observe_argv(self.limactl, version=want_version)
+        res = await self.runner.run(argv, env={"LC_ALL": "C"}, timeout=TIMEOUT_LIST)
+        if not res.ok:
+            return self._unknown(
+                f"the listing script failed (exit {res.returncode}): {res.err_tail()}"
+            )
+        try:
+            frames = parse_frames(res.stdout)
+        except ListingError as exc:
+            return self._unknown(str(exc))
+        if want_version:
+            self._version_checked = True
+            if frames.version is not None:
+                self._version_warnings = self._version_warning(frames.version)
+        warnings = list(self._version_warnings)
+        if frames.list_rc != 0:
+            tail = res.err_tail()
+            hint = ""
+            if "lima.yaml" in tail:
+                hint = (
+                    " (an instance directory without lima.yaml: one is being cloned or deleted;"
+                    " Lima before 2.2.0 then fails the whole listing, lima-vm/lima#5236)"
+                )
+            return self._unknown(
+                f"`limactl list --json` failed on {self.runner.where} (exit {frames.list_rc})"
+                f"{hint}: {tail}",
+                warnings,
+            )
+        try:
+            instances = parse_list(frames.list_stdout)
+        except ListingError as exc:
+            return self._unknown(f"{exc} (on {self.runner.where})", warnings)
+        self._seen = {inst.name for inst in instances}
+        vms: list[ObservedVM] = []
+        unreadable: list[str] = []
+        self._base_stamps = {}
+        for inst in instances:
+            if not inst.readable:
+                unreadable.append(inst.name)
+            if inst.name.startswith(RESERVED_LIMA_PREFIX):
+                stamp_raw = frames.files.get((inst.name, scripts.BASE_STAMP_FILE))
+                stamp = parse_base_stamp(stamp_raw) if stamp_raw is not None else None
+                if stamp is not None:
+                    self._base_stamps[inst.name] = stamp
+                continue  # bases are sand's plumbing, never VMs
+            raw = frames.files.get((inst.name, scripts.MARKER_FILE))
+            vms.append(self._observed(inst, parse_sidecar(raw) if raw is not None else None))
+        reason = None
+        if unreadable:
+            names = ", ".join(sorted(unreadable))
+            reason = (
+                f"instance {names} on {self.runner.where} has no readable lima.yaml (being "
+                "cloned or deleted?); every instance there is unknown this run "
+                "(lima-vm/lima#5236)"
+            )
+        return Observation(
+            backend=self.name,
+            vms=tuple(vms),
+            unknown_reason=reason,
+            requests=1,
+            warnings=tuple(warnings),
+        )
+
+    def _unknown(self, reason: str, warnings: Sequence[str] = ()) -> Observation:
+        return Observation(
+            backend=self.name,
+            vms=(),
+            unknown_reason=reason,
+            requests=1,
+            warnings=tuple(warnings),
+        )
+
+    def _version_warning(self, text: str) -> list[str]:
+        v = version_tuple(text)
+        if v and v < MIN_VERSION:
+            return [
+                f"limactl {'.'.join(map(str, v))} on {self.runner.where} is older than 2.2.0: "
+                "its listing fails while any instance is being cloned or deleted "
+                "(lima-vm/lima#5236), and sand then leaves that host alone for the run"
+            ]
+        return []
+
+    def _observed(self, inst: LimaInstance, sidecar: Sidecar | None) -> ObservedVM:
+        c: Classification = classify(inst.name, sidecar, inst.param, self.project)
+        lock: str | None = None
+        if not inst.readable:
+            lock = "no lima.yaml (being cloned or deleted?)"
+        elif c.incomplete:
+            lock = "creating (no sand marker yet)"
+        elif inst.status not in ("Running", "Stopped"):
+            lock = f"lima status {inst.status or 'unknown'}"
+        details = {
+            "dir": inst.dir,
+            "status": inst.status,
+            "ssh_config": inst.ssh_config_file,
+            "ssh_address": inst.ssh_address,
+            "ssh_port": str(inst.ssh_local_port),
+            "user": inst.user,
+            "identity_file": inst.identity_file,
+            "uid": c.uid,
+            "lima_version": inst.lima_version,
+        }
+        if inst.errors:
+            details["errors"] = "; ".join(inst.errors)
+        return ObservedVM(
+            backend=self.name,
+            name=inst.name,
+            identity=inst.name,
+            ownership=c.ownership,
+            power=inst.power,
+            cpus=inst.cpus,
+            memory=inst.memory,
+            disk=inst.disk,
+            protect=inst.protected,
+            lock=lock,
+            ports=cfg.observed_ports(inst.config),
+            marker=c.marker,
+            deep=True,
+            findings=cfg.security_findings(
+                inst.config, self._bundle.location if self._bundle else None
+            ),
+            details=details,
+        )
+
+    async def _inspect(self, *names: str) -> dict[str, _Inspected]:
+        """A per-name read (one call): listing entries and sidecars, or absent."""
+        argv = scripts.observe_argv(self.limactl, version=False, names=names)
+        res = await self.runner.run(argv, env={"LC_ALL": "C"}, timeout=TIMEOUT_LIST)
+        if not res.ok:
+            raise self._error(res, "the per-instance listing script")
+        try:
+            frames = parse_frames(res.stdout)
+            if frames.list_rc != 0:
+                raise self._error(
+                    Completed(res.argv, frames.list_rc or 1, b"", res.stderr),
+                    "limactl list --json " + " ".join(names),
+                )
+            instances = {i.name: i for i in parse_list(frames.list_stdout)}
+        except ListingError as exc:
+            raise BackendError(str(exc), backend=self.name) from None
+        out: dict[str, _Inspected] = {}
+        for n in names:
+            inst = instances.get(n)
+            if inst is None:
+                out[n] = _Inspected(None)
+                continue
+            raw = frames.files.get((n, scripts.MARKER_FILE))
+            stamp = frames.files.get((n, scripts.BASE_STAMP_FILE))
+            out[n] = _Inspected(
+                inst,
+                parse_sidecar(raw) if raw is not None else None,
+                parse_base_stamp(stamp) if stamp is not None else None,
+            )
+        return out
+
+    async def _observe_one(self, name: str) -> ObservedVM:
+        found = (await self._inspect(name))[name]
+        if found.instance is None:
+            raise BackendError(
+                f"instance {name} vanished on {self.runner.where}", backend=self.name
+            )
+        return self._observed(found.instance, found.sidecar)
+
+    # --- bases ------------------------------------------------------------------------
+
+    def base_name(self, vm: DesiredVM) -> str:
+        key = digest({"image": vm.image, "user": vm.user}, 8)
+        return f"{RESERVED_LIMA_PREFIX}-{self.project}-{key}"
+
+    def _base_doc(self, vm: DesiredVM, name: str) -> dict[str, Any]:
+        return cfg.base_config(image=vm.image, user=vm.user, project=self.project, name=name)
+
+    def base_stamp(self, vm: DesiredVM) -> str:
+        name = self.base_name(vm)
+        security = cfg.security_settings((), None)
+        return digest({"format": BASE_FORMAT, "doc": self._base_doc(vm, name), "set": security})
+
+    def _should_clone(self, vm: DesiredVM) -> bool:
+        if vm.disk < cfg.BASE_DISK:
+            return False  # a clone can only grow its disk
+        name = self.base_name(vm)
+        stamp = self._base_stamps.get(name)
+        if stamp is not None and stamp.stamp == self.base_stamp(vm):
+            return True  # a fresh base exists: cloning is the fast path
+        return self._base_users.get(name, 0) >= 2
+
+    async def _ensure_base(self, vm: DesiredVM, journal: Journal) -> str:
+        """Build the base for ``vm`` once per run (or rebuild a stale one), under a lock.
+
+        Creates that share the base wait on the lock; once the base is ready in this run
+        it is never rebuilt again, so no clone can race a rebuild.
+        """
+        name = self.base_name(vm)
+        state = self._bases.setdefault(name, _BaseState())
+        async with state.lock:
+            if state.ready:
+                return name
+            want = self.base_stamp(vm)
+            found = (await self._inspect(name))[name]
+            inst = found.instance
+            if inst is not None:
+                origin = inst.param.get(cfg.PARAM_PROJECT)
+                if inst.readable and origin != self.project:
+                    raise BackendError(
+                        f"instance {name} on {self.runner.where} uses sand's reserved base name "
+                        "but was not made by this project; rename or delete it",
+                        backend=self.name,
+                    )
+                fresh = (
+                    inst.readable
+                    and found.base_stamp is not None
+                    and found.base_stamp.stamp == want
+                    and found.base_stamp.project == self.project
+                )
+                if fresh:
+                    if inst.power == "running":  # someone started it; clones need it stopped
+                        entry = journal.begin(
+                            "base-stop", backend=self.name, vm=name, identity=name
+                        )
+                        await self._limactl("stop", name, timeout=TIMEOUT_STOP)
+                        journal.finish(entry)
+                    state.ready = True
+                    return name
+                await self._rebuild_cleanup(name, inst, journal)
+            await self._build_base(vm, name, want, journal)
+            state.ready = True
+            return name
+
+    async def _rebuild_cleanup(self, name: str, inst: LimaInstance, journal: Journal) -> None:
+        entry = journal.begin("base-delete", backend=self.name, vm=name, identity=name)
+        if inst.readable:
+            await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+        else:
+            await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+        journal.step(entry, "deleted")
+        journal.finish(entry)
+
+    async def _build_base(self, vm: DesiredVM, name: str, stamp: str, journal: Journal) -> None:
+        doc = self._base_doc(vm, name)
+        body = cfg.to_yaml(doc, header=f"sand base for project {self.project}; do not edit")
+        entry = journal.begin(
+            "base", backend=self.name, vm=name, identity=name, image=vm.image, stamp=stamp
+        )
+        sets = cfg.set_expressions(cfg.security_settings((), None))
+        await self._limactl(
+            "create",
+            f"--name={name}",
+            *_set_flags(sets),
+            "-",
+            stdin=body.encode(),
+            timeout=TIMEOUT_CREATE,
+        )
+        journal.step(entry, "created")
+        base = BaseStamp(self.project, name, stamp, vm.image, vm.user)
+        await self._write_sidecar(name, scripts.BASE_STAMP_FILE, base.to_bytes())
+        journal.step(entry, "stamped")
+        journal.finish(entry)
+        self._base_stamps[name] = base
+
+    # --- create -----------------------------------------------------------------------
+
+    def _check_name(self, name: str) -> None:
+        problem = check_vm_name(name, "lima")
+        if problem:
+            raise BackendError(problem, backend=self.name)
+
+    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        self._check_name(vm.name)
+        name = vm.name
+        # The planner decided this create from this backend's observation; re-read only
+        # when there was none (a failed create's cleanup relies on the name being free).
+        taken = name in self._seen if self._seen is not None else None
+        if taken is None:
+            taken = (await self._inspect(name))[name].instance is not None
+        if taken:
+            raise BackendError(
+                f"an instance named {name} already exists on {self.runner.where}; sand does not "
+                "touch it",
+                backend=self.name,
+            )
+        base = await self._ensure_base(vm, journal) if self._should_clone(vm) else None
+        entry = journal.begin(
+            "create",
+            backend=self.name,
+            vm=name,
+            identity=name,
+            via=f"clone:{base}" if base else "create",
+            image=vm.image,
+        )
+        marked = False
+        try:
+            if base:
+                settings = {
+                    **cfg.vm_edit_settings(vm, self._bundle),
+                    f"param.{cfg.PARAM_INSTANCE}": name,
+                }
+                await self._limactl(
+                    "clone",
+                    base,
+                    name,
+                    *_set_flags(cfg.set_expressions(settings)),
+                    timeout=TIMEOUT_CLONE,
+                )
+            else:
+                body = cfg.to_yaml(
+                    cfg.vm_config(vm, self._bundle),
+                    header=f"generated by sand for project {self.project}; edits show as drift",
+                )
+                sets = cfg.set_expressions(cfg.security_settings(vm.ports, self._bundle))
+                await self._limactl(
+                    "create",
+                    f"--name={name}",
+                    *_set_flags(sets),
+                    "-",
+                    stdin=body.encode(),
+                    timeout=TIMEOUT_CREATE,
+                )
+            journal.step(entry, "created")
+            sidecar = Sidecar(
+                Marker(self.project, name, name, fingerprint="", image=vm.image),
+                uid=new_uid(),
+                backend=self.name,
+            )
+            await self._write_sidecar(name, scripts.MARKER_FILE, sidecar.to_bytes())
+            marked = True
+            journal.step(entry, "marked")
+            if vm.protect:
+                await self._limactl("protect", name)
+                journal.step(entry, "protected")
+            await self._start(name)
+            journal.step(entry, "started")
+            observed = await self._observe_one(name)
+        except SandError:
+            if marked:
+                # A managed instance with fingerprint "": the next plan converges it.
+                journal.finish(entry, "failed")
+            elif await self._cleanup_half_made(name):
+                journal.finish(entry, "failed")
+            raise
+        journal.finish(entry)
+        if self._seen is not None:
+            self._seen.add(name)
+        return observed
+
+    async def _cleanup_half_made(self, name: str) -> bool:
+        """After a failed clone/create: remove what it left. True when settled."""
+        try:
+            found = (await self._inspect(name))[name]
+            inst = found.instance
+            if inst is None:
+                return True
+            if found.sidecar is not None:
+                return True  # carries a marker: not half-made
+            if inst.readable:
+                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+            else:
+                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+            return True
+        except SandError:
+            return False  # leave the journal entry open: recover() settles it next run
+
+    async def _start(self, name: str) -> None:
+        res = await self.runner.run(self._argv("start", name), timeout=TIMEOUT_START)
+        if res.ok:
+            return
+        log = ""
+        tail = await self.runner.run(scripts.tail_argv(name, "ha.stderr.log"), timeout=30)
+        if tail.ok and tail.stdout.strip():
+            log = "last lines of ha.stderr.log:\n" + tail.stdout.decode(errors="replace").rstrip()
+        raise self._error(res, f"limactl start {name}", log)
+
+    async def _write_sidecar(self, name: str, filename: str, data: bytes) -> None:
+        await self._script(
+            scripts.write_sidecar_argv(name, filename),
+            stdin=data,
+            what=f"write {filename} for {name}",
+        )
+
+    # --- update -----------------------------------------------------------------------
+
+    def _require_managed(self, current: ObservedVM, action: str) -> None:
+        if current.ownership is not Ownership.MANAGED:
+            raise BackendError(
+                f"refusing to {action} {current.name}: it is {current.ownership.value}, not "
+                "managed by this project",
+                backend=self.name,
+            )
+        if current.name.startswith(RESERVED_LIMA_PREFIX):
+            raise BackendError(
+                f"refusing to {action} sand's base {current.name}", backend=self.name
+            )
+
+    async def update(
+        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+    ) -> ObservedVM:
+        self._require_managed(current, "update")
+        wanted = set(fields)
+        if "image" in wanted:
+            raise BackendError(
+                f"the image of {vm.name} cannot change in place (it forces replacement)",
+                backend=self.name,
+            )
+        if "disk" in wanted and current.disk is not None and vm.disk < current.disk:
+            raise BackendError(
+                f"the disk of {vm.name} cannot shrink in place ({current.disk} -> {vm.disk} "
+                "bytes; it forces replacement)",
+                backend=self.name,
+            )
+        config_change = bool(wanted & CONFIG_FIELDS)
+        entry = journal.begin(
+            "update",
+            backend=self.name,
+            vm=vm.name,
+            identity=current.identity,
+            fields=sorted(wanted),
+        )
+        name = current.identity
+        power = current.power
+        target = vm.state if "state" in wanted else power
+        if config_change:
+            if power == "running":
+                await self._limactl("stop", name, timeout=TIMEOUT_STOP)
+                journal.step(entry, "stopped")
+                power = "stopped"
+            settings = cfg.vm_edit_settings(vm, self._bundle)
+            await self._limactl("edit", name, *_set_flags(cfg.set_expressions(settings)))
+            journal.step(entry, "edited")
+        if "protect" in wanted and vm.protect != current.protect:
+            await self._limactl("protect" if vm.protect else "unprotect", name)
+            journal.step(entry, "protected" if vm.protect else "unprotected")
+        if target == "running" and power != "running":
+            await self._start(name)
+            journal.step(entry, "started")
+        elif target == "stopped" and power == "running":
+            await self._limactl("stop", name, timeout=TIMEOUT_STOP)
+            journal.step(entry, "stopped")
+        observed = await self._observe_one(name)
+        journal.finish(entry)
+        return observed
+
+    # --- delete -----------------------------------------------------------------------
+
+    async def delete(self, current: ObservedVM, journal: Journal) -> None:
+        self._require_managed(current, "delete")
+        if current.protect:
+            raise BackendError(
+                f"refusing to delete {current.name}: it is protected (limactl unprotect first)",
+                backend=self.name,
+            )
+        name = current.identity
+        found = (await self._inspect(name))[name]
+        if found.instance is None:
+            if self._seen is not None:
+                self._seen.discard(name)
+            return  # already gone
+        fresh = self._observed(found.instance, found.sidecar)
+        if fresh.ownership is not Ownership.MANAGED or (
+            found.sidecar is not None and found.sidecar.uid != current.details.get("uid", "")
+        ):
+            raise BackendError(
+                f"refusing to delete {name}: it changed since it was observed "
+                f"(now {fresh.ownership.value})",
+                backend=self.name,
+            )
+        if fresh.protect:
+            raise BackendError(
+                f"refusing to delete {name}: it is protected (limactl unprotect first)",
+                backend=self.name,
+            )
+        entry = journal.begin("delete", backend=self.name, vm=current.name, identity=name)
+        await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+        journal.step(entry, "deleted")
+        journal.finish(entry)
+        if self._seen is not None:
+            self._seen.discard(name)  # a replace creates it again right after
+
+    # --- marker -----------------------------------------------------------------------
+
+    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
+        self._require_managed(current, "mark")
+        sidecar = Sidecar(
+            Marker(
+                project=self.project,
+                name=vm.name,
+                identity=current.identity,
+                fingerprint=vm.fingerprint,
+                guest_fingerprint=vm.guest_fingerprint,
+                image=vm.image,
+            ),
+            uid=current.details.get("uid") or new_uid(),
+            backend=self.name,
+        )
+        await self._write_sidecar(current.identity, scripts.MARKER_FILE, sidecar.to_bytes())
+
+    # --- endpoint ---------------------------------------------------------------------
+
+    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
+        d = current.details
+        if current.power != "running":
+            raise BackendError(
+                f"{current.name} is {current.power}; it must be running to be reached",
+                backend=self.name,
+            )
+        parsed = None
+        if d.get("ssh_config"):
+            res = await self.runner.run(scripts.read_file_argv(d["ssh_config"]), timeout=30)
+            if res.ok:
+                parsed = parse_ssh_config(
+                    res.stdout.decode(errors="replace"), f"lima-{current.name}"
+                )
+        host = (parsed.hostname if parsed else None) or d.get("ssh_address") or "127.0.0.1"
+        port = (parsed.port if parsed else None) or int(d.get("ssh_port") or 0)
+        user = (parsed.user if parsed else None) or d.get("user") or vm.user
+        identity = (parsed.identity if parsed else None) or d.get("identity_file") or ""
+        if not port or not identity:
+            raise BackendError(
+                f"Lima has not published an SSH endpoint for {current.name} yet "
+                f"(port {port or '?'}, identity {identity or '?'})",
+                backend=self.name,
+            )
+        if self.runner.remote:
+            identity = await self._local_key(identity)
+        uid = d.get("uid") or ""
+        alias = f"lima-{current.name}" + (f".{uid}" if uid else "")
+        return GuestEndpoint(
+            host=host,
+            port=port,
+            user=user,
+            identity=identity,
+            host_key_policy="pin",
+            host_key_alias=alias,
+            jump=self.jump,
+        )
+
+    async def _local_key(self, remote_path: str) -> str:
+        """A local copy (0600) of the remote Lima identity, for the jump-host hop."""
+        if remote_path in self._local_keys:
+            return self._local_keys[remote_path]
+        res = await self.runner.run(scripts.read_file_argv(remote_path), timeout=30)
+        if not res.ok:
+            raise self._error(res, f"read the Lima identity {remote_path}")
+        key_dir = self._key_dir
+        if key_dir is None:
+            from sand.state.paths import project_dir
+
+            key_dir = project_dir(self.project) / "lima-keys"
+        key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tag = hashlib.sha256(f"{self.runner.where}\0{remote_path}".encode()).hexdigest()[:12]
+        path = key_dir / f"{self.name}-{tag}"
+        tmp = path.with_suffix(".tmp")
+        tmp.touch(mode=0o600)
+        tmp.chmod(0o600)
+        tmp.write_bytes(res.stdout)
+        tmp.replace(path)
+        self._local_keys[remote_path] = str(path)
+        return str(path)
+
+    # --- recovery ---------------------------------------------------------------------
+
+    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
+        op = str(entry.get("op") or "")
+        name = str(entry.get("identity") or entry.get("vm") or "")
+        is_base = name.startswith(RESERVED_LIMA_PREFIX)
+        if not is_base and check_vm_name(name, "lima") is not None:
+            return f"nothing to do: {name!r} is not a Lima instance name"
+        found = (await self._inspect(name))[name]
+        inst = found.instance
+        if op == "create":
+            if inst is None:
+                return f"nothing to undo: {name} was never created"
+            if not inst.readable:
+                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+                return f"removed the half-copied directory of {name}"
+            c = classify(name, found.sidecar, inst.param, self.project)
+            if c.ownership is Ownership.MANAGED and not c.incomplete:
+                return f"adopted {name}: it carries this project's marker"
+            via = str(entry.get("via") or "")
+            from_base = via.startswith("clone:") and inst.param.get(cfg.PARAM_INSTANCE) == via[6:]
+            ours = found.sidecar is None and inst.param.get(cfg.PARAM_PROJECT) == self.project
+            if ours and (c.incomplete or from_base):
+                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+                return f"deleted the half-made {name} (its create never finished)"
+            return f"left {name} alone: it does not carry this project's marker"
+        if op in ("delete", "base-delete"):
+            if inst is None:
+                return f"{name} is already deleted"
+            if not inst.readable:
+                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+                return f"finished removing {name}"
+            return f"{name} is still there; the next plan decides what to do with it"
+        if op == "base":
+            if inst is None:
+                return f"nothing to undo: base {name} was never created"
+            stamped = found.base_stamp is not None and found.base_stamp.project == self.project
+            if stamped:
+                return f"base {name} is complete"
+            if not inst.readable:
+                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+            elif inst.param.get(cfg.PARAM_PROJECT) == self.project:
+                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+            else:
+                return f"left {name} alone: it was not made by this project"
+            return f"removed the half-built base {name}"
+        return f"nothing to undo for {op} of {name}; the next plan re-reads it"
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+
+def _set_flags(exprs: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for e in exprs:
+        out.append(f"--set={e}")
+    return out
+
+
+def describe_policy() -> str:
+    """The update-vs-replace table, for docs and ``sand explain``."""
+    return json.dumps({k: v.value for k, v in FIELD_POLICY.items()}, indent=2)

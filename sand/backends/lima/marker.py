@@ -1,0 +1,137 @@
+"""sand's ownership marker on a Lima instance, and how an instance is classified.
+
+The marker is a sidecar file, ``<LIMA_HOME>/<name>/sand-marker.json`` (mode 0600),
+inside Lima's instance directory so it dies with the instance. It names the instance it
+was written for: ``limactl clone`` copies every file of the directory, so a person's
+copy of a managed instance carries a marker naming *another* instance and is
+classified as copied, never managed.
+
+The lima.yaml ``param`` entries ``sandProject``/``sandInstance`` are set at creation
+and are only evidence of origin (Lima copies them too); they let a crashed create be
+recognised before its marker was written.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sand.backends.lima.config import PARAM_INSTANCE, PARAM_PROJECT
+from sand.backends.protocol import Marker, Ownership
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """The marker plus what only Lima needs (a per-creation id for host-key pinning)."""
+
+    marker: Marker
+    uid: str
+    backend: str = ""
+
+    def to_bytes(self) -> bytes:
+        data = {"schema": SCHEMA, **self.marker.to_json_dict(), "uid": self.uid}
+        if self.backend:
+            data["backend"] = self.backend
+        return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+
+
+def new_uid() -> str:
+    return secrets.token_hex(4)
+
+
+def parse_sidecar(raw: bytes) -> Sidecar | None:
+    """None for anything that is not a marker sand wrote (never raises)."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return None
+    fields = ("project", "name", "identity", "fingerprint", "guest_fingerprint", "image")
+    if not all(isinstance(data.get(f, ""), str) for f in fields):
+        return None
+    if not data.get("project") or not data.get("identity"):
+        return None
+    marker = Marker(
+        project=data["project"],
+        name=str(data.get("name") or data["identity"]),
+        identity=data["identity"],
+        fingerprint=str(data.get("fingerprint") or ""),
+        guest_fingerprint=str(data.get("guest_fingerprint") or ""),
+        image=str(data.get("image") or ""),
+    )
+    return Sidecar(marker, str(data.get("uid") or ""), str(data.get("backend") or ""))
+
+
+@dataclass(frozen=True)
+class BaseStamp:
+    project: str
+    name: str
+    stamp: str
+    image: str
+    user: str
+
+    def to_bytes(self) -> bytes:
+        data = {
+            "schema": SCHEMA,
+            "project": self.project,
+            "name": self.name,
+            "stamp": self.stamp,
+            "image": self.image,
+            "user": self.user,
+        }
+        return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+
+
+def parse_base_stamp(raw: bytes) -> BaseStamp | None:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return None
+    try:
+        return BaseStamp(
+            project=str(data["project"]),
+            name=str(data["name"]),
+            stamp=str(data["stamp"]),
+            image=str(data.get("image", "")),
+            user=str(data.get("user", "")),
+        )
+    except KeyError:
+        return None
+
+
+@dataclass(frozen=True)
+class Classification:
+    ownership: Ownership
+    marker: Marker | None
+    uid: str = ""
+    incomplete: bool = False  # ours by origin, but the create never wrote its marker
+
+
+def classify(
+    instance: str, sidecar: Sidecar | None, param: Mapping[str, str], project: str
+) -> Classification:
+    if sidecar is not None:
+        m = sidecar.marker
+        if m.project != project:
+            return Classification(Ownership.OTHER_PROJECT, m, sidecar.uid)
+        if m.identity != instance:
+            return Classification(Ownership.COPIED, m, sidecar.uid)
+        return Classification(Ownership.MANAGED, m, sidecar.uid)
+    origin_project = param.get(PARAM_PROJECT)
+    origin_instance = param.get(PARAM_INSTANCE)
+    if not origin_project:
+        return Classification(Ownership.UNMANAGED, None)
+    if origin_project != project:
+        return Classification(Ownership.OTHER_PROJECT, None)
+    if origin_instance != instance:
+        # e.g. `limactl clone sand-base-... mine`: made from ours, but not by sand.
+        return Classification(Ownership.COPIED, None)
+    marker = Marker(project=project, name=instance, identity=instance, fingerprint="")
+    return Classification(Ownership.MANAGED, marker, incomplete=True)

@@ -1,0 +1,82 @@
+"""Fixtures for the Lima backend tests: the limactl stand-in first on PATH, a backend
+pointed at its LIMA_HOME, a journal, and manifests in text."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sand.backends.lima import LimaBackendImpl, make_lima_backend
+from sand.desired import DesiredState, DesiredVM, build_desired
+from sand.manifest import parse_manifest
+from sand.manifest.models import LimaBackend
+from sand.state.journal import Journal
+from tests.limactl_standin import StandIn
+
+PROJECT = "demo"
+
+MANIFEST = """\
+apiVersion: sand/v1
+project: demo
+backends:
+  laptop:
+    type: lima
+defaults:
+  image: debian-12
+  cpus: 2
+  memory: 4GiB
+  disk: 20GiB
+vms:
+{vms}
+"""
+
+
+def desired(vms: str = "  - name: vm1\n", project: str = PROJECT) -> DesiredState:
+    text = MANIFEST.format(vms=vms).replace("project: demo", f"project: {project}")
+    return build_desired(parse_manifest(text), bundle_digest="bundle-v1")
+
+
+def one(vms: str = "  - name: vm1\n") -> DesiredVM:
+    return desired(vms).vms[0]
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandIn:
+    s = StandIn.create(tmp_path / "standin")
+    monkeypatch.setenv("PATH", s.path)
+    monkeypatch.setenv("LIMA_HOME", str(s.lima_home))
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    s.configure(require_tty_false=True, host_user="claude")
+    return s
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    return Journal(tmp_path / "journal.jsonl")
+
+
+MakeBackend = Callable[..., LimaBackendImpl]
+
+
+@pytest.fixture
+async def make_backend(standin: StandIn, tmp_path: Path) -> AsyncIterator[MakeBackend]:
+    made: list[LimaBackendImpl] = []
+
+    def make(project: str = PROJECT, **config: Any) -> LimaBackendImpl:
+        cfg = LimaBackend(type="lima", lima_home=str(standin.lima_home), **config)
+        backend = make_lima_backend("laptop", cfg, project=project, manifest_dir=tmp_path)
+        assert isinstance(backend, LimaBackendImpl)
+        made.append(backend)
+        return backend
+
+    yield make
+    for b in made:
+        await b.close()
+
+
+@pytest.fixture
+async def backend(make_backend: MakeBackend) -> LimaBackendImpl:
+    return make_backend()

@@ -1,0 +1,308 @@
+"""Lima on a remote host: a real sshd on 127.0.0.1 whose user has the stand-in on PATH.
+
+No mocks: asyncssh talks to /usr/sbin/sshd (fresh host and client keys per test), the
+remote commands run through the login shell, and the stand-in logs what arrived.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sand.backends.lima import LimaBackendImpl, make_lima_backend
+from sand.backends.protocol import Ownership
+from sand.errors import TransportError
+from sand.manifest.models import LimaBackend, SshTarget
+from sand.state.journal import Journal
+from tests.backends.lima.conftest import desired, one
+from tests.limactl_standin import StandIn
+
+SSHD = "/usr/sbin/sshd"
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists(SSHD) and shutil.which("ssh-keygen") and os.geteuid() == 0),
+    reason="needs root, /usr/sbin/sshd and ssh-keygen",
+)
+
+
+def _keygen(path: Path) -> Path:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)],
+        check=True,
+    )
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Sshd:
+    dir: Path
+    port: int
+    host_key: Path
+    client_key: Path
+    other_key: Path
+    known_hosts: Path
+    log: Path
+    standin: StandIn
+    proc: subprocess.Popen[bytes]
+
+    def log_lines(self, needle: str) -> list[str]:
+        return [line for line in self.log.read_text().splitlines() if needle in line]
+
+    def connections(self) -> int:
+        return len(self.log_lines("Accepted publickey for"))
+
+    def sessions(self) -> int:
+        return len(self.log_lines("Starting session:"))
+
+    def local_backend(self) -> LimaBackendImpl:
+        """The same LIMA_HOME driven locally: cheap setup for tests about the SSH side."""
+        config = LimaBackend(
+            type="lima", lima_home=str(self.standin.lima_home), limactl=str(self.standin.executable)
+        )
+        b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
+        assert isinstance(b, LimaBackendImpl)
+        return b
+
+    def backend(self, **ssh: object) -> LimaBackendImpl:
+        target = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": "root",
+            "identity": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "lima_home": str(self.standin.lima_home),
+            **ssh,
+        }
+        config = LimaBackend(type="lima", ssh=SshTarget(**target))  # type: ignore[arg-type]
+        b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
+        assert isinstance(b, LimaBackendImpl)
+        return b
+
+
+@pytest.fixture
+def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
+    d = tmp_path / "sshd"
+    d.mkdir()
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+    host_key = _keygen(d / "host_ed25519")
+    client_key = _keygen(d / "client_ed25519")
+    other_key = _keygen(d / "other_ed25519")
+    (d / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
+    # A LIMA_HOME whose path needs quoting: a space and a '$' must arrive verbatim.
+    standin = StandIn.create(tmp_path / "remote", lima_home=tmp_path / "remote" / "lima $HOME x")
+    standin.configure(require_tty_false=True, host_user="claude")
+    port = _free_port()
+    config = d / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {d}/sshd.pid\n"
+        f"AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nLogLevel VERBOSE\nAcceptEnv LANG\n"
+        f"SetEnv PATH={standin.bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
+    )
+    log = d / "sshd.log"
+    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = log.read_text() if log.exists() else ""
+                raise RuntimeError(f"sshd did not start: {text}") from None
+            time.sleep(0.05)
+    known_hosts = d / "known_hosts"
+    pub = Path(f"{host_key}.pub").read_text().split()
+    known_hosts.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    # The test process must not lend the remote backend any agent or default identity.
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    try:
+        yield Sshd(d, port, host_key, client_key, other_key, known_hosts, log, standin, proc)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_create_and_observe_over_one_ssh_connection(sshd: Sshd, tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    state = desired("  - name: vm1\n  - name: vm2\n    ports: [{guest: 80, host: 8080}]\n")
+    backend = sshd.backend()
+    try:
+        obs = await backend.observe(state.vms)
+        assert obs.unknown_reason is None and obs.vms == ()
+        for vm in state.vms:
+            current = await backend.create(vm, journal)
+            await backend.mark_converged(vm, current)
+        obs = await backend.observe(state.vms)
+    finally:
+        await backend.close()
+    assert sshd.connections() == 1  # one reconcile, one SSH connection
+    assert {v.name: v.ownership for v in obs.vms} == {
+        "vm1": Ownership.MANAGED,
+        "vm2": Ownership.MANAGED,
+    }
+    assert {v.name: v.fingerprint for v in obs.vms} == {v.name: v.fingerprint for v in state.vms}
+    invocations = sshd.standin.invocations()
+    assert invocations, "the stand-in was never reached"
+    assert all(i.lima_home == str(sshd.standin.lima_home) for i in invocations)
+    assert all(i.tty_false for i in invocations)
+    assert {"list", "create", "clone", "start"} <= {i.command for i in invocations}
+    assert sorted(sshd.standin.instances())[-2:] == ["vm1", "vm2"]
+
+
+async def test_noop_observe_is_one_exec_with_one_list(sshd: Sshd, tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    vm = one()
+    setup = sshd.local_backend()
+    await setup.observe([vm])
+    await setup.mark_converged(vm, await setup.create(vm, journal))
+    sshd.standin.clear_log()
+    connections, sessions = sshd.connections(), sshd.sessions()
+
+    backend = sshd.backend()
+    try:
+        obs = await backend.observe([vm])
+    finally:
+        await backend.close()
+    assert [v.fingerprint for v in obs.vms] == [vm.fingerprint]
+    assert sshd.connections() == connections + 1
+    assert sshd.sessions() == sessions + 1  # one round trip: list and markers together
+    assert [c for c in sshd.standin.commands() if c] == ["list"]
+
+
+async def test_endpoint_jumps_through_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    vm = one()
+    setup = sshd.local_backend()
+    await setup.observe([vm])
+    await setup.create(vm, journal)
+    backend = sshd.backend()
+    try:
+        (current,) = (await backend.observe([vm])).vms
+        ep = await backend.endpoint(vm, current)
+    finally:
+        await backend.close()
+    assert ep.host == "127.0.0.1" and ep.port == int(current.details["ssh_port"])
+    assert ep.user == "claude" and ep.host_key_policy == "pin"
+    assert ep.jump is not None
+    assert (ep.jump.host, ep.jump.port, ep.jump.user) == ("127.0.0.1", sshd.port, "root")
+    assert ep.jump.identity == str(sshd.client_key)
+    assert ep.jump.known_hosts == str(sshd.known_hosts)
+    # The guest trusts the remote host's Lima key: a local 0600 copy is what is offered.
+    local = Path(ep.identity)
+    remote_key = sshd.standin.lima_home / "_config" / "user"
+    assert local.read_bytes() == remote_key.read_bytes()
+    assert local.stat().st_mode & 0o077 == 0
+    assert not str(local).startswith(str(sshd.standin.lima_home))
+
+
+async def test_an_unknown_host_key_is_refused(sshd: Sshd) -> None:
+    other = _keygen(sshd.dir / "unrelated_host")
+    pub = Path(f"{other}.pub").read_text().split()
+    sshd.known_hosts.write_text(f"[otherhost]:22 {pub[0]} {pub[1]}\n")
+    backend = sshd.backend()
+    try:
+        with pytest.raises(TransportError) as err:
+            await backend.observe([])
+    finally:
+        await backend.close()
+    text = str(err.value)
+    assert f"127.0.0.1:{sshd.port}" in text and str(sshd.known_hosts) in text
+    assert "not pinned" in text
+    assert err.value.transient is False
+    assert sshd.standin.invocations() == []
+
+
+async def test_a_changed_host_key_is_refused(sshd: Sshd) -> None:
+    impostor = _keygen(sshd.dir / "impostor_host")
+    pub = Path(f"{impostor}.pub").read_text().split()
+    sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    backend = sshd.backend()
+    try:
+        with pytest.raises(TransportError) as err:
+            await backend.observe([])
+    finally:
+        await backend.close()
+    text = str(err.value)
+    assert f"127.0.0.1:{sshd.port}" in text and str(sshd.known_hosts) in text
+    assert "does not match" in text
+    assert sshd.standin.invocations() == []
+
+
+async def test_a_missing_known_hosts_file_is_refused(sshd: Sshd) -> None:
+    backend = sshd.backend(known_hosts=str(sshd.dir / "nope"))
+    try:
+        with pytest.raises(TransportError, match="does not exist"):
+            await backend.observe([])
+    finally:
+        await backend.close()
+
+
+@pytest.fixture
+def agent(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An ssh-agent holding the *authorized* client key."""
+    sock = str(sshd.dir / "agent.sock")
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 5
+    while not os.path.exists(sock):
+        assert time.monotonic() < deadline, "ssh-agent did not start"
+        time.sleep(0.02)
+    env = {**os.environ, "SSH_AUTH_SOCK": sock}
+    subprocess.run(["ssh-add", "-q", str(sshd.client_key)], env=env, check=True)
+    monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+    try:
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+async def test_identity_set_offers_only_that_key(sshd: Sshd, agent: str) -> None:
+    # The agent holds a key the host accepts; with `identity` set it must not be used.
+    backend = sshd.backend(identity=str(sshd.other_key))
+    try:
+        with pytest.raises(TransportError) as err:
+            await backend.observe([])
+    finally:
+        await backend.close()
+    assert "refused" in str(err.value) and str(sshd.other_key) in str(err.value)
+    assert sshd.connections() == 0
+    assert sshd.standin.invocations() == []
+
+
+async def test_without_identity_the_agent_is_allowed(sshd: Sshd, agent: str) -> None:
+    backend = sshd.backend(identity=None)
+    try:
+        obs = await backend.observe([])
+    finally:
+        await backend.close()
+    assert obs.unknown_reason is None
+    assert sshd.connections() == 1
+
+
+async def test_a_failing_remote_listing_is_unknown(sshd: Sshd, tmp_path: Path) -> None:
+    sshd.standin.fail("list", "host agent socket timed out")
+    backend = sshd.backend()
+    try:
+        obs = await backend.observe([one()])
+    finally:
+        await backend.close()
+    assert obs.unknown_reason is not None
+    assert "host agent socket timed out" in obs.unknown_reason
+    assert f"root@127.0.0.1:{sshd.port}" in obs.unknown_reason
