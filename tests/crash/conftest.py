@@ -1,0 +1,1 @@
+from tests.fakepve_rig.fixtures import *  # noqa: F403

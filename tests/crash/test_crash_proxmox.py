@@ -1,0 +1,138 @@
+"""Kill `sand apply` with SIGKILL at every mutating step on fakepve; the next
+apply must converge with zero duplicate and zero orphaned VMs, and no lock
+needs a manual unlock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.cli.helpers import Sand
+from tests.crash.killer import env_for, intent, kill_when, sand_argv, step
+
+VMS = [{"name": "web-1"}, {"name": "web-2"}]
+
+CREATE_POINTS = {
+    # crash point: (journal condition, extra delay after it holds)
+    "after id allocation": (intent("create"), 0.0),
+    "mid clone task": (intent("create"), 0.5),
+    "after the clone": (step("cloned"), 0.0),
+    "after config": (step("configured"), 0.0),
+    "before start": (step("resized"), 0.0),
+    "mid start task": (step("resized"), 0.3),
+}
+
+
+def journal_path(sand: Sand):
+    return sand.state_dir / "projects" / "demo" / "journal.jsonl"
+
+
+def assert_interrupted(sand: Sand) -> None:
+    """The kill really left an operation half-done for the next apply to settle."""
+    from sand.state.journal import Journal
+
+    assert Journal(journal_path(sand)).pending(), "the kill left no unfinished operation"
+
+
+def assert_converged(sand: Sand, rig, expected: list[str]) -> None:
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = sorted(vm.name for vm in rig.vms())
+    assert names == sorted(expected), f"duplicates or orphans: {names}"
+    assert all(vm.lock in (None, "") for vm in rig.vms() if hasattr(vm, "lock"))
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No changes." in proc.stdout
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+@pytest.mark.parametrize("point", list(CREATE_POINTS))
+def test_crash_during_create_converges(point, tmp_path, fakepve_server):
+    rig = fakepve_server
+    for task in ("qmclone", "qmstart"):
+        rig.set_task_secs(task, 1.0)
+    sand = Sand(tmp_path)
+    sand.write(rig.manifest(VMS))
+    condition, delay = CREATE_POINTS[point]
+    killed = kill_when(
+        sand_argv("apply", "--auto-approve", "--parallelism", "1"),
+        env_for(sand.state_dir),
+        tmp_path,
+        journal_path(sand),
+        condition,
+        delay=delay,
+    )
+    assert killed, f"apply finished before reaching {point!r}"
+    assert_interrupted(sand)
+    assert_converged(sand, rig, ["web-1", "web-2"])
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    sand.write(rig.manifest(VMS + [{"name": "web-3"}]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    rig.set_task_secs("qmdestroy", 1.0)
+    rig.set_task_secs("qmstop", 1.0)
+    sand.write(rig.manifest(VMS))
+    killed = kill_when(
+        sand_argv("apply", "--auto-approve"),
+        env_for(sand.state_dir),
+        tmp_path,
+        journal_path(sand),
+        intent("delete"),
+        delay=delay,
+    )
+    assert killed
+    assert_interrupted(sand)
+    assert_converged(sand, rig, ["web-1", "web-2"])
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+def test_crash_mid_update_converges(tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    sand.write(rig.manifest(VMS))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    rig.set_task_secs("qmshutdown", 1.0)
+    rig.set_task_secs("qmstop", 1.0)
+    sand.write(rig.manifest([{"name": "web-1", "memory": "4GiB"}, {"name": "web-2"}]))
+    killed = kill_when(
+        sand_argv("apply", "--auto-approve"),
+        env_for(sand.state_dir),
+        tmp_path,
+        journal_path(sand),
+        intent("update"),
+        delay=0.3,
+    )
+    assert killed
+    assert_interrupted(sand)
+    assert_converged(sand, rig, ["web-1", "web-2"])
+    assert int(rig.vms_named("web-1")[0].config["memory"]) == 4096
+
+
+def test_lock_is_free_after_a_kill(tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    sand.write(rig.manifest(VMS))
+    proc = subprocess.Popen(
+        sand_argv("apply", "--auto-approve", "--watch", "--interval", "60"),
+        env=env_for(sand.state_dir), cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while len(rig.vms()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    proc2 = sand.run("apply", "--auto-approve")
+    assert proc2.returncode == 0, proc2.stderr
+    assert "lock" not in proc2.stderr
