@@ -88,7 +88,7 @@ def test_memory_change_is_one_update_in_place(sand, fakepve_server):
 
 def test_removing_an_entry_deletes_only_that_vm(sand, fakepve_server):
     rig = fakepve_server
-    sand.write(rig.manifest(VMS + [{"name": "web-3"}]))
+    sand.write(rig.manifest([*VMS, {"name": "web-3"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     sand.write(rig.manifest(VMS))
     proc = sand.run("apply", "--auto-approve")

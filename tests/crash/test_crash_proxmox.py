@@ -74,7 +74,7 @@ def test_crash_during_create_converges(point, tmp_path, fakepve_server):
 def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
     rig = fakepve_server
     sand = Sand(tmp_path)
-    sand.write(rig.manifest(VMS + [{"name": "web-3"}]))
+    sand.write(rig.manifest([*VMS, {"name": "web-3"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     rig.set_task_secs("qmdestroy", 1.0)
     rig.set_task_secs("qmstop", 1.0)
@@ -121,8 +121,10 @@ def test_lock_is_free_after_a_kill(tmp_path, fakepve_server):
     sand.write(rig.manifest(VMS))
     proc = subprocess.Popen(
         sand_argv("apply", "--auto-approve", "--watch", "--interval", "60"),
-        env=env_for(sand.state_dir), cwd=tmp_path,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env_for(sand.state_dir),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         import time

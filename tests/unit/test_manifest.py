@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -44,10 +45,13 @@ GOLDEN = [
     ),
     (
         MANIFEST.replace("    memory: 16GiB", "    memory: lots"),
-        ["m.yaml:21:13: vms[1].memory: 'lots' is not a size; write it like '8GiB', '512MiB' or '40G'"],
+        [
+            "m.yaml:21:13: vms[1].memory: 'lots' is not a size; write it like '8GiB', "
+            "'512MiB' or '40G'"
+        ],
     ),
     (
-        MANIFEST.replace("  - name: a\n", "  - name: a\n    cpus: \"2\"\n"),
+        MANIFEST.replace("  - name: a\n", '  - name: a\n    cpus: "2"\n'),
         ["m.yaml:20:11: vms[0].cpus: Input should be a valid integer"],
     ),
     (
@@ -94,20 +98,21 @@ GOLDEN = [
 def test_golden_errors(text, expected):
     got = errors_of(text)
     if expected is None:
-        assert len(got) == 1 and got[0].startswith("m.yaml:2:") or got[0].startswith("m.yaml:3:")
+        assert len(got) == 1
+        assert got[0].startswith(("m.yaml:2:", "m.yaml:3:"))
     else:
         assert got == expected
 
 
 def test_every_problem_is_reported_at_once():
-    text = MANIFEST.replace("    memory: 16GiB", "    memroy: 16GiB").replace(
-        "    backend: laptop", "    backend: nowhere"
-    ).replace("  image: debian-12", "  image: debian-12\n  cpus: 0")
+    text = (
+        MANIFEST.replace("    memory: 16GiB", "    memroy: 16GiB")
+        .replace("    backend: laptop", "    backend: nowhere")
+        .replace("  image: debian-12", "  image: debian-12\n  cpus: 0")
+    )
     got = errors_of(text)
     assert len(got) == 3
-    assert [g.split(":")[1] for g in got] == sorted(
-        (g.split(":")[1] for g in got), key=int
-    )
+    assert [g.split(":")[1] for g in got] == sorted((g.split(":")[1] for g in got), key=int)
 
 
 def test_secret_sources_take_exactly_one_kind_and_no_values():
@@ -160,8 +165,9 @@ def test_alias_bomb_is_refused_without_hanging():
 
 yaml_like = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -194,10 +200,8 @@ def test_fuzz_mutated_manifest_lines():
     lines = MANIFEST.splitlines(keepends=True)
     for i in range(len(lines)):
         for variant in (lines[:i] + lines[i + 1 :], lines[: i + 1] + lines[i:]):
-            try:
+            with contextlib.suppress(ManifestError):
                 parse_manifest("".join(variant), "f.yaml")
-            except ManifestError:
-                pass
 
 
 def test_cli_validate_reports_file_line_column_and_exits_1(tmp_path):
@@ -205,7 +209,9 @@ def test_cli_validate_reports_file_line_column_and_exits_1(tmp_path):
     bad.write_text(MANIFEST.replace("    memory: 16GiB", "    memroy: 16GiB"))
     proc = subprocess.run(
         [sys.executable, "-m", "sand", "validate", str(bad)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 1
     assert f"{bad}:21:5: unknown key 'memroy'" in proc.stderr
@@ -216,4 +222,5 @@ def test_manifest_reference_doc_is_generated_from_the_models():
     from sand.manifest.reference import render
 
     checked_in = (ROOT / "docs" / "manifest.md").read_text()
-    assert checked_in == render(), "regenerate: python -m sand.manifest.reference > docs/manifest.md"
+    hint = "regenerate: python -m sand.manifest.reference > docs/manifest.md"
+    assert checked_in == render(), hint

@@ -9,7 +9,7 @@ import pytest
 from sand.backends.protocol import Observation, Ownership
 from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
-from tests.unit.helpers import POLICIES, converged, desired, observed_from, stale_marker
+from tests.unit.helpers import POLICIES, converged, desired, stale_marker
 
 
 def by_vm(plan):
@@ -223,7 +223,8 @@ def test_observation_fingerprint_moves_when_the_world_does():
 
 def test_colour_only_when_asked():
     state = desired()
-    plan = make_plan(state, {"pve": Observation("pve", ()), "laptop": Observation("laptop", ())},
-                     POLICIES)
+    plan = make_plan(
+        state, {"pve": Observation("pve", ()), "laptop": Observation("laptop", ())}, POLICIES
+    )
     assert "\x1b[" not in render_text(plan)
     assert "\x1b[32m+\x1b[0m" in render_text(plan, colour=True)

@@ -24,7 +24,10 @@ print("HEAVY=" + ",".join(heavy))
 def loaded_by(*args: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-c", PROBE % (HEAVY,), *args],
-        capture_output=True, text=True, check=False, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
     )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("HEAVY=")]
     assert line, proc.stderr
