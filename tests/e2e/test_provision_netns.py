@@ -102,6 +102,7 @@ vms:
     secrets:
       - {{name: API_KEY, scope: ~/work}}
       - {{name: DB_PASSWORD, scope: ~/work/inner, env: DB_PASS}}
+      - {{name: DB_PASSWORD, scope: ~/src/app, env: APP_DB_PASS}}
 """
 
 
@@ -189,6 +190,13 @@ async def test_provision_delivers_scoped_secrets_and_a_checkout_token_and_leaks_
 
     # The repo: cloned with the token, which only its own checkout can use.
     assert out(guest, "git -C ~/src/app log --format=%s") == "initial\n"
+    # A scope may be a checkout: its .envrc works there and stays out of git.
+    assert scoped_env(guest, "~/src/app", "APP_DB_PASS") == DB_PASSWORD
+    assert files_under(guest, f"{HOME}/src/app", "-not", "-path", "*/.git/*") == [
+        ".envrc",
+        "README.md",
+    ]
+    assert out(guest, "git -C ~/src/app status --porcelain --ignored=no") == ""
     assert as_user(guest, "git -C ~/src/app ls-remote origin").returncode == 0
     elsewhere = as_user(
         guest,

@@ -76,9 +76,11 @@ def root(guest: Guest, *argv: str) -> str:
     return result.stdout.decode()
 
 
-def files_under(guest: Guest, directory: str) -> list[str]:
+def files_under(guest: Guest, directory: str, *find_args: str) -> list[str]:
     """Every non-directory under ``directory`` (on the guest), relative, sorted."""
-    listing = root(guest, "find", directory, "-mindepth", "1", "!", "-type", "d", "-printf", "%P\n")
+    listing = root(
+        guest, "find", directory, "-mindepth", "1", "!", "-type", "d", *find_args, "-printf", "%P\n"
+    )
     return sorted(listing.split())
 
 

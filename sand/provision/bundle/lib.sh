@@ -103,3 +103,19 @@ expand() {
 	*) die "not an absolute or home-relative path: $2" ;;
 	esac
 }
+
+# exclude_envrc DIR: when DIR is inside a git checkout, keep sand's DIR/.envrc
+# out of `git status` (and so out of an agent's `git add -A`) through the
+# checkout's own .git/info/exclude. Prints the change it makes, if any.
+exclude_envrc() {
+	local top gitdir rel
+	top=$(git -C "$1" rev-parse --show-toplevel 2>/dev/null) || return 0
+	gitdir=$(git -C "$top" rev-parse --absolute-git-dir) || return 0
+	rel=${1#"$top"}
+	[ "$rel" != "$1" ] || return 0
+	if ! grep -qxF -- "$rel/.envrc" "$gitdir/info/exclude" 2>/dev/null; then
+		mkdir -p -- "$gitdir/info"
+		printf '%s\n' "$rel/.envrc" >>"$gitdir/info/exclude"
+		changed "git exclude $1/.envrc"
+	fi
+}

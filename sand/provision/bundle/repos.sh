@@ -46,5 +46,11 @@ while read_field kind; do
 		die "checking out $branch in $checkout failed"
 	git -C "$dir" remote set-head origin "$branch" >&2
 	changed "repo $checkout cloned"
+	# Scopes made before this checkout existed: keep their .envrc out of git.
+	if [ -f "$HOME/.config/sand/scopes" ]; then
+		while IFS= read -r scope; do
+			case $scope in "$dir" | "$dir"/*) [ ! -f "$scope/.envrc" ] || exclude_envrc "$scope" ;; esac
+		done <"$HOME/.config/sand/scopes"
+	fi
 done
 expect_end "$kind"

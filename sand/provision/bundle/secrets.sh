@@ -150,6 +150,7 @@ for slug in "${slugs[@]}"; do
 		direnv allow "$dir" >&2
 		changed "direnv allow $dir"
 	fi
+	exclude_envrc "$dir"
 done
 
 # Scopes sand managed before that are gone now: their .envrc goes too.
