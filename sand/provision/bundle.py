@@ -49,6 +49,7 @@ class Bundle:
             h.update(data)
         return h.hexdigest()
 
+    @cached_property
     def tar(self) -> bytes:
         """An uncompressed tar of the bundle plus a DIGEST file, byte-for-byte stable."""
         buf = io.BytesIO()

@@ -230,7 +230,7 @@ def repos_step(vm: DesiredVM) -> Step:
 def bundle_step(bundle: Bundle) -> Step:
     """Install the bundle unless the guest already has this digest (stdin: its tar)."""
     argv = ("/bin/sh", "-c", INSTALL_BUNDLE, "sand-bundle", bundle.digest)
-    return Step("bundle", argv, True, stdin=bundle.tar(), timeout=120)
+    return Step("bundle", argv, True, stdin=bundle.tar, timeout=120)
 
 
 def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:

@@ -29,8 +29,8 @@ def test_digest_covers_the_executable_bit(tmp_path):
 
 def test_tar_is_deterministic_and_carries_the_digest():
     bundle = Bundle()
-    assert bundle.tar() == Bundle().tar()
-    with tarfile.open(fileobj=io.BytesIO(bundle.tar())) as tar:
+    assert bundle.tar == Bundle().tar
+    with tarfile.open(fileobj=io.BytesIO(bundle.tar)) as tar:
         names = tar.getnames()
         digest = tar.extractfile("DIGEST").read().decode().strip()  # type: ignore[union-attr]
         modes = {m.name: m.mode for m in tar.getmembers()}

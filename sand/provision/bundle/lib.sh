@@ -23,8 +23,8 @@ die() { printf 'sand: %s\n' "$*" >&2; exit 1; }
 # read_field VAR: the next NUL-terminated field from stdin.
 read_field() { IFS= read -r -d '' "$1"; }
 
-# read_records: after the fields, the host always sends "end"; a stream that
-# stops before it was cut off and must not be half-applied.
+# expect_end KIND: the host always closes its records with "end"; a stream
+# that stops before it was cut off and must not be half-applied.
 expect_end() { [ "${1:-}" = end ] || die "the payload from the host was truncated"; }
 
 # mode_of FILE: its permission bits, e.g. 600.
@@ -60,15 +60,6 @@ _put() {
 	cat >"$tmp"
 	chmod "$2" -- "$tmp"
 	mv -f -- "$tmp" "$1"
-}
-
-# remove_file FILE: delete it if present; returns 0 when something was removed.
-remove_file() {
-	if [ -e "$1" ] || [ -L "$1" ]; then
-		rm -f -- "$1"
-		return 0
-	fi
-	return 1
 }
 
 # put_block FILE NAME < content: keep one "# BEGIN NAME" .. "# END NAME" block
