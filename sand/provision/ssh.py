@@ -46,19 +46,26 @@ class KnownHosts:
 
     def pin(self, alias: str, key: asyncssh.SSHKey) -> bool:
         """Record ``key`` for ``alias`` unless one is there; False if another is."""
-        line = key.export_public_key("openssh").decode().split()
-        entry = " ".join(line[:2])
+        entry = " ".join(key.export_public_key("openssh").decode().split()[:2])
         with locked(self.path):
             entries = self._lines()
             current = entries.get(alias)
             if current:
                 return entry in current  # pinned meanwhile (another run): agree or refuse
             entries[alias] = [entry]
-            text = "".join(
-                f"{name} {k}\n" for name in sorted(entries) for k in sorted(entries[name])
-            )
-            write_private(self.path, text.encode())
+            self._write(entries)
         return True
+
+    def forget(self, alias: str) -> None:
+        """Drop the pin for ``alias`` (the VM it named was deleted by sand)."""
+        with locked(self.path):
+            entries = self._lines()
+            if entries.pop(alias, None) is not None:
+                self._write(entries)
+
+    def _write(self, entries: dict[str, list[str]]) -> None:
+        text = "".join(f"{name} {k}\n" for name in sorted(entries) for k in sorted(entries[name]))
+        write_private(self.path, text.encode())
 
     def _lines(self) -> dict[str, list[str]]:
         try:
