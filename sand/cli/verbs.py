@@ -1,14 +1,91 @@
 """Subcommands for working with one VM (shell, cp, land, publish).
 
 Each parser sets ``handler`` to a function that imports its implementation
-lazily, so building the parser stays cheap.
+lazily, so building the parser stays cheap (no asyncssh, no backends).
 """
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
+
+
+def _manifest(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-f", "--manifest", default="sand.yaml", metavar="FILE", help="default: ./sand.yaml"
+    )
 
 
 def add_verb_parsers(sub: Any) -> None:
     """Register the per-VM verbs on the main parser's subparsers."""
-    del sub  # the verbs are added by sand.verbs as they land
+    p = sub.add_parser(
+        "shell",
+        help="a shell (or one command) in a VM, as its user",
+        usage="sand shell [-f FILE] VM [-- CMD...]",
+    )
+    _manifest(p)
+    p.add_argument("vm", metavar="VM")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="run this and exit")
+    p.set_defaults(handler=_shell)
+
+    p = sub.add_parser(
+        "cp",
+        help="copy files between the host and a VM (the only way files cross)",
+        usage="sand cp [-f FILE] [-r] SRC DST   (one of SRC, DST is VM:PATH)",
+        description="Like cp -r: into DST when it is an existing directory, else as DST. "
+        "Downloads never replace a host file and never follow guest symlinks.",
+    )
+    _manifest(p)
+    p.add_argument("-r", "--recursive", action="store_true", help="copy directories")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    p.set_defaults(handler=_cp)
+
+    p = sub.add_parser(
+        "land",
+        help="list a VM's git checkouts with push/PR state; open a draft PR with your gh",
+    )
+    _manifest(p)
+    p.add_argument("vm", metavar="VM")
+    p.add_argument("path", nargs="?", metavar="PATH", help="the checkout --pr/--web act on")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--pr", action="store_true", help="open a draft PR with the host's gh")
+    mode.add_argument("--web", action="store_true", help="print (and open) the compare URL")
+    p.set_defaults(handler=_land)
+
+    p = sub.add_parser(
+        "publish",
+        help="publish a VM checkout's commits to a drupal.org issue fork as a merge request",
+    )
+    _manifest(p)
+    p.add_argument("vm", metavar="VM")
+    p.add_argument("path", nargs="?", metavar="PATH", help="the checkout (default: the VM's repo)")
+    p.add_argument("--issue", required=True, metavar="URL", help="the drupal.org issue's URL")
+    p.add_argument("--branch", metavar="NAME", help="fork branch (default: NID-issue-title)")
+    p.add_argument("--target-branch", metavar="NAME", help="default: the project's default")
+    p.add_argument("--yes", action="store_true", help="publish without asking (after showing)")
+    p.set_defaults(handler=_publish)
+
+
+def _shell(args: argparse.Namespace) -> int:
+    from sand.verbs.commands import cmd_shell
+
+    return cmd_shell(args)
+
+
+def _cp(args: argparse.Namespace) -> int:
+    from sand.verbs.commands import cmd_cp
+
+    return cmd_cp(args)
+
+
+def _land(args: argparse.Namespace) -> int:
+    from sand.verbs.commands import cmd_land
+
+    return cmd_land(args)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from sand.verbs.commands import cmd_publish
+
+    return cmd_publish(args)

@@ -1,0 +1,206 @@
+"""The verbs' CLI handlers: resolve the VM, connect, call the verb, map the result
+to an exit code. Imported only when one of these subcommands runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sand.backends.protocol import GuestEndpoint
+from sand.errors import SandError
+from sand.verbs.target import Target, resolve
+from sand.verbs.text import one_line
+
+if TYPE_CHECKING:
+    from sand.verbs.drupal import Issue
+    from sand.verbs.forge import GitLab
+    from sand.verbs.publish import Plan
+
+_REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
+
+
+class UsageError(SandError):
+    layer = "cli"
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    if args.command:
+        return asyncio.run(_shell_command(args.manifest, args.vm, list(args.command)))
+    endpoint = asyncio.run(_pinned_endpoint(args.manifest, args.vm))
+    return run_ssh(endpoint)
+
+
+async def _shell_command(manifest: str, vm: str, argv: list[str]) -> int:
+    from sand.verbs.guest import connect, run_streaming
+
+    async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
+        return await run_streaming(conn, argv)
+
+
+async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
+    """The endpoint, its host key pinned first (the ssh client only checks pins)."""
+    from sand.provision.ssh import KnownHosts, host_key_alias
+    from sand.verbs.guest import connect
+
+    async with resolve(manifest, vm) as target:
+        endpoint = target.endpoint
+        if endpoint.host_key_policy == "pin" and not KnownHosts().keys(host_key_alias(endpoint)):
+            async with connect(endpoint):
+                pass
+    return endpoint
+
+
+def run_ssh(endpoint: GuestEndpoint) -> int:
+    from sand.provision.ssh import KnownHosts, host_key_alias
+    from sand.verbs.shell import jump_config, ssh_argv
+
+    with tempfile.TemporaryDirectory(prefix="sand-ssh-") as scratch:
+        config = None
+        if endpoint.jump is not None:
+            config = Path(scratch) / "ssh_config"
+            fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(jump_config(endpoint.jump))
+        argv = ssh_argv(
+            endpoint, known_hosts=KnownHosts().path, alias=host_key_alias(endpoint), config=config
+        )
+        return subprocess.run(argv, check=False).returncode
+
+
+def split_remote(arg: str) -> tuple[str | None, str]:
+    """``VM:PATH`` → (VM, PATH); anything else is a host path (write ``./a:b`` for a
+    host file with a colon in its name)."""
+    m = _REMOTE_ARG.match(arg)
+    return (m[1], m[2] or "~") if m else (None, arg)
+
+
+def cmd_cp(args: argparse.Namespace) -> int:
+    src_vm, src = split_remote(args.src)
+    dst_vm, dst = split_remote(args.dst)
+    if (src_vm is None) == (dst_vm is None):
+        raise UsageError("sand cp copies between the host and one VM: write VM:PATH on one side")
+    return asyncio.run(_cp(args.manifest, src_vm, src, dst_vm, dst, args.recursive))
+
+
+async def _cp(
+    manifest: str, src_vm: str | None, src: str, dst_vm: str | None, dst: str, recursive: bool
+) -> int:
+    import asyncssh
+
+    from sand.verbs.copy import download, upload
+    from sand.verbs.guest import connect, open_sftp
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    vm = src_vm or dst_vm
+    assert vm is not None
+    try:
+        async with (
+            resolve(manifest, vm) as target,
+            connect(target.endpoint) as conn,
+            open_sftp(conn) as fs,
+        ):
+            if src_vm is not None:
+                summary = await download(fs, src, dst, recursive=recursive, report=report)
+                verb = "downloaded"
+            else:
+                summary = await upload(fs, Path(src), dst, recursive=recursive, report=report)
+                verb = "uploaded"
+    except OSError as exc:
+        raise UsageError(f"sand cp: {exc}") from None
+    except asyncssh.SFTPError as exc:
+        raise UsageError(f"sand cp: the guest refused: {one_line(str(exc.reason))}") from None
+    print(summary.describe(verb), file=sys.stderr)
+    return 0
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    return asyncio.run(_land(args))
+
+
+async def _land(args: argparse.Namespace) -> int:
+    from sand.verbs.github import Gh
+    from sand.verbs.guest import SshRunner, connect
+    from sand.verbs.land import land
+    from sand.verbs.ledger import ledger_path
+
+    async with resolve(args.manifest, args.vm) as target, connect(target.endpoint) as conn:
+        return await land(
+            SshRunner(conn, "landing sweep"),
+            vm=target.vm.name,
+            repo_paths=[r.path for r in target.vm.repos],
+            ledger_file=ledger_path(target.project),
+            gh=Gh.find(),
+            path=args.path,
+            open_pr=args.pr,
+            web=args.web,
+        )
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from sand.verbs.drupal import (
+        DrupalSites,
+        PublishRefused,
+        parse_issue_url,
+        read_token,
+        token_path,
+    )
+    from sand.verbs.forge import GitLab
+    from sand.verbs.publish import confirm_and_execute
+
+    token = read_token(token_path())  # before anything else: no token, no work
+    if not args.yes and not sys.stdin.isatty():
+        raise PublishRefused(
+            "publishing needs a person to confirm, and stdin is not a terminal: run it in a "
+            "terminal, or pass --yes to confirm without being asked"
+        )
+    sites = DrupalSites()
+    issue = parse_issue_url(args.issue, sites)
+    plan = asyncio.run(_prepare_publish(args, issue, GitLab(sites.api)))
+    result = confirm_and_execute(
+        plan, GitLab(sites.api, token), out=sys.stdout, confirm=lambda q: _confirm(q, args.yes)
+    )
+    return 0 if result is not None or not plan.pending else 1
+
+
+async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> Plan:
+    from sand.verbs.guest import SshRunner, connect
+    from sand.verbs.publish import prepare
+
+    async with resolve(args.manifest, args.vm) as target:
+        checkout = args.path or _only_repo(target)
+        async with connect(target.endpoint) as conn:
+            return await prepare(
+                SshRunner(conn, "publish"),
+                checkout,
+                issue,
+                forge,
+                branch=args.branch,
+                target_branch=args.target_branch,
+            )
+
+
+def _only_repo(target: Target) -> str:
+    paths = [r.path for r in target.vm.repos]
+    if len(paths) != 1:
+        listed = ", ".join(paths) or "none declared"
+        raise UsageError(f"name the checkout to publish (the VM's repos: {listed})")
+    return paths[0]
+
+
+def _confirm(question: str, yes: bool) -> bool:
+    if yes:
+        print(question + "yes (--yes)")
+        return True
+    with contextlib.suppress(EOFError):
+        return input(question).strip().lower() in ("y", "yes")
+    return False

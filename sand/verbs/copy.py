@@ -1,0 +1,279 @@
+"""``sand cp``: the one way files cross between host and guest, both explicit.
+
+Placement is ``cp -r``'s, the same every time, in both directions: when the
+destination is an existing directory the copy goes *inside* it under the
+source's name; otherwise the copy is *created at* the destination (whose
+parent must exist). ``sand cp -r src vm:~/dst`` twice therefore gives
+``~/dst`` and then ``~/dst/src``, exactly like ``cp -r``.
+
+Downloads never trust the guest: a guest symlink is never followed (a
+symlinked source is refused, symlinks inside a tree are skipped and listed),
+nor are device files or FIFOs copied; every name the guest lists must be one
+plain path component; and nothing on the host is replaced -- the target must
+not exist, every directory is created by sand and every file is opened
+relative to its directory's descriptor with ``O_EXCL | O_NOFOLLOW``, so a
+download can only add new files under the target it named. Uploads recreate
+symlinks as symlinks, so host files outside the source never travel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import stat
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sand.errors import SandError
+from sand.verbs.text import one_line
+
+CHUNK = 4 << 20
+MAX_DEPTH = 64
+Report = Callable[[str], None]
+
+
+class CopyRefused(SandError):
+    layer = "cp"
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str  # file | dir | symlink | other
+    mode: int  # permission bits
+    size: int = 0
+
+
+def entry_from_mode(st_mode: int, size: int = 0) -> Entry:
+    if stat.S_ISLNK(st_mode):
+        kind = "symlink"
+    elif stat.S_ISDIR(st_mode):
+        kind = "dir"
+    elif stat.S_ISREG(st_mode):
+        kind = "file"
+    else:
+        kind = "other"
+    return Entry(kind, stat.S_IMODE(st_mode), size)
+
+
+class GuestFS(Protocol):
+    """The guest's files, as ``sand cp`` needs them (SFTP in :mod:`sand.verbs.guest`)."""
+
+    async def lstat(self, path: str) -> Entry | None: ...
+    async def stat(self, path: str) -> Entry | None: ...
+    async def realpath(self, path: str) -> str: ...
+    async def listdir(self, path: str) -> list[tuple[str, Entry]]: ...
+    def read(self, path: str) -> contextlib.AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
+    async def write(self, path: str, local_fd: int, mode: int) -> None: ...
+    async def mkdir(self, path: str) -> None: ...
+    async def symlink(self, target: str, path: str) -> None: ...
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    dirs: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    target: str = ""
+
+    def describe(self, verb: str) -> str:
+        text = f"{verb} {self.files} files, {self.dirs} directories, {self.bytes} bytes"
+        return text + (f"; skipped {self.skipped}" if self.skipped else "") + f" -> {self.target}"
+
+
+def guest_path(path: str) -> str:
+    """A guest path for SFTP, whose relative paths start at the user's home."""
+    if "\0" in path or not path:
+        raise CopyRefused("the guest path is empty or holds a NUL")
+    if path == "~":
+        return "."
+    if path.startswith("~/"):
+        return path[2:] or "."
+    if path.startswith("~"):
+        raise CopyRefused(f"{path!r}: only ~ and ~/... are understood, not ~user")
+    return path
+
+
+def _component(name: str) -> str:
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise CopyRefused(f"the guest listed a name that is not a file name: {one_line(name)!r}")
+    return name
+
+
+async def download(fs: GuestFS, src: str, dst: str, *, recursive: bool, report: Report) -> Summary:
+    rsrc = guest_path(src)
+    entry = await fs.lstat(rsrc)
+    if entry is None:
+        raise CopyRefused(f"{src}: no such file or directory in the guest")
+    if entry.kind == "symlink":
+        raise CopyRefused(f"{src} is a symlink in the guest; sand cp does not follow guest links")
+    if entry.kind == "other":
+        raise CopyRefused(f"{src} is not a regular file or directory")
+    if entry.kind == "dir" and not recursive:
+        raise CopyRefused(f"{src} is a directory; use -r")
+    name = posixpath.basename(rsrc.rstrip("/"))
+    if name in ("", ".", ".."):
+        name = posixpath.basename((await fs.realpath(rsrc)).rstrip("/"))
+    if not name or not name.isprintable():
+        raise CopyRefused(f"{src} has no usable name; give the host destination a name")
+    _component(name)
+    local = Path(dst)
+    if local.is_dir():
+        target = local / name
+    elif dst.endswith("/"):
+        raise CopyRefused(f"{dst} is not a directory")
+    else:
+        target = local
+    if os.path.lexists(target):
+        raise CopyRefused(f"{target} exists; sand cp never replaces a host file or directory")
+    parent = target.parent
+    if not parent.is_dir():
+        raise CopyRefused(f"{parent} is not a directory")
+    summary = Summary(target=str(target))
+    parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if entry.kind == "file":
+            await _fetch_file(fs, rsrc, parent_fd, target.name, entry, summary)
+        else:
+            os.mkdir(target.name, 0o755, dir_fd=parent_fd)
+            summary.dirs += 1
+            fd = os.open(
+                target.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd
+            )
+            try:
+                await _fetch_tree(fs, rsrc, fd, target.name, summary, report, 0)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(parent_fd)
+    return summary
+
+
+async def _fetch_tree(
+    fs: GuestFS, rdir: str, dir_fd: int, shown: str, summary: Summary, report: Report, depth: int
+) -> None:
+    if depth >= MAX_DEPTH:
+        raise CopyRefused(f"{shown} is nested deeper than {MAX_DEPTH} directories")
+    for name, entry in sorted(await fs.listdir(rdir)):
+        _component(name)
+        here = f"{shown}/{one_line(name)}"
+        if not name.isprintable():
+            report(f"skipped {here}: its name has control or invisible characters")
+            summary.skipped += 1
+        elif entry.kind == "dir":
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+            summary.dirs += 1
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                await _fetch_tree(
+                    fs, posixpath.join(rdir, name), fd, here, summary, report, depth + 1
+                )
+            finally:
+                os.close(fd)
+        elif entry.kind == "file":
+            await _fetch_file(fs, posixpath.join(rdir, name), dir_fd, name, entry, summary)
+        else:
+            what = (
+                "a symlink (guest links are never followed)"
+                if entry.kind == "symlink"
+                else ("not a regular file")
+            )
+            report(f"skipped {here}: {what}")
+            summary.skipped += 1
+
+
+async def _fetch_file(
+    fs: GuestFS, rpath: str, dir_fd: int, name: str, entry: Entry, summary: Summary
+) -> None:
+    mode = 0o755 if entry.mode & 0o111 else 0o644
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    try:
+        async with fs.read(rpath) as chunks:
+            async for chunk in chunks:
+                os.write(fd, chunk)
+                summary.bytes += len(chunk)
+    except BaseException:
+        os.close(fd)
+        fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    summary.files += 1
+
+
+async def upload(fs: GuestFS, src: Path, dst: str, *, recursive: bool, report: Report) -> Summary:
+    try:
+        st = os.stat(src)  # the path a person named on their own host: followed
+    except OSError as exc:
+        raise CopyRefused(f"{src}: {exc.strerror}") from None
+    entry = entry_from_mode(st.st_mode, st.st_size)
+    if entry.kind == "dir" and not recursive:
+        raise CopyRefused(f"{src} is a directory; use -r")
+    if entry.kind == "other":
+        raise CopyRefused(f"{src} is not a regular file or directory")
+    name = src.name if src.name not in ("", ".", "..") else src.resolve().name
+    rdst = guest_path(dst)
+    existing = await fs.stat(rdst)
+    if existing is not None and existing.kind == "dir":
+        target = posixpath.join(rdst, name)
+    elif dst.endswith("/"):
+        raise CopyRefused(f"{dst} is not a directory in the guest")
+    else:
+        target = rdst
+    summary = Summary(target=target)
+    if entry.kind == "file":
+        await _send_file(fs, str(src), target, entry, summary, follow=True)
+    else:
+        await _send_tree(fs, src, target, summary, report, 0)
+    return summary
+
+
+async def _send_tree(
+    fs: GuestFS, src: Path, target: str, summary: Summary, report: Report, depth: int
+) -> None:
+    if depth >= MAX_DEPTH:
+        raise CopyRefused(f"{src} is nested deeper than {MAX_DEPTH} directories")
+    existing = await fs.lstat(target)
+    if existing is None:
+        await fs.mkdir(target)
+    elif existing.kind != "dir":
+        raise CopyRefused(f"{target} exists in the guest and is not a directory")
+    summary.dirs += 1
+    with os.scandir(src) as it:
+        items = sorted(it, key=lambda e: e.name)
+    for item in items:
+        rpath = posixpath.join(target, item.name)
+        st = item.stat(follow_symlinks=False)
+        entry = entry_from_mode(st.st_mode, st.st_size)
+        if entry.kind == "dir":
+            await _send_tree(fs, Path(item.path), rpath, summary, report, depth + 1)
+        elif entry.kind == "file":
+            await _send_file(fs, item.path, rpath, entry, summary, follow=False)
+        elif entry.kind == "symlink":
+            if await fs.lstat(rpath) is not None:
+                report(f"skipped symlink {one_line(item.path)}: {rpath} exists in the guest")
+                summary.skipped += 1
+            else:
+                await fs.symlink(os.readlink(item.path), rpath)
+        else:
+            report(f"skipped {one_line(item.path)}: not a regular file")
+            summary.skipped += 1
+
+
+async def _send_file(
+    fs: GuestFS, path: str, target: str, entry: Entry, summary: Summary, *, follow: bool
+) -> None:
+    flags = os.O_RDONLY | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        await fs.write(target, fd, 0o755 if entry.mode & 0o111 else 0o644)
+        summary.bytes += os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    summary.files += 1

@@ -1,0 +1,55 @@
+"""From a VM's name to its guest endpoint: manifest → backend → observe → endpoint.
+
+The CLI layer of every verb is this and nothing more; the verbs themselves
+take an endpoint (or a runner), so tests can hand them a rig guest directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sand.apply.observe import observe_all
+from sand.apply.session import open_session
+from sand.backends.protocol import GuestEndpoint, Ownership
+from sand.desired import DesiredVM
+from sand.errors import BackendError, SandError
+
+
+class VMNotReachable(SandError):
+    layer = "verbs"
+
+
+@dataclass(frozen=True)
+class Target:
+    project: str
+    vm: DesiredVM
+    endpoint: GuestEndpoint
+
+
+@contextlib.asynccontextmanager
+async def resolve(manifest: str, name: str) -> AsyncIterator[Target]:
+    session = open_session(manifest, lock=False)
+    try:
+        vm = next((v for v in session.desired.vms if v.name == name), None)
+        if vm is None:
+            known = ", ".join(v.name for v in session.desired.vms) or "none"
+            raise VMNotReachable(f"{manifest} declares no VM named {name!r} (VMs: {known})")
+        backend = session.backends[vm.backend]
+        obs = (await observe_all({vm.backend: backend}, session.desired))[vm.backend]
+        if obs.unknown_reason:
+            raise BackendError(obs.unknown_reason, backend=vm.backend)
+        managed = [o for o in obs.vms if o.name == name and o.ownership is Ownership.MANAGED]
+        if not managed:
+            raise VMNotReachable(f"VM {name} does not exist yet on {vm.backend}: run sand apply")
+        if len(managed) > 1:
+            ids = ", ".join(o.identity for o in managed)
+            raise VMNotReachable(f"several managed VMs on {vm.backend} are named {name}: {ids}")
+        current = managed[0]
+        if current.power != "running":
+            raise VMNotReachable(f"VM {name} is {current.power}; it must be running")
+        endpoint = await backend.endpoint(vm, current)
+        yield Target(session.project, vm, endpoint)
+    finally:
+        await session.close()
