@@ -348,6 +348,26 @@ async def test_a_failed_step_names_itself_its_status_and_output_without_values(
     assert world.canary not in world.logs.getvalue()
 
 
+async def test_a_step_that_prints_a_value_has_it_redacted_from_the_error(
+    world: World, tmp_path
+) -> None:
+    # A broken bundle whose secrets step echoes its whole payload, values and
+    # all, then fails: the error still carries none of them.
+    broken = tmp_path / "bundle"
+    shutil.copytree(Bundle().root, broken)
+    (broken / "secrets.sh").write_text("#!/bin/bash\ntr '\\0' '\\n'; exit 3\n")
+    values = _resolve(world)
+    await provision(world.endpoint(), world.vm, values)
+    with pytest.raises(GuestCommandError) as err:
+        await deliver_secrets(world.endpoint(), world.vm, values, bundle=Bundle(broken))
+    assert err.value.step == "secrets"
+    assert err.value.exit_status == 3
+    assert "API_KEY" in err.value.output_tail  # the names are there...
+    assert "[redacted]" in err.value.output_tail  # ...the values are not
+    for value in (world.canary, world.server.token, "second line"):
+        assert value not in str(err.value)
+
+
 async def test_the_login_user_may_differ_from_the_provisioned_user(
     netns_guest: MakeGuest, tmp_path, monkeypatch
 ) -> None:
