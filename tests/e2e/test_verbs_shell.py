@@ -1,0 +1,100 @@
+"""sand shell against a real guest: the system ssh with sand's argv (pinned,
+policy none, through a jump host), and one command over sand's transport."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sand.backends.protocol import JumpHost
+from sand.provision.ssh import KnownHosts, host_key_alias
+from sand.verbs.guest import connect, run_streaming
+from sand.verbs.shell import jump_config, ssh_argv
+from tests.verbs.rig_helpers import rig_endpoint
+
+if TYPE_CHECKING:
+    from sand.backends.protocol import GuestEndpoint
+    from tests.rig.fixtures import MakeGuest
+
+pytest_plugins = ["tests.rig.fixtures"]
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # A space in the path: macOS puts sand's state under "Application Support".
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state dir"))
+    return tmp_path / "state dir"
+
+
+def ssh(
+    endpoint: GuestEndpoint, *command: str, config: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = ssh_argv(
+        endpoint, known_hosts=KnownHosts().path, alias=host_key_alias(endpoint), config=config
+    )
+    return subprocess.run(
+        [*argv, *command], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
+    )  # fmt: skip
+
+
+def test_the_ssh_argv_reaches_the_guest_and_pins_hold(netns_guest: MakeGuest) -> None:
+    a, b = netns_guest(), netns_guest()
+    endpoint = rig_endpoint(a)
+    res = ssh(endpoint, "id", "-un")
+    assert (res.returncode, res.stdout) == (0, "claude\n"), res.stderr
+    # b answering under a's pinned alias: the ssh client refuses, as sand's transport does.
+    impostor = replace(rig_endpoint(b), host_key_alias=endpoint.host_key_alias)
+    res = ssh(impostor, "true")
+    assert res.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in res.stderr.upper()
+    # Policy none (Proxmox): no known_hosts at all.
+    res = ssh(rig_endpoint(b, policy="none"), "id", "-un")
+    assert (res.returncode, res.stdout) == (0, "claude\n"), res.stderr
+
+
+def test_through_a_jump_host(netns_guest: MakeGuest, tmp_path: Path) -> None:
+    jump_guest, target = netns_guest(), netns_guest()
+    known = tmp_path / "jump_known_hosts"
+    known.write_text(f"{jump_guest.address} {jump_guest.host_public_key}\n")
+    jump = JumpHost(
+        host=jump_guest.address, port=22, user=jump_guest.user,
+        identity=str(jump_guest.client_key_path), known_hosts=str(known),
+    )  # fmt: skip
+    endpoint = rig_endpoint(target, jump=jump)
+    config = tmp_path / "ssh_config"
+    config.write_text(jump_config(jump))
+    res = ssh(endpoint, "sh", "-c", "'echo $SSH_CONNECTION'", config=config)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == jump_guest.address  # the guest saw the jump host connect
+
+
+async def test_one_command_keeps_its_argv_output_and_exit_status(
+    netns_guest: MakeGuest, capfd: pytest.CaptureFixture[str]
+) -> None:
+    guest = netns_guest()
+    read, write = os.pipe()
+    os.write(write, b"from stdin\n")
+    os.close(write)
+    saved = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        async with connect(rig_endpoint(guest)) as conn:
+            status = await run_streaming(
+                conn, ["sh", "-c", 'printf "%s|" "$@"; cat; echo err >&2; exit 3', "sh",
+                       "a b", "$HOME", ";id", "`id`"],
+            )  # fmt: skip
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read)
+    out, err = capfd.readouterr()
+    assert status == 3
+    assert out == "a b|$HOME|;id|`id`|from stdin\n"
+    assert err == "err\n"
