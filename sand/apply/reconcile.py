@@ -150,7 +150,7 @@ async def _apply(
         record_results(session.project, result)
         if not session.journal.pending():
             session.journal.compact()
-        _report(plan, result, time.monotonic() - started, as_json)
+        report_result(plan, result, time.monotonic() - started, as_json)
         return EXIT_OK if result.ok else EXIT_ERROR
     finally:
         await session.close()
@@ -165,7 +165,7 @@ def _confirm(destroy: bool) -> bool:
         return False
 
 
-def _report(plan: Plan, result: ApplyResult, seconds: float, as_json: bool) -> None:
+def report_result(plan: Plan, result: ApplyResult, seconds: float, as_json: bool) -> None:
     add, chg, destroy = plan.counts()
     if as_json:
         out = {

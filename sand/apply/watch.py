@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sand.apply.engine import execute
 from sand.apply.guest import GuestSecrets, make_provisioner
-from sand.apply.reconcile import compute_plan, mass_delete_problem
+from sand.apply.reconcile import compute_plan, mass_delete_problem, report_result
 from sand.apply.recovery import replay_journal
 from sand.apply.session import open_session
 from sand.errors import ManifestError, SandError
@@ -116,6 +116,7 @@ class Watcher:
                 return
             if not plan.has_changes:
                 return
+            started = time.monotonic()
             result = await execute(
                 plan,
                 session.backends,
@@ -124,6 +125,8 @@ class Watcher:
                 parallelism=self.parallelism,
             )
             record_results(session.project, result)
+            report_result(plan, result, time.monotonic() - started, as_json=False)
+            sys.stdout.flush()
             now = time.monotonic()
             for r in result.results:
                 if r.ok:
@@ -167,10 +170,14 @@ class Watcher:
                 def ours(_change: object, path: str, files: set[Path] = files) -> bool:
                     return Path(path).resolve() in files
 
+                # watchfiles yields once no change arrived for ``step`` ms (capped
+                # at ``debounce`` ms): our debounce is that quiet window, so an
+                # editor's write + rename + touch lands as one batch.
+                quiet = max(50, int(self.debounce * 1000))
                 async for changes in awatch(
                     *dirs,
-                    debounce=int(self.debounce * 1000),
-                    step=50,
+                    debounce=max(4 * quiet, 1600),
+                    step=quiet,
                     stop_event=stop,
                     watch_filter=ours,
                     recursive=False,
