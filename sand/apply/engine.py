@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sand.backends.protocol import Backend, ObservedVM
 from sand.desired import DesiredVM
@@ -120,6 +120,9 @@ async def _apply_one(
         say(change.vm, "updating " + ", ".join(f.field for f in change.fields))
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
+    if vm.provision and not change.reprovision and _rebooted(change) and _uses_secrets(vm):
+        # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
+        change = replace(change, secrets_only=True)
     if vm.provision and (change.reprovision or change.secrets_only):
         say(change.vm, "provisioning" if change.reprovision else "delivering secrets")
         await provisioner(vm, backend, current, change)
@@ -134,3 +137,16 @@ async def _apply_one(
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
     await backend.mark_converged(vm, current)
+
+
+def _rebooted(change: VMChange) -> bool:
+    """Whether applying ``change`` stops or restarts a guest that ends up running."""
+    if change.action is not Action.UPDATE or change.desired is None:
+        return False
+    if change.desired.state != "running":
+        return False
+    return change.requires_restart or any(f.field == "state" for f in change.fields)
+
+
+def _uses_secrets(vm: DesiredVM) -> bool:
+    return bool(vm.secrets) or any(r.token_secret for r in vm.repos)
