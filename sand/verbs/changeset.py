@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from sand.errors import GuestCommandError, SandError
+from sand.verbs.refname import is_object_id
 from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
 from sand.verbs.text import one_line
 
@@ -25,7 +26,6 @@ MAX_BYTES = 300 << 20  # all file contents together; more is refused
 WARN_BYTES = 20 << 20
 MAX_PATH = 4096
 
-_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _AUTHOR = re.compile(rb"^author (.*) <([^<>\n]*)> [0-9]+ [+-][0-9]{4}$")
 _RAW = re.compile(rb"^:([0-7]{6}) ([0-7]{6}) ([0-9a-f]{40,64}) ([0-9a-f]{40,64}) ([A-Z])[0-9]*$")
 _FILE, _EXEC, _LINK, _GITLINK = "100644", "100755", "120000", "160000"
@@ -98,7 +98,7 @@ def _path_problem(path: str) -> str | None:
 
 
 def check_sha(text: str) -> str:
-    if not _SHA.match(text):
+    if not is_object_id(text):
         raise ChangeSetError(f"{one_line(text, 80)!r} is not a commit id")
     return text
 

@@ -169,7 +169,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = confirm_and_execute(
         plan, GitLab(sites.api, token), out=sys.stdout, confirm=lambda q: _confirm(q, args.yes)
     )
-    return 0 if result is not None or not plan.pending else 1
+    return 0 if result is not None else 1  # None: the person said no
 
 
 async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> Plan:

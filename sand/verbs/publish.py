@@ -75,10 +75,9 @@ def resolve_destination(
     *,
     branch: str | None = None,
     target_branch: str | None = None,
-    title: str | None = None,
 ) -> Destination:
     """Read the canonical project, the issue fork and their branches (anonymously)."""
-    issue_title = title if title is not None else fetch_issue_title(issue)
+    issue_title = fetch_issue_title(issue)
     canonical = forge.project(issue.canonical_path)
     if canonical is None:
         raise PublishRefused(f"{issue.canonical_path} does not exist on the forge")
@@ -276,12 +275,13 @@ def _action_json(a: FileAction) -> dict[str, Any]:
 def confirm_and_execute(
     plan: Plan, token_forge: GitLab, *, out: TextIO, confirm: Confirm
 ) -> Published | None:
+    """Show the plan, ask, then write; None when the person did not confirm."""
     if not plan.pending and plan.open_mr:
         print(
             f"Nothing to publish: the fork branch has every commit and {plan.open_mr} is open.",
             file=out,
         )
-        return None
+        return Published((), plan.open_mr)
     out.write(render(plan))
     if plan.changes.size > WARN_BYTES:
         print(f"\nwarning: this publishes {plan.changes.size} bytes of file content", file=out)

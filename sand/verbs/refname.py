@@ -47,3 +47,8 @@ def branch_problem(name: str) -> str | None:
 
 def valid_branch(name: str) -> bool:
     return branch_problem(name) is None
+
+
+def is_object_id(text: str) -> bool:
+    """A full git object id (SHA-1 or SHA-256), lower-case hex as git prints it."""
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)

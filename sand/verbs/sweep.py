@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sand.errors import GuestCommandError
 from sand.verbs.github import Repo, parse_remote
-from sand.verbs.refname import branch_problem
+from sand.verbs.refname import branch_problem, is_object_id
 from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
 from sand.verbs.text import decode, one_line
 
@@ -187,7 +187,7 @@ def _checkout(f: list[str]) -> Checkout:
         path=path,
         branch=branch if branch and problem is None else None,
         refused_branch=problem,
-        head=head if _is_sha(head) else "",
+        head=head if is_object_id(head) else "",
         upstream=upstream,
         has_remote=bool(remote),
         repo=parse_remote(url) if remote else None,
@@ -197,10 +197,6 @@ def _checkout(f: list[str]) -> Checkout:
         default_branch=default_ok,
         dirty=_flag(dirty),
     )
-
-
-def _is_sha(text: str) -> bool:
-    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def _flag(text: str) -> bool:

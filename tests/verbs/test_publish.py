@@ -12,7 +12,15 @@ import pytest
 from sand.verbs.changeset import ChangeSet, Commit, FileAction
 from sand.verbs.drupal import DrupalSites, PublishRefused, parse_issue_url
 from sand.verbs.forge import DrupalOrgRefused, ForgeError, GitLab
-from sand.verbs.publish import ForkMoved, Plan, confirm_and_execute, make_plan, prepare, render
+from sand.verbs.publish import (
+    ForkMoved,
+    Plan,
+    Published,
+    confirm_and_execute,
+    make_plan,
+    prepare,
+    render,
+)
 from tests.verbs.forge_standin import ForgeStandin
 from tests.verbs.helpers import LocalRunner, git
 
@@ -127,7 +135,8 @@ async def test_a_second_publish_sends_only_the_new_commits(forge: ForgeStandin, 
     # A third time there is nothing to do, and nothing is asked.
     plan = await plan_for(forge, home)
     result, out, asked = run(plan, forge)
-    assert result is None and not asked and "Nothing to publish" in out
+    assert isinstance(result, Published) and result.commits == () and not asked
+    assert "Nothing to publish" in out
 
 
 async def test_a_fork_branch_that_went_elsewhere_is_refused(
