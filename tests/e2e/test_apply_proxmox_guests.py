@@ -1,0 +1,150 @@
+"""`sand apply` end to end on fakepve with real guests behind the VMs.
+
+Each fakepve VM's guest agent reports the address of a real sshd in its own
+network namespace (as a booting guest's agent would), so sand's whole path
+runs for real: clone, configure, start, find the address by MAC, provision
+over SSH, deliver scoped secrets and a repo token, record the marker.
+The canary secret is hunted for everywhere it must never be.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from tests.cli.helpers import Sand
+from tests.provision.e2e_helpers import out, scoped_env, stand_in_agents
+from tests.rig.argv import ArgvWatch
+
+pytestmark = pytest.mark.e2e
+pytest_plugins = ["tests.rig.fixtures", "tests.fakepve_rig.fixtures"]
+
+CANARY = "canary-4b1d-never-in-argv-logs-or-markers"
+ROTATED = "canary-rotated-5e2f-also-secret"
+
+
+class AgentAnswers:
+    """Plays the guest agents: each new VM of a name reports its guest's address."""
+
+    def __init__(self, rig, guests: dict[str, object]) -> None:
+        self.rig, self.guests = rig, guests
+        self.answered: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            for vm in self.rig.vms():
+                guest = self.guests.get(vm.name)
+                if guest is not None and vm.vmid not in self.answered and vm.config.get("net0"):
+                    self.rig.set_agent_ip(vm.vmid, guest.address)
+                    self.answered.add(vm.vmid)
+            time.sleep(0.05)
+
+    def __enter__(self) -> AgentAnswers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def everything_under(path) -> str:
+    chunks = []
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                with open(os.path.join(root, name), "rb") as fh:
+                    chunks.append(fh.read().decode(errors="replace"))
+            except OSError:
+                pass
+    return "\n".join(chunks)
+
+
+def test_apply_provisions_real_guests_and_never_leaks_the_secret(
+    tmp_path, fakepve_server, netns_guest, git_server
+):
+    rig = fakepve_server
+    guests = {"agent-1": netns_guest(), "agent-2": netns_guest()}
+    identity = guests["agent-1"].client_key_path
+    # Both guests must trust the one identity the backend offers.
+    key = guests["agent-1"].client_public_key
+    for guest in guests.values():
+        home = f"/home/{guest.user}"
+        guest.run_root(
+            ["sh", "-c", f"cat >> {home}/.ssh/authorized_keys"], input=(key + "\n").encode()
+        )
+    repo_url = git_server.create_repo("app", {"README.md": "hello from the forge\n"})
+    token_file = tmp_path / "git.token"
+    token_file.write_text(git_server.token + "\n")
+    token_file.chmod(0o600)
+
+    sand = Sand(tmp_path)
+    manifest = rig.manifest(
+        [
+            {
+                "name": "agent-1",
+                "repos": ["app"],
+                "secrets": [{"name": "API_TOKEN", "scope": "~/work"}],
+            },
+            {"name": "agent-2"},
+        ],
+        defaults={"provision": True},
+        identity=str(identity),
+    )
+    manifest["secrets"] = {
+        "API_TOKEN": {"from": {"env": "SAND_TEST_API_TOKEN"}},
+        "GIT_TOKEN": {"from": {"file": str(token_file)}},
+    }
+    manifest["repos"] = {"app": {"url": repo_url, "token": "GIT_TOKEN", "path": "~/src/app"}}
+    sand.write(manifest)
+    env = {
+        "SAND_TEST_API_TOKEN": CANARY,
+        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
+    }
+
+    plan = sand.run("plan", env=env)
+    assert plan.returncode == 0, plan.stderr
+    with AgentAnswers(rig, guests), ArgvWatch(*guests.values(), host=True) as watch:
+        proc = sand.run("--log-level", "debug", "apply", "--auto-approve", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert watch.samples > 10
+
+    g1 = guests["agent-1"]
+    assert scoped_env(g1, "~/work", "API_TOKEN") == CANARY
+    assert not scoped_env(g1, "~", "API_TOKEN")
+    assert "hello from the forge" in out(g1, "cat ~/src/app/README.md")
+    assert "stand-in claude" in out(guests["agent-2"], "bash -lc 'claude --version'")
+
+    # The canary is nowhere it must not be.
+    assert watch.containing(CANARY) == []
+    assert watch.containing(git_server.token) == []
+    for text in (plan.stdout, plan.stderr, proc.stdout, proc.stderr):
+        assert CANARY not in text and git_server.token not in text
+    assert CANARY not in everything_under(sand.state_dir)
+    for vm in rig.vms():
+        marker_text = str(vm.config.get("description", "")) + str(vm.config.get("tags", ""))
+        assert CANARY not in marker_text
+    assert sand.run("plan", "--json", env=env).stdout.count(CANARY) == 0
+
+    # Converged: a second plan is a no-op.
+    again = sand.run("plan", "--detailed-exitcode", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "No changes." in again.stdout
+
+    # Rotation reaches the running guest without recreating it.
+    vmids = {vm.name: vm.vmid for vm in rig.vms()}
+    env["SAND_TEST_API_TOKEN"] = ROTATED
+    plan = sand.run("plan", env=env)
+    assert "secret values changed" in plan.stdout
+    with AgentAnswers(rig, guests):
+        proc = sand.run("apply", "--auto-approve", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scoped_env(g1, "~/work", "API_TOKEN") == ROTATED
+    assert {vm.name: vm.vmid for vm in rig.vms()} == vmids
+    assert ROTATED not in proc.stdout + proc.stderr
+    assert sand.run("plan", "--detailed-exitcode", env=env).returncode == 0
