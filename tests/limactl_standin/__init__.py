@@ -77,6 +77,21 @@ class Invocation:
         return "--tty=false" in self.argv or "-y" in self.argv or "--yes" in self.argv
 
 
+def log_messages(stderr: str) -> list[str]:
+    """The ``msg=...`` of each logrus line on stderr, unquoted (``\"`` → ``"``)."""
+    out = []
+    for line in stderr.splitlines():
+        _, sep, rest = line.partition(" msg=")
+        if sep:
+            try:
+                out.append(str(json.loads(rest)))
+            except json.JSONDecodeError:
+                out.append(rest)
+        else:
+            out.append(line)
+    return out
+
+
 def write_shim(bin_dir: Path, python: str = sys.executable) -> Path:
     """``bin_dir/limactl``: this interpreter without ``site`` (half the start-up time),
     with only PyYAML's directory added to the path."""

@@ -3,12 +3,13 @@ for the part of Lima sand drives, with instances kept as plain directories and n
 
 Contract (what the real tool does, and where this was read in lima-vm/lima at 183a60d7):
 
-Global flags (``cmd/limactl/main.go``): ``--tty[=BOOL]`` (default: stdout is a terminal),
-``-y/--yes`` (alias of ``--tty=false``; combining both is an error), ``--debug``,
-``--log-level``, ``--log-format``; ``--version`` prints ``limactl version X``. Errors are
-logged logrus-style on stderr (``level=fatal msg="..."``) with exit status 1; warnings
-and infos go to stderr as ``level=warning|info``. Nothing but command output goes to
-stdout.
+Global flags (``cmd/limactl/main.go``): ``--tty[=BOOL]`` (default: stdout is a terminal;
+the last one given wins), ``-y/--yes`` (alias of ``--tty=false``; combining both is an
+error), ``--debug``, ``--log-level``, ``--log-format``; ``--version`` prints ``limactl
+version X``. Errors are logged logrus-style on stderr (``level=fatal msg="..."``, the
+message quoted with ``\"`` escapes) with exit status 1; warnings and infos go to stderr
+as ``level=warning|info``. Nothing but command output goes to stdout. Set
+``LIMACTL_STANDIN_REFUSE_ROOT=1`` to get Lima's "must not run as the root user".
 
 ``LIMA_HOME`` (``pkg/limatype/dirnames``): ``$LIMA_HOME`` or ``~/.lima``; names starting
 with ``_`` or ``.`` are not instances (``pkg/store/store.go``); instance names are
@@ -36,8 +37,14 @@ and no output instead (lima-vm/lima#5236).
 
 ``create [--name N] [flags] FILE.yaml|-|template:NAME`` (``cmd/limactl/start.go``): ``-``
 reads the template from stdin and needs ``--name``; an existing name fails ("instance
-... already exists"). ``start NAME`` starts a Stopped instance (already Running: info,
-exit 0). ``stop [-f] NAME...`` (not Running without -f: "expected status ... got ...").
+... already exists"). ``base:`` templates are embedded before the edit flags apply
+(``pkg/limatmpl/embed.go``): the base's keys fill what is missing and its lists are
+*appended* (prepended for ``provision``/``probes``), so ``template:debian-12`` brings
+``template:_images/debian-12`` and ``template:_default/mounts`` (the host home, read-only)
+even into a file that says ``mounts: []``, exactly as ``templates/debian-12.yaml`` does;
+``template:default`` is the same with the Ubuntu image. ``start NAME`` starts a Stopped
+instance (already Running: info, exit 0). ``stop [-f] NAME...`` (not Running without -f:
+"expected status ... got ...").
 ``delete|rm|remove [-f] NAME...`` (``pkg/instance/delete.go``): refuses protected
 instances even with -f, refuses a non-Stopped one without -f, refuses a directory without
 lima.yaml (v2.2), ignores missing names with a warning. ``clone [--start] [edit flags] OLD
@@ -65,6 +72,8 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "start_delay": 0.0,
      "require_tty_false": false,          # refuse any call without --tty=false / --yes
      "host_user": "claude",               # default guest user (Lima: the host user)
+     "templates": {"NAME": {...}},         # extra/overridden templates (name -> YAML map)
+     "missing_templates": ["NAME"],        # templates that "do not exist"
      "guests": {"vm1": {"address": "10.213.0.5", "port": 22, "user": "claude",
                         "identity": "/path/client_key"}}}   # back an instance by a real sshd
 

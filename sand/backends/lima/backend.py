@@ -15,9 +15,10 @@ merges base templates. Every mutating limactl call is journalled first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from sand.backends.protocol import (
 from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
-from sand.state.journal import Journal
+from sand.state.journal import Journal, JournalEntry
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -380,11 +381,10 @@ class LimaBackendImpl:
                 )
                 if fresh:
                     if inst.power == "running":  # someone started it; clones need it stopped
-                        entry = journal.begin(
-                            "base-stop", backend=self.name, vm=name, identity=name
-                        )
-                        await self._limactl("stop", name, timeout=TIMEOUT_STOP)
-                        journal.finish(entry)
+                        with _journalled(
+                            journal, "base-stop", backend=self.name, vm=name, identity=name
+                        ):
+                            await self._limactl("stop", name, timeout=TIMEOUT_STOP)
                     state.ready = True
                     return name
                 await self._rebuild_cleanup(name, inst, journal)
@@ -393,34 +393,34 @@ class LimaBackendImpl:
             return name
 
     async def _rebuild_cleanup(self, name: str, inst: LimaInstance, journal: Journal) -> None:
-        entry = journal.begin("base-delete", backend=self.name, vm=name, identity=name)
-        if inst.readable:
-            await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
-        else:
-            await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
-        journal.step(entry, "deleted")
-        journal.finish(entry)
+        with _journalled(
+            journal, "base-delete", backend=self.name, vm=name, identity=name
+        ) as entry:
+            if inst.readable:
+                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+            else:
+                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+            journal.step(entry, "deleted")
 
     async def _build_base(self, vm: DesiredVM, name: str, stamp: str, journal: Journal) -> None:
         doc = self._base_doc(vm, name)
         body = cfg.to_yaml(doc, header=f"sand base for project {self.project}; do not edit")
-        entry = journal.begin(
-            "base", backend=self.name, vm=name, identity=name, image=vm.image, stamp=stamp
-        )
         sets = cfg.set_expressions(cfg.security_settings((), None))
-        await self._limactl(
-            "create",
-            f"--name={name}",
-            *_set_flags(sets),
-            "-",
-            stdin=body.encode(),
-            timeout=TIMEOUT_CREATE,
-        )
-        journal.step(entry, "created")
         base = BaseStamp(self.project, name, stamp, vm.image, vm.user)
-        await self._write_sidecar(name, scripts.BASE_STAMP_FILE, base.to_bytes())
-        journal.step(entry, "stamped")
-        journal.finish(entry)
+        with _journalled(
+            journal, "base", backend=self.name, vm=name, identity=name, image=vm.image, stamp=stamp
+        ) as entry:
+            await self._limactl(
+                "create",
+                f"--name={name}",
+                *_set_flags(sets),
+                "-",
+                stdin=body.encode(),
+                timeout=TIMEOUT_CREATE,
+            )
+            journal.step(entry, "created")
+            await self._write_sidecar(name, scripts.BASE_STAMP_FILE, base.to_bytes())
+            journal.step(entry, "stamped")
         self._base_stamps[name] = base
 
     # --- create -----------------------------------------------------------------------
@@ -573,36 +573,35 @@ class LimaBackendImpl:
                 backend=self.name,
             )
         config_change = bool(wanted & CONFIG_FIELDS)
-        entry = journal.begin(
-            "update",
-            backend=self.name,
-            vm=vm.name,
-            identity=current.identity,
-            fields=sorted(wanted),
-        )
         name = current.identity
         power = current.power
         target = vm.state if "state" in wanted else power
-        if config_change:
-            if power == "running":
+        with _journalled(
+            journal,
+            "update",
+            backend=self.name,
+            vm=vm.name,
+            identity=name,
+            fields=sorted(wanted),
+        ) as entry:
+            if config_change:
+                if power == "running":
+                    await self._limactl("stop", name, timeout=TIMEOUT_STOP)
+                    journal.step(entry, "stopped")
+                    power = "stopped"
+                settings = cfg.vm_edit_settings(vm, self._bundle)
+                await self._limactl("edit", name, *_set_flags(cfg.set_expressions(settings)))
+                journal.step(entry, "edited")
+            if "protect" in wanted and vm.protect != current.protect:
+                await self._limactl("protect" if vm.protect else "unprotect", name)
+                journal.step(entry, "protected" if vm.protect else "unprotected")
+            if target == "running" and power != "running":
+                await self._start(name)
+                journal.step(entry, "started")
+            elif target == "stopped" and power == "running":
                 await self._limactl("stop", name, timeout=TIMEOUT_STOP)
                 journal.step(entry, "stopped")
-                power = "stopped"
-            settings = cfg.vm_edit_settings(vm, self._bundle)
-            await self._limactl("edit", name, *_set_flags(cfg.set_expressions(settings)))
-            journal.step(entry, "edited")
-        if "protect" in wanted and vm.protect != current.protect:
-            await self._limactl("protect" if vm.protect else "unprotect", name)
-            journal.step(entry, "protected" if vm.protect else "unprotected")
-        if target == "running" and power != "running":
-            await self._start(name)
-            journal.step(entry, "started")
-        elif target == "stopped" and power == "running":
-            await self._limactl("stop", name, timeout=TIMEOUT_STOP)
-            journal.step(entry, "stopped")
-        observed = await self._observe_one(name)
-        journal.finish(entry)
-        return observed
+        return await self._observe_one(name)
 
     # --- delete -----------------------------------------------------------------------
 
@@ -633,10 +632,11 @@ class LimaBackendImpl:
                 f"refusing to delete {name}: it is protected (limactl unprotect first)",
                 backend=self.name,
             )
-        entry = journal.begin("delete", backend=self.name, vm=current.name, identity=name)
-        await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
-        journal.step(entry, "deleted")
-        journal.finish(entry)
+        with _journalled(
+            journal, "delete", backend=self.name, vm=current.name, identity=name
+        ) as entry:
+            await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
+            journal.step(entry, "deleted")
         if self._seen is not None:
             self._seen.discard(name)  # a replace creates it again right after
 
@@ -771,6 +771,20 @@ class LimaBackendImpl:
 
     async def close(self) -> None:
         await self.runner.close()
+
+
+@contextlib.contextmanager
+def _journalled(journal: Journal, op: str, **fields: Any) -> Iterator[JournalEntry]:
+    """Intent before the calls; "done" after, "failed" when a call reported an error.
+
+    Anything else (a crash, a cancellation) leaves the entry open for ``recover``."""
+    entry = journal.begin(op, **fields)
+    try:
+        yield entry
+    except SandError:
+        journal.finish(entry, "failed")
+        raise
+    journal.finish(entry)
 
 
 def _set_flags(exprs: Sequence[str]) -> list[str]:

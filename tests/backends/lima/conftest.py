@@ -14,6 +14,7 @@ from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 from sand.manifest.models import LimaBackend
 from sand.state.journal import Journal
+from tests.backends.lima.sshd_rig import sshd  # noqa: F401  (the remote-host fixture)
 from tests.limactl_standin import StandIn
 
 PROJECT = "demo"

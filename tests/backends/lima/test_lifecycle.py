@@ -336,3 +336,29 @@ async def test_bases_are_never_vms(
     obs = await backend.observe([])  # nothing desired: the base is still not a VM
     assert sorted(v.name for v in obs.vms) == ["a", "b"]
     assert all(not v.name.startswith(RESERVED_LIMA_PREFIX) for v in obs.vms)
+
+
+async def test_parallel_creates_never_race_a_base_rebuild(
+    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+) -> None:
+    state = desired("".join(f"  - name: vm{i}\n" for i in range(4)))
+    await backend.observe(state.vms)
+    await backend.create(state.vms[0], journal)
+    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
+    stamp_path = standin.instance_dir(base) / "sand-base.json"
+    stamp_path.write_text(stamp_path.read_text().replace('"stamp": "', '"stamp": "old-'))
+    standin.clear_log()
+
+    fresh = make_backend()
+    await fresh.observe(state.vms)
+    await asyncio.gather(*(fresh.create(vm, journal) for vm in state.vms[1:]))
+
+    calls = [i for i in standin.invocations() if i.command in ("create", "delete", "clone")]
+    on_base = [
+        (i.command, i.time) for i in calls if i.command != "clone" and base in " ".join(i.argv)
+    ]
+    clones = [i.time for i in calls if i.command == "clone"]
+    assert [c for c, _ in on_base] == ["delete", "create"]  # one rebuild, not one per VM
+    assert len(clones) == 3 and min(clones) > on_base[-1][1]  # every clone after it
+    obs = await fresh.observe(state.vms)
+    assert sorted(v.name for v in obs.managed()) == ["vm0", "vm1", "vm2", "vm3"]

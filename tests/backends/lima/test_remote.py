@@ -7,136 +7,20 @@ remote commands run through the login shell, and the stand-in logs what arrived.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sand.backends.lima import LimaBackendImpl, make_lima_backend
 from sand.backends.protocol import Ownership
 from sand.errors import TransportError
-from sand.manifest.models import LimaBackend, SshTarget
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired, one
-from tests.limactl_standin import StandIn
+from tests.backends.lima.sshd_rig import Sshd, keygen, needs_sshd
 
-SSHD = "/usr/sbin/sshd"
-
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(SSHD) and shutil.which("ssh-keygen") and os.geteuid() == 0),
-    reason="needs root, /usr/sbin/sshd and ssh-keygen",
-)
-
-
-def _keygen(path: Path) -> Path:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)],
-        check=True,
-    )
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Sshd:
-    dir: Path
-    port: int
-    host_key: Path
-    client_key: Path
-    other_key: Path
-    known_hosts: Path
-    log: Path
-    standin: StandIn
-    proc: subprocess.Popen[bytes]
-
-    def log_lines(self, needle: str) -> list[str]:
-        return [line for line in self.log.read_text().splitlines() if needle in line]
-
-    def connections(self) -> int:
-        return len(self.log_lines("Accepted publickey for"))
-
-    def sessions(self) -> int:
-        return len(self.log_lines("Starting session:"))
-
-    def local_backend(self) -> LimaBackendImpl:
-        """The same LIMA_HOME driven locally: cheap setup for tests about the SSH side."""
-        config = LimaBackend(
-            type="lima", lima_home=str(self.standin.lima_home), limactl=str(self.standin.executable)
-        )
-        b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
-        assert isinstance(b, LimaBackendImpl)
-        return b
-
-    def backend(self, **ssh: object) -> LimaBackendImpl:
-        target = {
-            "host": "127.0.0.1",
-            "port": self.port,
-            "user": "root",
-            "identity": str(self.client_key),
-            "known_hosts": str(self.known_hosts),
-            "lima_home": str(self.standin.lima_home),
-            **ssh,
-        }
-        config = LimaBackend(type="lima", ssh=SshTarget(**target))  # type: ignore[arg-type]
-        b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
-        assert isinstance(b, LimaBackendImpl)
-        return b
-
-
-@pytest.fixture
-def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
-    d = tmp_path / "sshd"
-    d.mkdir()
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-    host_key = _keygen(d / "host_ed25519")
-    client_key = _keygen(d / "client_ed25519")
-    other_key = _keygen(d / "other_ed25519")
-    (d / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
-    # A LIMA_HOME whose path needs quoting: a space and a '$' must arrive verbatim.
-    standin = StandIn.create(tmp_path / "remote", lima_home=tmp_path / "remote" / "lima $HOME x")
-    standin.configure(require_tty_false=True, host_user="claude")
-    port = _free_port()
-    config = d / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {d}/sshd.pid\n"
-        f"AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        "StrictModes no\nLogLevel VERBOSE\nAcceptEnv LANG\n"
-        f"SetEnv PATH={standin.bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
-    )
-    log = d / "sshd.log"
-    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                text = log.read_text() if log.exists() else ""
-                raise RuntimeError(f"sshd did not start: {text}") from None
-            time.sleep(0.05)
-    known_hosts = d / "known_hosts"
-    pub = Path(f"{host_key}.pub").read_text().split()
-    known_hosts.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
-    # The test process must not lend the remote backend any agent or default identity.
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
-    try:
-        yield Sshd(d, port, host_key, client_key, other_key, known_hosts, log, standin, proc)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+pytestmark = needs_sshd
 
 
 async def test_create_and_observe_over_one_ssh_connection(sshd: Sshd, tmp_path: Path) -> None:
@@ -213,7 +97,7 @@ async def test_endpoint_jumps_through_the_remote_host(sshd: Sshd, tmp_path: Path
 
 
 async def test_an_unknown_host_key_is_refused(sshd: Sshd) -> None:
-    other = _keygen(sshd.dir / "unrelated_host")
+    other = keygen(sshd.dir / "unrelated_host")
     pub = Path(f"{other}.pub").read_text().split()
     sshd.known_hosts.write_text(f"[otherhost]:22 {pub[0]} {pub[1]}\n")
     backend = sshd.backend()
@@ -230,7 +114,7 @@ async def test_an_unknown_host_key_is_refused(sshd: Sshd) -> None:
 
 
 async def test_a_changed_host_key_is_refused(sshd: Sshd) -> None:
-    impostor = _keygen(sshd.dir / "impostor_host")
+    impostor = keygen(sshd.dir / "impostor_host")
     pub = Path(f"{impostor}.pub").read_text().split()
     sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
     backend = sshd.backend()
