@@ -33,7 +33,10 @@ def startup() -> list[tuple[str, str]]:
     help_ = _median_ms([sys.executable, "-m", "sand", "plan", "--help"])
     return [
         ("python -c pass", f"{bare:.0f} ms"),
-        ("sand --version", f"{version:.0f} ms (target ≤ 100 ms; +{version - bare:.0f} ms over bare)"),
+        (
+            "sand --version",
+            f"{version:.0f} ms (target ≤ 100 ms; +{version - bare:.0f} ms over bare)",
+        ),
         ("sand plan --help", f"{help_:.0f} ms (target ≤ 150 ms)"),
         ("sand validate example", f"{validate:.0f} ms"),
     ]
@@ -87,7 +90,10 @@ def fleet_plan() -> list[tuple[str, str]]:
             path.write_text(fleet_manifest(n))
             out = subprocess.run(
                 [sys.executable, "-c", PEAK_PROBE, str(path)],
-                check=True, capture_output=True, text=True, cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
             )
             data = json.loads(out.stdout)
             assert data["noop"], "a converged fleet must plan no changes"
