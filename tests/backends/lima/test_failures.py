@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -97,7 +98,7 @@ async def test_observing_during_a_real_slow_clone(
 
 
 async def test_a_listing_that_is_not_json_lines_is_untrusted(
-    standin: StandIn, backend: LimaBackendImpl, tmp_path
+    standin: StandIn, backend: LimaBackendImpl, tmp_path: Path
 ) -> None:
     fake = tmp_path / "bin" / "limactl"
     fake.parent.mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -303,7 +304,7 @@ async def test_endpoint_from_ssh_config(
 
 
 async def test_endpoint_of_an_instance_backed_by_a_real_guest(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path
+    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path: Path
 ) -> None:
     key = tmp_path / "client_ed25519"
     key.write_text("key")
