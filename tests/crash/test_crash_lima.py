@@ -1,0 +1,121 @@
+"""Kill `sand apply` with SIGKILL at every mutating step on the limactl
+stand-in; the next apply must converge with zero duplicate and zero orphaned
+instances (the base image excepted, which is never a VM)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sand.state.journal import Journal
+from tests.crash.killer import intent, kill_when, sand_argv, step
+from tests.limactl_standin import StandIn
+
+MANIFEST = """\
+apiVersion: sand/v1
+project: crash
+backends:
+  laptop: {{type: lima, lima_home: ./lima}}
+defaults: {{image: debian-12, provision: false, disk: 20GiB, memory: 2GiB}}
+vms:
+{vms}
+"""
+TWO = "  - name: a\n  - name: b\n"
+
+
+class Rig:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.standin = StandIn.create(root, lima_home=root / "lima")
+        self.manifest = root / "sand.yaml"
+        self.journal = root / "state" / "projects" / "crash" / "journal.jsonl"
+
+    def write(self, vms: str) -> None:
+        self.manifest.write_text(MANIFEST.format(vms=vms))
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, **self.standin.env(), "SAND_STATE_DIR": str(self.root / "state")}
+        env.pop("LIMA_HOME", None)
+        return env
+
+    def sand(self, *args: str):
+        import subprocess
+
+        return subprocess.run(
+            sand_argv(*args, str(self.manifest)),
+            env=self.env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    def vms(self) -> list[str]:
+        return sorted(n for n in self.standin.instances() if not n.startswith("sand-base"))
+
+    def kill_at(self, condition, delay: float = 0.0, *args: str) -> None:
+        killed = kill_when(
+            sand_argv("apply", "--auto-approve", "--parallelism", "1", *args, str(self.manifest)),
+            self.env(),
+            self.root,
+            self.journal,
+            condition,
+            delay=delay,
+        )
+        assert killed, "apply finished before the crash point"
+        assert Journal(self.journal).pending(), "the kill left no unfinished operation"
+
+    def assert_converged(self, expected: list[str]) -> None:
+        proc = self.sand("apply", "--auto-approve")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert self.vms() == expected, f"duplicates or orphans: {self.standin.instances()}"
+        proc = self.sand("plan", "--detailed-exitcode")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+POINTS = {
+    "after the intent": (lambda: intent("create"), 0.0),
+    "mid clone (dir without lima.yaml)": (lambda: intent("create"), 0.2),
+    "after the clone": (lambda: step("created"), 0.0),
+    "after the marker": (lambda: step("marked"), 0.0),
+    "mid start": (lambda: step("marked"), 0.3),
+}
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_crash_during_create_converges(point, tmp_path):
+    rig = Rig(tmp_path)
+    rig.standin.configure(clone_delay=1.0, start_delay=1.0)
+    rig.write(TWO)
+    condition, delay = POINTS[point]
+    rig.kill_at(condition(), delay)
+    rig.standin.configure(clone_delay=0.0, start_delay=0.0)
+    rig.assert_converged(["a", "b"])
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_crash_mid_delete_converges(delay, tmp_path):
+    rig = Rig(tmp_path)
+    rig.write(TWO + "  - name: c\n")
+    assert rig.sand("apply", "--auto-approve").returncode == 0
+    rig.standin.configure(delete_delay=1.0)
+    rig.write(TWO)
+    rig.kill_at(intent("delete"), delay)
+    rig.standin.configure(delete_delay=0.0)
+    rig.assert_converged(["a", "b"])
+
+
+def test_crash_mid_update_converges(tmp_path):
+    rig = Rig(tmp_path)
+    rig.write(TWO)
+    assert rig.sand("apply", "--auto-approve").returncode == 0
+    rig.standin.configure(start_delay=1.0)
+    rig.write("  - name: a\n    cpus: 4\n  - name: b\n")
+    rig.kill_at(intent("update"), 0.3)
+    rig.standin.configure(start_delay=0.0)
+    rig.assert_converged(["a", "b"])
+    listed = {i["name"]: i for i in rig.standin.list_json()}
+    assert listed["a"]["cpus"] == 4 and listed["a"]["status"] == "Running"
