@@ -1,0 +1,109 @@
+"""`sand apply` on the limactl stand-in with a real guest behind the instance,
+then the per-VM verbs through the backend's own endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.limactl_standin import StandIn
+from tests.provision.e2e_helpers import as_user, scoped_env, stand_in_agents
+
+pytestmark = pytest.mark.e2e
+pytest_plugins = ["tests.rig.fixtures"]
+
+SECRET = "lima-canary-91c2-secret-value"
+MANIFEST = """\
+apiVersion: sand/v1
+project: limae2e
+backends:
+  laptop: {type: lima, lima_home: ./lima}
+defaults: {image: debian-12, disk: 20GiB, memory: 2GiB}
+secrets:
+  NPM_TOKEN:
+    from: {env: SAND_TEST_NPM}
+vms:
+  - name: dev-1
+    ports: [{guest: 3000, host: 13000}]
+    secrets: [{name: NPM_TOKEN, scope: ~/src}]
+"""
+
+
+class Cli:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.standin = StandIn.create(root, lima_home=root / "lima")
+        self.manifest = root / "sand.yaml"
+        self.manifest.write_text(MANIFEST)
+        self.agents = stand_in_agents(root / "agents")
+
+    def sand(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            **self.standin.env(),
+            "SAND_STATE_DIR": str(self.root / "state"),
+            "SAND_TEST_NPM": SECRET,
+            "SAND_AGENT_SOURCE": str(self.agents),
+            "NO_COLOR": "1",
+        }
+        env.pop("LIMA_HOME")
+        return subprocess.run(
+            [sys.executable, "-m", "sand", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=self.root,
+            check=False,
+        )
+
+
+def test_lima_apply_provisions_and_the_verbs_reach_the_guest(tmp_path, netns_guest):
+    guest = netns_guest()
+    cli = Cli(tmp_path)
+    cli.standin.back_with_guest("dev-1", guest)
+
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scoped_env(guest, "~/src", "NPM_TOKEN") == SECRET
+    assert not scoped_env(guest, "~", "NPM_TOKEN")
+    assert SECRET not in proc.stdout + proc.stderr
+    config = cli.standin.read_yaml("dev-1")
+    assert all(m.get("writable") is not True for m in config.get("mounts") or [])
+
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # sand shell -- CMD: the backend's endpoint, the command's own exit status.
+    proc = cli.sand("shell", "dev-1", "--", "id", "-un")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == guest.user
+    proc = cli.sand("shell", "dev-1", "--", "sh", "-c", "exit 7")
+    assert proc.returncode == 7
+
+    # sand cp: an explicit download lands where it was asked to, nowhere else.
+    as_user(guest, "mkdir -p ~/notes && echo 'from the guest' > ~/notes/a.txt")
+    proc = cli.sand("cp", "-r", "dev-1:notes", str(tmp_path / "fetched"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "fetched" / "a.txt").read_text() == "from the guest\n"
+
+    # sand land: read-only sweep; only branch metadata reaches the host ledger.
+    as_user(
+        guest,
+        "mkdir -p ~/src/app && cd ~/src/app && git init -q -b feature/x && "
+        "git -c user.email=a@b -c user.name=A commit -q --allow-empty -m work && "
+        "git remote add origin https://github.com/acme/app.git",
+    )
+    proc = cli.sand("land", "dev-1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "feature/x" in proc.stdout
+    ledger = tmp_path / "state" / "projects" / "limae2e" / "landing.jsonl"
+    if ledger.exists():
+        records = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert all("diff" not in r and "patch" not in r for r in records)
+        assert ledger.stat().st_mode & 0o077 == 0
