@@ -2,7 +2,8 @@
 
 Each VM is applied independently under a bounded semaphore, so one failure
 never stops the others; clones sharing one backend's storage get their own
-smaller limit. Every failure is kept with the layer that raised it.
+smaller limit inside the backend. Every failure is kept with the layer that
+raised it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ async def execute(
     progress: Progress | None = None,
 ) -> ApplyResult:
     gate = asyncio.Semaphore(max(1, parallelism))
-    clone_gates = {name: asyncio.Semaphore(b.clone_parallelism) for name, b in backends.items()}
     say = progress or (lambda vm, step: None)
     log = get_logger()
 
@@ -67,14 +67,7 @@ async def execute(
         started = time.monotonic()
         async with gate:
             try:
-                await _apply_one(
-                    change,
-                    backends[change.backend],
-                    journal,
-                    provisioner,
-                    clone_gates[change.backend],
-                    say,
-                )
+                await _apply_one(change, backends[change.backend], journal, provisioner, say)
                 say(change.vm, "done")
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -96,7 +89,6 @@ async def _apply_one(
     backend: Backend,
     journal: Journal,
     provisioner: Provisioner,
-    clone_gate: asyncio.Semaphore,
     say: Progress,
 ) -> None:
     vm, current = change.desired, change.observed
@@ -113,8 +105,9 @@ async def _apply_one(
         current = None
     if change.action in (Action.CREATE, Action.REPLACE):
         say(change.vm, "creating")
-        async with clone_gate:
-            current = await backend.create(vm, journal)
+        # Each backend limits its own clone step (clone_parallelism): only the
+        # clone contends for the storage lock, not the configure/start after it.
+        current = await backend.create(vm, journal)
     elif change.action is Action.UPDATE and change.fields:
         assert current is not None
         say(change.vm, "updating " + ", ".join(f.field for f in change.fields))

@@ -114,6 +114,8 @@ class LimaBackendImpl:
         self.runner = runner
         self.limactl = limactl
         self.clone_parallelism = clone_parallelism
+        # Clones copy the base's disk; more than a few at once only contend for I/O.
+        self._clone_slots = asyncio.Semaphore(clone_parallelism)
         self.jump = jump
         self._key_dir = key_dir
         self._bundle = bundle
@@ -460,13 +462,14 @@ class LimaBackendImpl:
                     **cfg.vm_edit_settings(vm, self._bundle),
                     f"param.{cfg.PARAM_INSTANCE}": name,
                 }
-                await self._limactl(
-                    "clone",
-                    base,
-                    name,
-                    *_set_flags(cfg.set_expressions(settings)),
-                    timeout=TIMEOUT_CLONE,
-                )
+                async with self._clone_slots:
+                    await self._limactl(
+                        "clone",
+                        base,
+                        name,
+                        *_set_flags(cfg.set_expressions(settings)),
+                        timeout=TIMEOUT_CLONE,
+                    )
             else:
                 body = cfg.to_yaml(
                     cfg.vm_config(vm, self._bundle),

@@ -43,6 +43,7 @@ class Ctx:
 
     def __post_init__(self) -> None:
         self._clone_slots: asyncio.Semaphore | None = None
+        self.cloning_ids: set[int] = set()  # vmids this process is cloning into now
 
     @property
     def clone_slots(self) -> asyncio.Semaphore:

@@ -161,39 +161,28 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
 async def _clone(
     ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
 ) -> tuple[int, JournalEntry]:
+    # The id is asked for only once a clone slot is ours: PVE reserves nothing,
+    # so creates queued behind the slot limit would all be handed the same id.
+    async with ctx.clone_slots:
+        return await _allocate_and_clone(ctx, vm, template, node, storage, journal)
+
+
+async def _allocate_and_clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+) -> tuple[int, JournalEntry]:
     for _ in range(ID_ATTEMPTS):
         vmid = int(await ctx.client.get("cluster/nextid"))
-        entry = journal.begin(
-            "create",
-            backend=ctx.name,
-            vm=vm.name,
-            identity=str(vmid),
-            node=node,
-            project=ctx.project,
-            template=str(template["vmid"]),
-        )
-        marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
-        params: dict[str, Any] = {
-            "newid": vmid,
-            "name": vm.name,
-            "description": mk.render_block(marker, op=entry.id),
-            "pool": ctx.config.pool,
-            "storage": storage,
-            "full": 1,
-        }
-        if template.get("node") != node:
-            params["target"] = node
+        # Another clone slot of this process may have been handed the same id a
+        # moment ago: step past the ids we are cloning into right now.
+        while vmid in ctx.cloning_ids:
+            vmid += 1
+        ctx.cloning_ids.add(vmid)
         try:
-            await _clone_task(ctx, template, vmid, params, entry.id)
-        except _Taken:
-            journal.finish(entry, "failed")
-            continue
-        except ProxmoxError as e:
-            if not e.transient:  # PVE refused or the task failed: nothing was made
-                journal.finish(entry, "failed")
-            raise  # otherwise the clone may still be running: recover() settles it
-        journal.step(entry, "cloned")
-        return vmid, entry
+            result = await _try_clone(ctx, vm, template, node, storage, journal, vmid)
+        finally:
+            ctx.cloning_ids.discard(vmid)
+        if result is not None:
+            return vmid, result
     raise ProxmoxError(
         ctx.name,
         f"could not allocate a vmid for {vm.name!r}: {ID_ATTEMPTS} ids were taken by other "
@@ -202,28 +191,64 @@ async def _clone(
     )
 
 
+async def _try_clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal, vmid: int
+) -> JournalEntry | None:
+    """Clone into ``vmid``; None when another client took that id first."""
+    entry = journal.begin(
+        "create",
+        backend=ctx.name,
+        vm=vm.name,
+        identity=str(vmid),
+        node=node,
+        project=ctx.project,
+        template=str(template["vmid"]),
+    )
+    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
+    params: dict[str, Any] = {
+        "newid": vmid,
+        "name": vm.name,
+        "description": mk.render_block(marker, op=entry.id),
+        "pool": ctx.config.pool,
+        "storage": storage,
+        "full": 1,
+    }
+    if template.get("node") != node:
+        params["target"] = node
+    try:
+        await _clone_task(ctx, template, vmid, params, entry.id)
+    except _Taken:
+        journal.finish(entry, "failed")
+        return None
+    except ProxmoxError as e:
+        if not e.transient:  # PVE refused or the task failed: nothing was made
+            journal.finish(entry, "failed")
+        raise  # otherwise the clone may still be running: recover() settles it
+    journal.step(entry, "cloned")
+    return entry
+
+
 async def _clone_task(ctx: Ctx, template: Row, vmid: int, params: dict[str, Any], op: str) -> None:
     tnode, tvmid = str(template.get("node")), template["vmid"]
     path = f"{vmops.vm_path(tnode, tvmid)}/clone"
     what = f"clone of template {tvmid} to VM {vmid}"
-    async with ctx.clone_slots:
-        for attempt in range(CLONE_ATTEMPTS):
-            try:
-                await ctx.client.task("POST", path, params, what=what, timeout=ctx.timeouts.clone)
-                return
-            except ProxmoxError as e:
-                if "already exists" in e.detail:
-                    # Only a request sent again after a lost answer can meet our own clone.
-                    if e.attempts > 1 and await _made_by(ctx, vmid, op):
-                        return  # our earlier attempt landed: its clone is done
-                    raise _Taken() from None
-                # A task that ended on lock contention is retried here (the client has
-                # already retried failed requests).
-                retry = e.upid is not None and e.transient and "still running" not in e.detail
-                if retry and attempt + 1 < CLONE_ATTEMPTS:
-                    await asyncio.sleep(ctx.client.retry.delay(attempt))
-                    continue
-                raise
+    for attempt in range(CLONE_ATTEMPTS):
+        try:
+            await ctx.client.task("POST", path, params, what=what, timeout=ctx.timeouts.clone)
+            return
+        except ProxmoxError as e:
+            if "already exists" in e.detail:
+                # Only a request sent again after a lost answer can meet our own clone.
+                if e.attempts > 1 and await _made_by(ctx, vmid, op):
+                    return  # our earlier attempt landed: its clone is done
+                raise _Taken() from None
+            # A task that ended on lock contention is retried here (the client has
+            # already retried failed requests).
+            retry = e.upid is not None and e.transient and "still running" not in e.detail
+            if retry and attempt + 1 < CLONE_ATTEMPTS:
+                await asyncio.sleep(ctx.client.retry.delay(attempt))
+                continue
+            raise
 
 
 async def _made_by(ctx: Ctx, vmid: int, op: str) -> bool:
