@@ -42,6 +42,34 @@ def startup() -> list[tuple[str, str]]:
     ]
 
 
+def _import_us(argv: list[str]) -> tuple[int, list[tuple[str, int]]]:
+    """Total import time (µs) of a command, and its five most expensive top-level packages."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, cwd=ROOT
+    )
+    per_top: dict[str, int] = {}
+    for line in proc.stderr.splitlines():
+        # "import time: <self us> | <cumulative us> | <indented module name>"
+        fields = line.removeprefix("import time:").split("|")
+        if len(fields) != 3 or not fields[0].strip().isdigit():
+            continue
+        top = fields[2].strip().split(".")[0]
+        per_top[top] = per_top.get(top, 0) + int(fields[0])
+    return sum(per_top.values()), sorted(per_top.items(), key=lambda kv: -kv[1])[:5]
+
+
+def import_cost() -> list[tuple[str, str]]:
+    rows = []
+    for label, argv in (
+        ("sand --version", ["-m", "sand", "--version"]),
+        ("sand validate", ["-m", "sand", "validate", "manifests/example.yaml"]),
+    ):
+        total, top = _import_us(argv)
+        heavy = ", ".join(f"{name} {us / 1000:.0f} ms" for name, us in top)
+        rows.append((label, f"{total / 1000:.0f} ms of imports; top: {heavy}"))
+    return rows
+
+
 def fleet_manifest(n: int) -> str:
     lines = [
         "apiVersion: sand/v1",

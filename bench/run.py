@@ -16,7 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SECTIONS = [
     ("startup", "bench.core", "startup"),
+    (
+        "import cost of sand --version and sand validate (python -X importtime)",
+        "bench.core",
+        "import_cost",
+    ),
     ("fleet plan (pure)", "bench.core", "fleet_plan"),
+    ("sand plan process on a converged 1000-VM fakepve fleet", "bench.fleet_cli", "rows"),
     ("Proxmox no-op observe vs per-VM reads (fakepve)", "bench.proxmox_noop", "rows"),
     ("create throughput (fakepve, scaled task time)", "bench.create_throughput", "rows"),
     ("watch save-to-plan latency", "bench.watch_latency", "rows"),

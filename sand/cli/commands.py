@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
@@ -29,6 +28,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import asyncio
+
     from sand.apply.reconcile import compute_plan
     from sand.apply.session import open_session
     from sand.plan.render import plan_to_json, render_text, use_colour
@@ -119,6 +120,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
     from sand.apply.session import open_session
 
     session = open_session(args.manifest, lock=False)
