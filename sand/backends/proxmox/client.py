@@ -171,12 +171,14 @@ class PveClient:
                 e.attempts = attempt + 1
                 if not e.transient or attempt + 1 >= attempts:
                     if e.transient and attempts > 1:
-                        raise ProxmoxError(
+                        final = ProxmoxError(
                             self.backend,
                             f"{e.detail} (gave up after {attempts} attempts)",
                             transient=True,
                             status=e.status,
-                        ) from None
+                        )
+                        final.attempts = attempts
+                        raise final from None
                     raise
                 delay = self.retry.delay(attempt)
                 log.debug("proxmox.retry", backend=self.backend, error=str(e), delay=delay)

@@ -64,7 +64,7 @@ async def update(
         raise ProxmoxError(ctx.name, f"cannot change {', '.join(unknown)} in place")
     fresh, config, node = await _fresh(ctx, current, vm, "change")
     vmid = fresh.identity
-    if is_protected(config) and not _protected_by_sand(config):
+    if is_protected(config) and not (vm.protect or _protected_by_sand(config)):
         raise ProxmoxError(
             ctx.name,
             f"refusing to change VM {vmid} ({vm.name}): protection was set outside sand; "

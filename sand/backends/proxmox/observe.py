@@ -68,6 +68,7 @@ def classify(
                 want is not None
                 and not template
                 and not locked
+                and not _foreign_pool(ctx, row)
                 and tags.fingerprint
                 and tags.fingerprint == want.fingerprint
             ):
@@ -129,10 +130,23 @@ def classify(
     if template and ownership is Ownership.MANAGED:
         ownership = Ownership.UNMANAGED  # a template is never sand's to change
         notes["note"] = "a template carrying sand's marker; templates are never managed"
+    elif _foreign_pool(ctx, row) and ownership is Ownership.MANAGED:
+        # Another backend of this project (another pool), or moved out by an operator.
+        ownership = Ownership.UNMANAGED
+        notes["note"] = (
+            f"carries this project's marker but is in pool {row.get('pool')!r}, "
+            f"not {ctx.config.pool!r}; left alone"
+        )
     want = desired.get(the_marker.name) if ownership is Ownership.MANAGED else None
     return _observed(
         ctx, row, ownership, the_marker, want, protect=protect, lock=lock, deep=True, notes=notes
     )
+
+
+def _foreign_pool(ctx: Ctx, row: Row) -> bool:
+    """In another pool than this backend's (no pool: a clone not finished, or a broad token)."""
+    pool = row.get("pool")
+    return bool(pool) and pool != ctx.config.pool
 
 
 def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
