@@ -59,21 +59,24 @@ class RigPve(FakePve):  # type: ignore[misc]
     # --- request log -------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = super()._build_app()
+        app: web.Application = super()._build_app()
 
         @web.middleware
         async def record(request: web.Request, handler: Any) -> web.StreamResponse:
             path = request.path[len(API) :] if request.path.startswith(API) else request.path
-            entry = {"method": request.method, "path": path, "query": dict(request.query)}
+            query = dict(request.query)
             start = time.time()
+
+            def done(status: int) -> None:
+                now = time.time()
+                self.log.append(Request(request.method, path, query, status, now, now - start))
+
             try:
                 response: web.StreamResponse = await handler(request)
             except BaseException:
-                now = time.time()
-                self.log.append(Request(**entry, status=0, at=now, took=now - start))
+                done(0)
                 raise
-            now = time.time()
-            self.log.append(Request(**entry, status=response.status, at=now, took=now - start))
+            done(response.status)
             return response
 
         app.middlewares.insert(0, record)

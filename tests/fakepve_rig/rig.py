@@ -24,6 +24,8 @@ from fakepve import FakeVm
 
 from tests.fakepve_rig.pve import Request, RigPve
 
+__all__ = ["SAND_PRIVILEGES", "FakePveRig", "Request"]
+
 if TYPE_CHECKING:
     from sand.backends.proxmox.backend import ProxmoxVEBackend
     from sand.desired import DesiredVM
@@ -299,7 +301,8 @@ class FakePveRig:
             nic_mac = mac or str(vm.config.get("net0", "")).split(",")[0].partition("=")[2]
             addrs = [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}]
             lo = {"name": "lo", "hardware-address": "00:00:00:00:00:00", "ip-addresses": addrs}
-            eth = {"name": "eth0", "hardware-address": nic_mac.lower(), "ip-addresses": []}
+            eth: dict[str, Any] = {"name": "eth0", "hardware-address": nic_mac.lower()}
+            eth["ip-addresses"] = []
             if ip:
                 eth["ip-addresses"] = [
                     {"ip-address": ip, "ip-address-type": "ipv4", "prefix": 24},

@@ -166,6 +166,10 @@ async def test_protection_set_by_an_operator_is_never_overridden(
     with pytest.raises(ProxmoxError, match="protection is set"):
         await backend.delete(current, journal)
     assert rig.vm(640).config == before  # type: ignore[union-attr]
+    # The manifest taking the protection over makes the VM sand's to change again.
+    adopted = rig.desired([{"name": "pet", "cpus": 8, "protect": True}])[0]
+    changed_vm = await backend.update(adopted, current, ["cpus"], journal)
+    assert changed_vm.cpus == 8 and changed_vm.protect
 
 
 async def test_delete_stops_and_purges(

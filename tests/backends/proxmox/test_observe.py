@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import proxmoxer
 import pytest
@@ -11,6 +12,7 @@ from sand.backends.protocol import Ownership
 from sand.backends.proxmox.backend import ProxmoxVEBackend
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import by_name, managed
+from tests.fakepve_rig.fixtures import MakeRig
 from tests.fakepve_rig.rig import FakePveRig
 
 GIB = 1 << 30
@@ -59,7 +61,9 @@ async def test_a_no_op_is_one_request_whatever_the_fleet_size(
 async def test_deep_reads_only_for_vms_whose_fingerprint_differs(
     rig: FakePveRig, backend: ProxmoxVEBackend
 ) -> None:
-    entries = [{"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(10)]
+    entries: list[dict[str, Any]] = [
+        {"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(10)
+    ]
     for i, vm in enumerate(rig.desired(entries)):
         rig.seed_managed(vm, 200 + i)
     entries[3]["memory"] = "2GiB"
@@ -188,7 +192,7 @@ async def test_an_unreachable_api_means_unknown(rig: FakePveRig) -> None:
 
 
 async def test_vms_on_an_offline_node_stay_managed_with_unknown_power(
-    fakepve_factory, journal: Journal
+    fakepve_factory: MakeRig, journal: Journal
 ) -> None:
     rig = fakepve_factory(nodes=("pve1", "pve2"))
     backend = rig.make_backend()
@@ -201,3 +205,21 @@ async def test_vms_on_an_offline_node_stay_managed_with_unknown_power(
     assert seen["b"].power == "unknown" and seen["a"].power == "running"
     assert obs.unknown_reason is None and rig.count() == 1
     await backend.close()
+
+
+async def test_our_marker_in_another_pool_is_left_alone(
+    rig: FakePveRig, backend: ProxmoxVEBackend
+) -> None:
+    """Two backends of one project on one cluster, each with its pool, never prune
+    each other's VMs (nor one an operator moved out of the pool)."""
+    rig.run(rig.pve.pools.__setitem__, "other-pool", set())
+    vm = rig.desired([{"name": "elsewhere"}])[0]
+    rig.seed_managed(vm, 800, pool="other-pool")
+    obs = await backend.observe([])  # the root-less token cannot see it at all ...
+    assert obs.vms == ()
+    broad = rig.make_backend(token_file=str(rig.add_token("sand@pve!broad", acl="root")))
+    (seen,) = (await broad.observe([])).vms  # ... and a broad one does not claim it
+    assert seen.ownership is Ownership.UNMANAGED and "other-pool" in seen.details["note"]
+    (seen,) = (await broad.observe([vm])).vms
+    assert seen.ownership is Ownership.UNMANAGED
+    await broad.close()
