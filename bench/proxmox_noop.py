@@ -143,6 +143,24 @@ def render(table: list[list[str]], rtt_ms: float) -> str:
     return "\n".join(lines)
 
 
+def rows(
+    sizes: tuple[int, ...] = (10, 100, 1000), runs: int = 3, rtt_ms: float = 30.0
+) -> list[tuple[str, str]]:
+    """The figures as (key, value) rows, for ``bench/run.py``."""
+    out = []
+    for n, s_req, b_req, req_x, s_ms, b_ms, time_x, proj in asyncio.run(
+        main_async(list(sizes), runs, rtt_ms)
+    ):
+        out.append(
+            (
+                f"{n} VMs",
+                f"sand {s_req} req {s_ms} ms; per-VM {b_req} req {b_ms} ms "
+                f"({req_x} requests, {time_x} time; @{rtt_ms:.0f} ms RTT {proj} ms)",
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000")
