@@ -42,12 +42,14 @@ class Ctx:
     addresses: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._clone_slots: asyncio.Semaphore | None = None
+        self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.cloning_ids: set[int] = set()  # vmids this process is cloning into now
 
     @property
     def clone_slots(self) -> asyncio.Semaphore:
-        """At most ``clone_parallelism`` clones at once (PVE's storage lock is short-lived)."""
-        if self._clone_slots is None:
-            self._clone_slots = asyncio.Semaphore(self.config.clone_parallelism)
-        return self._clone_slots
+        """At most ``clone_parallelism`` clones at once (PVE's storage lock is short-lived);
+        one semaphore per event loop, so a backend may outlive an ``asyncio.run``."""
+        loop = asyncio.get_running_loop()
+        if self._clone_slots is None or self._clone_slots[0] is not loop:
+            self._clone_slots = (loop, asyncio.Semaphore(self.config.clone_parallelism))
+        return self._clone_slots[1]
