@@ -15,7 +15,6 @@ from tests.limactl_standin import StandIn
 from tests.provision.e2e_helpers import as_user, scoped_env, stand_in_agents
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["tests.rig.fixtures"]
 
 SECRET = "lima-canary-91c2-secret-value"
 MANIFEST = """\

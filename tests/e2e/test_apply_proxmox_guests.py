@@ -20,7 +20,6 @@ from tests.provision.e2e_helpers import out, scoped_env, stand_in_agents
 from tests.rig.argv import ArgvWatch
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["tests.rig.fixtures", "tests.fakepve_rig.fixtures"]
 
 CANARY = "canary-4b1d-never-in-argv-logs-or-markers"
 ROTATED = "canary-rotated-5e2f-also-secret"

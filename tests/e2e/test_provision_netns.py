@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from tests.rig.gitserver import GitServer
     from tests.rig.guest import NetnsGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

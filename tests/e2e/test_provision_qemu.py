@@ -16,7 +16,6 @@ from tests.provision.helpers import make_vm, secret
 if TYPE_CHECKING:
     from tests.rig.qemu import QemuGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,6 @@ from tests.provision.e2e_helpers import endpoint
 if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

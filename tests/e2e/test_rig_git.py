@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     # Not imported at run time: pytest_plugins must import it first to rewrite asserts.
     from tests.rig.fixtures import MakeGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,6 @@ from tests.rig.gitserver import GitServer
 from tests.rig.qemu import GUESTFWD_ADDRESS, QemuGuest
 from tests.rig.ssh import connect_options
 
-pytest_plugins = ["tests.rig.fixtures"]
-
 pytestmark = pytest.mark.e2e
 
 # Measured ~30 s on 2 cores under TCG; the brief's budget is 90 s.

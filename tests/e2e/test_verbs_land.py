@@ -19,7 +19,6 @@ from tests.verbs.rig_helpers import GIT_SETUP, rig_endpoint, sh
 if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

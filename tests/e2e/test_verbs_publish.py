@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
     from tests.rig.guest import NetnsGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from sand.backends.protocol import GuestEndpoint
     from tests.rig.fixtures import MakeGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,6 @@ from tests.limactl_standin import StandIn
 if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
 
-pytest_plugins = ["tests.rig.fixtures"]
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,6 @@ import pytest
 
 from sand.backends.proxmox.backend import ProxmoxVEBackend
 from sand.state.journal import Journal
-from tests.fakepve_rig.fixtures import *  # noqa: F403 - fakepve_server, fakepve_factory, ...
 from tests.fakepve_rig.rig import FakePveRig
 
 PROJECT = "demo"

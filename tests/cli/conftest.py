@@ -1,1 +1,0 @@
-from tests.fakepve_rig.fixtures import *  # noqa: F403
