@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ from sand.apply.observe import observe_all
 from sand.apply.progress import progress_reporter
 from sand.apply.recovery import replay_journal
 from sand.apply.session import Session, open_session
+from sand.backends.protocol import Observation
 from sand.desired import DesiredState
 from sand.errors import PlanRefused
-from sand.plan import Plan, make_plan
+from sand.plan import Action, Plan, make_plan
 from sand.plan.render import plan_to_json, render_text, use_colour
 from sand.state.records import record_results
 
@@ -31,11 +33,15 @@ async def compute_plan(
     correct_drift: bool = True,
     destroy: bool = False,
     secrets: GuestSecrets | None = None,
+    unsettled: Mapping[str, str] | None = None,
 ) -> Plan:
+    """``unsettled``: backends whose journal replay failed, planned as unknown."""
     desired = session.desired
     if destroy:
         desired = DesiredState(desired.project, desired.manifest, ())
     observations = await observe_all(session.backends, desired)
+    for name, why in (unsettled or {}).items():
+        observations[name] = Observation(backend=name, vms=(), unknown_reason=why)
     digests = (secrets or GuestSecrets(session)).digests(desired) if not refresh_only else {}
     return make_plan(
         desired,
@@ -116,11 +122,13 @@ async def _apply(
             raise PlanRefused(
                 "no terminal to confirm on; re-run with --auto-approve to apply unattended"
             )
-        recovered = await replay_journal(session.journal, session.backends)
-        for line in recovered:
+        recovery = await replay_journal(session.journal, session.backends)
+        for line in recovery.done:
             print(f"Recovered: {line}", file=sys.stderr)
         secrets = GuestSecrets(session)
-        plan = await compute_plan(session, destroy=destroy, secrets=secrets)
+        plan = await compute_plan(
+            session, destroy=destroy, secrets=secrets, unsettled=recovery.failed
+        )
         if saved is not None:
             from sand.apply.planfile import check_still_valid
 
@@ -130,7 +138,7 @@ async def _apply(
         if not plan.has_changes:
             if as_json:
                 print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
-            return EXIT_OK
+            return _converged_code(plan, as_json)
         problem = mass_delete_problem(plan)
         if problem and not allow_mass_delete:
             raise PlanRefused(problem)
@@ -151,9 +159,33 @@ async def _apply(
         if not session.journal.pending():
             session.journal.compact()
         report_result(plan, result, time.monotonic() - started, as_json)
-        return EXIT_OK if result.ok else EXIT_ERROR
+        _print_backend_warnings(session, as_json)
+        if not result.ok:
+            return EXIT_ERROR
+        return _converged_code(plan, as_json)
     finally:
         await session.close()
+
+
+def _converged_code(plan: Plan, as_json: bool) -> int:
+    """0 only when everything converged: an unknown backend or a blocked VM is not."""
+    blocked = [c for c in plan.changes if c.action is Action.BLOCKED]
+    if not plan.unknown_backends and not blocked:
+        return EXIT_OK
+    if not as_json:
+        parts = [f"backend {b} unknown" for b in sorted(plan.unknown_backends)]
+        parts += [f"{c.vm} blocked" for c in blocked]
+        print(f"Not converged: {', '.join(parts)}.", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _print_backend_warnings(session: Session, as_json: bool) -> None:
+    """Warnings backends collected while applying (e.g. a PVE task's WARNINGS: n)."""
+    if as_json:
+        return
+    for name, backend in session.backends.items():
+        for warning in getattr(backend, "warnings", ()) or ():
+            print(f"Warning: backend {name}: {warning}", file=sys.stderr)
 
 
 def _confirm(destroy: bool) -> bool:

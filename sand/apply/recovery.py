@@ -3,23 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sand.backends.protocol import Backend
+from sand.errors import SandError
 from sand.logs import get_logger
 from sand.state.journal import Journal
 
 
-async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> list[str]:
-    """Let each backend settle its unfinished entries; return what was done."""
+@dataclass
+class Recovery:
+    done: list[str] = field(default_factory=list)
+    # Backends whose unfinished work could not be settled: planning on them now
+    # could duplicate a half-made VM, so they are treated as unknown this run.
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> Recovery:
+    """Let each backend settle its unfinished entries, oldest first."""
     log = get_logger()
-    done: list[str] = []
+    out = Recovery()
     for entry in journal.pending():
-        backend = backends.get(str(entry.get("backend")))
-        if backend is None:
-            # The backend left the manifest; keep the entry until it comes back.
+        name = str(entry.get("backend"))
+        backend = backends.get(name)
+        if backend is None or name in out.failed:
+            # A backend that left the manifest keeps its entries until it comes back.
             continue
-        how = await backend.recover(entry, journal)
-        journal.settle(str(entry["id"]), how)
+        what = f"{entry.get('op')} of {entry.get('vm')} ({name})"
+        try:
+            how = await backend.recover(entry, journal)
+        except SandError as exc:
+            out.failed[name] = f"could not settle the interrupted {what}: {exc}"
+            log.error("recovery failed", vm=entry.get("vm"), op=entry.get("op"), error=str(exc))
+            continue
+        if any(p["id"] == entry["id"] for p in journal.pending()):
+            journal.settle(str(entry["id"]), how)  # unless the backend already did
         log.info("recovered", vm=entry.get("vm"), op=entry.get("op"), outcome=how)
-        done.append(f"{entry.get('op')} of {entry.get('vm')} ({entry.get('backend')}): {how}")
-    return done
+        out.done.append(f"{what}: {how}")
+    return out

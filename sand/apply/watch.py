@@ -102,11 +102,16 @@ class Watcher:
             print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
             return
         try:
-            await replay_journal(session.journal, session.backends)
+            recovery = await replay_journal(session.journal, session.backends)
             secrets = GuestSecrets(session)
             periodic = reason == "periodic"
             heal = session.loaded.manifest.self_heal
-            plan = await compute_plan(session, secrets=secrets, correct_drift=heal or not periodic)
+            plan = await compute_plan(
+                session,
+                secrets=secrets,
+                correct_drift=heal or not periodic,
+                unsettled=recovery.failed,
+            )
             plan = self._without_backed_off(plan)
             sys.stdout.write(render_text(plan))
             sys.stdout.flush()

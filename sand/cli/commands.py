@@ -32,6 +32,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from sand.apply.reconcile import compute_plan
     from sand.apply.session import open_session
+    from sand.plan import Action
     from sand.plan.render import plan_to_json, render_text, use_colour
 
     session = open_session(args.manifest, lock=False)
@@ -53,7 +54,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
         if args.out:
             print(f"\nSaved the plan to {args.out}; apply it with: sand apply {args.out}")
-    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
+    if plan.unknown_backends:
+        # A plan that could not see a backend is incomplete, not "no changes".
+        return EXIT_ERROR
+    pending = plan.has_changes or any(c.action is Action.BLOCKED for c in plan.changes)
+    if args.detailed_exitcode and (pending or (args.refresh_only and plan.drifted())):
         return EXIT_CHANGES
     return EXIT_OK
 

@@ -156,9 +156,11 @@ def test_destroy_keeps_protected_vms(sand, fakepve_server):
     assert sand.run("apply", "--auto-approve").returncode == 0
     assert str(rig.vms_named("keep")[0].config.get("protection")) == "1"
     proc = sand.run("destroy", "--auto-approve")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The rest is destroyed, but the protected VM is not: not converged, exit 1.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     assert names(rig) == ["keep"]
     assert "protected" in proc.stdout
+    assert "Not converged: keep blocked." in proc.stderr
 
 
 def test_json_logs_are_json(sand, fakepve_server):
@@ -166,3 +168,15 @@ def test_json_logs_are_json(sand, fakepve_server):
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
     assert any(e.get("event") == "progress" and e.get("step") == "done" for e in events)
+
+
+def test_an_unreachable_backend_is_an_error_not_no_changes(sand, fakepve_server):
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    fakepve_server.fail("GET", "/cluster/resources", 403, "Permission check failed")
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "unknown" in proc.stdout and "Permission check failed" in proc.stdout
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 1
+    assert "Not converged: backend pve unknown" in proc.stderr
+    assert names(fakepve_server) == ["web-1", "web-2"]  # nothing pruned on a blind run

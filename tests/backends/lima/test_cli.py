@@ -92,7 +92,9 @@ def test_prune_spares_protected_and_foreign_instances(cli: Cli) -> None:
     cli.standin.make_instance("human", {"cpus": 1})
     cli.write("  - name: c\n    state: stopped\n")
     res = cli.sand("apply", "--auto-approve")
-    assert res.returncode == 0, res.stdout + res.stderr
+    # b is pruned; protected a is kept and reported blocked, so not converged: exit 1.
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Not converged: a blocked." in res.stderr
     names = set(cli.standin.instances())
     assert "b" not in names  # pruned
     assert {"a", "c", "human"} <= names  # protected, kept, not ours
