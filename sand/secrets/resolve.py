@@ -11,7 +11,6 @@ secret (a vault you are not logged into) never blocks an apply.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
 from sand.logs import register_secret
 from sand.manifest.models import Manifest, SecretSource
+from sand.state.private import private_file_problem
 
 COMMAND_TIMEOUT = 30.0
 # Shorter values could not be redacted from logs without redacting ordinary
@@ -123,14 +123,9 @@ def _read_file(name: str, path: Path) -> str:
         info = path.stat()
     except OSError as exc:
         raise SecretError(f"secret {name!r}: cannot read {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise SecretError(f"secret {name!r}: {path} is not a regular file")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise SecretError(
-            f"secret {name!r}: {path} is accessible by group or others (mode {mode:04o}); "
-            f"restrict it with: chmod 600 {path}"
-        )
+    problem = private_file_problem(path)
+    if problem:
+        raise SecretError(f"secret {name!r}: {path} {problem}")
     if info.st_size > MAX_LENGTH:
         raise SecretError(f"secret {name!r}: {path} is larger than {MAX_LENGTH} bytes")
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -20,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sand.errors import SandError
+from sand.state.private import private_file_problem
 from sand.verbs.forge import USER_AGENT, ForgeError, http_open
 from sand.verbs.text import one_line
 
@@ -129,27 +129,14 @@ def token_path() -> Path:
 
 def read_token(path: Path) -> str:
     """The drupal.org token; refused unless it is a private regular file of this user."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    if not path.exists():
         raise PublishRefused(
             f"no drupal.org token at {path}: create a GitLab personal access token on "
             f"git.drupalcode.org (scope api) and save it there with mode 0600"
-        ) from None
-    except OSError as exc:
-        raise PublishRefused(
-            f"the drupal.org token {path} cannot be read: {exc.strerror}"
-        ) from None
-    mode = stat.S_IMODE(st.st_mode)
-    if not stat.S_ISREG(st.st_mode):
-        raise PublishRefused(f"the drupal.org token {path} is not a regular file")
-    if mode & 0o077:
-        raise PublishRefused(
-            f"the drupal.org token {path} is open to group or others (mode {mode:04o}); "
-            f"restrict it with: chmod 600 {path}"
         )
-    if st.st_uid != os.getuid():
-        raise PublishRefused(f"the drupal.org token {path} belongs to another user")
+    problem = private_file_problem(path)
+    if problem:
+        raise PublishRefused(f"the drupal.org token {path} {problem}")
     try:
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):

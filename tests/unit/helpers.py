@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sand.backends.protocol import Marker, Mutability, Observation, ObservedVM, Ownership
+from sand.backends.lima.backend import FIELD_POLICY as LIMA_FIELD_POLICY
+from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership
+from sand.backends.proxmox.backend import FIELD_POLICY as PROXMOX_FIELD_POLICY
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 
@@ -35,18 +37,9 @@ vms:
     ports: [{guest: 3000, host: 3000}]
 """
 
-# The policies the backends declare (kept in step with their field_policy).
-PVE_POLICY = {
-    "image": Mutability.REPLACE,
-    "node": Mutability.REPLACE,
-    "cpus": Mutability.RESTART,
-    "memory": Mutability.RESTART,
-    "disk": Mutability.GROW_ONLY,
-    "state": Mutability.IN_PLACE,
-    "protect": Mutability.IN_PLACE,
-}
-LIMA_POLICY = {**PVE_POLICY, "ports": Mutability.RESTART}
-del LIMA_POLICY["node"]
+# The policies the backends themselves declare: the planner is tested against them.
+PVE_POLICY = PROXMOX_FIELD_POLICY
+LIMA_POLICY = LIMA_FIELD_POLICY
 POLICIES = {"pve": PVE_POLICY, "laptop": LIMA_POLICY}
 
 

@@ -96,3 +96,16 @@ def test_lock_wait_gives_up_after_the_deadline(tmp_path):
         assert time.monotonic() - started >= 0.3
     finally:
         first.release()
+
+
+def test_credential_files_must_be_private(tmp_path):
+    from sand.state.private import private_file_problem
+
+    token = tmp_path / "token"
+    assert private_file_problem(token) == "does not exist"
+    token.write_text("x")
+    token.chmod(0o640)
+    assert f"chmod 600 {token}" in (private_file_problem(token) or "")
+    token.chmod(0o600)
+    assert private_file_problem(token) is None
+    assert private_file_problem(tmp_path) == "is not a regular file"

@@ -6,13 +6,12 @@ header proxmoxer builds, and in sand's log redaction set.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.state.private import private_file_problem
 
 # user@realm!tokenid=secret, with realm and token id as pve-access-control checks them.
 _TOKEN = re.compile(
@@ -40,21 +39,9 @@ class ApiToken:
 
 def read_token(path: Path, backend: str) -> ApiToken:
     """Read and check the token file; never puts the file's content in an error."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ProxmoxError(backend, f"token file {path} does not exist") from None
-    except OSError as e:
-        raise ProxmoxError(backend, f"token file {path} cannot be read: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ProxmoxError(backend, f"token file {path} is not a regular file")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        raise ProxmoxError(
-            backend,
-            f"token file {path} is readable or writable by group or others (mode {mode:04o}); "
-            f"restrict it with: chmod 600 {path}",
-        )
+    problem = private_file_problem(path)
+    if problem:
+        raise ProxmoxError(backend, f"token file {path} {problem}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
