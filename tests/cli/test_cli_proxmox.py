@@ -180,3 +180,20 @@ def test_an_unreachable_backend_is_an_error_not_no_changes(sand, fakepve_server)
     assert proc.returncode == 1
     assert "Not converged: backend pve unknown" in proc.stderr
     assert names(fakepve_server) == ["web-1", "web-2"]  # nothing pruned on a blind run
+
+
+def test_refresh_only_reports_drift_and_proposes_nothing(sand, fakepve_server):
+    rig = fakepve_server
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    vmid = rig.vms_named("web-1")[0].vmid
+    rig.run(lambda: rig.pve.vm(vmid).config.__setitem__("cores", 6))
+    proc = sand.run("plan", "--refresh-only", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "web-1 (pve) has changed outside of sand" in proc.stdout
+    assert "Plan:" not in proc.stdout
+    proc = sand.run("plan", "--json")
+    change = {c["vm"]: c for c in json.loads(proc.stdout)["changes"]}["web-1"]
+    assert change["action"] == "update"
+    assert change["drift"][0]["field"] == "cpus"
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    assert int(rig.vm(vmid).config["cores"]) == 2
