@@ -123,46 +123,50 @@ async def wait_unlocked(ctx: Ctx, node: str, vmid: str | int, *, why: str) -> di
         delay = min(cap, delay * 2)
 
 
-async def start(ctx: Ctx, node: str, vmid: str | int) -> None:
+async def _power(
+    ctx: Ctx,
+    node: str,
+    vmid: str | int,
+    action: str,
+    *,
+    timeout: float,
+    already: str,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """POST status/<action> and wait for its task; the VM already being there is fine."""
     try:
         await ctx.client.task(
             "POST",
-            f"{vm_path(node, vmid)}/status/start",
-            what=f"start of VM {vmid}",
-            timeout=ctx.timeouts.start,
+            f"{vm_path(node, vmid)}/status/{action}",
+            params,
+            what=f"{action} of VM {vmid}",
+            timeout=timeout,
         )
     except ProxmoxError as e:
-        if "already running" not in e.detail:
+        if already not in e.detail:
             raise
+
+
+async def start(ctx: Ctx, node: str, vmid: str | int) -> None:
+    await _power(ctx, node, vmid, "start", timeout=ctx.timeouts.start, already="already running")
 
 
 async def stop(ctx: Ctx, node: str, vmid: str | int) -> None:
     """Hard stop (disposable VMs being removed)."""
-    try:
-        await ctx.client.task(
-            "POST",
-            f"{vm_path(node, vmid)}/status/stop",
-            what=f"stop of VM {vmid}",
-            timeout=ctx.timeouts.stop,
-        )
-    except ProxmoxError as e:
-        if "not running" not in e.detail:
-            raise
+    await _power(ctx, node, vmid, "stop", timeout=ctx.timeouts.stop, already="not running")
 
 
 async def shutdown(ctx: Ctx, node: str, vmid: str | int) -> None:
     """ACPI shutdown, forced off when the guest does not power down in time."""
-    try:
-        await ctx.client.task(
-            "POST",
-            f"{vm_path(node, vmid)}/status/shutdown",
-            {"timeout": int(ctx.timeouts.shutdown), "forceStop": 1},
-            what=f"shutdown of VM {vmid}",
-            timeout=ctx.timeouts.shutdown + 60,
-        )
-    except ProxmoxError as e:
-        if "not running" not in e.detail:
-            raise
+    await _power(
+        ctx,
+        node,
+        vmid,
+        "shutdown",
+        timeout=ctx.timeouts.shutdown + 60,
+        already="not running",
+        params={"timeout": int(ctx.timeouts.shutdown), "forceStop": 1},
+    )
 
 
 async def destroy(ctx: Ctx, node: str, vmid: str | int) -> None:
