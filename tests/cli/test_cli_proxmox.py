@@ -62,12 +62,55 @@ def test_apply_without_a_terminal_or_approval_refuses_and_changes_nothing(sand, 
     assert names(fakepve_server) == []
 
 
-def test_answering_no_cancels(sand, fakepve_server):
-    # stdin is a pipe, not a terminal: refused before asking; with a TTY the
-    # prompt accepts only "yes" (exercised through tmux in the e2e suite).
+def test_piped_yes_is_not_a_confirmation(sand, fakepve_server):
+    # stdin is a pipe, not a terminal: refused before asking, whatever it holds.
     proc = sand.run("apply", stdin="yes\n")
     assert proc.returncode == 1
     assert names(fakepve_server) == []
+
+
+def run_on_terminal(sand: Sand, answer: str) -> tuple[int, str]:
+    """`sand apply` with a real pseudo-terminal as stdin/stdout, answering the prompt."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import time
+
+    main, side = pty.openpty()
+    env = {**os.environ, "SAND_STATE_DIR": str(sand.state_dir), "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sand", "apply"],
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        cwd=sand.workdir,
+        env=env,
+        close_fds=True,
+    )
+    os.close(side)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"Enter a value:" not in seen and time.monotonic() < deadline:
+        seen += os.read(main, 4096)
+    os.write(main, answer.encode() + b"\n")
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            seen += os.read(main, 4096)
+        except OSError:
+            break
+    proc.wait(timeout=60)
+    os.close(main)
+    return proc.returncode, seen.decode(errors="replace")
+
+
+def test_on_a_terminal_only_yes_applies(sand, fakepve_server):
+    code, screen = run_on_terminal(sand, "y")
+    assert code == 1 and "Apply cancelled." in screen
+    assert names(fakepve_server) == []
+    code, screen = run_on_terminal(sand, "yes")
+    assert code == 0, screen
+    assert names(fakepve_server) == ["web-1", "web-2"]
 
 
 def test_memory_change_is_one_update_in_place(sand, fakepve_server):
