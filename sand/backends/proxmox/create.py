@@ -312,13 +312,7 @@ async def _setup(
             return await _adopt(ctx, vm, others[0], journal, pubkey)
     disk = vmops.boot_disk(config)
     if disk is not None and vm.disk > disk[1]:
-        await ctx.client.task(
-            "PUT",
-            f"{path}/resize",
-            {"disk": disk[0], "size": mk.size_arg(vm.disk)},
-            what=f"resize of VM {vmid} {disk[0]}",
-            timeout=ctx.timeouts.resize,
-        )
+        await vmops.resize(ctx, node, vmid, disk[0], vm.disk)
         journal.step(entry, "resized")
     status = await vmops.read_status(ctx, node, vmid)
     if status.get("status") != "running":

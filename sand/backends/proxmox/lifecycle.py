@@ -103,13 +103,7 @@ async def update(
                 ctx.name, f"VM {vmid} disk {disk[0]} is {disk[1]} bytes; PVE cannot shrink disks"
             )
         if vm.disk > disk[1]:
-            await ctx.client.task(
-                "PUT",
-                f"{path}/resize",
-                {"disk": disk[0], "size": mk.size_arg(vm.disk)},
-                what=f"resize of VM {vmid} {disk[0]}",
-                timeout=ctx.timeouts.resize,
-            )
+            await vmops.resize(ctx, node, vmid, disk[0], vm.disk)
             journal.step(entry, "resized")
     if want_running and not running:
         await vmops.start(ctx, node, vmid)

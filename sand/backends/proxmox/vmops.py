@@ -169,6 +169,17 @@ async def shutdown(ctx: Ctx, node: str, vmid: str | int) -> None:
     )
 
 
+async def resize(ctx: Ctx, node: str, vmid: str | int, disk: str, size: int) -> None:
+    """Grow ``disk`` to ``size`` bytes (PVE only grows disks)."""
+    await ctx.client.task(
+        "PUT",
+        f"{vm_path(node, vmid)}/resize",
+        {"disk": disk, "size": mk.size_arg(size)},
+        what=f"resize of VM {vmid} {disk}",
+        timeout=ctx.timeouts.resize,
+    )
+
+
 async def destroy(ctx: Ctx, node: str, vmid: str | int) -> None:
     """Stop and delete a VM with its disks; a VM already gone is fine."""
     try:
