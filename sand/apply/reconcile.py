@@ -53,6 +53,52 @@ async def compute_plan(
     )
 
 
+async def recover_and_plan(
+    session: Session, *, destroy: bool = False, correct_drift: bool = True
+) -> tuple[Plan, GuestSecrets]:
+    """Settle what a crashed run left (the journal first, always), then plan."""
+    recovery = await replay_journal(session.journal, session.backends)
+    for line in recovery.done:
+        print(f"Recovered: {line}", file=sys.stderr)
+    secrets = GuestSecrets(session)
+    plan = await compute_plan(
+        session,
+        destroy=destroy,
+        secrets=secrets,
+        correct_drift=correct_drift,
+        unsettled=recovery.failed,
+    )
+    return plan, secrets
+
+
+async def carry_out(
+    session: Session,
+    plan: Plan,
+    secrets: GuestSecrets,
+    *,
+    parallelism: int,
+    progress_mode: str,
+    as_json: bool = False,
+) -> ApplyResult:
+    """Execute an approved plan, record per-VM outcomes and print the summary."""
+    started = time.monotonic()
+    with progress_reporter(progress_mode) as say:
+        result = await execute(
+            plan,
+            session.backends,
+            session.journal,
+            make_provisioner(session, secrets),
+            parallelism=parallelism,
+            progress=say,
+        )
+    record_results(session.project, result)
+    if not session.journal.pending():
+        session.journal.compact()
+    report_result(plan, result, time.monotonic() - started, as_json)
+    _print_backend_warnings(session, as_json)
+    return result
+
+
 def mass_delete_problem(plan: Plan) -> str | None:
     """Why this plan deletes too much to run without --allow-mass-delete, or None.
 
@@ -122,13 +168,7 @@ async def _apply(
             raise PlanRefused(
                 "no terminal to confirm on; re-run with --auto-approve to apply unattended"
             )
-        recovery = await replay_journal(session.journal, session.backends)
-        for line in recovery.done:
-            print(f"Recovered: {line}", file=sys.stderr)
-        secrets = GuestSecrets(session)
-        plan = await compute_plan(
-            session, destroy=destroy, secrets=secrets, unsettled=recovery.failed
-        )
+        plan, secrets = await recover_and_plan(session, destroy=destroy)
         if saved is not None:
             from sand.apply.planfile import check_still_valid
 
@@ -145,21 +185,14 @@ async def _apply(
         if not auto_approve and not _confirm(destroy):
             print("Apply cancelled.")
             return EXIT_ERROR
-        started = time.monotonic()
-        with progress_reporter(progress_mode) as say:
-            result = await execute(
-                plan,
-                session.backends,
-                session.journal,
-                make_provisioner(session, secrets),
-                parallelism=parallelism,
-                progress=say,
-            )
-        record_results(session.project, result)
-        if not session.journal.pending():
-            session.journal.compact()
-        report_result(plan, result, time.monotonic() - started, as_json)
-        _print_backend_warnings(session, as_json)
+        result = await carry_out(
+            session,
+            plan,
+            secrets,
+            parallelism=parallelism,
+            progress_mode=progress_mode,
+            as_json=as_json,
+        )
         if not result.ok:
             return EXIT_ERROR
         return _converged_code(plan, as_json)

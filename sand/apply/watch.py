@@ -21,17 +21,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sand.apply.engine import execute
-from sand.apply.guest import GuestSecrets, make_provisioner
-from sand.apply.reconcile import compute_plan, mass_delete_problem, report_result
-from sand.apply.recovery import replay_journal
+from sand.apply.reconcile import carry_out, mass_delete_problem, recover_and_plan
 from sand.apply.session import open_session
 from sand.errors import ManifestError, SandError
 from sand.logs import get_logger
 from sand.manifest import load_manifest
 from sand.plan.model import Action, Plan
 from sand.plan.render import render_text
-from sand.state.records import record_results
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
 
@@ -102,16 +98,9 @@ class Watcher:
             print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
             return
         try:
-            recovery = await replay_journal(session.journal, session.backends)
-            secrets = GuestSecrets(session)
             periodic = reason == "periodic"
             heal = session.loaded.manifest.self_heal
-            plan = await compute_plan(
-                session,
-                secrets=secrets,
-                correct_drift=heal or not periodic,
-                unsettled=recovery.failed,
-            )
+            plan, secrets = await recover_and_plan(session, correct_drift=heal or not periodic)
             plan = self._without_backed_off(plan)
             sys.stdout.write(render_text(plan))
             sys.stdout.flush()
@@ -121,16 +110,9 @@ class Watcher:
                 return
             if not plan.has_changes:
                 return
-            started = time.monotonic()
-            result = await execute(
-                plan,
-                session.backends,
-                session.journal,
-                make_provisioner(session, secrets),
-                parallelism=self.parallelism,
+            result = await carry_out(
+                session, plan, secrets, parallelism=self.parallelism, progress_mode="quiet"
             )
-            record_results(session.project, result)
-            report_result(plan, result, time.monotonic() - started, as_json=False)
             sys.stdout.flush()
             now = time.monotonic()
             for r in result.results:
