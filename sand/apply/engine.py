@@ -12,7 +12,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, ObservedVM
 from sand.desired import DesiredVM
 from sand.errors import SandError
@@ -57,17 +59,23 @@ async def execute(
     *,
     parallelism: int = 10,
     progress: Progress | None = None,
+    guard: Guard | None = None,
+    archives: Path | None = None,
 ) -> ApplyResult:
+    """Carry out ``plan``. ``guard`` is the last look for unpushed work before anything
+    is destroyed (the CLI always passes one unless --allow-data-loss); ``archives`` is
+    where ``preserve:`` paths are held while they move between guests."""
     gate = asyncio.Semaphore(max(1, parallelism))
     say = progress or (lambda vm, step: None)
     log = get_logger()
+    kit = ReplaceKit(provisioner, guard, archives)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.action)
         started = time.monotonic()
         async with gate:
             try:
-                await _apply_one(change, backends[change.backend], journal, provisioner, say)
+                await _apply_one(change, backends[change.backend], journal, kit, say)
                 say(change.vm, "done")
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -85,40 +93,49 @@ async def execute(
 
 
 async def _apply_one(
-    change: VMChange,
-    backend: Backend,
-    journal: Journal,
-    provisioner: Provisioner,
-    say: Progress,
+    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Progress
 ) -> None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
         assert current is not None
+        if kit.guard is not None:
+            say(change.vm, "last look for unpushed work")
+            await kit.guard(backend, None, current, ())
         say(change.vm, "deleting")
         await backend.delete(current, journal)
         return
     assert vm is not None
+    provisioned = False
     if change.action is Action.REPLACE:
-        assert current is not None
-        say(change.vm, "deleting (replace)")
-        await backend.delete(current, journal)
-        current = None
-    if change.action in (Action.CREATE, Action.REPLACE):
+        # Provisioned inside: the replacement must work before the old VM goes.
+        current = await replace_vm(change, backend, journal, kit, say)
+        provisioned = True
+    elif change.action is Action.CREATE:
         say(change.vm, "creating")
         # Each backend limits its own clone step (clone_parallelism): only the
         # clone contends for the storage lock, not the configure/start after it.
         current = await backend.create(vm, journal)
+        if vm.provision:
+            say(change.vm, "provisioning")
+            await kit.provisioner(vm, backend, current, change)
+            provisioned = True
+            if await restore_kept(backend, vm, current, kit, say):
+                await kit.provisioner(vm, backend, current, change)
     elif change.action is Action.UPDATE and change.fields:
         assert current is not None
         say(change.vm, "updating " + ", ".join(f.field for f in change.fields))
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
-    if vm.provision and not change.reprovision and _rebooted(change) and _uses_secrets(vm):
-        # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
-        change = replace(change, secrets_only=True)
-    if vm.provision and (change.reprovision or change.secrets_only):
-        say(change.vm, "provisioning" if change.reprovision else "delivering secrets")
-        await provisioner(vm, backend, current, change)
+    if vm.provision and not provisioned:
+        if not change.reprovision and _rebooted(change) and _uses_secrets(vm):
+            # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
+            change = replace(change, secrets_only=True)
+        if change.reprovision:
+            say(change.vm, "provisioning")
+            await _reprovision_keeping(vm, backend, current, change, kit)
+        elif change.secrets_only:
+            say(change.vm, "delivering secrets")
+            await kit.provisioner(vm, backend, current, change)
     if change.action in (Action.CREATE, Action.REPLACE):
         # Creates always boot (provisioning needs a running guest) and are
         # unprotected until provisioned; settle power state and protection last.
@@ -130,6 +147,26 @@ async def _apply_one(
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
     await backend.mark_converged(vm, current)
+
+
+async def _reprovision_keeping(
+    vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange, kit: ReplaceKit
+) -> None:
+    """Reprovision in place; ``preserve:`` paths are copied first and any file the run
+    removed is put back (files sand itself manages may change: that is the point)."""
+    if not vm.preserve or kit.archives is None:
+        await kit.provisioner(vm, backend, current, change)
+        return
+    from sand.provision.preserve import archive_out, restore_in
+
+    endpoint = await backend.endpoint(vm, current)
+    path = kit.archives / f"{vm.name}.reprovision-{int(time.time())}.tar"
+    archive = await archive_out(endpoint, vm.user, vm.preserve, path)
+    try:
+        await kit.provisioner(vm, backend, current, change)
+        await restore_in(endpoint, vm.user, archive, missing_only=True)
+    finally:
+        archive.remove()
 
 
 def _rebooted(change: VMChange) -> bool:

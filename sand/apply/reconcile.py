@@ -34,8 +34,15 @@ async def compute_plan(
     destroy: bool = False,
     secrets: GuestSecrets | None = None,
     unsettled: Mapping[str, str] | None = None,
+    checks: bool = True,
+    allow_data_loss: bool = False,
 ) -> Plan:
-    """``unsettled``: backends whose journal replay failed, planned as unknown."""
+    """``unsettled``: backends whose journal replay failed, planned as unknown.
+
+    ``checks``: preflight the planned changes and sweep the VMs to be deleted or
+    replaced for unpushed work (blocked unless ``allow_data_loss``). Off only for
+    read-only views such as ``sand status``.
+    """
     desired = session.desired
     if destroy:
         desired = DesiredState(desired.project, desired.manifest, ())
@@ -43,7 +50,7 @@ async def compute_plan(
     for name, why in (unsettled or {}).items():
         observations[name] = Observation(backend=name, vms=(), unknown_reason=why)
     digests = (secrets or GuestSecrets(session)).digests(desired) if not refresh_only else {}
-    return make_plan(
+    plan = make_plan(
         desired,
         observations,
         session.policies(),
@@ -51,10 +58,21 @@ async def compute_plan(
         correct_drift=correct_drift,
         refresh_only=refresh_only,
     )
+    if checks and not refresh_only and plan.has_changes:
+        from sand.apply.guard import guard_plan
+        from sand.apply.preflight import preflight_plan
+
+        plan = await preflight_plan(plan, session)
+        plan = await guard_plan(plan, session, allow_data_loss=allow_data_loss)
+    return plan
 
 
 async def recover_and_plan(
-    session: Session, *, destroy: bool = False, correct_drift: bool = True
+    session: Session,
+    *,
+    destroy: bool = False,
+    correct_drift: bool = True,
+    allow_data_loss: bool = False,
 ) -> tuple[Plan, GuestSecrets]:
     """Settle what a crashed run left (the journal first, always), then plan."""
     recovery = await replay_journal(session.journal, session.backends)
@@ -67,6 +85,7 @@ async def recover_and_plan(
         secrets=secrets,
         correct_drift=correct_drift,
         unsettled=recovery.failed,
+        allow_data_loss=allow_data_loss,
     )
     return plan, secrets
 
@@ -79,8 +98,12 @@ async def carry_out(
     parallelism: int,
     progress_mode: str,
     as_json: bool = False,
+    allow_data_loss: bool = False,
 ) -> ApplyResult:
     """Execute an approved plan, record per-VM outcomes and print the summary."""
+    from sand.apply.guard import refuse_if_holding
+    from sand.state.paths import project_dir
+
     started = time.monotonic()
     with progress_reporter(progress_mode) as say:
         result = await execute(
@@ -90,6 +113,8 @@ async def carry_out(
             make_provisioner(session, secrets),
             parallelism=parallelism,
             progress=say,
+            guard=None if allow_data_loss else refuse_if_holding,
+            archives=project_dir(session.project) / "preserve",
         )
     record_results(session.project, result)
     if not session.journal.pending():
@@ -131,6 +156,7 @@ def run_apply(
     as_json: bool,
     destroy: bool = False,
     progress_mode: str = "auto",
+    allow_data_loss: bool = False,
 ) -> int:
     from sand.apply.planfile import read_plan_file
 
@@ -149,6 +175,7 @@ def run_apply(
             destroy,
             saved,
             "json" if as_json else progress_mode,
+            allow_data_loss,
         )
     )
 
@@ -162,13 +189,16 @@ async def _apply(
     destroy: bool,
     saved: dict[str, Any] | None,
     progress_mode: str,
+    allow_data_loss: bool = False,
 ) -> int:
     try:
         if not auto_approve and not sys.stdin.isatty():
             raise PlanRefused(
                 "no terminal to confirm on; re-run with --auto-approve to apply unattended"
             )
-        plan, secrets = await recover_and_plan(session, destroy=destroy)
+        plan, secrets = await recover_and_plan(
+            session, destroy=destroy, allow_data_loss=allow_data_loss
+        )
         if saved is not None:
             from sand.apply.planfile import check_still_valid
 
@@ -192,6 +222,7 @@ async def _apply(
             parallelism=parallelism,
             progress_mode=progress_mode,
             as_json=as_json,
+            allow_data_loss=allow_data_loss,
         )
         if not result.ok:
             return EXIT_ERROR

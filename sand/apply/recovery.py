@@ -23,7 +23,10 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
     """Let each backend settle its unfinished entries, oldest first."""
     log = get_logger()
     out = Recovery()
-    for entry in journal.pending():
+    # A replace is made of backend operations with entries of their own: settle those
+    # first (a half-made clone is removed or adopted), then the replace around them.
+    pending = sorted(journal.pending(), key=lambda e: e.get("op") == "replace")
+    for entry in pending:
         name = str(entry.get("backend"))
         backend = backends.get(name)
         if backend is None or name in out.failed:
@@ -31,7 +34,12 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
             continue
         what = f"{entry.get('op')} of {entry.get('vm')} ({name})"
         try:
-            how = await backend.recover(entry, journal)
+            if entry.get("op") == "replace":
+                from sand.apply.replace import recover_replace
+
+                how = await recover_replace(entry, backend, journal)
+            else:
+                how = await backend.recover(entry, journal)
         except SandError as exc:
             out.failed[name] = f"could not settle the interrupted {what}: {exc}"
             log.error("recovery failed", vm=entry.get("vm"), op=entry.get("op"), error=str(exc))

@@ -17,7 +17,7 @@ def status_rows(manifest: str | Path) -> list[dict[str, Any]]:
 
     async def run() -> Any:
         try:
-            return await compute_plan(session)
+            return await compute_plan(session, checks=False)
         finally:
             await session.close()
 

@@ -132,6 +132,42 @@ class JumpHost:
     known_hosts: str | None
 
 
+@dataclass(frozen=True)
+class PreflightItem:
+    """One planned change a backend is asked to check before it is shown."""
+
+    vm: DesiredVM
+    action: str  # "create" | "replace" | "update"
+    fields: tuple[str, ...] = ()  # the fields an update changes
+    current: ObservedVM | None = None
+
+
+@dataclass(frozen=True)
+class PreflightProblem:
+    """Why a planned change would fail, named by the manifest field that causes it.
+
+    ``field`` is a VM field (``image``, ``memory``, ``disk``, ``cpus``, ``node``)
+    unless ``on_backend``: then it is a key of the backend's own block
+    (``storage``, ``pool``, ``bridge``, ``template``, ``limactl``).
+    """
+
+    vm: str
+    field: str
+    message: str
+    on_backend: bool = False
+    backend_field: str | None = None  # where a VM field falls back to (image -> template)
+    skip_defaults: bool = False  # the backend does not take this field from ``defaults``
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    problems: tuple[PreflightProblem, ...] = ()
+    # Replacements that cannot be made create-before-destroy, with the reason.
+    destroy_first: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    requests: int = 0  # API calls / commands spent, for budgets
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A place VMs live. Implementations: ``sand.backends.proxmox``, ``sand.backends.lima``."""
@@ -144,6 +180,20 @@ class Backend(Protocol):
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         """Read-only; one listing, deep reads only where fingerprints differ."""
+        ...
+
+    async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
+        """Read-only: check what planned changes need (image, placement, capacity).
+
+        Called after ``observe`` and only when something would change; it costs a
+        bounded number of requests per backend (per distinct template, storage or
+        node), never one per VM. A check that cannot be made (no privilege to read
+        it) is a warning, not a problem.
+        """
+        ...
+
+    async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
+        """Give a managed VM (a replacement made under a temporary name) its final name."""
         ...
 
     async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
@@ -164,8 +214,12 @@ class Backend(Protocol):
         """Write the marker with the desired fingerprints: the VM is in sync."""
         ...
 
-    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
-        """Where to SSH for provisioning (may wait for the guest agent/boot)."""
+    async def endpoint(
+        self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
+    ) -> GuestEndpoint:
+        """Where to SSH (may wait for the guest agent/boot, at most ``wait`` seconds when
+        given). ``vm`` is None for a VM the manifest no longer names (a sweep before
+        deleting it): the login user then comes from what the backend recorded."""
         ...
 
     async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:

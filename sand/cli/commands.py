@@ -39,7 +39,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     async def run() -> Any:
         try:
-            return await compute_plan(session, refresh_only=args.refresh_only)
+            return await compute_plan(
+                session, refresh_only=args.refresh_only, allow_data_loss=args.allow_data_loss
+            )
         finally:
             await session.close()
 
@@ -57,14 +59,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.unknown_backends:
         # A plan that could not see a backend is incomplete, not "no changes".
         return EXIT_ERROR
-    pending = plan.has_changes or any(c.action is Action.BLOCKED for c in plan.changes)
-    if args.detailed_exitcode and (pending or (args.refresh_only and plan.drifted())):
+    if any(c.action is Action.BLOCKED for c in plan.changes):
+        # Apply would refuse these and exit 1: a plan must not read as fine (CI gates).
+        print("Error: the plan has blocked changes (marked !); see above.", file=sys.stderr)
+        return EXIT_ERROR
+    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
         return EXIT_CHANGES
     return EXIT_OK
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     if args.watch:
+        if args.allow_data_loss:
+            raise PlanRefused(
+                "--allow-data-loss is never used with --watch: a save must not destroy work"
+            )
         from sand.apply.watch import watch
 
         return watch(args)
@@ -77,6 +86,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         allow_mass_delete=args.allow_mass_delete,
         as_json=args.json,
         progress_mode="json" if args.log_format == "json" else "auto",
+        allow_data_loss=args.allow_data_loss,
     )
 
 
@@ -90,6 +100,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
         allow_mass_delete=True,
         as_json=False,
         destroy=True,
+        allow_data_loss=args.allow_data_loss,
     )
 
 

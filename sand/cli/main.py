@@ -28,6 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     def manifest_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("manifest", nargs="?", default="sand.yaml", help="default: ./sand.yaml")
 
+    def data_loss_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--allow-data-loss",
+            action="store_true",
+            help="delete or replace VMs even when their checkouts hold unpushed work "
+            "(or they cannot be swept); never implied by --watch",
+        )
+
     p = sub.add_parser("validate", help="check a manifest without contacting any backend")
     manifest_arg(p)
     sub.add_parser("schema", help="print the manifest's JSON Schema")
@@ -38,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when changes pend")
     p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
     p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
+    data_loss_flag(p)
 
     p = sub.add_parser("apply", help="make the VMs match the manifest")
     manifest_arg(p)
@@ -45,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="plan and results as JSON on stdout")
     p.add_argument("--parallelism", type=int, default=10, metavar="N")
     p.add_argument("--allow-mass-delete", action="store_true")
+    data_loss_flag(p)
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
     p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
     p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
@@ -52,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("destroy", help="delete every VM this manifest's project manages")
     manifest_arg(p)
     p.add_argument("--auto-approve", action="store_true")
+    data_loss_flag(p)
 
     p = sub.add_parser("status", help="desired vs observed, per VM")
     manifest_arg(p)

@@ -67,6 +67,9 @@ class DesiredVM:
     secrets: tuple[DesiredSecret, ...]
     bundle_digest: str
     provision: bool = True
+    # Guest paths kept across replace and reprovision; not in either fingerprint
+    # (changing what is kept changes nothing on the machine).
+    preserve: tuple[str, ...] = ()
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 

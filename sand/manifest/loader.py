@@ -4,7 +4,7 @@ listing every problem as ``FILE:LINE:COL: message``."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -23,6 +23,8 @@ class LoadedManifest:
     manifest: Manifest
     path: FsPath
     text: str
+    # Where every key and value stood, so later layers (preflight) can point at a field.
+    marks: MarkedData | None = field(default=None, compare=False, repr=False)
 
     @property
     def directory(self) -> FsPath:
@@ -41,10 +43,15 @@ def load_manifest(path: str | FsPath) -> LoadedManifest:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestError([Problem(str(file), 1, 1, f"not UTF-8: {exc.reason}")]) from None
-    return LoadedManifest(parse_manifest(text, str(file)), file, text)
+    manifest, marks = parse_marked(text, str(file))
+    return LoadedManifest(manifest, file, text, marks)
 
 
 def parse_manifest(text: str, filename: str = "sand.yaml") -> Manifest:
+    return parse_marked(text, filename)[0]
+
+
+def parse_marked(text: str, filename: str = "sand.yaml") -> tuple[Manifest, MarkedData]:
     marked, yaml_problems = load_marked(text)
     problems = [Problem(filename, p.mark.line, p.mark.column, p.message) for p in yaml_problems]
     if problems:
@@ -60,7 +67,7 @@ def parse_manifest(text: str, filename: str = "sand.yaml") -> Manifest:
         problems += _validation_problems(exc, marked, filename)
     if problems:
         raise ManifestError(problems)
-    return manifest
+    return manifest, marked
 
 
 def _problem(

@@ -33,6 +33,31 @@ class FieldChange:
     requires_restart: bool = False
 
 
+class Strategy(StrEnum):
+    """How a replacement is carried out; the plan says which one each will use."""
+
+    # The new machine is made under a temporary name, booted and provisioned
+    # (preserved paths restored, verified); only then is the old one deleted and the
+    # new one renamed. A failure before that leaves the old VM untouched.
+    CREATE_BEFORE_DESTROY = "create-before-destroy"
+    # The backend cannot hold both (capacity): preserved paths are archived on the
+    # host, the old VM is deleted, the new one is made and the archive restored.
+    DESTROY_BEFORE_CREATE = "destroy-before-create"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why a change may not run now, and where in the manifest to fix it."""
+
+    reason: str
+    where: str = ""  # "FILE:LINE:COL" of the field at fault, when there is one
+    kind: str = "preflight"  # "preflight" (the backend refused it) | "data" (unpushed work)
+    details: tuple[str, ...] = ()  # e.g. one line per checkout holding work
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}" if self.where else self.reason
+
+
 @dataclass(frozen=True)
 class VMChange:
     vm: str
@@ -44,6 +69,12 @@ class VMChange:
     drift: tuple[FieldChange, ...] = ()
     reprovision: bool = False  # provision the guest as part of this change
     secrets_only: bool = False  # only secrets changed: re-deliver, don't reprovision
+    # BLOCKED changes: what would have run, and everything that stops it.
+    blocked_action: Action | None = None
+    blockers: tuple[Blocker, ...] = ()
+    strategy: Strategy | None = None  # REPLACE only
+    # Set when the VM's unpushed work is covered by its preserve: paths (sweep done).
+    work_preserved: tuple[str, ...] = ()
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 

@@ -24,7 +24,7 @@ from functools import partial
 
 from sand.backends.protocol import Mutability, Observation, ObservedVM, Ownership
 from sand.desired import DesiredState, DesiredVM
-from sand.plan.model import Action, FieldChange, Plan, VMChange
+from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]
 
@@ -113,7 +113,15 @@ def _plan_vm(
                 drift=drift,
                 reasons=("must be replaced but is protected: set protect: false first",),
             )
-        return base(action=Action.REPLACE, fields=fields, drift=drift, reprovision=vm.provision)
+        return base(
+            action=Action.REPLACE,
+            fields=fields,
+            drift=drift,
+            reprovision=vm.provision,
+            # What every backend can do; preflight downgrades it when the backend
+            # cannot hold the old and the new VM at once.
+            strategy=Strategy.CREATE_BEFORE_DESTROY,
+        )
     if fields:
         if guest_changed:
             reasons.append("guest content changed")
@@ -201,7 +209,14 @@ def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:
 def _report_only(change: VMChange) -> VMChange:
     from dataclasses import replace
 
-    return replace(change, action=Action.NOOP, fields=(), reprovision=False, secrets_only=False)
+    return replace(
+        change,
+        action=Action.NOOP,
+        fields=(),
+        reprovision=False,
+        secrets_only=False,
+        strategy=None,
+    )
 
 
 def observation_fingerprint(observations: Mapping[str, Observation]) -> str:

@@ -7,7 +7,7 @@ import os
 from typing import Any, TextIO
 
 from sand.manifest.sizes import format_size
-from sand.plan.model import Action, FieldChange, Plan, VMChange
+from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
 SYMBOLS = {
     Action.CREATE: "+",
@@ -65,9 +65,15 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     for change in body:
         lines.extend(_render_change(change, paint))
         lines.append("")
+    blocked = [c for c in body if c.action is Action.BLOCKED]
     if plan.has_changes:
         add, chg, destroy = plan.counts()
         lines.append(f"Plan: {add} to add, {chg} to change, {destroy} to destroy.")
+        if blocked:
+            lines.append(
+                f"Blocked: {len(blocked)} VM(s) marked ! will not be touched; "
+                "fix what is shown and plan again."
+            )
     else:
         lines.append("No changes can be made now; see the blocked VMs above.")
     return "\n".join(lines) + "\n"
@@ -76,14 +82,9 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
 def _render_change(change: VMChange, paint: Any) -> list[str]:
     symbol = SYMBOLS[change.action]
     head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
-    verb = {
-        Action.CREATE: "will be created",
-        Action.UPDATE: "will be updated in place",
-        Action.REPROVISION: "will be reprovisioned",
-        Action.REPLACE: "must be replaced",
-        Action.DELETE: "will be destroyed",
-        Action.BLOCKED: "cannot be changed now",
-    }[change.action]
+    verb = _VERBS[change.action]
+    if change.action is Action.BLOCKED and change.blocked_action is not None:
+        verb = f"is blocked: it {_WOULD[change.blocked_action]}"
     if change.action is Action.UPDATE and change.requires_restart:
         verb += " (requires restart)"
     if change.action is Action.UPDATE and change.reprovision:
@@ -93,16 +94,24 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     out = [f"{head} {verb}"]
     for reason in change.reasons:
         out.append(f"  #   {reason}")
+    for blocker in change.blockers:
+        out.append(f"  #   {paint('!', '!')} {blocker}")
+        out.extend(f"  #       {detail}" for detail in blocker.details)
+    if change.strategy is not None and change.action is Action.REPLACE:
+        out.append(f"  #   strategy: {change.strategy.value} ({_STRATEGY_NOTE[change.strategy]})")
+    for kept in change.work_preserved:
+        out.append(f"  #   unpushed work kept by preserve: {kept}")
     pad = " " * max(0, 3 - len(symbol))
     out.append(f"{pad}{paint(symbol, symbol)} vm {json.dumps(change.vm)} {{")
-    if change.action is Action.CREATE and change.desired is not None:
+    shown = change.blocked_action or change.action  # a blocked change shows what it would do
+    if shown is Action.CREATE and change.desired is not None:
         spec = change.desired.infra()
         width = max(len(k) for k in spec)
         for key, value in spec.items():
             if value in (None, [], False) and key in ("node", "ports", "protect"):
                 continue
             out.append(f"      {paint('+', '+')} {key.ljust(width)} = {_value(key, value)}")
-    elif change.action is Action.DELETE and change.observed is not None:
+    elif shown is Action.DELETE and change.observed is not None:
         o = change.observed
         for key, value in (("cpus", o.cpus), ("memory", o.memory), ("disk", o.disk)):
             if value is not None:
@@ -114,6 +123,31 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
             out.append(f"      {paint('~', '~')} guest = (known after apply)")
     out.append("    }")
     return out
+
+
+_VERBS = {
+    Action.CREATE: "will be created",
+    Action.UPDATE: "will be updated in place",
+    Action.REPROVISION: "will be reprovisioned",
+    Action.REPLACE: "must be replaced",
+    Action.DELETE: "will be destroyed",
+    Action.BLOCKED: "cannot be changed now",
+}
+_WOULD = {
+    Action.CREATE: "would be created",
+    Action.UPDATE: "would be updated in place",
+    Action.REPROVISION: "would be reprovisioned",
+    Action.REPLACE: "would be replaced",
+    Action.DELETE: "would be destroyed",
+    Action.NOOP: "needs no change",
+    Action.BLOCKED: "is blocked",
+}
+_STRATEGY_NOTE = {
+    Strategy.CREATE_BEFORE_DESTROY: "the new VM is made and provisioned before the old one "
+    "is deleted",
+    Strategy.DESTROY_BEFORE_CREATE: "the backend cannot hold both: the old VM is deleted "
+    "first, its preserve: paths archived on this host",
+}
 
 
 def _field_line(f: FieldChange) -> str:
@@ -163,6 +197,18 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "reprovision": c.reprovision,
                 "secrets_only": c.secrets_only,
                 "requires_restart": c.requires_restart,
+                "blocked_action": c.blocked_action.value if c.blocked_action else None,
+                "blockers": [
+                    {
+                        "reason": b.reason,
+                        "where": b.where or None,
+                        "kind": b.kind,
+                        "details": list(b.details),
+                    }
+                    for b in c.blockers
+                ],
+                "strategy": c.strategy.value if c.strategy else None,
+                "work_preserved": list(c.work_preserved),
             }
             for c in plan.changes
         ],

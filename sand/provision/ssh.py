@@ -96,6 +96,7 @@ async def connect(
     deadline: float = CONNECT_DEADLINE,
     known_hosts: KnownHosts | None = None,
     on_retry: Callable[[int, str], None] | None = None,
+    attempt_timeout: float = ATTEMPT_TIMEOUT,
 ) -> AsyncIterator[asyncssh.SSHClientConnection]:
     """An authenticated connection to the guest (and its jump host), closed on exit."""
     if endpoint.host_key_policy not in ("pin", "none"):
@@ -130,12 +131,12 @@ async def connect(
                     password=None,
                     kbdint_auth=False,
                     known_hosts=(pinned, [], []) if pinned else None,
-                    connect_timeout=ATTEMPT_TIMEOUT,
-                    login_timeout=ATTEMPT_TIMEOUT,
+                    connect_timeout=attempt_timeout,
+                    login_timeout=attempt_timeout,
                     keepalive_interval=15,
                     keepalive_count_max=4,
                 ),
-                timeout=ATTEMPT_TIMEOUT * 2,
+                timeout=attempt_timeout * 2,
             )
         except asyncssh.HostKeyNotVerifiable:
             await _close(tunnel)

@@ -22,7 +22,7 @@ from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
 from sand.verbs.text import decode, one_line
 
 MAX_CHECKOUTS = 50
-_FIELDS = 11
+_FIELDS = 14
 
 SWEEP_SCRIPT = (
     EXPAND
@@ -73,8 +73,15 @@ while IFS= read -r -d '' d; do
 	fi
 	dirty=0
 	[ -z "$(slow status --porcelain --untracked-files=no | head -c 1)" ] || dirty=1
-	printf 'checkout\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0' "$top" "$branch" "$head" \
-		"$upstream" "$remote" "$url" "$tracking" "${ahead:-0}" "${behind:-0}" "$def" "$dirty"
+	# What deleting this VM would lose: commits no remote branch has (on any local
+	# branch, or a detached HEAD), changed and untracked files, stashes.
+	unpushed=$(slow rev-list --count HEAD --branches --not --remotes) || unpushed=0
+	[ -n "$head" ] || unpushed=$(slow rev-list --count --branches --not --remotes) || unpushed=0
+	changed=$(slow status --porcelain --untracked-files=normal | wc -l) || changed=0
+	stashes=$(g rev-list --walk-reflogs --count refs/stash) || stashes=0
+	printf 'checkout\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0%s\0' "$top" \
+		"$branch" "$head" "$upstream" "$remote" "$url" "$tracking" "${ahead:-0}" "${behind:-0}" \
+		"$def" "$dirty" "${unpushed:-0}" "${changed// /}" "${stashes:-0}"
 done < <(candidates)
 """.replace("__MAX__", str(MAX_CHECKOUTS))
 )
@@ -96,6 +103,25 @@ class Checkout:
     behind: int
     default_branch: str | None
     dirty: bool
+    unpushed: int = 0  # commits on no remote branch (any local branch, or a detached HEAD)
+    changed_files: int = 0  # modified, staged and untracked files (ignored ones excluded)
+    stashes: int = 0
+
+    @property
+    def holds_work(self) -> bool:
+        """Whether removing this checkout would lose something that exists nowhere else."""
+        return bool(self.unpushed or self.changed_files or self.stashes)
+
+    def work_summary(self) -> str:
+        parts = []
+        if self.unpushed:
+            parts.append(f"{self.unpushed} commit(s) on no remote")
+        if self.changed_files:
+            parts.append(f"{self.changed_files} dirty file(s)")
+        if self.stashes:
+            parts.append(f"{self.stashes} stash(es)")
+        branch = self.branch or ("(invalid name)" if self.refused_branch else "(detached)")
+        return f"branch {branch}: " + ", ".join(parts or ["nothing unpushed"])
 
     def push_state(self) -> str:
         if self.branch is None:
@@ -180,7 +206,8 @@ def parse_sweep(raw: bytes) -> Sweep:
 
 
 def _checkout(f: list[str]) -> Checkout:
-    path, branch, head, upstream, remote, url, tracking, ahead, behind, default, dirty = f
+    path, branch, head, upstream, remote, url, tracking, ahead, behind, default, dirty = f[:11]
+    unpushed, changed, stashes = f[11:]
     problem = branch_problem(branch) if branch else None
     default_ok = default if default and branch_problem(default) is None else None
     return Checkout(
@@ -196,6 +223,9 @@ def _checkout(f: list[str]) -> Checkout:
         behind=_count(behind),
         default_branch=default_ok,
         dirty=_flag(dirty),
+        unpushed=_count(unpushed),
+        changed_files=_count(changed),
+        stashes=_count(stashes),
     )
 
 

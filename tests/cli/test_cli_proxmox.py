@@ -134,7 +134,8 @@ def test_removing_an_entry_deletes_only_that_vm(sand, fakepve_server):
     sand.write(rig.manifest([*VMS, {"name": "web-3"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     sand.write(rig.manifest(VMS))
-    proc = sand.run("apply", "--auto-approve")
+    # No guest behind it to sweep: the guard is tested in test_guard.py.
+    proc = sand.run("apply", "--auto-approve", "--allow-data-loss")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 destroyed" in proc.stdout
     assert names(rig) == ["web-1", "web-2"]
@@ -144,11 +145,11 @@ def test_mass_delete_needs_the_flag(sand, fakepve_server):
     rig = fakepve_server
     assert sand.run("apply", "--auto-approve").returncode == 0
     sand.write(rig.manifest([]))
-    proc = sand.run("apply", "--auto-approve")
+    proc = sand.run("apply", "--auto-approve", "--allow-data-loss")
     assert proc.returncode == 1
     assert "--allow-mass-delete" in proc.stderr
     assert names(rig) == ["web-1", "web-2"]
-    proc = sand.run("apply", "--auto-approve", "--allow-mass-delete")
+    proc = sand.run("apply", "--auto-approve", "--allow-mass-delete", "--allow-data-loss")
     assert proc.returncode == 0, proc.stderr
     assert names(rig) == []
 
@@ -198,7 +199,8 @@ def test_destroy_keeps_protected_vms(sand, fakepve_server):
     sand.write(rig.manifest([{"name": "web-1"}, {"name": "keep", "protect": True}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     assert str(rig.vms_named("keep")[0].config.get("protection")) == "1"
-    proc = sand.run("destroy", "--auto-approve")
+    # No guest behind it to sweep: the guard is tested in test_guard.py.
+    proc = sand.run("destroy", "--auto-approve", "--allow-data-loss")
     # The rest is destroyed, but the protected VM is not: not converged, exit 1.
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert names(rig) == ["keep"]

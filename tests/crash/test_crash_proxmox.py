@@ -80,7 +80,8 @@ def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
     rig.set_task_secs("qmstop", 1.0)
     sand.write(rig.manifest(VMS))
     killed = kill_when(
-        sand_argv("apply", "--auto-approve"),
+        # fakepve's VMs have no guest to sweep for unpushed work.
+        sand_argv("apply", "--auto-approve", "--allow-data-loss"),
         env_for(sand.state_dir),
         tmp_path,
         journal_path(sand),

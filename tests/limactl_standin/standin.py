@@ -50,7 +50,11 @@ instances even with -f, refuses a non-Stopped one without -f, refuses a director
 lima.yaml (v2.2), ignores missing names with a warning. ``clone [--start] [edit flags] OLD
 NEW`` (``pkg/instance/clone.go``): OLD must exist and not be Running, NEW must not exist;
 copies every file except ``protected``, ``swtpm`` and ``*.pid|*.sock|*.tmp``; lima.yaml
-(hence ``param``) is copied. ``edit [--start] [edit flags] NAME`` (``cmd/limactl/edit.go``):
+(hence ``param``) is copied. ``rename [--start] [edit flags] OLD NEW`` shares that code
+but moves the files and removes OLD's directory (``protected`` is not carried over).
+``create --list-templates`` prints the template store's names, one per line, without the
+hidden ``_default/``/``_images/`` ones; ``template:NAME`` must name one of them (else
+"template ... not found"). ``edit [--start] [edit flags] NAME`` (``cmd/limactl/edit.go``):
 refuses a Running instance; refuses shrinking the disk (``ValidateAgainstLatestConfig``).
 ``protect|unprotect NAME...``. Edit flags (``cmd/limactl/editflags``): ``--cpus``,
 ``--memory``/``--disk`` (GiB), ``--set EXPR`` (repeatable, joined with ``|``), ``--param
@@ -206,7 +210,7 @@ GLOBAL_BOOL = {"--debug"}
 EDIT_VALUE = {"--cpus", "--memory", "--disk", "--set", "--param", "--ssh-port", "--shell"}
 EDIT_BOOL = {"--mount-none", "--start"}
 CREATE_VALUE = EDIT_VALUE | {"--name", "--containerd", "--port-forward", "--arch", "--vm-type"}
-CREATE_BOOL = {"--mount-none", "--plain"}
+CREATE_BOOL = {"--mount-none", "--plain", "--list-templates"}
 
 COMMANDS: dict[str, tuple[set[str], set[str]]] = {
     "list": ({"--format", "-f", "--yq", "--filter", "-l"}, {"--json", "-q", "--quiet"}),
@@ -215,6 +219,7 @@ COMMANDS: dict[str, tuple[set[str], set[str]]] = {
     "stop": (set(), {"-f", "--force"}),
     "delete": (set(), {"-f", "--force"}),
     "clone": (EDIT_VALUE, EDIT_BOOL),
+    "rename": (EDIT_VALUE, EDIT_BOOL),
     "edit": (EDIT_VALUE, EDIT_BOOL),
     "protect": (set(), set()),
     "unprotect": (set(), set()),
@@ -788,12 +793,93 @@ def write_instance(name: str, doc: dict[str, Any], cfg: dict[str, Any]) -> Path:
     return d
 
 
+# The templates Lima 2.2 ships (``templates/*.yaml`` at 183a60d7, without ``experimental/``):
+# what ``limactl create --list-templates`` prints and what ``template:NAME`` may name.
+KNOWN_TEMPLATES = (
+    "almalinux",
+    "almalinux-10",
+    "almalinux-8",
+    "almalinux-9",
+    "alpine",
+    "alpine-3.21",
+    "alpine-3.22",
+    "alpine-3.23",
+    "alpine-iso",
+    "apptainer",
+    "apptainer-rootful",
+    "archlinux",
+    "buildkit",
+    "centos-stream",
+    "centos-stream-10",
+    "centos-stream-9",
+    "debian",
+    "debian-11",
+    "debian-12",
+    "debian-13",
+    "default",
+    "docker",
+    "docker-rootful",
+    "faasd",
+    "fedora",
+    "fedora-41",
+    "fedora-42",
+    "fedora-43",
+    "fedora-44",
+    "freebsd",
+    "freebsd-15",
+    "homebrew-linux",
+    "homebrew-macos",
+    "k0s",
+    "k3s",
+    "k8s",
+    "linuxbrew",
+    "macos",
+    "macos-15",
+    "macos-26",
+    "opensuse",
+    "opensuse-leap",
+    "opensuse-leap-15",
+    "opensuse-leap-16",
+    "oraclelinux",
+    "oraclelinux-10",
+    "oraclelinux-8",
+    "oraclelinux-9",
+    "podman",
+    "podman-rootful",
+    "rocky",
+    "rocky-10",
+    "rocky-8",
+    "rocky-9",
+    "ubuntu",
+    "ubuntu-20.04",
+    "ubuntu-22.04",
+    "ubuntu-24.04",
+    "ubuntu-24.10",
+    "ubuntu-25.04",
+    "ubuntu-25.10",
+    "ubuntu-26.04",
+    "ubuntu-lts",
+    "windows",
+    "windows-11",
+    "windows-2025",
+)
+
+
+def template_names(cfg: dict[str, Any]) -> list[str]:
+    """``--list-templates``: Lima's store plus configured ones, hidden ``_`` ones left out."""
+    missing = set(cfg.get("missing_templates") or [])
+    names = set(KNOWN_TEMPLATES) | set(cfg.get("templates") or {})
+    return sorted(n for n in names if n not in missing and not n.startswith("_"))
+
+
 def builtin_template(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """Lima's template store, shaped like ``templates/``: ``NAME`` = image + home mount."""
     custom = (cfg.get("templates") or {}).get(name)
     if isinstance(custom, dict):
         return copy.deepcopy(custom)
     if not re.match(r"^[A-Za-z0-9._/-]+$", name) or name in (cfg.get("missing_templates") or []):
+        fatal(f"template {name!r} not found")
+    if not name.startswith("_") and name not in KNOWN_TEMPLATES:
         fatal(f"template {name!r} not found")
     if name == "_default/mounts":
         # templates/_default/mounts.yaml: the host home, read-only.
@@ -960,6 +1046,10 @@ def do_create(args: Args, cfg: dict[str, Any], tty: bool) -> str:
 
 
 def cmd_create(args: Args, cfg: dict[str, Any], tty: bool) -> int:
+    if "list-templates" in args.flags:
+        for name in template_names(cfg):
+            print(name)
+        return 0
     name = do_create(args, cfg, tty)
     info(f"Run `limactl start {name}` to start the instance.")
     return 0
@@ -1125,7 +1215,11 @@ def _edit_in_place(name: str, exprs: list[str], args: Args, cfg: dict[str, Any])
     return True
 
 
-def cmd_clone(args: Args, cfg: dict[str, Any], tty: bool) -> int:
+def cmd_clone(args: Args, cfg: dict[str, Any], tty: bool, *, rename: bool = False) -> int:
+    """``clone`` and ``rename`` share Lima's CloneOrRename (``pkg/instance/clone.go``):
+    rename moves every file but ``protected``/``swtpm``/``*.pid|*.sock|*.tmp`` and then
+    removes the old directory, so a renamed instance is no longer protected."""
+    verb = "rename" if rename else "clone"
     if len(args.positional) != 2:
         fatal(f"accepts 2 arg(s), received {len(args.positional)}")
     old, new = args.positional
@@ -1135,10 +1229,10 @@ def cmd_clone(args: Args, cfg: dict[str, Any], tty: bool) -> int:
     if old == new:
         fatal(f"new instance name {new!r} must be different from {old!r}")
     if status_of(od) == "Running":
-        fatal("cannot clone a running instance")
+        fatal(f"cannot {verb} a running instance")
     if nd.exists():
         fatal(f"instance {new!r} already exists")
-    if msg := fault(cfg, "clone", new):
+    if msg := fault(cfg, verb, new):
         fatal(msg)
     nd.mkdir(mode=0o700)
     delay = float(cfg.get("clone_delay") or 0)
@@ -1153,7 +1247,12 @@ def cmd_clone(args: Args, cfg: dict[str, Any], tty: bool) -> int:
                 continue
             if f == "lima.yaml" and delay:
                 time.sleep(delay)  # the lima-vm/lima#5236 window: a dir without lima.yaml
-            shutil.copy2(Path(root) / f, nd / rel / f)
+            if rename:
+                os.rename(Path(root) / f, nd / rel / f)
+            else:
+                shutil.copy2(Path(root) / f, nd / rel / f)
+    if rename:
+        shutil.rmtree(od)
     exprs = edit_expressions(args, create=False)
     if exprs or args.many("param"):
         _edit_in_place(new, exprs, args, cfg)
@@ -1253,6 +1352,8 @@ def main(argv: list[str]) -> int:
             return cmd_delete(args, cfg)
         if cmd == "clone":
             return cmd_clone(args, cfg, tty)
+        if cmd == "rename":
+            return cmd_clone(args, cfg, tty, rename=True)
         if cmd == "edit":
             return cmd_edit(args, cfg, tty)
         if cmd in ("protect", "unprotect"):

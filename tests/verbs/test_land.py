@@ -23,6 +23,7 @@ def reply(*checkouts: tuple[bytes, bytes]) -> bytes:
         fields = [
             b"checkout", b"/home/claude/" + path, branch, SHA, b"", b"origin",
             b"git@github.com:acme/widget.git", b"1", b"0", b"0", b"main", b"0",
+            b"0", b"0", b"0",
         ]  # fmt: skip
         out += b"".join(f + b"\0" for f in fields)
     return out

@@ -110,7 +110,7 @@ def checkout(branch: bytes, url: bytes = b"https://github.com/acme/widget") -> b
     sha = b"a" * 40
     return record(
         b"checkout", b"/home/claude/p", branch, sha, b"", b"origin", url,
-        b"1", b"0", b"0", b"main", b"0",
+        b"1", b"0", b"0", b"main", b"0", b"0", b"0", b"0",
     )  # fmt: skip
 
 
@@ -153,3 +153,28 @@ def test_non_github_remotes_have_no_repo() -> None:
     (c,) = parse_sweep(HOME + checkout(b"f", url=b"https://gitlab.com/acme/widget.git")).checkouts
     assert c.repo is None
     assert "not a GitHub" in (c.why_not_landable() or "")
+
+
+async def test_work_that_exists_nowhere_else_is_counted(home: Path, tmp_path: Path) -> None:
+    """The guard before a delete reads these: commits no remote has on *any* branch,
+    changed and untracked files, stashes; a pushed, clean checkout holds nothing."""
+    clean = make_repo(home, "src/clean", tmp_path / "clean.git", "https://github.com/a/clean")
+    busy = make_repo(home, "src/busy", tmp_path / "busy.git", "https://github.com/a/busy")
+    git(busy, "checkout", "-qb", "side")
+    commit(busy, "s1")
+    commit(busy, "s2")
+    git(busy, "checkout", "-q", "main")  # the unpushed commits are on another branch
+    (busy / "new.txt").write_text("untracked\n")
+    (busy / "README").write_text("edited\n")
+    stashed = make_repo(home, "src/stashed", tmp_path / "st.git", "https://github.com/a/st")
+    (stashed / "README").write_text("wip\n")
+    git(stashed, "stash", "-q")
+    found = await sweep(LocalRunner(home), [])
+    by = {found.display_path(c): c for c in found.checkouts}
+    assert (by["~/src/busy"].unpushed, by["~/src/busy"].changed_files) == (2, 2)
+    assert by["~/src/busy"].holds_work and by["~/src/busy"].stashes == 0
+    assert (by["~/src/stashed"].stashes, by["~/src/stashed"].changed_files) == (1, 0)
+    assert by["~/src/stashed"].holds_work
+    assert not by["~/src/clean"].holds_work
+    assert clean.exists()
+    assert "2 commit(s) on no remote, 2 dirty file(s)" in by["~/src/busy"].work_summary()

@@ -51,6 +51,8 @@ from sand.backends.protocol import (
     Observation,
     ObservedVM,
     Ownership,
+    PreflightItem,
+    PreflightReport,
 )
 from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
@@ -641,6 +643,64 @@ class LimaBackendImpl:
         if self._seen is not None:
             self._seen.discard(name)  # a replace creates it again right after
 
+    # --- preflight and rename ------------------------------------------------------------
+
+    async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
+        from sand.backends.lima.preflight import preflight
+
+        return await preflight(self, items)
+
+    async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
+        """``limactl rename`` a replacement to its final name (the instance must stop for it).
+
+        Lima's rename moves the directory's files but not ``protected``, so protection
+        is set again; the sidecar is rewritten with the new identity (until it is, the
+        instance reads as a copy and nothing touches it; recovery finishes the rewrite).
+        """
+        self._require_managed(current, "rename")
+        self._check_name(name)
+        old = current.identity
+        if (await self._inspect(name))[name].instance is not None:
+            raise BackendError(
+                f"cannot rename {old} to {name}: an instance named {name} exists",
+                backend=self.name,
+            )
+        marker = current.marker or Marker(self.project, old, old, fingerprint="")
+        sidecar = Sidecar(
+            Marker(
+                self.project,
+                name,
+                name,
+                marker.fingerprint,
+                marker.guest_fingerprint,
+                marker.image,
+            ),
+            uid=current.details.get("uid") or new_uid(),
+            backend=self.name,
+        )
+        with _journalled(
+            journal, "rename", backend=self.name, vm=name, identity=old, to=name
+        ) as entry:
+            running = current.power == "running"
+            if running:
+                await self._limactl("stop", old, timeout=TIMEOUT_STOP)
+                journal.step(entry, "stopped")
+            sets = cfg.set_expressions({f"param.{cfg.PARAM_INSTANCE}": name})
+            await self._limactl("rename", old, name, *_set_flags(sets), timeout=TIMEOUT_CLONE)
+            journal.step(entry, "renamed")
+            await self._write_sidecar(name, scripts.MARKER_FILE, sidecar.to_bytes())
+            journal.step(entry, "marked")
+            if current.protect:
+                await self._limactl("protect", name)
+                journal.step(entry, "protected")
+            if running:
+                await self._start(name)
+                journal.step(entry, "started")
+        if self._seen is not None:
+            self._seen.discard(old)
+            self._seen.add(name)
+        return await self._observe_one(name)
+
     # --- marker -----------------------------------------------------------------------
 
     async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
@@ -661,7 +721,10 @@ class LimaBackendImpl:
 
     # --- endpoint ---------------------------------------------------------------------
 
-    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
+    async def endpoint(
+        self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
+    ) -> GuestEndpoint:
+        # Lima publishes the endpoint once the instance runs: nothing to wait for.
         d = current.details
         if current.power != "running":
             raise BackendError(
@@ -677,7 +740,7 @@ class LimaBackendImpl:
                 )
         host = (parsed.hostname if parsed else None) or d.get("ssh_address") or "127.0.0.1"
         port = (parsed.port if parsed else None) or int(d.get("ssh_port") or 0)
-        user = (parsed.user if parsed else None) or d.get("user") or vm.user
+        user = (parsed.user if parsed else None) or d.get("user") or (vm.user if vm else "")
         identity = (parsed.identity if parsed else None) or d.get("identity_file") or ""
         if not port or not identity:
             raise BackendError(
@@ -748,6 +811,8 @@ class LimaBackendImpl:
                 await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
                 return f"deleted the half-made {name} (its create never finished)"
             return f"left {name} alone: it does not carry this project's marker"
+        if op == "rename":
+            return await self._recover_rename(name, str(entry.get("to") or ""))
         if op in ("delete", "base-delete"):
             if inst is None:
                 return f"{name} is already deleted"
@@ -769,6 +834,28 @@ class LimaBackendImpl:
                 return f"left {name} alone: it was not made by this project"
             return f"removed the half-built base {name}"
         return f"nothing to undo for {op} of {name}; the next plan re-reads it"
+
+    async def _recover_rename(self, old: str, new: str) -> str:
+        """Finish a rename a crash cut short: the files moved, the sidecar not rewritten."""
+        if check_vm_name(new, "lima") is not None:
+            return f"nothing to do: {new!r} is not a Lima instance name"
+        found = await self._inspect(old, new)
+        target = found[new]
+        if target.instance is None:
+            return f"rename of {old} to {new} did not happen; the next plan re-reads it"
+        side = target.sidecar
+        if side is None or side.marker.project != self.project or side.marker.identity != old:
+            return f"left {new} alone: it does not carry the marker of {old}"
+        if found[old].instance is not None:
+            return f"left {new} alone: {old} still exists"
+        m = side.marker
+        fixed = Sidecar(
+            Marker(self.project, new, new, m.fingerprint, m.guest_fingerprint, m.image),
+            uid=side.uid,
+            backend=self.name,
+        )
+        await self._write_sidecar(new, scripts.MARKER_FILE, fixed.to_bytes())
+        return f"finished renaming {old} to {new} (marker rewritten)"
 
     async def close(self) -> None:
         await self.runner.close()

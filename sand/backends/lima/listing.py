@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,23 +112,29 @@ class Frames:
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
 
-def parse_frames(data: bytes) -> Frames:
-    frames = Frames()
+def iter_frames(data: bytes, what: str = "the observe script") -> Iterator[tuple[str, str, bytes]]:
+    """``(kind, key, body)`` for each ``@sand KIND KEY LENGTH`` frame a fixed script printed."""
     pos = 0
     while pos < len(data):
         end = data.find(b"\n", pos)
         if end < 0:
-            raise ListingError("truncated output from the observe script")
+            raise ListingError(f"truncated output from {what}")
         m = _HEADER.match(data[pos:end])
         if not m:
-            raise ListingError(f"unexpected output from the observe script: {data[pos:end][:80]!r}")
+            raise ListingError(f"unexpected output from {what}: {data[pos:end][:80]!r}")
         kind, key, length = m.group(1).decode(), m.group(2).decode(), int(m.group(3))
         body = data[end + 1 : end + 1 + length]
         if len(body) != length:
-            raise ListingError("truncated output from the observe script")
+            raise ListingError(f"truncated output from {what}")
         pos = end + 1 + length
         if data[pos : pos + 1] == b"\n":
             pos += 1
+        yield kind, key, body
+
+
+def parse_frames(data: bytes) -> Frames:
+    frames = Frames()
+    for kind, key, body in iter_frames(data):
         if kind == "version":
             frames.version = body.decode(errors="replace").strip()
         elif kind == "list":

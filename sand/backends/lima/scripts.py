@@ -96,6 +96,44 @@ exec tail -n "$3" -- "${LIMA_HOME:-$HOME/.lima}/$1/$2"
 """
 
 
+# $1 = limactl, $2 = 1 to list Lima's templates, $3... = image locations (paths, URLs) to
+# check. Read-only. Frames: the host's memory (bytes) and CPUs, the template names (KEY =
+# the exit status of `limactl create --list-templates`), one "image" frame per location
+# (KEY = 0 readable/answering, 1 not, - could not be checked; body = the location).
+PREFLIGHT = r"""
+frame() { printf '@sand %s %s %d\n%s\n' "$1" "$2" "${#3}" "$3"; }
+limactl=$1 want_templates=$2
+shift 2
+mem=$(awk '/^MemTotal:/ {printf "%.0f", $2 * 1024}' /proc/meminfo 2>/dev/null)
+[ -n "$mem" ] || mem=$(sysctl -n hw.memsize 2>/dev/null) || mem=""
+frame memory - "$mem"
+cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null) || cpus=$(sysctl -n hw.ncpu 2>/dev/null) || cpus=""
+frame cpus - "$cpus"
+if [ "$want_templates" = 1 ]; then
+  t=$("$limactl" --tty=false create --list-templates 2>/dev/null)
+  frame templates "$?" "$t"
+fi
+for img do
+  case $img in
+    http://*|https://*)
+      if command -v curl >/dev/null 2>&1; then
+        # One byte of the image (GET with a range: some hosts refuse HEAD).
+        r=1
+        curl -fsSL --max-time 15 -r 0-0 -o /dev/null -- "$img" 2>/dev/null && r=0
+      else
+        r=-
+      fi ;;
+    *)
+      p=$img
+      case $p in "~/"*) p=$HOME/${p#"~/"} ;; esac
+      if [ -r "$p" ]; then r=0; else r=1; fi ;;
+  esac
+  frame image "$r" "$img"
+done
+exit 0
+"""
+
+
 def sh(script: str, name: str, *args: str) -> list[str]:
     """argv for ``sh -c SCRIPT NAME ARGS...`` ($0 is NAME, $1.. are ARGS)."""
     return ["sh", "-c", script, name, *args]
@@ -103,6 +141,10 @@ def sh(script: str, name: str, *args: str) -> list[str]:
 
 def observe_argv(limactl: str, *, version: bool, names: Sequence[str] = ()) -> list[str]:
     return sh(OBSERVE, "sand-observe", limactl, "1" if version else "0", *names)
+
+
+def preflight_argv(limactl: str, *, templates: bool, images: Sequence[str]) -> list[str]:
+    return sh(PREFLIGHT, "sand-preflight", limactl, "1" if templates else "0", *images)
 
 
 def write_sidecar_argv(instance: str, filename: str) -> list[str]:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sand.backends.protocol import GuestEndpoint, Mutability, Observation, ObservedVM
+from sand.backends.protocol import (
+    GuestEndpoint,
+    Mutability,
+    Observation,
+    ObservedVM,
+    PreflightItem,
+    PreflightReport,
+)
 from sand.backends.proxmox import create as create_mod
-from sand.backends.proxmox import guest, lifecycle
+from sand.backends.proxmox import guest, lifecycle, preflight
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import DoctorReport
@@ -51,6 +58,12 @@ class ProxmoxVEBackend:
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         return await observe_mod.observe(self.ctx, desired)
 
+    async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
+        return await preflight.preflight(self.ctx, items)
+
+    async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
+        return await lifecycle.rename(self.ctx, current, name, journal)
+
     async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
         return await create_mod.create(self.ctx, vm, journal)
 
@@ -65,8 +78,10 @@ class ProxmoxVEBackend:
     async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
         await lifecycle.mark_converged(self.ctx, vm, current)
 
-    async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
-        return await guest.endpoint(self.ctx, vm, current)
+    async def endpoint(
+        self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
+    ) -> GuestEndpoint:
+        return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
     async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
         return await lifecycle.recover(self.ctx, entry, journal)

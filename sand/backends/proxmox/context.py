@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sand.backends.proxmox.client import PveClient
 from sand.manifest.models import ProxmoxBackend
@@ -40,6 +42,8 @@ class Ctx:
     reserved: dict[str, int] = field(default_factory=dict)
     # Guest addresses handed out to provisioning: ip -> vmid.
     addresses: dict[str, str] = field(default_factory=dict)
+    # The last listing observe read: preflight finds templates in it without a request.
+    last_rows: list[Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None

@@ -39,14 +39,22 @@ def pick_address(interfaces: Any, mac: str) -> str | None:
     return None
 
 
-async def endpoint(ctx: Ctx, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
+async def endpoint(
+    ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
+) -> GuestEndpoint:
     node, vmid = current.node or "", current.identity
+    name = vm.name if vm is not None else current.name
     config = await read_config(ctx, node, vmid)
+    # A VM the manifest no longer names: cloud-init's user is the one sand set.
+    user = vm.user if vm is not None else str(config.get("ciuser") or "")
+    if not user:
+        raise ProxmoxError(ctx.name, f"VM {vmid} ({name}) has no cloud-init user to log in as")
     mac = vmops.mac_of(config.get("net0"))
     if mac is None:
-        raise ProxmoxError(ctx.name, f"VM {vmid} ({vm.name}) has no net0 MAC address to look up")
+        raise ProxmoxError(ctx.name, f"VM {vmid} ({name}) has no net0 MAC address to look up")
     path = f"{vmops.vm_path(node, vmid)}/agent/network-get-interfaces"
-    deadline = time.monotonic() + ctx.timeouts.agent
+    patience = ctx.timeouts.agent if wait is None else wait
+    deadline = time.monotonic() + patience
     delay, cap = ctx.agent_poll
     while True:
         why = ""
@@ -63,8 +71,7 @@ async def endpoint(ctx: Ctx, vm: DesiredVM, current: ObservedVM) -> GuestEndpoin
         if time.monotonic() + delay > deadline:
             raise ProxmoxError(
                 ctx.name,
-                f"VM {vmid} ({vm.name}): no address from the guest agent after "
-                f"{ctx.timeouts.agent:.0f}s: {why}",
+                f"VM {vmid} ({name}): no address from the guest agent after {patience:.0f}s: {why}",
                 transient=True,
             )
         await asyncio.sleep(delay)
@@ -73,14 +80,14 @@ async def endpoint(ctx: Ctx, vm: DesiredVM, current: ObservedVM) -> GuestEndpoin
     if holder is not None and holder != vmid:
         raise ProxmoxError(
             ctx.name,
-            f"VM {vmid} ({vm.name}) reports address {ip}, which VM {holder} also claims; "
+            f"VM {vmid} ({name}) reports address {ip}, which VM {holder} also claims; "
             "refusing to provision over an ambiguous address",
         )
     ctx.addresses[ip] = vmid
     return GuestEndpoint(
         host=ip,
         port=22,
-        user=vm.user,
+        user=user,
         identity=str(ctx.identity),
         host_key_policy="none",
         host_key_alias=f"{ctx.name}-{vmid}",

@@ -138,6 +138,37 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
     journal.finish(entry)
 
 
+async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
+    """Give a replacement VM (made under a temporary name) its final name: one config PUT.
+
+    PVE names need not be unique, so this never fails on the old VM's name; sand
+    renames only after the old VM is gone, so no listing shows two of a name.
+    """
+    fresh, config, node = await _fresh(ctx, current, None, "rename")
+    vmid = fresh.identity
+    assert fresh.marker is not None
+    entry = journal.begin(
+        "rename", backend=ctx.name, vm=name, identity=vmid, node=node, old_name=fresh.name
+    )
+    marker = Marker(
+        fresh.marker.project,
+        name,
+        vmid,
+        fresh.marker.fingerprint,
+        fresh.marker.guest_fingerprint,
+        fresh.marker.image,
+    )
+    await ctx.client.put(
+        f"{vmops.vm_path(node, vmid)}/config",
+        name=name,
+        description=_description(config, marker),
+        digest=config.get("digest"),
+    )
+    journal.finish(entry)
+    observed, _ = await vmops.read_vm(ctx, node, vmid, None)
+    return observed
+
+
 async def mark_converged(ctx: Ctx, vm: DesiredVM, current: ObservedVM) -> None:
     """Write the desired fingerprints into tags and description, operator text kept."""
     _refuse(ctx, current, "mark")

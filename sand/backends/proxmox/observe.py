@@ -219,6 +219,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
             unknown_reason=f"cannot list the cluster's VMs: {e.detail}",
             requests=ctx.client.requests - start,
         )
+    ctx.last_rows = list(rows)
     decided: list[ObservedVM] = []
     deep: list[Row] = []
     for row in rows:

@@ -91,7 +91,8 @@ def test_prune_spares_protected_and_foreign_instances(cli: Cli) -> None:
     assert cli.sand("apply", "--auto-approve").returncode == 0
     cli.standin.make_instance("human", {"cpus": 1})
     cli.write("  - name: c\n    state: stopped\n")
-    res = cli.sand("apply", "--auto-approve")
+    # No guest behind it to sweep: the guard is tested in test_guard.py.
+    res = cli.sand("apply", "--auto-approve", "--allow-data-loss")
     # b is pruned; protected a is kept and reported blocked, so not converged: exit 1.
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Not converged: a blocked." in res.stderr
@@ -124,6 +125,7 @@ def test_a_hand_edited_mount_is_planned_as_drift(cli: Cli) -> None:
     plan = json.loads(res.stdout)
     text = json.dumps(plan)
     assert "writable host mount" in text
-    res = cli.sand("apply", "--auto-approve")
+    # No guest behind it to sweep: the guard is tested in test_guard.py.
+    res = cli.sand("apply", "--auto-approve", "--allow-data-loss")
     assert res.returncode == 0, res.stdout + res.stderr
     assert cli.standin.read_yaml("b")["mounts"] == []  # replaced with a clean instance

@@ -1,0 +1,98 @@
+"""Ask each backend to preflight the changes planned on it, and fold the answers in.
+
+A change the backend says would fail is shown blocked (``!``) with the reason and
+the ``FILE:LINE:COL`` of the manifest field that causes it; apply never runs it,
+so nothing of that VM is touched. A replacement the backend cannot hold beside
+the old VM is planned destroy-before-create, and the plan says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from sand.apply.session import Session
+from sand.backends.protocol import Backend, PreflightItem, PreflightProblem, PreflightReport
+from sand.errors import SandError
+from sand.manifest.locate import backend_field_location, vm_field_location
+from sand.plan.gates import Key, with_blockers, with_strategies
+from sand.plan.model import Action, Blocker, Plan, Strategy, VMChange
+
+
+def items_of(changes: list[VMChange]) -> list[PreflightItem]:
+    out: list[PreflightItem] = []
+    for c in changes:
+        if c.desired is None:
+            continue
+        if c.action is Action.CREATE:
+            out.append(PreflightItem(c.desired, "create"))
+        elif c.action is Action.REPLACE:
+            out.append(PreflightItem(c.desired, "replace", current=c.observed))
+        elif c.action is Action.UPDATE and c.fields:
+            fields = tuple(f.field for f in c.fields)
+            out.append(PreflightItem(c.desired, "update", fields, c.observed))
+    return out
+
+
+async def preflight_plan(plan: Plan, session: Session) -> Plan:
+    by_backend: dict[str, list[VMChange]] = {}
+    for change in plan.changes:
+        by_backend.setdefault(change.backend, []).append(change)
+    jobs = {
+        name: items_of(changes)
+        for name, changes in by_backend.items()
+        if name in session.backends and name not in plan.unknown_backends
+    }
+    jobs = {name: items for name, items in jobs.items() if items}
+    if not jobs:
+        return plan
+
+    async def one(name: str, backend: Backend, items: list[PreflightItem]) -> PreflightReport:
+        try:
+            return await backend.preflight(items)
+        except SandError as exc:
+            # Preflight only looks; when it cannot, apply's own errors still stop a change.
+            return PreflightReport(warnings=(f"preflight of backend {name} failed: {exc}",))
+
+    names = list(jobs)
+    reports = await asyncio.gather(*(one(n, session.backends[n], jobs[n]) for n in names))
+    blockers: dict[Key, tuple[Blocker, ...]] = {}
+    strategies: dict[Key, Strategy] = {}
+    warnings: list[str] = []
+    why_first: dict[Key, str] = {}
+    for name, report in zip(names, reports, strict=True):
+        warnings += [f"backend {name}: {w}" for w in report.warnings]
+        for problem in report.problems:
+            key = (name, problem.vm)
+            blockers[key] = (*blockers.get(key, ()), _blocker(session, name, problem))
+        for vm, why in report.destroy_first.items():
+            strategies[(name, vm)] = Strategy.DESTROY_BEFORE_CREATE
+            why_first[(name, vm)] = why
+    plan = with_strategies(plan, strategies)
+    if why_first:
+        plan = replace(
+            plan,
+            changes=tuple(
+                replace(c, reasons=(*c.reasons, f"destroy-before-create: {why_first[k]}"))
+                if (k := (c.backend, c.vm)) in why_first
+                else c
+                for c in plan.changes
+            ),
+        )
+    plan = with_blockers(plan, blockers)
+    return replace(plan, warnings=(*plan.warnings, *dict.fromkeys(warnings)))
+
+
+def _blocker(session: Session, backend: str, problem: PreflightProblem) -> Blocker:
+    loaded = session.loaded
+    if problem.on_backend:
+        where = backend_field_location(loaded, backend, problem.field)
+    else:
+        where = vm_field_location(
+            loaded,
+            problem.vm,
+            problem.field,
+            backend_field=problem.backend_field,
+            use_defaults=not problem.skip_defaults,
+        )
+    return Blocker(problem.message, where=where, kind="preflight")

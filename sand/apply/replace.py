@@ -1,0 +1,270 @@
+"""Replacing a VM without losing it: the new one is proven before the old one goes.
+
+Create-before-destroy (the default): the replacement is created under a
+temporary name, booted and provisioned, the ``preserve:`` paths are carried over
+from the old guest and verified, the old guest is swept one last time for
+unpushed work — and only then is the old VM deleted and the new one renamed to
+its name. Any failure before that point removes the half-made replacement and
+leaves the old VM running and untouched; the journal entry ("replace") lets the
+next run finish or undo what a crash interrupted.
+
+Destroy-before-create is used only when the backend cannot hold both (the plan
+says so and why): the preserved paths are archived on this host first, and the
+archive is kept if anything after the delete fails, so the next create of that
+VM restores it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sand.backends.protocol import Backend, ObservedVM, Ownership
+from sand.desired import DesiredVM
+from sand.errors import BackendError, SandError
+from sand.logs import get_logger
+from sand.plan.model import Strategy, VMChange
+from sand.state.journal import Journal, JournalEntry
+
+if TYPE_CHECKING:
+    from sand.provision.preserve import Archive
+
+Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[None]]
+Guard = Callable[[Backend, DesiredVM | None, ObservedVM, Sequence[str]], Awaitable[None]]
+Say = Callable[[str, str], None]
+TEMP_SUFFIX = "-sandnew"
+
+
+@dataclass(frozen=True)
+class ReplaceKit:
+    """What a replacement needs besides the backend: provisioning, the last-look guard
+    and where preserve archives are kept (sand's state dir for the project)."""
+
+    provisioner: Provisioner
+    guard: Guard | None
+    archives: Path | None
+
+
+def temp_name(name: str, op: str) -> str:
+    """A name no manifest VM has: ``<name>-sandnew<4 hex>``, short enough for every backend."""
+    tag = hashlib.sha256(op.encode()).hexdigest()[:4]
+    suffix = f"{TEMP_SUFFIX}{tag}"
+    return name[: 63 - len(suffix)].rstrip("-._") + suffix
+
+
+def kept_archive(kit: ReplaceKit, vm: str) -> Path | None:
+    """Where the archive of a replacement that lost its old VM is kept for the next create."""
+    return kit.archives / f"{vm}.kept.tar" if kit.archives is not None else None
+
+
+async def replace_vm(
+    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
+) -> ObservedVM:
+    assert change.desired is not None and change.observed is not None
+    if change.strategy is Strategy.DESTROY_BEFORE_CREATE:
+        return await _destroy_first(change, backend, journal, kit, say)
+    return await _create_first(change, backend, journal, kit, say)
+
+
+async def _create_first(
+    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
+) -> ObservedVM:
+    vm, old = change.desired, change.observed
+    assert vm is not None and old is not None
+    temp = temp_name(vm.name, uuid.uuid4().hex)
+    entry = journal.begin(
+        "replace",
+        backend=backend.name,
+        vm=vm.name,
+        identity=old.identity,
+        strategy=Strategy.CREATE_BEFORE_DESTROY.value,
+        old_uid=old.details.get("uid", ""),
+        temp=temp,
+    )
+    new: ObservedVM | None = None
+    deleting = False
+    try:
+        say(vm.name, f"creating the replacement as {temp}")
+        new = await backend.create(replace(vm, name=temp), journal)
+        journal.step(entry, "created", new=new.identity)
+        await _provision(vm, backend, new, change, kit, say)
+        if vm.preserve:
+            say(vm.name, "carrying preserve: paths to the replacement")
+            await carry_over(backend, vm, old, new, kit, tag=entry.id)
+            journal.step(entry, "preserved")
+            await _provision(vm, backend, new, change, kit, say)  # re-assert sand's own files
+        if kit.guard is not None:
+            say(vm.name, "last look for unpushed work on the old VM")
+            await kit.guard(backend, vm, old, vm.preserve)
+        say(vm.name, "deleting the old VM")
+        deleting = True
+        await backend.delete(old, journal)
+    except (SandError, OSError):
+        if not deleting or await _old_still_there(backend, vm, old):
+            await _discard(backend, vm, temp, journal, entry)
+            raise
+        # The old VM is gone after all (its delete failed late): finish with the new one.
+        if new is None:
+            raise
+    journal.step(entry, "old-deleted")
+    say(vm.name, f"renaming {temp} to {vm.name}")
+    renamed = await backend.rename(new, vm.name, journal)
+    journal.step(entry, "renamed")
+    journal.finish(entry)
+    return renamed
+
+
+async def _destroy_first(
+    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
+) -> ObservedVM:
+    vm, old = change.desired, change.observed
+    assert vm is not None and old is not None
+    entry = journal.begin(
+        "replace",
+        backend=backend.name,
+        vm=vm.name,
+        identity=old.identity,
+        strategy=Strategy.DESTROY_BEFORE_CREATE.value,
+        old_uid=old.details.get("uid", ""),
+    )
+    archive = None
+    try:
+        if vm.preserve:
+            say(vm.name, "archiving preserve: paths on this host")
+            archive = await _archive(backend, vm, old, kit, kept=True)
+            journal.step(entry, "archived", files=archive.files)
+        if kit.guard is not None:
+            await kit.guard(backend, vm, old, vm.preserve)
+        say(vm.name, "deleting the old VM (the backend cannot hold both)")
+        await backend.delete(old, journal)
+    except (SandError, OSError):
+        if archive is not None:
+            archive.remove()  # the old VM still has it all
+        journal.finish(entry, "failed")
+        raise
+    journal.step(entry, "old-deleted")
+    say(vm.name, "creating the replacement")
+    new = await backend.create(vm, journal)
+    journal.step(entry, "created", new=new.identity)
+    await _provision(vm, backend, new, change, kit, say)
+    if archive is not None:
+        await restore_kept(backend, vm, new, kit, say)
+        await _provision(vm, backend, new, change, kit, say)
+    journal.finish(entry)
+    return new
+
+
+async def restore_kept(
+    backend: Backend, vm: DesiredVM, new: ObservedVM, kit: ReplaceKit, say: Say
+) -> bool:
+    """Restore the archive a destroy-before-create kept for ``vm``, if there is one."""
+    from sand.provision.preserve import Archive, read_entries, relative_roots, restore_in
+
+    path = kept_archive(kit, vm.name)
+    if path is None or not path.exists() or not vm.preserve:
+        return False
+    say(vm.name, f"restoring preserve: paths from {path}")
+    archive = Archive(path, relative_roots(vm.preserve), read_entries(path))
+    await restore_in(await backend.endpoint(vm, new), vm.user, archive)
+    archive.remove()
+    get_logger().info("preserve.restored", vm=vm.name, files=archive.files)
+    return True
+
+
+async def carry_over(
+    backend: Backend, vm: DesiredVM, old: ObservedVM, new: ObservedVM, kit: ReplaceKit, tag: str
+) -> None:
+    """Old guest → host file (0600) → new guest, verified; the file is removed after."""
+    from sand.provision.preserve import restore_in
+
+    archive = await _archive(backend, vm, old, kit, kept=False, tag=tag)
+    try:
+        await restore_in(await backend.endpoint(vm, new), vm.user, archive)
+    finally:
+        archive.remove()
+
+
+async def _archive(
+    backend: Backend, vm: DesiredVM, old: ObservedVM, kit: ReplaceKit, *, kept: bool, tag: str = ""
+) -> Archive:
+    from sand.provision.preserve import PreserveError, archive_out
+
+    if kit.archives is None:
+        raise PreserveError("no state directory to keep preserved paths in")
+    path = kept_archive(kit, vm.name) if kept else kit.archives / f"{vm.name}.{tag[:12]}.tar"
+    assert path is not None
+    if kept and path.exists():
+        raise PreserveError(
+            f"an archive of {vm.name}'s preserved paths from an earlier failed replace is "
+            f"still kept at {path}; restore or remove it first"
+        )
+    return await archive_out(await backend.endpoint(vm, old), vm.user, vm.preserve, path)
+
+
+async def _provision(
+    vm: DesiredVM, backend: Backend, new: ObservedVM, change: VMChange, kit: ReplaceKit, say: Say
+) -> None:
+    if vm.provision:
+        say(vm.name, "provisioning the replacement")
+        await kit.provisioner(vm, backend, new, change)
+
+
+async def _old_still_there(backend: Backend, vm: DesiredVM, old: ObservedVM) -> bool:
+    with contextlib.suppress(SandError):
+        obs = await backend.observe([vm])
+        if obs.unknown_reason is None:
+            return any(o.identity == old.identity for o in obs.vms)
+    return True  # cannot tell: assume it is there, and keep it
+
+
+async def _discard(
+    backend: Backend, vm: DesiredVM, temp: str, journal: Journal, entry: JournalEntry
+) -> None:
+    """Remove the half-made replacement; if that fails too, the journal keeps the entry
+    open and the next run removes it (the old VM is never touched by either)."""
+    try:
+        obs = await backend.observe([replace(vm, name=temp)])
+        for made in obs.vms:
+            if made.name == temp and made.ownership is Ownership.MANAGED:
+                await backend.delete(made, journal)
+    except SandError as exc:
+        get_logger().error("replace.cleanup_failed", vm=vm.name, temp=temp, error=str(exc))
+        return
+    journal.finish(entry, "failed")
+
+
+async def recover_replace(entry: Mapping[str, Any], backend: Backend, journal: Journal) -> str:
+    """Settle a replace a crash interrupted; the old VM is never touched here.
+
+    Before the old VM was deleted: the replacement (whatever state it reached) is
+    removed, and the next plan replaces again. After: the replacement takes the
+    VM's name (create-before-destroy), or the next plan creates the VM again and
+    restores the kept archive (destroy-before-create).
+    """
+    vm, temp = str(entry.get("vm")), str(entry.get("temp") or "")
+    old = str(entry.get("identity"))
+    steps = list(entry.get("steps") or [])
+    if entry.get("strategy") == Strategy.DESTROY_BEFORE_CREATE.value:
+        if "old-deleted" in steps:
+            return f"replace of {vm}: the old VM {old} was deleted; the next plan creates it"
+        return f"replace of {vm} stopped before the old VM {old} was deleted; it is untouched"
+    if not temp:
+        return f"replace of {vm}: no replacement was named; nothing to do"
+    obs = await backend.observe([])
+    if obs.unknown_reason:
+        raise BackendError(f"cannot see the replacement {temp}: {obs.unknown_reason}")
+    made = [o for o in obs.vms if o.name == temp and o.ownership is Ownership.MANAGED]
+    if "old-deleted" not in steps:
+        for o in made:
+            await backend.delete(o, journal)
+        what = f"removed the unfinished replacement {temp}" if made else "no replacement was made"
+        return f"replace of {vm}: {what}; the old VM {old} is untouched"
+    if not made:
+        return f"replace of {vm}: the replacement already carries its name"
+    await backend.rename(made[0], vm, journal)
+    return f"replace of {vm}: the old VM {old} was deleted; renamed {temp} to {vm}"
