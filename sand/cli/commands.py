@@ -128,28 +128,37 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
     from sand.apply.session import open_session
+    from sand.errors import SandError
 
     session = open_session(args.manifest, lock=False)
 
-    async def run() -> list[tuple[str, list[str]]]:
-        out: list[tuple[str, list[str]]] = []
+    async def check(backend: Any) -> list[str]:
+        doctor = getattr(backend, "doctor", None)
+        if doctor is None:
+            return []
         try:
-            for name, backend in session.backends.items():
-                check = getattr(backend, "doctor", None)
-                findings = list(await check()) if check else []
-                out.append((name, findings))
+            return list(await doctor())
+        except SandError as exc:  # a check that could not even run is a finding too
+            return [f"error: {exc}"]
+
+    async def run() -> list[tuple[str, list[str]]]:
+        try:
+            names = list(session.backends)
+            found = await asyncio.gather(*(check(session.backends[n]) for n in names))
+            return list(zip(names, found, strict=True))
         finally:
             await session.close()
-        return out
 
-    failed = False
-    for name, findings in asyncio.run(run()):
+    results = asyncio.run(run())
+    # Problems first, one line per cause naming its backend; then `ok` only for the
+    # backends that have none, so the last lines never hide a failure above them.
+    for name, findings in results:
+        for finding in findings:
+            print(f"{name}: {' / '.join(str(finding).splitlines())}")
+    for name, findings in results:
         if not findings:
             print(f"{name}: ok")
-        for finding in findings:
-            failed = True
-            print(f"{name}: {finding}")
-    return EXIT_ERROR if failed else EXIT_OK
+    return EXIT_ERROR if any(findings for _, findings in results) else EXIT_OK
 
 
 __all__ = ["PlanRefused"]

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sand.backends.lima import config as cfg
 from sand.backends.lima import scripts
@@ -56,6 +56,9 @@ from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.state.journal import Journal, JournalEntry
+
+if TYPE_CHECKING:
+    from sand.backends.lima.doctor import DoctorReport
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -769,6 +772,11 @@ class LimaBackendImpl:
                 return f"left {name} alone: it was not made by this project"
             return f"removed the half-built base {name}"
         return f"nothing to undo for {op} of {name}; the next plan re-reads it"
+
+    async def doctor(self) -> DoctorReport:
+        from sand.backends.lima.doctor import doctor
+
+        return await doctor(self.name, self.runner, self.limactl)
 
     async def close(self) -> None:
         await self.runner.close()
