@@ -94,15 +94,45 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from sand.apply.status import status_rows
+    from sand.apply.status import status_report
 
-    rows = status_rows(args.manifest)
+    report = status_report(args.manifest)
+    rows = report.rows
+    # A backend nobody could look at is an error, not "absent": exit 1, text or JSON.
+    code = EXIT_ERROR if report.unknown_backends else EXIT_OK
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return EXIT_OK
+        print(json.dumps(report.to_json(), indent=2, default=str))
+        return code
     if not rows:
-        print("No VMs in the manifest and none managed.")
-        return EXIT_OK
+        print("No VMs in the manifest" + ("." if code else " and none managed."))
+    else:
+        _print_status_table(rows)
+    for r in rows:
+        if r.get("last_error"):
+            print(f"{r['vm']}: last error: {r['last_error']}")
+    for backend, why in sorted(report.unknown_backends.items()):
+        print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
+    if code:
+        print("Run `sand doctor` to check the unknown backends.", file=sys.stderr)
+    return code
+
+
+def _observed_cell(observed: dict[str, Any] | None) -> str:
+    if observed is None:
+        return "absent"
+    if observed.get("power") == "unknown":
+        return f"unknown ({_short(str(observed.get('reason') or 'backend not observed'))})"
+    return str(observed["power"])
+
+
+def _short(text: str, limit: int = 64) -> str:
+    """The first line of ``text``, cut to ``limit`` characters (the full text follows
+    the table)."""
+    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _print_status_table(rows: list[dict[str, Any]]) -> None:
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
     table = [header] + [
         (
@@ -110,7 +140,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             r["backend"],
             r["identity"] or "-",
             r["desired"]["state"] if r["desired"] else "absent",
-            r["observed"]["power"] if r["observed"] else "absent",
+            _observed_cell(r["observed"]),
             *(str(r["conditions"][c]) for c in ("Synced", "Healthy", "Provisioned")),
         )
         for r in rows
@@ -118,10 +148,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    for r in rows:
-        if r.get("last_error"):
-            print(f"{r['vm']}: last error: {r['last_error']}")
-    return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
