@@ -4,6 +4,11 @@ The file records the manifest's content hash and a fingerprint of what was
 observed. Applying it re-observes first and refuses when either moved — even
 for a plan made against an empty backend, the case where Terraform applies a
 stale plan twice and duplicates everything (hashicorp/terraform#24078).
+
+The manifest's path is recorded relative to the plan file's directory, so a
+checkout moved (or cloned elsewhere) with its plan file still applies; the
+content hash, not the path, is what proves it is the same manifest. Files
+written before that hold an absolute path, which is read as it is.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ MAGIC = "sand-plan/v1"
 
 
 def save_plan(path: str | Path, session: Session, plan: Plan) -> None:
+    plan_dir = Path(path).resolve().parent
     data = {
         "format": MAGIC,
-        "manifest": str(session.loaded.path.resolve()),
+        "manifest": os.path.relpath(session.loaded.path.resolve(), plan_dir),
         "manifest_sha256": _sha(session.loaded.text),
         "observed_fingerprint": plan.observed_fingerprint,
         "plan": plan_to_json(plan),
@@ -36,7 +42,10 @@ def save_plan(path: str | Path, session: Session, plan: Plan) -> None:
 
 
 def read_plan_file(path: str | Path) -> dict[str, Any] | None:
-    """The saved plan in ``path``, or None when ``path`` is not a plan file."""
+    """The saved plan in ``path``, or None when ``path`` is not a plan file.
+
+    Its ``manifest`` is returned as a usable path: a relative one is joined to the
+    plan file's directory (an absolute one, from an older file, stays as it is)."""
     try:
         with open(path, encoding="utf-8") as fh:
             head = fh.read(1)
@@ -46,7 +55,19 @@ def read_plan_file(path: str | Path) -> dict[str, Any] | None:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == MAGIC else None
+    if not isinstance(data, dict) or data.get("format") != MAGIC:
+        return None
+    recorded = data.get("manifest")
+    if not isinstance(recorded, str) or not recorded:
+        raise PlanRefused(f"the saved plan {path} names no manifest; plan again")
+    manifest = (Path(path).resolve().parent / recorded).resolve()
+    if not manifest.is_file():
+        raise PlanRefused(
+            f"the saved plan {path} is for the manifest {manifest}, which does not exist "
+            "(the plan records it relative to the plan file: keep the two together)"
+        )
+    data["manifest"] = str(manifest)
+    return data
 
 
 def check_still_valid(saved: dict[str, Any], session: Session, plan: Plan) -> None:
@@ -56,8 +77,27 @@ def check_still_valid(saved: dict[str, Any], session: Session, plan: Plan) -> No
         )
     if plan.observed_fingerprint != saved.get("observed_fingerprint"):
         raise PlanRefused("the VMs changed since the plan was saved (saved plan is stale)")
-    if plan_to_json(plan)["changes"] != saved.get("plan", {}).get("changes"):
+    if _comparable(plan_to_json(plan)["changes"]) != _comparable(
+        saved.get("plan", {}).get("changes")
+    ):
         raise PlanRefused("the plan computed now differs from the saved one; plan again")
+
+
+def _comparable(changes: Any) -> Any:
+    """The changes without where blockers point: that names the manifest by the path it
+    was opened with, which a moved checkout (or a plan file's own path) changes."""
+    if not isinstance(changes, list):
+        return changes
+    out = []
+    for change in changes:
+        if isinstance(change, dict) and isinstance(change.get("blockers"), list):
+            change = dict(change)
+            change["blockers"] = [
+                {k: v for k, v in b.items() if k != "where"} if isinstance(b, dict) else b
+                for b in change["blockers"]
+            ]
+        out.append(change)
+    return out
 
 
 def _sha(text: str) -> str:

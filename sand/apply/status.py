@@ -1,18 +1,41 @@
-"""`sand status`: desired vs observed per VM, with Argo/kstatus-style conditions."""
+"""`sand status`: desired vs observed per VM, with Argo/kstatus-style conditions.
+
+A backend that could not be observed makes its VMs *unknown*, never absent: a
+person reading "absent" would believe the machine (and the work in it) is gone.
+Their conditions are "Unknown" (not False), the report names each such backend
+with its reason, and the command exits 1.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sand.apply.reconcile import compute_plan
 from sand.apply.session import open_session
-from sand.plan.model import Action
+from sand.plan.model import Action, Plan, VMChange
 from sand.state.records import load_records
 
+UNKNOWN = "Unknown"
 
-def status_rows(manifest: str | Path) -> list[dict[str, Any]]:
+
+@dataclass(frozen=True)
+class StatusReport:
+    rows: list[dict[str, Any]]
+    unknown_backends: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vms": self.rows,
+            "unknown_backends": [
+                {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())
+            ],
+        }
+
+
+def status_report(manifest: str | Path) -> StatusReport:
     session = open_session(manifest, lock=False)
 
     async def run() -> Any:
@@ -21,44 +44,83 @@ def status_rows(manifest: str | Path) -> list[dict[str, Any]]:
         finally:
             await session.close()
 
-    plan = asyncio.run(run())
+    plan: Plan = asyncio.run(run())
     records = load_records(session.project)
-    rows: list[dict[str, Any]] = []
-    for c in plan.changes:
-        d, o = c.desired, c.observed
-        record = records.get(c.vm, {})
+    unknown = dict(plan.unknown_backends)
+    rows = [_row(c, records.get(c.vm, {}), unknown.get(c.backend)) for c in plan.changes]
+    rows += _recorded_but_unseen(plan, records, unknown)
+    return StatusReport(rows, unknown)
+
+
+def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> dict[str, Any]:
+    d, o = c.desired, c.observed
+    observed: dict[str, Any] | None
+    conditions: dict[str, Any]
+    if o is None and backend_unknown is not None:
+        # Not seen because nobody could look: unknown, whatever the listing said.
+        observed = {"power": "unknown", "reason": backend_unknown}
+        conditions = {
+            "Synced": UNKNOWN,
+            "Healthy": UNKNOWN,
+            "Provisioned": UNKNOWN if d is None or d.provision else "n/a",
+        }
+    else:
+        observed = (
+            None
+            if o is None
+            else {"power": o.power, "cpus": o.cpus, "memory": o.memory, "disk": o.disk}
+        )
         provisioned: bool | str = "n/a"
         if d is not None and d.provision:
             provisioned = bool(o and o.marker and o.marker.guest_fingerprint == d.guest_fingerprint)
-        rows.append(
-            {
-                "vm": c.vm,
-                "backend": c.backend,
-                "identity": c.identity,
-                "action": c.action.value,
-                "reasons": list(c.reasons),
-                "desired": None
-                if d is None
-                else {
-                    "state": d.state,
-                    "cpus": d.cpus,
-                    "memory": d.memory,
-                    "disk": d.disk,
-                    "image": d.image,
-                    # names only: which secrets sit at which scope, never values
-                    "secret_scopes": [{"name": s.name, "scope": s.scope} for s in d.secrets],
-                },
-                "observed": None
-                if o is None
-                else {"power": o.power, "cpus": o.cpus, "memory": o.memory, "disk": o.disk},
-                "conditions": {
-                    "Synced": c.action is Action.NOOP and not c.drift,
-                    "Healthy": bool(o and d and o.power == d.state and not o.findings),
-                    "Provisioned": provisioned,
-                },
-                "drift": [f.field for f in c.drift],
-                "last_reconcile": record.get("at"),
-                "last_error": record.get("error") or None,
-            }
+        conditions = {
+            "Synced": c.action is Action.NOOP and not c.drift,
+            "Healthy": bool(o and d and o.power == d.state and not o.findings),
+            "Provisioned": provisioned,
+        }
+    return {
+        "vm": c.vm,
+        "backend": c.backend,
+        "identity": c.identity,
+        "action": c.action.value,
+        "reasons": list(c.reasons),
+        "desired": None
+        if d is None
+        else {
+            "state": d.state,
+            "cpus": d.cpus,
+            "memory": d.memory,
+            "disk": d.disk,
+            "image": d.image,
+            # names only: which secrets sit at which scope, never values
+            "secret_scopes": [{"name": s.name, "scope": s.scope} for s in d.secrets],
+        },
+        "observed": observed,
+        "conditions": conditions,
+        "drift": [f.field for f in c.drift],
+        "last_reconcile": record.get("at"),
+        "last_error": record.get("error") or None,
+    }
+
+
+def _recorded_but_unseen(
+    plan: Plan, records: dict[str, Any], unknown: dict[str, str]
+) -> list[dict[str, Any]]:
+    """VMs sand last recorded on an unobservable backend that the manifest no longer
+    names: they may still exist (nothing could prune them), so they are listed too."""
+    listed = {(c.backend, c.vm) for c in plan.changes}
+    rows: list[dict[str, Any]] = []
+    for vm, record in sorted(records.items()):
+        backend = record.get("backend") if isinstance(record, dict) else None
+        if backend not in unknown or (backend, vm) in listed:
+            continue
+        if record.get("action") == Action.DELETE.value and record.get("ok"):
+            continue  # sand saw it deleted
+        change = VMChange(
+            vm=vm,
+            backend=backend,
+            action=Action.BLOCKED,
+            reasons=(f"backend unknown: {unknown[backend]}",),
         )
+        rows.append(_row(change, record, unknown[backend]))
     return rows

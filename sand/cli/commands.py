@@ -105,15 +105,45 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from sand.apply.status import status_rows
+    from sand.apply.status import status_report
 
-    rows = status_rows(args.manifest)
+    report = status_report(args.manifest)
+    rows = report.rows
+    # A backend nobody could look at is an error, not "absent": exit 1, text or JSON.
+    code = EXIT_ERROR if report.unknown_backends else EXIT_OK
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return EXIT_OK
+        print(json.dumps(report.to_json(), indent=2, default=str))
+        return code
     if not rows:
-        print("No VMs in the manifest and none managed.")
-        return EXIT_OK
+        print("No VMs in the manifest" + ("." if code else " and none managed."))
+    else:
+        _print_status_table(rows)
+    for r in rows:
+        if r.get("last_error"):
+            print(f"{r['vm']}: last error: {r['last_error']}")
+    for backend, why in sorted(report.unknown_backends.items()):
+        print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
+    if code:
+        print("Run `sand doctor` to check the unknown backends.", file=sys.stderr)
+    return code
+
+
+def _observed_cell(observed: dict[str, Any] | None) -> str:
+    if observed is None:
+        return "absent"
+    if observed.get("power") == "unknown":
+        return f"unknown ({_short(str(observed.get('reason') or 'backend not observed'))})"
+    return str(observed["power"])
+
+
+def _short(text: str, limit: int = 64) -> str:
+    """The first line of ``text``, cut to ``limit`` characters (the full text follows
+    the table)."""
+    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _print_status_table(rows: list[dict[str, Any]]) -> None:
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
     table = [header] + [
         (
@@ -121,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             r["backend"],
             r["identity"] or "-",
             r["desired"]["state"] if r["desired"] else "absent",
-            r["observed"]["power"] if r["observed"] else "absent",
+            _observed_cell(r["observed"]),
             *(str(r["conditions"][c]) for c in ("Synced", "Healthy", "Provisioned")),
         )
         for r in rows
@@ -129,38 +159,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    for r in rows:
-        if r.get("last_error"):
-            print(f"{r['vm']}: last error: {r['last_error']}")
-    return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
     from sand.apply.session import open_session
+    from sand.errors import SandError
 
     session = open_session(args.manifest, lock=False)
 
-    async def run() -> list[tuple[str, list[str]]]:
-        out: list[tuple[str, list[str]]] = []
+    async def check(backend: Any) -> list[str]:
+        doctor = getattr(backend, "doctor", None)
+        if doctor is None:
+            return []
         try:
-            for name, backend in session.backends.items():
-                check = getattr(backend, "doctor", None)
-                findings = list(await check()) if check else []
-                out.append((name, findings))
+            return list(await doctor())
+        except SandError as exc:  # a check that could not even run is a finding too
+            return [f"error: {exc}"]
+
+    async def run() -> list[tuple[str, list[str]]]:
+        try:
+            names = list(session.backends)
+            found = await asyncio.gather(*(check(session.backends[n]) for n in names))
+            return list(zip(names, found, strict=True))
         finally:
             await session.close()
-        return out
 
-    failed = False
-    for name, findings in asyncio.run(run()):
+    results = asyncio.run(run())
+    # Problems first, one line per cause naming its backend; then `ok` only for the
+    # backends that have none, so the last lines never hide a failure above them.
+    for name, findings in results:
+        for finding in findings:
+            print(f"{name}: {' / '.join(str(finding).splitlines())}")
+    for name, findings in results:
         if not findings:
             print(f"{name}: ok")
-        for finding in findings:
-            failed = True
-            print(f"{name}: {finding}")
-    return EXIT_ERROR if failed else EXIT_OK
+    return EXIT_ERROR if any(findings for _, findings in results) else EXIT_OK
 
 
 __all__ = ["PlanRefused"]

@@ -185,7 +185,9 @@ def test_status_reports_conditions(sand, fakepve_server):
     assert sand.run("apply", "--auto-approve").returncode == 0
     proc = sand.run("status", "--json")
     assert proc.returncode == 0, proc.stderr
-    rows = {r["vm"]: r for r in json.loads(proc.stdout)}
+    report = json.loads(proc.stdout)
+    assert report["unknown_backends"] == []
+    rows = {r["vm"]: r for r in report["vms"]}
     assert set(rows) == {"web-1", "web-2"}
     for row in rows.values():
         assert row["conditions"]["Synced"] is True

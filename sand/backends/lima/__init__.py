@@ -3,7 +3,8 @@ over one SSH connection. See ``docs/backends/lima.md``.
 
 Modules: ``runner`` (the local/SSH seam), ``scripts`` (the fixed sh scripts run next to
 limactl), ``listing`` (JSON Lines parsing), ``config`` (generated lima.yaml and the
-security checks), ``marker`` (ownership), ``sshconfig``, ``backend`` (the Backend).
+security checks), ``marker`` (ownership), ``sshconfig``, ``backend`` (the Backend),
+``doctor`` (``sand doctor``'s checks).
 """
 
 from __future__ import annotations

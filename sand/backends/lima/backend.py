@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sand.backends.lima import config as cfg
 from sand.backends.lima import scripts
@@ -58,6 +58,9 @@ from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.state.journal import Journal, JournalEntry
+
+if TYPE_CHECKING:
+    from sand.backends.lima.doctor import DoctorReport
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -856,6 +859,11 @@ class LimaBackendImpl:
         )
         await self._write_sidecar(new, scripts.MARKER_FILE, fixed.to_bytes())
         return f"finished renaming {old} to {new} (marker rewritten)"
+
+    async def doctor(self) -> DoctorReport:
+        from sand.backends.lima.doctor import doctor
+
+        return await doctor(self.name, self.runner, self.limactl)
 
     async def close(self) -> None:
         await self.runner.close()

@@ -154,6 +154,12 @@ class PveClient:
             self._fail(what, f"{type(e).__name__}: {_short(e)}", transient=True)
         except ValueError as e:  # a reply that is not JSON
             self._fail(what, f"unreadable answer: {_short(e)}", transient=True)
+        except OSError as e:  # requests raises a bare OSError for a missing CA bundle
+            self._fail(
+                what,
+                f"cannot connect to https://{self.host}:{self.port}: {_short(e)}",
+                transient=False,
+            )
         return None  # unreachable: _fail raises
 
     # --- requests ---------------------------------------------------------------

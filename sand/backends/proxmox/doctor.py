@@ -171,7 +171,20 @@ async def doctor(ctx: Ctx) -> DoctorReport:
     try:
         token = ctx.client.token
         findings.append(Finding("ok", f"token file {ctx.client.token_file} ({token.token_id})"))
-        version = await ctx.client.get("version")
+    except ProxmoxError as e:
+        findings.append(Finding("error", e.detail))
+        return done()
+    try:
+        # One attempt: doctor answers "is it reachable now", not after a minute of retries.
+        version = await ctx.client.request("GET", "version", retry=False)
+    except ProxmoxError as e:
+        if e.status is None:  # no HTTP answer at all: refused, TLS, timeout
+            where = f"https://{ctx.config.host}:{ctx.config.port}"
+            findings.append(Finding("error", f"the PVE API at {where} is unreachable: {e.detail}"))
+        else:
+            findings.append(Finding("error", e.detail))
+        return done()
+    try:
         findings.append(
             Finding("ok", f"API reachable at {ctx.config.host}: PVE {version.get('version')}")
         )

@@ -1,0 +1,213 @@
+"""``sand doctor`` for a Lima backend: can sand drive ``limactl`` where this backend says?
+
+Checked, one finding per cause:
+
+* ``limactl`` is there and executable: on PATH (a bare name) or at the configured path,
+  on this machine or on the remote host (over the same pinned SSH connection that apply
+  uses, so an unknown or changed host key, a refused login or a closed port is reported
+  exactly as apply would meet it);
+* its version is at least 2.2.0: older listings fail while any instance is being cloned
+  or deleted (lima-vm/lima#5236), and sand then leaves that host alone for the run;
+* ``LIMA_HOME``, when it exists, is a directory sand can write (a missing one is fine:
+  Lima creates it).
+
+Nothing is changed. Remotely it is one exec of a fixed script (data only as arguments).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sand.backends.lima.backend import MIN_VERSION
+from sand.backends.lima.listing import version_tuple
+from sand.backends.lima.runner import RemoteRunner, Runner
+from sand.errors import SandError
+
+TIMEOUT = 60.0
+
+# $1 = limactl. Prints "home STATE" (LIMA_HOME as the runner sets it), then "limactl
+# missing|notexec|found" and, when found, "version_rc N" and "version TEXT".
+REMOTE_PROBE = r"""
+home=${LIMA_HOME:-$HOME/.lima}
+if [ ! -e "$home" ]; then echo "home missing"
+elif [ ! -d "$home" ]; then echo "home notdir"
+elif [ -w "$home" ] && [ -x "$home" ]; then echo "home ok"
+else echo "home readonly"; fi
+case $1 in -*) echo "limactl missing"; exit 0 ;; esac
+p=$(command -v "$1" 2>/dev/null) || { echo "limactl missing"; exit 0; }
+case $p in
+  /*) if [ -d "$p" ] || [ ! -x "$p" ]; then echo "limactl notexec"; exit 0; fi ;;
+esac
+echo "limactl found"
+v=$("$1" --tty=false --version 2>&1)
+echo "version_rc $?"
+printf 'version %s\n' "$v"
+"""
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" | "warning" | "ok"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.message}"
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """Like the Proxmox report: iterating yields the problems only, as text."""
+
+    backend: str
+    findings: tuple[Finding, ...]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([str(f) for f in self.findings if f.severity != "ok"])
+
+    def __len__(self) -> int:
+        return sum(1 for f in self.findings if f.severity != "ok")
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def lines(self) -> list[str]:
+        return [f"lima {self.backend}: {f}" for f in self.findings]
+
+
+async def doctor(name: str, runner: Runner, limactl: str) -> DoctorReport:
+    if isinstance(runner, RemoteRunner):
+        findings = await _remote(runner, limactl)
+    else:
+        findings = await _local(runner, limactl)
+    return DoctorReport(name, tuple(findings))
+
+
+# --- this machine -------------------------------------------------------------------------
+
+
+async def _local(runner: Runner, limactl: str) -> list[Finding]:
+    findings = _local_lima_home(getattr(runner, "lima_home", None))
+    problem = _local_executable(limactl)
+    if problem is not None:
+        return [Finding("error", problem), *findings]
+    try:
+        res = await runner.run([limactl, "--tty=false", "--version"], timeout=TIMEOUT)
+    except SandError as exc:
+        return [Finding("error", str(exc)), *findings]
+    text = res.stdout.decode(errors="replace").strip()
+    if not res.ok:
+        detail = res.err_tail(1) or text[-300:]  # its last word is the one that says why
+        return [
+            Finding(
+                "error",
+                f"`{limactl} --version` failed on {runner.where} (exit {res.returncode})"
+                + (f": {detail}" if detail else ""),
+            ),
+            *findings,
+        ]
+    return [_version_finding(text, runner.where), *findings]
+
+
+def _local_executable(limactl: str) -> str | None:
+    """Why ``limactl`` cannot be run here, or None."""
+    if "/" not in limactl:
+        if shutil.which(limactl) is None:
+            return (
+                f"{limactl!r} not found on PATH on this machine (is Lima installed? or set "
+                "the backend's `limactl:` to its path)"
+            )
+        return None
+    path = Path(limactl)
+    if not path.exists():
+        return f"limactl {path} (the backend's `limactl:`) does not exist"
+    if path.is_dir() or not os.access(path, os.X_OK):
+        return f"limactl {path} (the backend's `limactl:`) is not an executable file"
+    return None
+
+
+def _local_lima_home(configured: str | None) -> list[Finding]:
+    """LIMA_HOME as limactl will see it: the backend's, else the environment's, else
+    Lima's default."""
+    home = Path(configured or os.environ.get("LIMA_HOME") or Path.home() / ".lima")
+    if not home.exists():
+        return [Finding("ok", f"LIMA_HOME {home} does not exist yet (Lima creates it)")]
+    if not home.is_dir():
+        return [Finding("error", f"LIMA_HOME {home} is not a directory")]
+    if not os.access(home, os.W_OK | os.X_OK):
+        return [
+            Finding(
+                "error",
+                f"LIMA_HOME {home} is not writable (uid {os.geteuid()}): limactl cannot "
+                "create or change instances there",
+            )
+        ]
+    return [Finding("ok", f"LIMA_HOME {home} is a writable directory")]
+
+
+# --- a remote host ------------------------------------------------------------------------
+
+
+async def _remote(runner: RemoteRunner, limactl: str) -> list[Finding]:
+    where = runner.where
+    try:
+        res = await runner.run(
+            ["sh", "-c", REMOTE_PROBE, "sand-doctor", limactl], env={"LC_ALL": "C"}, timeout=TIMEOUT
+        )
+    except SandError as exc:
+        # Connect, authentication and host-key failures, worded by the runner.
+        return [Finding("error", str(exc))]
+    if not res.ok:
+        return [Finding("error", f"the probe script failed on {where} (exit {res.returncode})")]
+    facts: dict[str, str] = {}
+    for line in res.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(" ")
+        facts.setdefault(key, value)
+    findings = [Finding("ok", f"SSH to the remote Lima host {where} (host key pinned)")]
+    home = runner.target.lima_home
+    state = facts.get("home")
+    if state == "notdir":
+        findings.append(Finding("error", f"LIMA_HOME {home} on {where} is not a directory"))
+    elif state == "readonly":
+        findings.append(Finding("error", f"LIMA_HOME {home} on {where} is not writable"))
+    found = facts.get("limactl")
+    if found == "missing":
+        findings.append(
+            Finding(
+                "error",
+                f"{limactl!r} not found on {where} (on the PATH of a non-interactive SSH "
+                "session; set the backend's `limactl:` to its path there)",
+            )
+        )
+    elif found == "notexec":
+        findings.append(Finding("error", f"limactl {limactl} on {where} is not executable"))
+    elif facts.get("version_rc") != "0":
+        findings.append(
+            Finding(
+                "error",
+                f"`{limactl} --version` failed on {where} (exit {facts.get('version_rc')}): "
+                f"{facts.get('version', '')}".rstrip(": "),
+            )
+        )
+    else:
+        findings.append(_version_finding(facts.get("version", ""), where))
+    return findings
+
+
+def _version_finding(text: str, where: str) -> Finding:
+    v = version_tuple(text)
+    if not v:
+        return Finding("warning", f"cannot read limactl's version on {where} from {text!r}")
+    shown = ".".join(map(str, v))
+    if v < MIN_VERSION:
+        return Finding(
+            "warning",
+            f"limactl {shown} on {where} is older than 2.2.0: its listing fails while any "
+            "instance is being cloned or deleted (lima-vm/lima#5236), so sand must leave "
+            "that host alone for the run; upgrade Lima",
+        )
+    return Finding("ok", f"limactl {shown} on {where}")
