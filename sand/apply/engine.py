@@ -13,16 +13,17 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from sand.backends.protocol import Backend, ObservedVM
+from sand.backends.protocol import Backend, ObservedVM, SecretsRecord
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.plan.model import Action, Plan, VMChange
 from sand.state.journal import Journal
 
-# (vm, endpoint-producing backend, observed) → provisions the guest; injected by
-# the caller so the engine does not depend on how secrets are resolved.
-Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[None]]
+# (vm, endpoint-producing backend, observed) → provisions the guest and says which
+# secrets it delivered (None: none recorded); injected by the caller so the engine
+# does not depend on how secrets are resolved.
+Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[SecretsRecord | None]]
 Progress = Callable[[str, str], None]
 
 
@@ -116,9 +117,10 @@ async def _apply_one(
     if vm.provision and not change.reprovision and _rebooted(change) and _uses_secrets(vm):
         # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
         change = replace(change, secrets_only=True)
+    delivered: SecretsRecord | None = None
     if vm.provision and (change.reprovision or change.secrets_only):
         say(change.vm, "provisioning" if change.reprovision else "delivering secrets")
-        await provisioner(vm, backend, current, change)
+        delivered = await provisioner(vm, backend, current, change)
     if change.action in (Action.CREATE, Action.REPLACE):
         # Creates always boot (provisioning needs a running guest) and are
         # unprotected until provisioned; settle power state and protection last.
@@ -129,7 +131,7 @@ async def _apply_one(
             say(change.vm, "setting " + ", ".join(finishing))
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
-    await backend.mark_converged(vm, current)
+    await backend.mark_converged(vm, current, delivered)
 
 
 def _rebooted(change: VMChange) -> bool:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sand.backends.protocol import GuestEndpoint, Mutability, Observation, ObservedVM
+from sand.backends.protocol import (
+    GuestEndpoint,
+    Mutability,
+    Observation,
+    ObservedVM,
+    SecretsRecord,
+)
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle
 from sand.backends.proxmox import observe as observe_mod
@@ -62,8 +68,10 @@ class ProxmoxVEBackend:
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
         await lifecycle.delete(self.ctx, current, journal)
 
-    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
-        await lifecycle.mark_converged(self.ctx, vm, current)
+    async def mark_converged(
+        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+    ) -> None:
+        await lifecycle.mark_converged(self.ctx, vm, current, secrets)
 
     async def endpoint(self, vm: DesiredVM, current: ObservedVM) -> GuestEndpoint:
         return await guest.endpoint(self.ctx, vm, current)
