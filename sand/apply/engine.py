@@ -15,16 +15,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend, ObservedVM
+from sand.backends.protocol import Backend, ObservedVM, SecretsRecord
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.plan.model import Action, Plan, VMChange
 from sand.state.journal import Journal
 
-# (vm, endpoint-producing backend, observed) → provisions the guest; injected by
-# the caller so the engine does not depend on how secrets are resolved.
-Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[None]]
+# (vm, endpoint-producing backend, observed) → provisions the guest and says which
+# secrets it delivered (None: none recorded); injected by the caller so the engine
+# does not depend on how secrets are resolved.
+Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[SecretsRecord | None]]
 Progress = Callable[[str, str], None]
 
 
@@ -106,9 +107,10 @@ async def _apply_one(
         return
     assert vm is not None
     provisioned = False
+    delivered: SecretsRecord | None = None
     if change.action is Action.REPLACE:
         # Provisioned inside: the replacement must work before the old VM goes.
-        current = await replace_vm(change, backend, journal, kit, say)
+        current, delivered = await replace_vm(change, backend, journal, kit, say)
         provisioned = True
     elif change.action is Action.CREATE:
         say(change.vm, "creating")
@@ -117,10 +119,10 @@ async def _apply_one(
         current = await backend.create(vm, journal)
         if vm.provision:
             say(change.vm, "provisioning")
-            await kit.provisioner(vm, backend, current, change)
+            delivered = await kit.provisioner(vm, backend, current, change)
             provisioned = True
             if await restore_kept(backend, vm, current, kit, say):
-                await kit.provisioner(vm, backend, current, change)
+                delivered = await kit.provisioner(vm, backend, current, change)
     elif change.action is Action.UPDATE and change.fields:
         assert current is not None
         say(change.vm, "updating " + ", ".join(f.field for f in change.fields))
@@ -132,10 +134,10 @@ async def _apply_one(
             change = replace(change, secrets_only=True)
         if change.reprovision:
             say(change.vm, "provisioning")
-            await _reprovision_keeping(vm, backend, current, change, kit)
+            delivered = await _reprovision_keeping(vm, backend, current, change, kit)
         elif change.secrets_only:
             say(change.vm, "delivering secrets")
-            await kit.provisioner(vm, backend, current, change)
+            delivered = await kit.provisioner(vm, backend, current, change)
     if change.action in (Action.CREATE, Action.REPLACE):
         # Creates always boot (provisioning needs a running guest) and are
         # unprotected until provisioned; settle power state and protection last.
@@ -146,27 +148,27 @@ async def _apply_one(
             say(change.vm, "setting " + ", ".join(finishing))
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
-    await backend.mark_converged(vm, current)
+    await backend.mark_converged(vm, current, delivered)
 
 
 async def _reprovision_keeping(
     vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange, kit: ReplaceKit
-) -> None:
+) -> SecretsRecord | None:
     """Reprovision in place; ``preserve:`` paths are copied first and any file the run
     removed is put back (files sand itself manages may change: that is the point)."""
     if not vm.preserve or kit.archives is None:
-        await kit.provisioner(vm, backend, current, change)
-        return
+        return await kit.provisioner(vm, backend, current, change)
     from sand.provision.preserve import archive_out, restore_in
 
     endpoint = await backend.endpoint(vm, current)
     path = kit.archives / f"{vm.name}.reprovision-{int(time.time())}.tar"
     archive = await archive_out(endpoint, vm.user, vm.preserve, path)
     try:
-        await kit.provisioner(vm, backend, current, change)
+        delivered = await kit.provisioner(vm, backend, current, change)
         await restore_in(endpoint, vm.user, archive, missing_only=True)
     finally:
         archive.remove()
+    return delivered
 
 
 def _rebooted(change: VMChange) -> bool:

@@ -1,31 +1,42 @@
 """The bridge from the engine to provisioning: secret values and the provisioner.
 
 Secret values are resolved on the host only for VMs that use them, once per
-run, and live only in memory; what is kept is a keyed hash per VM so a
-rotation is noticed without storing the value.
+run, and live only in memory. What a delivery leaves behind is a *stamp* on
+the VM itself (``sand.secrets.stamp``): any host holding the same values
+computes the same one, so no host-side record is needed to notice a rotation.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import Backend, ObservedVM
+from sand.backends.protocol import Backend, Observation, ObservedVM, SecretsRecord
 from sand.desired import DesiredState, DesiredVM
-from sand.plan.model import VMChange
+from sand.errors import SandError
+from sand.plan.model import Action, Plan, VMChange
 
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
     from sand.apply.session import Session
     from sand.secrets import SecretValue
+    from sand.secrets.stamp import Stamper
+
+# Guest checks run at plan time, one SSH session each: keep a big fleet's plan short
+# without opening dozens of connections at once.
+CHECK_PARALLELISM = 8
+LOST_ON_GUEST = "secrets lost (no longer on the guest's tmpfs: rebooted?)"
 
 
 class GuestSecrets:
-    """Resolves (once) the secrets the desired VMs use, and tracks their digests."""
+    """Resolves (once) the secrets the desired VMs use, and computes their stamps."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self._values: dict[str, SecretValue] | None = None
+        self._stamper: Stamper | None = None
 
     def _resolved(self) -> dict[str, SecretValue]:
         if self._values is None:
@@ -43,33 +54,82 @@ class GuestSecrets:
 
         return values_for(vm, self._resolved())
 
-    def digests(self, desired: DesiredState) -> Mapping[str, tuple[str, str]]:
-        """VM name → (keyed hash of its values now, keyed hash last delivered)."""
-        from sand.secrets import DigestStore, digest_key, secret_names, secrets_digest
+    def stamp(self, vm: DesiredVM) -> str:
+        """The stamp of ``vm``'s secret values now; "" when it is given none."""
+        from sand.secrets import secret_names
+        from sand.secrets.stamp import Stamper
 
-        users = [vm for vm in desired.vms if secret_names([vm])]
-        if not users:
-            return {}
-        key, store = digest_key(), DigestStore(self.session.project)
-        return {
-            vm.name: (secrets_digest(vm, self.for_vm(vm), key), store.get(vm.name) or "")
-            for vm in users
-        }
+        if not secret_names([vm]):
+            return ""
+        if self._stamper is None:
+            self._stamper = Stamper(self.session.project)
+        return self._stamper.stamp(vm, self.for_vm(vm))
 
-    def record(self, vm: DesiredVM) -> None:
-        from sand.secrets import DigestStore, digest_key, secret_names, secrets_digest
+    def stamps(self, desired: DesiredState) -> Mapping[str, str]:
+        """VM name → the stamp of its values now, for the VMs that use secrets."""
+        return {vm.name: s for vm in desired.vms if (s := self.stamp(vm))}
 
-        store = DigestStore(self.session.project)
-        if secret_names([vm]):
-            store.record(vm.name, secrets_digest(vm, self.for_vm(vm), digest_key()))
-        else:
-            store.forget(vm.name)
+    def delivered(self, vm: DesiredVM) -> SecretsRecord:
+        return SecretsRecord(self.stamp(vm), int(time.time()))
+
+
+def needs_guest_check(change: VMChange, observations: Mapping[str, Observation]) -> bool:
+    """A running, otherwise no-op VM that uses secrets, on a backend blind to guest reboots."""
+    vm, current, obs = change.desired, change.observed, observations.get(change.backend)
+    return (
+        change.action is Action.NOOP
+        and vm is not None
+        and current is not None
+        and obs is not None
+        and not obs.reboots_visible
+        and vm.provision
+        and current.power == "running"
+        and (bool(vm.secrets) or any(r.token_secret for r in vm.repos))
+    )
+
+
+async def check_guests(
+    plan: Plan, observations: Mapping[str, Observation], backends: Mapping[str, Backend]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(VM → why its secrets are gone, warnings) from one read-only check per guest.
+
+    A guest that cannot be reached is a warning, not a change: sand does not
+    plan a delivery it could not make, nor claim one is needed on a guess.
+    """
+    todo = [c for c in plan.changes if needs_guest_check(c, observations)]
+    if not todo:
+        return {}, ()
+    from sand.provision import secrets_present  # asyncssh: only when a guest is asked
+
+    gate = asyncio.Semaphore(CHECK_PARALLELISM)
+
+    async def one(change: VMChange) -> tuple[str, bool | str]:
+        assert change.desired is not None and change.observed is not None
+        async with gate:
+            try:
+                backend = backends[change.backend]
+                endpoint = await backend.endpoint(change.desired, change.observed)
+                return change.vm, await secrets_present(endpoint, change.desired)
+            except SandError as exc:
+                return change.vm, str(exc)
+
+    lost: dict[str, str] = {}
+    warnings: list[str] = []
+    for vm, outcome in await asyncio.gather(*(one(c) for c in todo)):
+        if outcome is False:
+            lost[vm] = LOST_ON_GUEST
+        elif isinstance(outcome, str):
+            warnings.append(
+                f"VM {vm}: could not check that its secrets are still on the guest "
+                f"(not re-delivered this run): {outcome}"
+            )
+    return lost, tuple(warnings)
 
 
 def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
     async def provision_vm(
         vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange
-    ) -> None:
+    ) -> SecretsRecord:
         from sand.provision import deliver_secrets, provision
 
         endpoint = await backend.endpoint(vm, current)
@@ -78,6 +138,7 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
             await deliver_secrets(endpoint, vm, values)
         else:
             await provision(endpoint, vm, values)
-        secrets.record(vm)
+        # After the delivery finished: a boot before this instant cannot have emptied it.
+        return secrets.delivered(vm)
 
     return provision_vm

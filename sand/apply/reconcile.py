@@ -7,11 +7,12 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sand.apply.engine import ApplyResult, execute
-from sand.apply.guest import GuestSecrets, make_provisioner
+from sand.apply.guest import GuestSecrets, check_guests, make_provisioner
 from sand.apply.observe import observe_all
 from sand.apply.progress import progress_reporter
 from sand.apply.recovery import replay_journal
@@ -49,15 +50,29 @@ async def compute_plan(
     observations = await observe_all(session.backends, desired)
     for name, why in (unsettled or {}).items():
         observations[name] = Observation(backend=name, vms=(), unknown_reason=why)
-    digests = (secrets or GuestSecrets(session)).digests(desired) if not refresh_only else {}
+    stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
     plan = make_plan(
         desired,
         observations,
         session.policies(),
-        secret_digests=digests,
+        secret_stamps=stamps,
         correct_drift=correct_drift,
         refresh_only=refresh_only,
     )
+    if stamps:
+        # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
+        # of otherwise no-op VMs whether their tmpfs still holds what was delivered.
+        lost, warnings = await check_guests(plan, observations, session.backends)
+        if lost or warnings:
+            plan = make_plan(
+                desired,
+                observations,
+                session.policies(),
+                secret_stamps=stamps,
+                secrets_lost=lost,
+                correct_drift=correct_drift,
+            )
+            plan = replace(plan, warnings=plan.warnings + warnings)
     if checks and not refresh_only and plan.has_changes:
         from sand.apply.guard import guard_plan
         from sand.apply.preflight import preflight_plan

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sand.backends.protocol import Backend, ObservedVM, Ownership
+from sand.backends.protocol import Backend, ObservedVM, Ownership, SecretsRecord
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
 from sand.logs import get_logger
@@ -34,7 +34,8 @@ from sand.state.journal import Journal, JournalEntry
 if TYPE_CHECKING:
     from sand.provision.preserve import Archive
 
-Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[None]]
+Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[SecretsRecord | None]]
+Replaced = tuple[ObservedVM, SecretsRecord | None]  # the new VM, and what it was given
 Guard = Callable[[Backend, DesiredVM | None, ObservedVM, Sequence[str]], Awaitable[None]]
 Say = Callable[[str, str], None]
 TEMP_SUFFIX = "-sandnew"
@@ -64,7 +65,7 @@ def kept_archive(kit: ReplaceKit, vm: str) -> Path | None:
 
 async def replace_vm(
     change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
-) -> ObservedVM:
+) -> Replaced:
     assert change.desired is not None and change.observed is not None
     if change.strategy is Strategy.DESTROY_BEFORE_CREATE:
         return await _destroy_first(change, backend, journal, kit, say)
@@ -73,7 +74,7 @@ async def replace_vm(
 
 async def _create_first(
     change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
-) -> ObservedVM:
+) -> Replaced:
     vm, old = change.desired, change.observed
     assert vm is not None and old is not None
     temp = temp_name(vm.name, uuid.uuid4().hex)
@@ -87,17 +88,19 @@ async def _create_first(
         temp=temp,
     )
     new: ObservedVM | None = None
+    delivered: SecretsRecord | None = None
     deleting = False
     try:
         say(vm.name, f"creating the replacement as {temp}")
         new = await backend.create(replace(vm, name=temp), journal)
         journal.step(entry, "created", new=new.identity)
-        await _provision(vm, backend, new, change, kit, say)
+        delivered = await _provision(vm, backend, new, change, kit, say)
         if vm.preserve:
             say(vm.name, "carrying preserve: paths to the replacement")
             await carry_over(backend, vm, old, new, kit, tag=entry.id)
             journal.step(entry, "preserved")
-            await _provision(vm, backend, new, change, kit, say)  # re-assert sand's own files
+            # Re-assert the files sand itself manages over what was restored.
+            delivered = await _provision(vm, backend, new, change, kit, say) or delivered
         if kit.guard is not None:
             say(vm.name, "last look for unpushed work on the old VM")
             await kit.guard(backend, vm, old, vm.preserve)
@@ -116,12 +119,12 @@ async def _create_first(
     renamed = await backend.rename(new, vm.name, journal)
     journal.step(entry, "renamed")
     journal.finish(entry)
-    return renamed
+    return renamed, delivered
 
 
 async def _destroy_first(
     change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Say
-) -> ObservedVM:
+) -> Replaced:
     vm, old = change.desired, change.observed
     assert vm is not None and old is not None
     entry = journal.begin(
@@ -151,12 +154,12 @@ async def _destroy_first(
     say(vm.name, "creating the replacement")
     new = await backend.create(vm, journal)
     journal.step(entry, "created", new=new.identity)
-    await _provision(vm, backend, new, change, kit, say)
+    delivered = await _provision(vm, backend, new, change, kit, say)
     if archive is not None:
         await restore_kept(backend, vm, new, kit, say)
-        await _provision(vm, backend, new, change, kit, say)
+        delivered = await _provision(vm, backend, new, change, kit, say) or delivered
     journal.finish(entry)
-    return new
+    return new, delivered
 
 
 async def restore_kept(
@@ -208,10 +211,11 @@ async def _archive(
 
 async def _provision(
     vm: DesiredVM, backend: Backend, new: ObservedVM, change: VMChange, kit: ReplaceKit, say: Say
-) -> None:
-    if vm.provision:
-        say(vm.name, "provisioning the replacement")
-        await kit.provisioner(vm, backend, new, change)
+) -> SecretsRecord | None:
+    if not vm.provision:
+        return None
+    say(vm.name, "provisioning the replacement")
+    return await kit.provisioner(vm, backend, new, change)
 
 
 async def _old_still_there(backend: Backend, vm: DesiredVM, old: ObservedVM) -> bool:

@@ -48,9 +48,13 @@ class Marker:
     fingerprint: str  # DesiredVM.fingerprint last converged; "" while being created
     guest_fingerprint: str = ""  # DesiredVM.guest_fingerprint last provisioned
     image: str = ""
+    # The secrets stamp last delivered (sand.secrets.stamp; "" = none recorded)
+    # and when that delivery finished (epoch seconds, the delivering host's clock).
+    secrets: str = ""
+    secrets_at: int = 0
 
-    def to_json_dict(self) -> dict[str, str]:
-        return {
+    def to_json_dict(self) -> dict[str, str | int]:
+        data: dict[str, str | int] = {
             "project": self.project,
             "name": self.name,
             "identity": self.identity,
@@ -58,6 +62,17 @@ class Marker:
             "guest_fingerprint": self.guest_fingerprint,
             "image": self.image,
         }
+        if self.secrets:
+            data.update(secrets=self.secrets, secrets_at=self.secrets_at)
+        return data
+
+
+@dataclass(frozen=True)
+class SecretsRecord:
+    """What a run delivered to a guest, for its marker: a stamp, never a value."""
+
+    stamp: str  # "" when the VM has no secrets (any recorded stamp is removed)
+    delivered_at: int  # epoch seconds
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,9 @@ class ObservedVM:
     # (a writable mount, a non-loopback forward): planned as drift.
     findings: tuple[str, ...] = ()
     details: Mapping[str, str] = field(default_factory=dict)
+    # When the guest last (re)started, epoch seconds, as far as the listing tells
+    # (PVE: now - uptime; Lima: the host agent's start); None when it cannot.
+    booted_at: float | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -101,6 +119,9 @@ class Observation:
     unknown_reason: str | None = None
     requests: int = 0  # listing/API calls made to observe, for budgets and benchmarks
     warnings: tuple[str, ...] = ()
+    # False when a reboot inside a guest does not show in ``booted_at`` (Lima: the
+    # host agent lives on): a VM's tmpfs secrets are then checked on the guest.
+    reboots_visible: bool = True
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
@@ -210,8 +231,12 @@ class Backend(Protocol):
         """Stop and remove a managed VM with everything it owns."""
         ...
 
-    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
-        """Write the marker with the desired fingerprints: the VM is in sync."""
+    async def mark_converged(
+        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+    ) -> None:
+        """Write the marker with the desired fingerprints: the VM is in sync.
+
+        ``secrets``: what this run delivered; None keeps the stamp the VM carries."""
         ...
 
     async def endpoint(

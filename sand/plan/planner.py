@@ -7,8 +7,9 @@ The rules, in the order they are applied to one desired VM:
    on a backend where names are unique);
 3. locked (clone, migrate, backup in flight) → blocked;
 4. fields differ → replace if any field forces it, else update in place;
-   guest fingerprint differs → reprovision; only secret values rotated →
-   re-deliver secrets;
+   guest fingerprint differs → reprovision; only secret values rotated (the
+   stamp recorded on the VM differs) or the guest's tmpfs lost them (it
+   booted after the last delivery) → deliver secrets;
 5. equal fingerprints but observed values differ → drift ("changed outside
    sand"), corrected unless the caller only reports.
 Managed VMs that no desired entry names are deleted, unless protected,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from functools import partial
 
@@ -27,6 +29,10 @@ from sand.desired import DesiredState, DesiredVM
 from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]
+# How much later than the last delivery a boot must look before its tmpfs counts as
+# emptied: the boot time comes from one clock (the backend's, via uptime) and the
+# delivery time from another (the host that delivered).
+BOOT_SKEW = 60.0
 
 
 def make_plan(
@@ -34,18 +40,22 @@ def make_plan(
     observations: Mapping[str, Observation],
     policies: Mapping[str, Policy],
     *,
-    secret_digests: Mapping[str, tuple[str, str]] | None = None,
+    secret_stamps: Mapping[str, str] | None = None,
+    secrets_lost: Mapping[str, str] | None = None,
     correct_drift: bool = True,
     refresh_only: bool = False,
 ) -> Plan:
-    """``secret_digests`` maps VM name → (digest of values now, digest last delivered)."""
-    digests = secret_digests or {}
+    """``secret_stamps``: VM name → the stamp of its secret values now (VMs that use
+    secrets); ``secrets_lost``: VM name → why its guest no longer holds them (a
+    guest check found the tmpfs emptied)."""
+    stamps, lost = secret_stamps or {}, secrets_lost or {}
     changes: list[VMChange] = []
     wanted: set[tuple[str, str]] = set()
     for vm in desired.vms:
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
-        change = _plan_vm(vm, obs, policies.get(vm.backend, {}), digests.get(vm.name))
+        secrets = (stamps[vm.name], lost.get(vm.name)) if vm.name in stamps else None
+        change = _plan_vm(vm, obs, policies.get(vm.backend, {}), secrets)
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
         changes.append(change)
@@ -68,7 +78,7 @@ def make_plan(
 
 
 def _plan_vm(
-    vm: DesiredVM, obs: Observation | None, policy: Policy, secrets: tuple[str, str] | None
+    vm: DesiredVM, obs: Observation | None, policy: Policy, secrets: tuple[str, str | None] | None
 ) -> VMChange:
     base = partial(VMChange, vm=vm.name, backend=vm.backend, desired=vm)
     if obs is None or obs.unknown_reason:
@@ -103,7 +113,7 @@ def _plan_vm(
     fields = fields + security
     drift = drift + security
     guest_changed = vm.provision and not in_sync and _guest_fp(current) != vm.guest_fingerprint
-    secrets_changed = bool(vm.provision and secrets and secrets[0] != secrets[1])
+    deliver = _secrets_reason(current, *secrets) if vm.provision and secrets else None
     reasons: list[str] = []
     if any(f.forces_replacement for f in fields):
         if current.protect:
@@ -125,13 +135,15 @@ def _plan_vm(
     if fields:
         if guest_changed:
             reasons.append("guest content changed")
+        elif deliver:
+            reasons.append(deliver)
         return base(
             action=Action.UPDATE,
             fields=fields,
             drift=drift,
             reasons=tuple(reasons),
             reprovision=guest_changed,
-            secrets_only=secrets_changed and not guest_changed,
+            secrets_only=bool(deliver) and not guest_changed,
         )
     if guest_changed:
         return base(
@@ -139,13 +151,33 @@ def _plan_vm(
             reasons=("guest content changed (bundle, user, agents, packages, repos or secrets)",),
             reprovision=True,
         )
-    if secrets_changed:
-        return base(
-            action=Action.REPROVISION, reasons=("secret values changed",), secrets_only=True
-        )
+    if deliver:
+        return base(action=Action.REPROVISION, reasons=(deliver,), secrets_only=True)
     if not in_sync:
         return base(action=Action.UPDATE, reasons=("record the converged spec",))
     return base(action=Action.NOOP)
+
+
+def _secrets_reason(current: ObservedVM, stamp: str, lost: str | None) -> str | None:
+    """Why ``current`` needs its secrets delivered (values ``stamp`` now), or None."""
+    if current.power != "running":
+        # A stopped guest holds no secrets; sand delivers them when it starts one (see
+        # the engine), and one started elsewhere shows as booted after the delivery.
+        return None
+    recorded = current.marker.secrets if current.marker else ""
+    if recorded != stamp:
+        if not recorded:
+            return "secrets not recorded on the VM (delivered by an older sand?): deliver once"
+        return "secret values changed"
+    if lost:
+        return lost
+    delivered_at = current.marker.secrets_at if current.marker else 0
+    if current.booted_at is not None and current.booted_at > delivered_at + BOOT_SKEW:
+        # The delivery time, not the boot time: PVE's boot time is now - uptime, which
+        # moves by a second between two plans, and a saved plan must plan again alike.
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(delivered_at))
+        return f"secrets lost (guest rebooted after their delivery at {when})"
+    return None
 
 
 def _guest_fp(vm: ObservedVM) -> str:

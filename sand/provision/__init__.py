@@ -12,13 +12,18 @@ from typing import TYPE_CHECKING, Any
 from sand.provision.bundle import bundle_digest
 
 if TYPE_CHECKING:
-    from sand.provision.provisioner import ProvisionReport, deliver_secrets, provision
+    from sand.provision.provisioner import (
+        ProvisionReport,
+        deliver_secrets,
+        provision,
+        secrets_present,
+    )
 
-__all__ = ["ProvisionReport", "bundle_digest", "deliver_secrets", "provision"]
+__all__ = ["ProvisionReport", "bundle_digest", "deliver_secrets", "provision", "secrets_present"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("provision", "deliver_secrets", "ProvisionReport"):
+    if name in ("provision", "deliver_secrets", "secrets_present", "ProvisionReport"):
         from sand.provision import provisioner
 
         return getattr(provisioner, name)

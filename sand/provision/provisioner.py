@@ -28,11 +28,21 @@ from sand.errors import GuestCommandError, TransportError
 from sand.logs import get_logger, redact
 from sand.provision.bundle import Bundle, default_bundle
 from sand.provision.ssh import CONNECT_DEADLINE, connect, where
-from sand.provision.steps import Step, base_steps, bundle_step, repos_step, secrets_step
+from sand.provision.steps import (
+    SECRETS_MISSING,
+    Step,
+    base_steps,
+    bundle_step,
+    check_secrets_step,
+    repos_step,
+    secrets_step,
+)
 from sand.secrets.resolve import SecretValue, values_for
 
 CHANGED = "sand:changed "
 TAIL_LINES = 20
+# A running guest answers at once; one that does not within this is reported, not waited for.
+CHECK_DEADLINE = 5.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,37 @@ async def deliver_secrets(
     values = values_for(vm, secret_values)
     steps = [bundle_step(bundle or default_bundle()), secrets_step(vm, values)]
     return await _run(endpoint, vm, steps, values, log, "deliver_secrets", connect_deadline)
+
+
+async def secrets_present(
+    endpoint: GuestEndpoint, vm: DesiredVM, *, connect_deadline: float = CHECK_DEADLINE
+) -> bool:
+    """Whether the guest's tmpfs still holds every secret file sand delivered to ``vm``.
+
+    False when it does not (a reboot emptied it); TransportError or
+    GuestCommandError when the guest cannot say. Reads nothing but file names.
+    """
+    step = check_secrets_step(vm)
+    async with connect(endpoint, deadline=connect_deadline) as conn:
+        try:
+            result = await conn.run(
+                step.command(endpoint.user, vm.user),
+                stdin=asyncssh.DEVNULL,
+                stderr=asyncssh.STDOUT,
+                encoding=None,
+                check=False,
+                timeout=step.timeout,
+            )
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(
+                f"SSH to {where(endpoint)} failed checking secrets: {exc}"
+            ) from None
+    if result.exit_status == 0:
+        return True
+    if result.exit_status == SECRETS_MISSING:
+        return False
+    output = result.stdout if isinstance(result.stdout, bytes) else b""
+    raise GuestCommandError(step.name, result.exit_status, _tail(output, {}))
 
 
 async def _run(

@@ -1,19 +1,18 @@
-"""Host-side secrets: resolve values from their sources, hash what was delivered.
+"""Host-side secrets: resolve values from their sources, stamp what was delivered.
 
 Values are resolved only for the VMs being applied, live only in memory as
 :class:`SecretValue`, and reach a guest only over an SSH channel's stdin
-(``sand.provision``). What stays on the host is a keyed hash per VM.
+(``sand.provision``). What stays behind is a stamp on the VM itself
+(``sand.secrets.stamp``), never a value; the host keeps nothing.
 """
 
-from sand.secrets.digests import DigestStore, digest_key, secrets_digest
 from sand.secrets.resolve import SecretValue, resolve_secrets, reveal, secret_names
+from sand.secrets.stamp import Stamper
 
 __all__ = [
-    "DigestStore",
     "SecretValue",
-    "digest_key",
+    "Stamper",
     "resolve_secrets",
     "reveal",
     "secret_names",
-    "secrets_digest",
 ]

@@ -106,3 +106,52 @@ def test_lima_apply_provisions_and_the_verbs_reach_the_guest(tmp_path, netns_gue
         records = [json.loads(line) for line in ledger.read_text().splitlines()]
         assert all("diff" not in r and "patch" not in r for r in records)
         assert ledger.stat().st_mode & 0o077 == 0
+
+
+TWO = """\
+apiVersion: sand/v1
+project: limae2e
+backends:
+  laptop: {type: lima, lima_home: ./lima}
+defaults: {image: debian-12, disk: 20GiB, memory: 2GiB}
+secrets:
+  NPM_TOKEN:
+    from: {env: SAND_TEST_NPM}
+vms:
+  - name: dev-1
+    secrets: [{name: NPM_TOKEN, scope: ~/src}]
+  - name: dev-2
+    secrets: [{name: NPM_TOKEN, scope: ~/src}]
+"""
+
+
+def test_lima_secrets_lost_inside_the_guest_are_found_and_delivered_again(tmp_path, netns_guest):
+    guests = {"dev-1": netns_guest(), "dev-2": netns_guest()}
+    cli = Cli(tmp_path)
+    cli.manifest.write_text(TWO)
+    for name, guest in guests.items():
+        cli.standin.back_with_guest(name, guest)
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Warning" not in proc.stdout  # both guests were asked, and both answered
+    for name in guests:
+        marker = (cli.standin.instance_dir(name) / "sand-marker.json").read_text()
+        assert '"secrets": "1-' in marker and SECRET not in marker
+
+    # A reboot inside dev-1 (the host agent lives on, ha.pid untouched) empties its tmpfs.
+    proc = guests["dev-1"].run_root(["sh", "-c", "rm -rf /run/user/*/sand /dev/shm/sand-*"])
+    assert proc.returncode == 0
+    assert not scoped_env(guests["dev-1"], "~/src", "NPM_TOKEN")
+
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "# dev-1 (laptop" in proc.stdout and "no longer on the guest's tmpfs" in proc.stdout
+    assert "# dev-2" not in proc.stdout
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scoped_env(guests["dev-1"], "~/src", "NPM_TOKEN") == SECRET
+    assert scoped_env(guests["dev-2"], "~/src", "NPM_TOKEN") == SECRET
+    assert SECRET not in proc.stdout + proc.stderr
+    assert cli.sand("plan", "--detailed-exitcode").returncode == 0

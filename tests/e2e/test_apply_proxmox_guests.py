@@ -9,6 +9,7 @@ The canary secret is hunted for everywhere it must never be.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -147,3 +148,109 @@ def test_apply_provisions_real_guests_and_never_leaks_the_secret(
     assert {vm.name: vm.vmid for vm in rig.vms()} == vmids
     assert ROTATED not in proc.stdout + proc.stderr
     assert sand.run("plan", "--detailed-exitcode", env=env).returncode == 0
+
+
+def age_delivery(rig, vmid: int, seconds: int) -> None:
+    """Move the delivery time recorded in a VM's secrets tag ``seconds`` into the past."""
+
+    def age() -> None:
+        vm = rig.pve.vm(vmid)
+        tags = []
+        for tag in str(vm.config["tags"]).split(";"):
+            if tag.startswith("sand-secrets-"):
+                head, _, at = tag.rpartition("-")
+                tag = f"{head}-{int(at) - seconds}"
+            tags.append(tag)
+        vm.config["tags"] = ";".join(tags)
+
+    rig.run(age)
+
+
+def empty_tmpfs_secrets(guest) -> None:
+    """What a reboot does to the guest's secrets: sand's tmpfs directories are gone."""
+    proc = guest.run_root(["sh", "-c", "rm -rf /run/user/*/sand /dev/shm/sand-*"])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_secrets_are_seen_from_a_fresh_host_and_return_after_a_reboot(
+    tmp_path, fakepve_server, netns_guest
+):
+    rig = fakepve_server
+    guests = {"agent-1": netns_guest(), "agent-2": netns_guest()}
+    identity = guests["agent-1"].client_key_path
+    key = guests["agent-1"].client_public_key
+    for guest in guests.values():
+        home = f"/home/{guest.user}"
+        guest.run_root(
+            ["sh", "-c", f"cat >> {home}/.ssh/authorized_keys"], input=(key + "\n").encode()
+        )
+    scoped = [{"name": "API_TOKEN", "scope": "~/work"}]
+    manifest = rig.manifest(
+        [{"name": "agent-1", "secrets": scoped}, {"name": "agent-2", "secrets": scoped}],
+        defaults={"provision": True},
+        identity=str(identity),
+    )
+    manifest["secrets"] = {"API_TOKEN": {"from": {"env": "SAND_TEST_API_TOKEN"}}}
+    host_a, host_b = Sand(tmp_path / "host-a"), Sand(tmp_path / "host-b")
+    for host in (host_a, host_b):
+        host.workdir.mkdir()
+        host.write(manifest)
+    env = {
+        "SAND_TEST_API_TOKEN": CANARY,
+        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
+    }
+
+    with AgentAnswers(rig, guests):
+        proc = host_a.run("apply", "--auto-approve", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for guest in guests.values():
+        assert scoped_env(guest, "~/work", "API_TOKEN") == CANARY
+
+    # Host B (a CI runner: a state dir that never delivered anything) sees no change,
+    # with the one listing request.
+    rig.clear_log()
+    proc = host_b.run("plan", "--detailed-exitcode", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No changes." in proc.stdout
+    assert [str(r) for r in rig.log] == ["GET /cluster/resources?type=vm -> 200"]
+
+    # Rotation shows from both hosts.
+    for host in (host_a, host_b):
+        proc = host.run("plan", "--detailed-exitcode", env={**env, "SAND_TEST_API_TOKEN": ROTATED})
+        assert proc.returncode == 2 and proc.stdout.count("secret values changed") == 2
+
+    # What sand recorded is neither the value nor a plain hash of it.
+    needles = [CANARY, hashlib.sha256(CANARY.encode()).hexdigest()[:16]]
+    recorded = [
+        str(vm.config.get("tags", "")) + str(vm.config.get("description", "")) for vm in rig.vms()
+    ]
+    assert all("sand-secrets-1-" in text for text in recorded)
+    for text in [*recorded, everything_under(host_a.state_dir), everything_under(host_b.state_dir)]:
+        assert not any(n in text for n in needles)
+
+    # agent-1 reboots behind sand's back (fakepve: its uptime restarts; the guest: its
+    # tmpfs is empty). B plans a delivery for it alone, and apply puts the value back.
+    # Let an hour pass: both booted two hours ago, secrets delivered an hour ago.
+    for vm in rig.vms():
+        rig.set_uptime(vm.vmid, 2 * 3600)
+        age_delivery(rig, vm.vmid, 3600)
+    assert host_b.run("plan", "--detailed-exitcode", env=env).returncode == 0
+    vmid = rig.vms_named("agent-1")[0].vmid
+    rig.reboot(vmid)
+    empty_tmpfs_secrets(guests["agent-1"])
+    assert not scoped_env(guests["agent-1"], "~/work", "API_TOKEN")
+    proc = host_b.run("plan", "--detailed-exitcode", env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        "# agent-1 (pve" in proc.stdout
+        and "secrets lost (guest rebooted after their delivery at " in proc.stdout
+    )
+    assert "# agent-2" not in proc.stdout
+    with AgentAnswers(rig, guests):
+        proc = host_b.run("apply", "--auto-approve", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scoped_env(guests["agent-1"], "~/work", "API_TOKEN") == CANARY
+    assert {vm.vmid for vm in rig.vms_named("agent-1")} == {vmid}  # delivered, not recreated
+    for host in (host_a, host_b):
+        proc = host.run("plan", "--detailed-exitcode", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
@@ -314,6 +315,15 @@ class FakePveRig:
 
     def stop_agent(self, vmid: int) -> None:
         self.run(setattr, self.pve.vm(vmid), "agent", None)
+
+    def reboot(self, vmid: int) -> None:
+        """Reboot a VM as an operator would (``qm reboot``): its uptime starts again."""
+        vm = self.pve.vm(vmid)
+        self.call(self.pve._do_reboot(vm, "root@pam", {}))
+
+    def set_uptime(self, vmid: int, seconds: float) -> None:
+        """Make a running VM look as if it started ``seconds`` ago."""
+        self.run(setattr, self.pve.vm(vmid), "started_at", time.time() - seconds)
 
     def fail(
         self,

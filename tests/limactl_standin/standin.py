@@ -18,8 +18,10 @@ containerd identifiers, at most 76 characters, not ending in ``.yml``/``.yaml``.
 ``lima.yaml``, ``lima-version``, ``protected`` (``limactl protect``), ``ssh.config``
 (written on start, ``pkg/hostagent/hostagent.go``: ``Host lima-<name>``, ``IdentityFile``,
 ``StrictHostKeyChecking no``, ``UserKnownHostsFile /dev/null``, ``User``, ``Hostname``,
-``Port``), ``ha.stdout.log``/``ha.stderr.log``. Running state lives in ``standin.pid``
-(a ``.pid`` file, so ``clone`` skips it as it skips Lima's pid files).
+``Port``), ``ha.stdout.log``/``ha.stderr.log``, and ``ha.pid`` while running (the host
+agent writes it as it starts, so its mtime is when the instance was last started; stop
+removes it). Running state lives in ``standin.pid`` (a ``.pid`` file, so ``clone`` skips
+it as it skips Lima's pid files).
 
 ``list [--json|--format json|yaml|table] [-q] [NAME...]`` (``cmd/limactl/list.go``,
 ``pkg/store/instance.go``, ``pkg/limatype/lima_instance.go``): JSON Lines, one compact
@@ -1110,6 +1112,7 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         json.dumps({"status": "Running", "sshLocalPort": port, "pid": os.getpid()}),
         encoding="utf-8",
     )
+    (d / "ha.pid").write_text(f"{os.getpid()}\n", encoding="utf-8")
     with open(d / "ha.stdout.log", "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"status": {"running": True, "sshLocalPort": port}, "time": _ts()}))
         fh.write("\n")
@@ -1155,6 +1158,7 @@ def cmd_stop(args: Args, cfg: dict[str, Any]) -> int:
             )
             continue
         (d / STATE_FILE).unlink(missing_ok=True)
+        (d / "ha.pid").unlink(missing_ok=True)
         info(f"Sending SIGINT to hostagent process of {name!r}" if not force else "Killing")
     if errors:
         fatal("\n".join(errors))

@@ -105,9 +105,15 @@ def test_guest_change_reprovisions_without_touching_the_machine():
 
 def test_rotated_secret_redelivers_only_secrets():
     state = desired()
-    plan = make_plan(state, converged(state), POLICIES, secret_digests={"a": ("new", "old")})
+    obs = converged(state)
+    a = obs["pve"].vms[0]
+    assert a.marker is not None
+    a = replace(a, marker=replace(a.marker, secrets="1-" + "0" * 20, secrets_at=1))
+    obs["pve"] = Observation("pve", (a, *obs["pve"].vms[1:]))
+    plan = make_plan(state, obs, POLICIES, secret_stamps={"a": "1-" + "1" * 20})
     change = by_vm(plan)["a"]
     assert change.action is Action.REPROVISION and change.secrets_only and not change.reprovision
+    assert change.reasons == ("secret values changed",)
 
 
 def test_removed_vm_is_deleted_and_others_untouched():

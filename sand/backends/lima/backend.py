@@ -53,6 +53,7 @@ from sand.backends.protocol import (
     Ownership,
     PreflightItem,
     PreflightReport,
+    SecretsRecord,
 )
 from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
@@ -90,6 +91,7 @@ class _Inspected:
     instance: LimaInstance | None
     sidecar: Sidecar | None = None
     base_stamp: BaseStamp | None = None
+    agent_started: float | None = None
 
 
 @dataclass
@@ -218,7 +220,8 @@ class LimaBackendImpl:
                     self._base_stamps[inst.name] = stamp
                 continue  # bases are sand's plumbing, never VMs
             raw = frames.files.get((inst.name, scripts.MARKER_FILE))
-            vms.append(self._observed(inst, parse_sidecar(raw) if raw is not None else None))
+            sidecar = parse_sidecar(raw) if raw is not None else None
+            vms.append(self._observed(inst, sidecar, frames.host_agent_started.get(inst.name)))
         reason = None
         if unreadable:
             names = ", ".join(sorted(unreadable))
@@ -233,6 +236,7 @@ class LimaBackendImpl:
             unknown_reason=reason,
             requests=1,
             warnings=tuple(warnings),
+            reboots_visible=False,  # a reboot inside the guest keeps the host agent
         )
 
     def _unknown(self, reason: str, warnings: Sequence[str] = ()) -> Observation:
@@ -254,7 +258,9 @@ class LimaBackendImpl:
             ]
         return []
 
-    def _observed(self, inst: LimaInstance, sidecar: Sidecar | None) -> ObservedVM:
+    def _observed(
+        self, inst: LimaInstance, sidecar: Sidecar | None, agent_started: float | None = None
+    ) -> ObservedVM:
         c: Classification = classify(inst.name, sidecar, inst.param, self.project)
         lock: str | None = None
         if not inst.readable:
@@ -294,6 +300,8 @@ class LimaBackendImpl:
                 inst.config, self._bundle.location if self._bundle else None
             ),
             details=details,
+            # A (re)start by limactl restarts the host agent; it writes ha.pid as it starts.
+            booted_at=agent_started if inst.power == "running" else None,
         )
 
     async def _inspect(self, *names: str) -> dict[str, _Inspected]:
@@ -324,6 +332,7 @@ class LimaBackendImpl:
                 inst,
                 parse_sidecar(raw) if raw is not None else None,
                 parse_base_stamp(stamp) if stamp is not None else None,
+                frames.host_agent_started.get(n),
             )
         return out
 
@@ -333,7 +342,7 @@ class LimaBackendImpl:
             raise BackendError(
                 f"instance {name} vanished on {self.runner.where}", backend=self.name
             )
-        return self._observed(found.instance, found.sidecar)
+        return self._observed(found.instance, found.sidecar, found.agent_started)
 
     # --- bases ------------------------------------------------------------------------
 
@@ -706,8 +715,13 @@ class LimaBackendImpl:
 
     # --- marker -----------------------------------------------------------------------
 
-    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
+    async def mark_converged(
+        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+    ) -> None:
         self._require_managed(current, "mark")
+        if secrets is None:  # nothing delivered this run: keep what the VM records
+            kept = current.marker
+            secrets = SecretsRecord(kept.secrets, kept.secrets_at) if kept else None
         sidecar = Sidecar(
             Marker(
                 project=self.project,
@@ -716,6 +730,8 @@ class LimaBackendImpl:
                 fingerprint=vm.fingerprint,
                 guest_fingerprint=vm.guest_fingerprint,
                 image=vm.image,
+                secrets=secrets.stamp if secrets else "",
+                secrets_at=secrets.delivered_at if secrets and secrets.stamp else 0,
             ),
             uid=current.details.get("uid") or new_uid(),
             backend=self.name,

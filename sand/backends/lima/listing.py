@@ -110,6 +110,7 @@ class Frames:
     list_rc: int | None = None
     list_stdout: bytes = b""
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    host_agent_started: dict[str, float] = field(default_factory=dict)  # instance -> epoch
 
 
 def iter_frames(data: bytes, what: str = "the observe script") -> Iterator[tuple[str, str, bytes]]:
@@ -143,6 +144,8 @@ def parse_frames(data: bytes) -> Frames:
         elif kind == "file":
             inst, _, fname = key.partition("/")
             frames.files[(inst, fname)] = body
+        elif kind == "hastart" and body.strip().isdigit():
+            frames.host_agent_started[key] = float(body.strip())
     if frames.list_rc is None:
         raise ListingError("the observe script printed no listing")
     return frames

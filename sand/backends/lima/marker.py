@@ -56,6 +56,9 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         return None
     if not data.get("project") or not data.get("identity"):
         return None
+    secrets, secrets_at = data.get("secrets"), data.get("secrets_at")
+    if not isinstance(secrets, str) or not isinstance(secrets_at, int) or not secrets:
+        secrets, secrets_at = "", 0  # none recorded, or not by sand: delivered again once
     marker = Marker(
         project=data["project"],
         name=str(data.get("name") or data["identity"]),
@@ -63,6 +66,8 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         fingerprint=str(data.get("fingerprint") or ""),
         guest_fingerprint=str(data.get("guest_fingerprint") or ""),
         image=str(data.get("image") or ""),
+        secrets=secrets,
+        secrets_at=secrets_at,
     )
     return Sidecar(marker, str(data.get("uid") or ""), str(data.get("backend") or ""))
 

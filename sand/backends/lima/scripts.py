@@ -17,7 +17,9 @@ SIDECARS = (MARKER_FILE, BASE_STAMP_FILE)
 # $1 = limactl, $2 = 1 to print `limactl --version` first, $3... = instance names (none:
 # all). Prints frames "@sand KIND KEY LENGTH\n<LENGTH bytes>\n" (lengths in bytes: run
 # with LC_ALL=C): the version, an "absent" frame per named instance with no directory,
-# the listing (KEY = its exit status), then every sand sidecar file of the instances.
+# the listing (KEY = its exit status), then every sand sidecar file of the instances and,
+# for each with a host agent, when that started ("hastart", KEY = instance, epoch seconds
+# of ha.pid's mtime: GNU stat, else BSD stat on macOS).
 OBSERVE = r"""
 home=${LIMA_HOME:-$HOME/.lima}
 frame() { printf '@sand %s %s %d\n%s\n' "$1" "$2" "${#3}" "$3"; }
@@ -55,6 +57,10 @@ for n do
     c=$(cat -- "$home/$n/$f" 2>/dev/null) || continue
     frame file "$n/$f" "$c"
   done
+  p=$home/$n/ha.pid
+  [ -f "$p" ] || continue
+  t=$(stat -c %Y -- "$p" 2>/dev/null || stat -f %m -- "$p" 2>/dev/null) || continue
+  frame hastart "$n" "$t"
 done
 exit 0
 """

@@ -11,6 +11,7 @@ from sand.backends.protocol import (
     ObservedVM,
     PreflightItem,
     PreflightReport,
+    SecretsRecord,
 )
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle, preflight
@@ -75,8 +76,10 @@ class ProxmoxVEBackend:
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
         await lifecycle.delete(self.ctx, current, journal)
 
-    async def mark_converged(self, vm: DesiredVM, current: ObservedVM) -> None:
-        await lifecycle.mark_converged(self.ctx, vm, current)
+    async def mark_converged(
+        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+    ) -> None:
+        await lifecycle.mark_converged(self.ctx, vm, current, secrets)
 
     async def endpoint(
         self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None

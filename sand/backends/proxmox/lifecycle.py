@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sand.backends.protocol import Marker, ObservedVM, Ownership
+from sand.backends.protocol import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
@@ -150,14 +151,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
     entry = journal.begin(
         "rename", backend=ctx.name, vm=name, identity=vmid, node=node, old_name=fresh.name
     )
-    marker = Marker(
-        fresh.marker.project,
-        name,
-        vmid,
-        fresh.marker.fingerprint,
-        fresh.marker.guest_fingerprint,
-        fresh.marker.image,
-    )
+    marker = dataclasses.replace(fresh.marker, name=name)
     await ctx.client.put(
         f"{vmops.vm_path(node, vmid)}/config",
         name=name,
@@ -169,17 +163,34 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
     return observed
 
 
-async def mark_converged(ctx: Ctx, vm: DesiredVM, current: ObservedVM) -> None:
-    """Write the desired fingerprints into tags and description, operator text kept."""
+async def mark_converged(
+    ctx: Ctx, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+) -> None:
+    """Write the desired fingerprints into tags and description, operator text kept.
+
+    The secrets tag is what ``secrets`` says was delivered, or, when nothing was
+    delivered this run, the one the VM carries now."""
     _refuse(ctx, current, "mark")
     node = current.node or ""
-    marker = Marker(
-        ctx.project, vm.name, current.identity, vm.fingerprint, vm.guest_fingerprint, vm.image
-    )
     path = vmops.vm_path(node, current.identity)
     for attempt in range(3):
         config = await read_config(ctx, node, current.identity)
         found = mk.parse_tags(config.get("tags"))
+        stamp, stamped_at = (
+            (secrets.stamp, secrets.delivered_at)
+            if secrets is not None
+            else (found.secrets, found.secrets_at)
+        )
+        marker = Marker(
+            ctx.project,
+            vm.name,
+            current.identity,
+            vm.fingerprint,
+            vm.guest_fingerprint,
+            vm.image,
+            secrets=stamp,
+            secrets_at=stamped_at if stamp else 0,
+        )
         described = mk.parse_description(config.get("description"))
         claims = [(found.project, found.identity)] if found.complete else []
         if described is not None:

@@ -7,6 +7,10 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
     sand-<vmid>-<fp16>        its own vmid (a human's clone keeps the tag and fails
                               this check) and the fingerprint it last converged to
                               ("new" while it is being created)
+    sand-secrets-<stamp>-<t>  the secrets stamp last delivered (sand.secrets.stamp:
+                              a version and 80 bits of a salted scrypt-based hash,
+                              never a value) and when (epoch seconds); absent when
+                              the VM has no secrets
 
 The description ends with a fenced JSON block with the full marker (project,
 vmid, name, both fingerprints, image), read only on a deep (per-VM) read.
@@ -28,6 +32,8 @@ TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"
 NEW = "new"
 _IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
+SECRETS_PREFIX = "sand-secrets-"
+_SECRETS_TAG = re.compile(r"^sand-secrets-([1-9][0-9]*-[0-9a-f]{20})-([0-9]{1,12})$")
 _TAG_SPLIT = re.compile(r"[;,\s]+")
 _PVE_TAG = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$")
 _BLOCK = re.compile(r"\n*```sand[ \t]*\r?\n(.*?)\r?\n```[ \t]*\n*", re.DOTALL)
@@ -44,6 +50,8 @@ class TagMarker:
     project: str | None
     identity: str | None
     fingerprint: str | None  # "" for "new"
+    secrets: str = ""  # the secrets stamp, "" when no (well-formed) tag carries one
+    secrets_at: int = 0
 
     @property
     def present(self) -> bool:
@@ -67,28 +75,39 @@ def join_tags(tags: Iterable[str]) -> str:
 
 
 def is_sand_tag(tag: str) -> bool:
-    return tag == TOOL_TAG or tag.startswith(PROJECT_PREFIX) or bool(_IDENTITY_TAG.match(tag))
+    return (
+        tag == TOOL_TAG
+        or tag.startswith((PROJECT_PREFIX, SECRETS_PREFIX))
+        or bool(_IDENTITY_TAG.match(tag))
+    )
 
 
 def parse_tags(value: object) -> TagMarker:
     tool = False
     project = identity = fingerprint = None
+    secrets, secrets_at = "", 0
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
         elif tag.startswith(PROJECT_PREFIX):
             project = tag[len(PROJECT_PREFIX) :]
+        elif tag.startswith(SECRETS_PREFIX):
+            stamped = _SECRETS_TAG.match(tag)
+            if stamped:
+                secrets, secrets_at = stamped[1], int(stamped[2])
         else:
             found = _IDENTITY_TAG.match(tag)
             if found:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
-    return TagMarker(tool, project, identity, fingerprint)
+    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at)
 
 
 def marker_tags(marker: Marker) -> list[str]:
     fp = marker.fingerprint if re.fullmatch(r"[0-9a-f]{16}", marker.fingerprint) else NEW
     tags = [TOOL_TAG, f"sand-{marker.identity}-{fp}", PROJECT_PREFIX + marker.project.lower()]
+    if marker.secrets:
+        tags.append(f"{SECRETS_PREFIX}{marker.secrets}-{marker.secrets_at}")
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")

@@ -10,6 +10,7 @@ unmarked but carry a desired name. The guest agent is never called here.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,6 +82,8 @@ def classify(
                     want.fingerprint,
                     want.guest_fingerprint,
                     want.image,
+                    secrets=tags.secrets,
+                    secrets_at=tags.secrets_at,
                 )
                 return _observed(ctx, row, Ownership.MANAGED, fast, want, protect=want.protect)
             return DEEP
@@ -125,6 +128,8 @@ def classify(
         fingerprint=fingerprint or "",
         guest_fingerprint=described.guest_fingerprint if described is not None else "",
         image=described.image if described is not None else "",
+        secrets=tags.secrets,
+        secrets_at=tags.secrets_at,
     )
     notes: dict[str, str] = {}
     if template and ownership is Ownership.MANAGED:
@@ -195,7 +200,16 @@ def _observed(
         deep=deep,
         template=bool(row.get("template")),
         details=details,
+        booted_at=booted_at(row),
     )
+
+
+def booted_at(row: Row, now: float | None = None) -> float | None:
+    """When a running VM started: the listing's ``uptime`` counts from its QEMU start."""
+    uptime = _int(row.get("uptime"))
+    if power_of(row) != "running" or uptime is None or uptime < 0:
+        return None
+    return (time.time() if now is None else now) - uptime
 
 
 def _int(value: object) -> int | None:
