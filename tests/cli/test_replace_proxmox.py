@@ -1,0 +1,145 @@
+"""Replacement on fakepve: the new VM is made before the old one is destroyed, and a
+failure anywhere before that leaves the old VM exactly as it was.
+
+These VMs have no guest behind them, so the unpushed-work guard cannot sweep them;
+``--allow-data-loss`` keeps it out of the way here (it has tests of its own) while
+the order of the calls PVE receives is what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sand.state.journal import Journal
+from tests.cli.helpers import Sand
+from tests.crash.killer import env_for, kill_when, sand_argv, step
+
+GO = ("apply", "--auto-approve", "--allow-data-loss")
+OTHER_TEMPLATE = 9001
+
+
+@pytest.fixture
+def sand(tmp_path) -> Sand:
+    return Sand(tmp_path)
+
+
+def seed_second_template(rig) -> None:
+    rig.seed_vm(
+        OTHER_TEMPLATE, "debian-13-next", template=True, status="stopped", disk=4 << 30,
+        memory_mib=1024, cores=1, tags="golden",
+    )  # fmt: skip
+
+
+def first_call(rig, method: str, contains: str) -> int:
+    return next(i for i, r in enumerate(rig.log) if r.method == method and contains in r.path)
+
+
+def test_create_before_destroy_order_and_result(sand, fakepve_server):
+    rig = fakepve_server
+    seed_second_template(rig)
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB"}]))
+    assert sand.run(*GO).returncode == 0
+    (old,) = rig.vms_named("agent-1")
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB", "image": "debian-13-next"}]))
+    plan = sand.run("plan", "--json", "--allow-data-loss")
+    (change,) = json.loads(plan.stdout)["changes"]
+    assert change["action"] == "replace" and change["strategy"] == "create-before-destroy"
+
+    rig.clear_log()
+    done = sand.run(*GO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    clone = first_call(rig, "POST", f"/qemu/{OTHER_TEMPLATE}/clone")
+    delete = next(
+        i for i, r in enumerate(rig.log) if r.method == "DELETE" and r.path.endswith(f"/{old.vmid}")
+    )
+    assert clone < delete  # the new VM exists before the old one is asked to go
+    (new,) = rig.vms_named("agent-1")
+    assert new.vmid != old.vmid and rig.vm(old.vmid) is None
+    assert not [v for v in rig.vms() if "sandnew" in (v.name or "")]
+    assert sand.run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_a_replacement_that_fails_to_start_leaves_the_old_vm(sand, fakepve_server):
+    rig = fakepve_server
+    seed_second_template(rig)
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB"}]))
+    assert sand.run(*GO).returncode == 0
+    (old,) = rig.vms_named("agent-1")
+    config = dict(old.config)
+    rig.task_failures("qmstart", "*", "start failed: kvm: cannot allocate memory")
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB", "image": "debian-13-next"}]))
+    failed = sand.run(*GO)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "cannot allocate memory" in failed.stdout + failed.stderr
+    (still,) = rig.vms()
+    assert still.vmid == old.vmid and still.config == config and still.status == "running"
+    # What is left open in the journal is about the discarded replacement only.
+    pending = Journal(sand.state_dir / "projects" / "demo" / "journal.jsonl").pending()
+    assert all(e["identity"] != str(old.vmid) for e in pending), pending
+    rig.clear_faults()
+    again = sand.run(*GO)
+    assert again.returncode == 0, again.stdout + again.stderr
+    (new,) = rig.vms()
+    assert new.name == "agent-1" and new.vmid != old.vmid
+
+
+def test_a_clone_that_fails_leaves_the_old_vm(sand, fakepve_server):
+    rig = fakepve_server
+    seed_second_template(rig)
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB"}]))
+    assert sand.run(*GO).returncode == 0
+    (old,) = rig.vms_named("agent-1")
+    rig.task_failures("qmclone", "*", "clone failed: storage is full")
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB", "image": "debian-13-next"}]))
+    assert sand.run(*GO).returncode == 1
+    assert [v.vmid for v in rig.vms()] == [old.vmid]
+
+
+def test_destroy_before_create_only_when_the_node_cannot_hold_both(sand, fakepve_server):
+    rig = fakepve_server  # one node: 8 GiB, 2 GiB in use
+    seed_second_template(rig)
+    sand.write(
+        rig.manifest([{"name": "big", "memory": "7GiB"}, {"name": "small", "memory": "1GiB"}])
+    )
+    assert sand.run(*GO).returncode == 0
+    sand.write(
+        rig.manifest(
+            [
+                {"name": "big", "memory": "7GiB", "image": "debian-13-next"},
+                {"name": "small", "memory": "1GiB", "image": "debian-13-next"},
+            ]
+        )
+    )
+    plan = sand.run("plan", "--allow-data-loss")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    big = plan.stdout.split("# big")[1].split("# small")[0]
+    small = plan.stdout.split("# small")[1]
+    assert "strategy: destroy-before-create" in big and "7GiB" in big
+    assert "strategy: create-before-destroy" in small
+    assert sand.run(*GO).returncode == 0
+    assert sorted(v.name for v in rig.vms()) == ["big", "small"]
+
+
+@pytest.mark.parametrize("point", ["created", "old-deleted"])
+def test_a_kill_mid_replace_converges_to_one_vm(point, sand, fakepve_server, tmp_path):
+    rig = fakepve_server
+    seed_second_template(rig)
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB"}]))
+    assert sand.run(*GO).returncode == 0
+    (old,) = rig.vms_named("agent-1")
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB", "image": "debian-13-next"}]))
+    journal = sand.state_dir / "projects" / "demo" / "journal.jsonl"
+    killed = kill_when(sand_argv(*GO), env_for(sand.state_dir), tmp_path, journal, step(point))
+    assert killed, "apply finished before the crash point"
+    if point == "created":  # the old VM is still there, beside a replacement
+        assert rig.vm(old.vmid) is not None
+    plan = sand.run("plan", "--allow-data-loss")
+    assert "recover" in plan.stdout.lower() or plan.returncode in (0, 2), plan.stdout
+    again = sand.run(*GO)
+    assert again.returncode == 0, again.stdout + again.stderr
+    (new,) = rig.vms()
+    assert new.name == "agent-1" and new.vmid != old.vmid
+    assert json.dumps(new.config).count("sandnew") == 0
+    assert sand.run("plan", "--detailed-exitcode").returncode == 0
