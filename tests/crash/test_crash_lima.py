@@ -68,8 +68,8 @@ class Rig:
         assert killed, "apply finished before the crash point"
         assert Journal(self.journal).pending(), "the kill left no unfinished operation"
 
-    def assert_converged(self, expected: list[str]) -> None:
-        proc = self.sand("apply", "--auto-approve")
+    def assert_converged(self, expected: list[str], *args: str) -> None:
+        proc = self.sand("apply", "--auto-approve", *args)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert self.vms() == expected, f"duplicates or orphans: {self.standin.instances()}"
         proc = self.sand("plan", "--detailed-exitcode")
@@ -106,7 +106,8 @@ def test_crash_mid_delete_converges(delay, tmp_path):
     # The stand-in's instances have no guest to sweep for unpushed work.
     rig.kill_at(intent("delete"), delay, "--allow-data-loss")
     rig.standin.configure(delete_delay=0.0)
-    rig.assert_converged(["a", "b"])
+    # A delete killed before it began is planned again, and swept again: same flag.
+    rig.assert_converged(["a", "b"], "--allow-data-loss")
 
 
 def test_crash_mid_update_converges(tmp_path):
