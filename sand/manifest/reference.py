@@ -32,7 +32,8 @@ INTRO = """\
 
 Generated from the models in `sand/manifest/models.py` by
 `python -m sand.manifest.reference`; a test keeps it in step.
-Unknown keys are errors; sizes take bytes or `8GiB`, `512MiB`, `40G` (binary).
+Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a bare
+number is refused as ambiguous). Guest paths are `~` or under `~/`.
 Editors validate against `schemas/sand.schema.json` (start the file with
 `# yaml-language-server: $schema=<path>/sand.schema.json`).
 """
@@ -69,10 +70,9 @@ def _default(info: FieldInfo) -> str:
 
 
 def _is_size(prop: dict[str, Any]) -> bool:
-    variants = prop.get("anyOf", [])
-    return any(v.get("examples") == ["8GiB", "512MiB"] for v in variants) or any(
-        _is_size(v) for v in variants if "anyOf" in v
-    )
+    if prop.get("examples") == ["8GiB", "512MiB"]:
+        return True
+    return any(_is_size(v) for v in prop.get("anyOf", []))
 
 
 def render() -> str:
