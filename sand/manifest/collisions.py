@@ -16,7 +16,12 @@ import posixpath
 from collections.abc import Iterator
 from typing import Any
 
-from sand.manifest.values import entry_name_problem, home_path_problem, normalise_home_path
+from sand.manifest.values import (
+    entry_name_problem,
+    home_path_problem,
+    local_path_problem,
+    normalise_home_path,
+)
 from sand.manifest.yamlmarks import Path
 
 # (path, message, point at the key rather than the value)
@@ -88,14 +93,14 @@ def _ownership_scope(
     ssh = backend.get("ssh")
     if ssh is None:
         home = backend.get("lima_home")
-        if home is not None and not isinstance(home, str):
-            return None
+        if home is not None and (not isinstance(home, str) or local_path_problem(home)):
+            return None  # reported where it is written
         path = _local_home(home or "~/.lima", manifest_dir)
         return ("lima", path), f"the Lima home {path}", "give each backend its own lima_home"
     ssh = _dict(ssh)
     host, user, port = ssh.get("host"), ssh.get("user"), ssh.get("port", 22)
     home = ssh.get("lima_home", ".lima")
-    if not isinstance(host, str) or not isinstance(home, str):
+    if not isinstance(host, str) or not isinstance(home, str) or local_path_problem(home):
         return None
     if user is None:
         user = _login_name()  # what the SSH connection logs in as

@@ -70,8 +70,17 @@ UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
 EnvName = Annotated[str, Field(pattern=ENV_NAME.pattern)]
 Agent = Literal["claude", "codex"]
 PowerState = Literal["running", "stopped"]
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("a bare ~ is YAML's null: write '~' in quotes")
+    return value
+
+
 HomePath = Annotated[
     str,
+    BeforeValidator(_not_null),
     _rule(v.home_path_problem),
     Field(
         json_schema_extra={"pattern": r"^~(/[^/]+)*/?$"},
