@@ -36,6 +36,18 @@ Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a 
 number is refused as ambiguous). Guest paths are `~` or under `~/`.
 Editors validate against `schemas/sand.schema.json` (start the file with
 `# yaml-language-server: $schema=<path>/sand.schema.json`).
+
+`sand validate` refuses, each at its `FILE:LINE:COL`: repo URLs that start
+with `-`, use git's `<transport>::` syntax (`ext::` runs a command), carry
+credentials (`https://user:pw@…`, `https://token@…`; an ssh user is fine), or
+are not `https://`, `http://`, `ssh://`, `git://`, `file:///` or
+`user@host:path`; hosts that are not a host name or IP address; branches git
+would refuse; guest paths outside `~/` or with `..`; package names that are
+not Debian's; Proxmox ids that PVE would refuse and vmids outside
+100..999999999; control characters in any path; two VM names that differ only
+in case; two repos of one VM on one checkout path; and two backends that would
+see each other's VMs as their own (one PVE host, port and pool; one Lima home).
+YAML merge keys (`<<: *base` then overrides) are fine.
 """
 
 
