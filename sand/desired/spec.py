@@ -67,9 +67,8 @@ class DesiredVM:
     secrets: tuple[DesiredSecret, ...]
     bundle_digest: str
     provision: bool = True
-    # Guest paths ('~' or '~/…', no trailing slash) carried across replace and
-    # reprovision. Deliberately in neither fingerprint: changing what is kept
-    # must not itself plan a reprovision.
+    # Guest paths kept across replace and reprovision; not in either fingerprint
+    # (changing what is kept changes nothing on the machine).
     preserve: tuple[str, ...] = ()
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
