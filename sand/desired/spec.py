@@ -171,9 +171,15 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
             secrets=secrets,
             bundle_digest=bundle_digest,
             provision=_first(vm.provision, d.provision, True),
+            preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
         )
         vms.append(with_fingerprints(spec))
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+
+
+def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
+    """The VM's own list replaces the default one (an empty list preserves nothing)."""
+    return own if own is not None else (default or [])
 
 
 def _first(*values: bool | None) -> bool:

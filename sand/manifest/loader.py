@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sand.errors import ManifestError, Problem
+from sand.manifest.collisions import check_collisions
 from sand.manifest.models import Manifest
 from sand.manifest.references import check_references
 from sand.manifest.yamlmarks import MarkedData, Path, load_marked
@@ -60,6 +61,10 @@ def parse_marked(text: str, filename: str = "sand.yaml") -> tuple[Manifest, Mark
         raise ManifestError([Problem(filename, 1, 1, "the manifest must be a mapping of keys")])
     problems = [
         _problem(filename, marked, path, message) for path, message in check_references(marked.data)
+    ]
+    problems += [
+        _problem(filename, marked, path, message, key)
+        for path, message, key in check_collisions(marked.data, str(FsPath(filename).parent))
     ]
     try:
         manifest = Manifest.model_validate(marked.data)

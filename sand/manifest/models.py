@@ -9,9 +9,11 @@ broken reference is reported with its own line, not just the first.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -20,35 +22,103 @@ from pydantic import (
     model_validator,
 )
 
+from sand.manifest import values as v
 from sand.manifest.names import ENV_NAME, IDENTIFIER
-from sand.manifest.sizes import SIZE_PATTERN, parse_size
+from sand.manifest.sizes import DISK_RANGE, MEMORY_RANGE, SIZE_PATTERN, bounded, format_size
+from sand.refname import branch_problem
 
 API_VERSION = "sand/v1"
 
-Size = Annotated[
+
+def _rule(check: Callable[[Any], str | None], prefix: str = "") -> AfterValidator:
+    """A pydantic validator from one of the ``values`` rules (None: the value is fine)."""
+
+    def validate(value: Any) -> Any:
+        problem = check(value)
+        if problem:
+            raise ValueError(prefix + problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _size_schema(bounds: tuple[int, int]) -> dict[str, Any]:
+    low, high = bounds
+    return {
+        "type": "string",
+        "pattern": SIZE_PATTERN,
+        "examples": ["8GiB", "512MiB"],
+        "description": f"A size with its unit (binary: 8G = 8GiB), {format_size(low)} to "
+        f"{format_size(high)}; a bare number is refused as ambiguous.",
+    }
+
+
+MemorySize = Annotated[
     int,
-    BeforeValidator(parse_size),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 1, "description": "bytes"},
-                {"type": "string", "pattern": SIZE_PATTERN, "examples": ["8GiB", "512MiB"]},
-            ]
-        }
-    ),
+    BeforeValidator(bounded("memory", *MEMORY_RANGE)),
+    WithJsonSchema(_size_schema(MEMORY_RANGE)),
+]
+DiskSize = Annotated[
+    int,
+    BeforeValidator(bounded("disk", *DISK_RANGE)),
+    WithJsonSchema(_size_schema(DISK_RANGE)),
 ]
 PortNumber = Annotated[int, Field(ge=1, le=65535)]
 Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]
+# A Linux user name that is also an identifier: what provisioning can create.
+UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
 EnvName = Annotated[str, Field(pattern=ENV_NAME.pattern)]
 Agent = Literal["claude", "codex"]
 PowerState = Literal["running", "stopped"]
-GuestPath = Annotated[
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("a bare ~ is YAML's null: write '~' in quotes")
+    return value
+
+
+HomePath = Annotated[
     str,
+    BeforeValidator(_not_null),
+    _rule(v.home_path_problem),
     Field(
-        pattern=r"^(/|~/|~$)[^\x00]*$",
-        description="An absolute guest path, or one under the login user's home ('~/…').",
+        json_schema_extra={"pattern": r"^~(/[^/]+)*/?$"},
+        description="A guest path under the login user's home: '~' or '~/…' (no '..').",
     ),
 ]
+
+
+def _pattern(regex: str) -> Any:
+    """Advertise a rule's regex to editors; the rule itself says what is wrong."""
+    return Field(json_schema_extra={"pattern": regex})
+
+
+HostName = Annotated[str, _rule(v.hostname_problem)]
+SshUser = Annotated[str, _rule(v.ssh_user_problem), _pattern(v.SSH_USER.pattern)]
+LocalPath = Annotated[str, _rule(v.local_path_problem)]
+Executable = Annotated[str, _rule(v.executable_problem), _pattern(r"^[^-]")]
+RepoUrl = Annotated[str, _rule(v.repo_url_problem), _pattern(r"^[^-\s]\S*$")]
+Branch = Annotated[str, _rule(branch_problem, "not a valid git branch name: "), _pattern(r"^[^-]")]
+PackageName = Annotated[str, _rule(v.package_problem), _pattern(v.PACKAGE.pattern)]
+PveNode = Annotated[str, _rule(v.pve_node_problem), _pattern(v.PVE_NODE.pattern)]
+PveStorage = Annotated[str, _rule(v.pve_storage_problem), _pattern(v.PVE_STORAGE.pattern)]
+PvePool = Annotated[str, _rule(v.pve_pool_problem), _pattern(v.PVE_POOL.pattern)]
+PveBridge = Annotated[str, _rule(v.pve_bridge_problem), _pattern(v.PVE_BRIDGE.pattern)]
+Template = Annotated[int | str, _rule(v.template_problem)]
+Image = Annotated[str, Field(min_length=1), _rule(v.control_problem)]
+MEMORY_DESCRIPTION = (
+    f"With its unit ('8GiB', '512MiB'), {format_size(MEMORY_RANGE[0])} to "
+    f"{format_size(MEMORY_RANGE[1])}; default 8GiB. A bare number is refused as ambiguous."
+)
+DISK_DESCRIPTION = (
+    f"With its unit ('40GiB', '1TiB'), {format_size(DISK_RANGE[0])} to "
+    f"{format_size(DISK_RANGE[1])}; default 100GiB. A bare number is refused as ambiguous."
+)
+PRESERVE_DESCRIPTION = (
+    "Guest paths kept across replace and reprovision (copied out of the old guest and "
+    "restored into the new one, verified by digest); each '~' or under '~/'."
+)
 
 
 class Strict(BaseModel):
@@ -61,16 +131,16 @@ class Strict(BaseModel):
 class SshTarget(Strict):
     """A remote Lima host reached over SSH. Its host key is pinned (known_hosts)."""
 
-    host: str = Field(min_length=1)
-    user: str | None = None
+    host: HostName = Field(description="Host name or IP address (no user, scheme or port).")
+    user: SshUser | None = None
     port: PortNumber = 22
-    identity: str | None = Field(
+    identity: LocalPath | None = Field(
         default=None,
         description="Private key to offer; without it the SSH agent and ssh_config identities "
         "are used (this host is yours, so sand does not restrict them).",
     )
-    lima_home: str = Field(default=".lima", description="LIMA_HOME on the remote host.")
-    known_hosts: str | None = Field(
+    lima_home: LocalPath = Field(default=".lima", description="LIMA_HOME on the remote host.")
+    known_hosts: LocalPath | None = Field(
         default=None,
         description="known_hosts file pinning the host's key (default: ~/.ssh/known_hosts).",
     )
@@ -81,10 +151,12 @@ class LimaBackend(Strict):
 
     type: Literal["lima"]
     ssh: SshTarget | None = None
-    lima_home: str | None = Field(
-        default=None, description="LIMA_HOME for a local backend (default: Lima's own, ~/.lima)."
+    lima_home: LocalPath | None = Field(
+        default=None,
+        description="LIMA_HOME for a local backend (default: Lima's own, ~/.lima); relative to "
+        "the manifest's directory. Two backends on one Lima home are refused.",
     )
-    limactl: str = Field(default="limactl", description="The limactl executable.")
+    limactl: Executable = Field(default="limactl", description="The limactl executable.")
     clone_parallelism: int = Field(default=2, ge=1, le=32)
 
 
@@ -92,21 +164,30 @@ class ProxmoxBackend(Strict):
     """A Proxmox VE cluster driven through its REST API with a pool-scoped token."""
 
     type: Literal["proxmox"]
-    host: str = Field(min_length=1)
+    host: HostName = Field(
+        description="The cluster's host name or IP address (no scheme, port or credentials)."
+    )
     port: PortNumber = 8006
-    node: str | None = None
-    nodes: list[str] | None = Field(default=None, min_length=1)
-    pool: str = Field(min_length=1)
-    storage: str = Field(min_length=1)
-    bridge: str = "vmbr0"
-    template: int | str = Field(description="Template VM to clone: its vmid or its name.")
-    token_file: str = Field(
+    node: PveNode | None = None
+    nodes: list[PveNode] | None = Field(default=None, min_length=1)
+    pool: PvePool = Field(
+        description="The pool sand's VMs live in; two backends on one host, port and pool are "
+        "refused (each would see the other's VMs as its own)."
+    )
+    storage: PveStorage
+    bridge: PveBridge = "vmbr0"
+    template: Template = Field(
+        description="Template VM to clone: its vmid (100 to 999999999) or its name."
+    )
+    token_file: LocalPath = Field(
         description="File holding 'user@realm!tokenid=secret'; refused unless mode is 0600 or "
         "stricter."
     )
     verify_tls: bool = True
-    ca_file: str | None = None
-    identity: str = Field(description="SSH private key for guests; its .pub goes to cloud-init.")
+    ca_file: LocalPath | None = None
+    identity: LocalPath = Field(
+        description="SSH private key for guests; its .pub goes to cloud-init."
+    )
     clone_parallelism: int = Field(default=2, ge=1, le=32)
 
     @model_validator(mode="after")
@@ -125,12 +206,24 @@ Backend = Annotated[LimaBackend | ProxmoxBackend, Field(discriminator="type")]
 # --- secrets and repos ------------------------------------------------------------
 
 
+def _argv_problem(argv: list[str]) -> str | None:
+    if not argv or not argv[0]:
+        return "the command is an argv: a non-empty list whose first item names the program"
+    if any("\x00" in arg for arg in argv):
+        return "the command holds a NUL character"
+    return None
+
+
 class SecretSource(Strict):
     """Where a secret's value comes from on the host. Values never live in the manifest."""
 
-    file: str | None = None
+    file: LocalPath | None = None
     env: EnvName | None = None
-    command: list[str] | None = Field(default=None, min_length=1)
+    command: Annotated[list[str], _rule(_argv_problem)] | None = Field(
+        default=None,
+        min_length=1,
+        description="An argv run on this machine (no shell); its stdout is the value.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretSource:
@@ -144,9 +237,9 @@ class Secret(Strict):
 
 
 class Repo(Strict):
-    url: str = Field(min_length=1)
-    branch: str | None = None
-    path: GuestPath | None = Field(
+    url: RepoUrl = Field(description=f"Clone URL: {v.ALLOWED_URLS}; no credentials in it.")
+    branch: Branch | None = None
+    path: HomePath | None = Field(
         default=None, description="Checkout path in the guest (default: ~/src/<repo name>)."
     )
     token: str | None = Field(
@@ -166,7 +259,7 @@ class SecretUse(Strict):
     """A secret placed at a guest directory: visible to processes working under it."""
 
     name: str
-    scope: GuestPath
+    scope: HomePath
     env: EnvName | None = Field(
         default=None, description="Environment variable name (default: the secret's name)."
     )
@@ -174,38 +267,42 @@ class SecretUse(Strict):
 
 class Defaults(Strict):
     backend: str | None = None
-    image: str | None = None
+    image: Image | None = None
     cpus: int | None = Field(default=None, ge=1, le=512)
-    memory: Size | None = None
-    disk: Size | None = None
+    memory: MemorySize | None = Field(default=None, description=MEMORY_DESCRIPTION)
+    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION)
     agents: list[Agent] | None = None
-    packages: list[str] | None = None
-    user: Identifier | None = None
+    packages: list[PackageName] | None = None
+    user: UserName | None = None
     state: PowerState | None = None
     provision: bool | None = Field(
         default=None,
         description="Provision guests over SSH (default true). False: sand manages only the "
         "machine, for fleets provisioned by other means.",
     )
+    preserve: list[HomePath] | None = Field(default=None, description=PRESERVE_DESCRIPTION)
 
 
 class VM(Strict):
     name: str = Field(min_length=1)
     backend: str | None = None
-    image: str | None = None
+    image: Image | None = None
     cpus: int | None = Field(default=None, ge=1, le=512)
-    memory: Size | None = None
-    disk: Size | None = None
+    memory: MemorySize | None = Field(default=None, description=MEMORY_DESCRIPTION)
+    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION)
     agents: list[Agent] | None = None
-    packages: list[str] | None = None
-    user: Identifier | None = None
+    packages: list[PackageName] | None = None
+    user: UserName | None = None
     repos: list[str] = Field(default_factory=list)
     secrets: list[SecretUse] = Field(default_factory=list)
     ports: list[Port] = Field(default_factory=list)
     state: PowerState | None = None
     protect: bool = False
-    node: str | None = Field(default=None, description="Proxmox only: pin to this node.")
+    node: PveNode | None = Field(default=None, description="Proxmox only: pin to this node.")
     provision: bool | None = None
+    preserve: list[HomePath] | None = Field(
+        default=None, description=PRESERVE_DESCRIPTION + " Replaces the default list."
+    )
 
 
 class Manifest(Strict):

@@ -32,9 +32,22 @@ INTRO = """\
 
 Generated from the models in `sand/manifest/models.py` by
 `python -m sand.manifest.reference`; a test keeps it in step.
-Unknown keys are errors; sizes take bytes or `8GiB`, `512MiB`, `40G` (binary).
+Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a bare
+number is refused as ambiguous). Guest paths are `~` or under `~/`.
 Editors validate against `schemas/sand.schema.json` (start the file with
 `# yaml-language-server: $schema=<path>/sand.schema.json`).
+
+`sand validate` refuses, each at its `FILE:LINE:COL`: repo URLs that start
+with `-`, use git's `<transport>::` syntax (`ext::` runs a command), carry
+credentials (`https://user:pw@…`, `https://token@…`; an ssh user is fine), or
+are not `https://`, `http://`, `ssh://`, `git://`, `file:///` or
+`user@host:path`; hosts that are not a host name or IP address; branches git
+would refuse; guest paths outside `~/` or with `..`; package names that are
+not Debian's; Proxmox ids that PVE would refuse and vmids outside
+100..999999999; control characters in any path; two VM names that differ only
+in case; two repos of one VM on one checkout path; and two backends that would
+see each other's VMs as their own (one PVE host, port and pool; one Lima home).
+YAML merge keys (`<<: *base` then overrides) are fine.
 """
 
 
@@ -69,10 +82,9 @@ def _default(info: FieldInfo) -> str:
 
 
 def _is_size(prop: dict[str, Any]) -> bool:
-    variants = prop.get("anyOf", [])
-    return any(v.get("examples") == ["8GiB", "512MiB"] for v in variants) or any(
-        _is_size(v) for v in variants if "anyOf" in v
-    )
+    if prop.get("examples") == ["8GiB", "512MiB"]:
+        return True
+    return any(_is_size(v) for v in prop.get("anyOf", []))
 
 
 def render() -> str:

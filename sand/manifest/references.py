@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sand.manifest.names import check_vm_name
+from sand.manifest.values import template_problem
 from sand.manifest.yamlmarks import Path
 
 Finding = tuple[Path, str]
@@ -76,6 +77,12 @@ def check_references(data: Any) -> Iterator[Finding]:
                 yield (*at, "name"), why
         if kind == "lima" and vm.get("image") is None and defaults.get("image") is None:
             yield at, f"VM {name!r} has no image and defaults.image is not set"
+        image = _str(vm.get("image"))
+        if kind == "proxmox" and image is not None:
+            # On Proxmox a VM's image names the template it is cloned from.
+            why = template_problem(image)
+            if why:
+                yield (*at, "image"), f"a Proxmox VM's image names its template: {why}"
         for j, repo_name in enumerate(_list(vm.get("repos"))):
             if isinstance(repo_name, str) and repo_name not in repos:
                 yield (*at, "repos", j), _unknown("repo", repo_name, repos)

@@ -86,9 +86,15 @@ class _Converter:
             raise YamlProblem(Mark.of(node.start_mark), f"cannot read this value: {exc}") from None
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
-        self.scalars.flatten_mapping(node)  # resolves YAML merge keys (<<)
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
+        # Keys written in this mapping, as opposed to those a merge key (<<) brings in.
+        own = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
+        self.scalars.flatten_mapping(node)  # merged pairs first, then this mapping's own
+        # A key written here overrides a merged one (the point of `<<: *base` followed
+        # by overrides), and of several merged mappings the first listed wins (it comes
+        # last after flattening); only a key written twice here is a mistake.
+        winner: dict[str, int] = {}
+        written: set[str] = set()
+        for i, (key_node, _) in enumerate(node.value):
             if not isinstance(key_node, yaml.ScalarNode):
                 raise YamlProblem(Mark.of(key_node.start_mark), "keys must be plain strings")
             key = key_node.value
@@ -96,10 +102,19 @@ class _Converter:
                 raise YamlProblem(
                     Mark.of(key_node.start_mark), f"key {key!r} must be a string, not a number"
                 )
-            if key in result:
+            if id(key_node) not in own:
+                winner[key] = i
+            elif key in written:
                 self.problems.append(
                     YamlProblem(Mark.of(key_node.start_mark), f"duplicate key {key!r}")
                 )
+            else:
+                written.add(key)
+                winner[key] = i
+        result: dict[str, Any] = {}
+        for i, (key_node, value_node) in enumerate(node.value):
+            key = key_node.value
+            if winner[key] != i:
                 continue
             self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
             result[key] = self.convert(value_node, (*path, key))

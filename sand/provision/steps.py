@@ -22,7 +22,14 @@ from urllib.parse import urlsplit
 
 from sand.desired.spec import DesiredVM
 from sand.errors import SandError
+from sand.manifest.values import (
+    home_path_problem,
+    normalise_home_path,
+    package_problem,
+    repo_url_problem,
+)
 from sand.provision.bundle import GUEST_DIR, Bundle
+from sand.refname import branch_problem
 
 AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
 AGENTS = ("claude", "codex")
@@ -31,11 +38,6 @@ BASE_PACKAGES = ("direnv", "git")
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Guest paths go into .envrc, gitconfig and includeIf patterns: keep them to
-# characters none of those quote or expand.
-_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_+@=,][A-Za-z0-9._+@=,-]*$")
-_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9]+)?(=[A-Za-z0-9.+~:-]+)?$")
-_BRANCH = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/+-]+(?<![./])$")
 _CONTEXT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 
 
@@ -109,22 +111,16 @@ def check_user(user: str) -> str:
 
 
 def guest_path(path: str, what: str) -> str:
-    """A normalised '~/…' or absolute path made only of safe segments."""
-    if path == "~":
-        return path
-    if path.startswith("~/"):
-        head, rest = "~", path[2:]
-    elif path.startswith("/"):
-        head, rest = "", path[1:]
-    else:
-        raise ProvisionSpecError(f"{what} {path!r} must be absolute or start with '~/'")
-    segments = rest.rstrip("/").split("/")
-    if not rest or not all(_PATH_SEGMENT.match(s) for s in segments):
-        raise ProvisionSpecError(
-            f"{what} {path!r}: use letters, digits and '._+@=,-' in each path segment "
-            "(no spaces, quotes, '.' or '..' segments, or empty segments)"
-        )
-    return head + "/" + "/".join(segments)
+    """A normalised '~' or '~/…' path made only of safe segments.
+
+    The manifest refuses anything else at validate time; this is the same rule
+    again for specs that reach provisioning another way. The guest script
+    checks once more that the resolved path is inside the user's home.
+    """
+    problem = home_path_problem(path)
+    if problem:
+        raise ProvisionSpecError(f"{what}: {problem}")
+    return normalise_home_path(path)
 
 
 def slug(path: str) -> str:
@@ -150,13 +146,10 @@ def credential_context(url: str, repo: str) -> str:
 
 
 def check_url(url: str, repo: str) -> str:
-    if not url or url.startswith("-") or any(c.isspace() or c == "\x00" for c in url):
-        raise ProvisionSpecError(f"repo {repo!r}: {url!r} is not a usable git URL")
-    if "://" in url and urlsplit(url).password is not None:
-        raise ProvisionSpecError(
-            f"repo {repo!r}: the URL carries a password; put it in a secret and name it in "
-            "the repo's 'token'"
-        )
+    problem = repo_url_problem(url)
+    if problem:
+        # The problem never quotes a URL that carries credentials.
+        raise ProvisionSpecError(f"repo {repo!r}: {problem}")
     return url
 
 
@@ -171,7 +164,7 @@ def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
     if unknown:
         raise ProvisionSpecError(f"unknown agents: {', '.join(unknown)}")
     packages = sorted(set(vm.packages) | set(BASE_PACKAGES))
-    bad = [p for p in packages if not _PACKAGE.match(p)]
+    bad = [p for p in packages if package_problem(p)]
     if bad:
         raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
     source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
@@ -257,8 +250,8 @@ def check_secrets_step(vm: DesiredVM) -> Step:
 def repos_step(vm: DesiredVM) -> Step:
     records = []
     for r in vm.repos:
-        if r.branch is not None and not _BRANCH.match(r.branch):
-            raise ProvisionSpecError(f"repo {r.name!r}: {r.branch!r} is not a branch name")
+        if r.branch is not None and (why := branch_problem(r.branch)):
+            raise ProvisionSpecError(f"repo {r.name!r}: {r.branch!r} is not a branch name: {why}")
         checkout = guest_path(r.path, f"path of repo {r.name!r}")
         records.append(("repo", checkout, check_url(r.url, r.name), r.branch or ""))
     return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=1800)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from sand.errors import GuestCommandError, SandError
-from sand.verbs.refname import is_object_id
+from sand.refname import is_object_id
 from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
 from sand.verbs.text import one_line
 

@@ -1,7 +1,7 @@
 """GitHub on the host side of landing: remote URLs, compare URLs, the workstation's ``gh``.
 
 ``gh`` runs with an argv array only -- never a shell -- with every value that
-came from the guest already validated (the branch by :mod:`sand.verbs.refname`,
+came from the guest already validated (the branch by :mod:`sand.refname`,
 the repository by the strict pattern below), passed as ``--flag=value`` so no
 value can be read as another option, from a scratch working directory so the
 checkout sand happens to run in never becomes gh's context, and with prompts

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sand.refname import branch_problem
 from sand.verbs.changeset import WARN_BYTES, ChangeSet, Commit, FileAction, MissingBase, collect
 from sand.verbs.drupal import Issue, PublishRefused, branch_slug, fetch_issue_title
 from sand.verbs.forge import ForgeError, ForgeProject, GitLab
-from sand.verbs.refname import branch_problem
 from sand.verbs.runner import Runner
 from sand.verbs.text import one_line, visible
 

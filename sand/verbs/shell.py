@@ -35,6 +35,10 @@ def quote_config(value: str) -> str:
 
 
 def jump_config(jump: JumpHost) -> str:
+    # ssh runs `ssh ... HostName` for -J: a value starting with '-' would be an option.
+    for value in (jump.host, jump.user or ""):
+        if value.startswith("-"):
+            raise TransportError(f"jump host value {value!r} starts with '-'", transient=False)
     lines = [f"Host {JUMP_ALIAS}", f"  HostName {quote_config(jump.host)}", f"  Port {jump.port}"]
     if jump.user:
         lines.append(f"  User {quote_config(jump.user)}")

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sand.errors import GuestCommandError
+from sand.refname import branch_problem, is_object_id
 from sand.verbs.github import Repo, parse_remote
-from sand.verbs.refname import branch_problem, is_object_id
 from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
 from sand.verbs.text import decode, one_line
 

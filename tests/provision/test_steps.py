@@ -76,7 +76,22 @@ def test_git_and_direnv_are_always_installed(tmp_path):
 
 @pytest.mark.parametrize(
     "path",
-    ["work", "~/../etc", "~/a/./b", "~/a b", "~/a'b", "/", "~/a//b", "~/$(id)", "~user/x"],
+    [
+        "work",
+        "~/../etc",
+        "~/a/./b",
+        "~/a b",
+        "~/a'b",
+        "/",
+        "~/a//b",
+        "~/$(id)",
+        "~user/x",
+        "/srv/app",
+        "~/a\nb",
+        "~/-rf",
+        "~/src/..",
+        "~/\x1b[31m",
+    ],
 )
 def test_unsafe_guest_paths_are_refused(path):
     with pytest.raises(ProvisionSpecError):
@@ -85,7 +100,7 @@ def test_unsafe_guest_paths_are_refused(path):
 
 def test_guest_paths_are_normalised_and_slugs_unique():
     assert guest_path("~/work/", "scope") == "~/work"
-    assert guest_path("/srv/app", "scope") == "/srv/app"
+    assert guest_path("~/.claude/", "scope") == "~/.claude"
     assert guest_path("~", "scope") == "~"
     assert slug("~/a/b") != slug("~/a-b")
     assert slug("~/a/b").startswith("a-b-")

@@ -128,13 +128,19 @@ def test_secret_sources_take_exactly_one_kind_and_no_values():
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("8GiB", 8 << 30), ("8G", 8 << 30), ("512MiB", 512 << 20), ("1.5GiB", 3 << 29), (1024, 1024)],
+    [
+        ("8GiB", 8 << 30),
+        ("8G", 8 << 30),
+        ("512MiB", 512 << 20),
+        ("1.5GiB", 3 << 29),
+        ("1024B", 1024),
+    ],
 )
 def test_sizes(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("bad", ["", "GiB", "-1G", "8 parsecs", True, 0, 1.5])
+@pytest.mark.parametrize("bad", ["", "GiB", "-1G", "8 parsecs", True, 0, 1.5, 1024, "512"])
 def test_bad_sizes(bad):
     with pytest.raises(ValueError):
         parse_size(bad)

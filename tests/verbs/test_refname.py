@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sand.verbs.refname import branch_problem, valid_branch
+from sand.refname import branch_problem, valid_branch
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,9 @@ from pathlib import Path
 from sand.backends.lima.backend import FIELD_POLICY, LimaBackendImpl
 from sand.backends.lima.runner import LocalRunner, RemoteRunner, RemoteTarget, Runner
 from sand.backends.protocol import Backend, JumpHost
+from sand.errors import BackendError
 from sand.manifest.models import LimaBackend
+from sand.manifest.values import executable_problem, hostname_problem, ssh_user_problem
 
 __all__ = ["FIELD_POLICY", "LimaBackendImpl", "make_lima_backend"]
 
@@ -39,9 +41,20 @@ def _remote_home(value: str) -> str:
     return value[2:] if value.startswith("~/") else value
 
 
+def _refuse(name: str, what: str, problem: str | None) -> None:
+    # The manifest refuses these at validate time; this holds for any other way in.
+    if problem:
+        raise BackendError(f"refusing {what}: {problem}", backend=name)
+
+
 def make_lima_backend(
     name: str, config: LimaBackend, *, project: str, manifest_dir: Path
 ) -> Backend:
+    _refuse(name, "limactl", executable_problem(config.limactl))
+    if config.ssh is not None:
+        _refuse(name, "ssh.host", hostname_problem(config.ssh.host))
+        if config.ssh.user is not None:
+            _refuse(name, "ssh.user", ssh_user_problem(config.ssh.user))
     runner: Runner
     jump: JumpHost | None = None
     if config.ssh is None:

@@ -10,6 +10,7 @@ with exponential backoff and a cap; 401/403 never are. Every error is a
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -23,8 +24,21 @@ import structlog
 
 from sand.backends.proxmox.errors import ProxmoxError, is_transient_status, is_transient_task
 from sand.backends.proxmox.token import ApiToken, read_token
+from sand.manifest.values import hostname_problem
 
 log = structlog.get_logger("sand.proxmox")
+
+# What a segment of an API path is made of: names and ids PVE's own formats
+# allow, vmids, and UPIDs ("UPID:node:…:user@realm!token:"). No '.'/'..'
+# segment, no leading '-', no '%', '?' or '#': a node or pool name cannot reach
+# another endpoint.
+_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_@!:=+][A-Za-z0-9._@!:=+-]*$")
+
+
+def _check_path(backend: str, path: str) -> None:
+    segments = path.strip("/").split("/")
+    if not all(_PATH_SEGMENT.match(s) for s in segments):
+        raise ProxmoxError(backend, f"refusing API path {path!r}: a segment is not a PVE name")
 
 
 @dataclass
@@ -70,6 +84,11 @@ class PveClient:
     warnings: list[str] = field(default_factory=list)  # task WARNINGS, newest last
 
     def __post_init__(self) -> None:
+        # The manifest refuses these at validate time; a client built any other
+        # way must not be able to aim the token at another host or API path.
+        problem = hostname_problem(self.host)
+        if problem:
+            raise ProxmoxError(self.backend, f"refusing host: {problem}")
         self._api: Any = None
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
@@ -168,6 +187,7 @@ class PveClient:
         self, method: str, path: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
     ) -> Any:
         """One API call, retried while the failure is transient."""
+        _check_path(self.backend, path)
         attempts = self.retry.attempts if retry else 1
         for attempt in range(attempts):
             self.requests += 1

@@ -95,6 +95,32 @@ expand() {
 	esac
 }
 
+# home_path VAR PATH: set VAR to PATH ('~' or '~/...') made the running user's
+# home, refusing anything else: another form, a control character, a '.' or
+# '..' segment, and a path that resolves (through symlinks already in the
+# guest) outside the home directory. The host checked the same before sending
+# it; this holds whatever sent the payload.
+home_path() {
+	local rel home resolved
+	case $2 in
+	"~") rel="" ;;
+	"~/"*) rel=${2#"~/"} ;;
+	*) die "not a path under the home directory: $2" ;;
+	esac
+	[[ $2 != *[[:cntrl:]]* ]] || die "a guest path contains a control character"
+	case /$rel/ in */../* | */./*) die "a guest path has a '.' or '..' segment: $2" ;; esac
+	home=$(realpath -e -- "$HOME") || die "the home directory $HOME does not exist"
+	resolved=$(realpath -m -- "$home/$rel") || die "cannot resolve $2"
+	case $resolved in "$home" | "$home"/*) ;; *) die "$2 resolves outside $HOME" ;; esac
+	printf -v "$1" '%s' "$HOME${rel:+/$rel}"
+}
+
+# check_branch NAME: git's own rule for a branch name, and never an option.
+check_branch() {
+	[[ $1 != -* ]] && git check-ref-format --branch "$1" >/dev/null 2>&1 ||
+		die "not a usable branch name: $1"
+}
+
 # exclude_envrc DIR: when DIR is inside a git checkout, keep sand's DIR/.envrc
 # out of `git status` (and so out of an agent's `git add -A`) through the
 # checkout's own .git/info/exclude. Prints the change it makes, if any.

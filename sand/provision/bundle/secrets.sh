@@ -36,14 +36,14 @@ while read_field kind; do
 		read_field scope && read_field slug && read_field name && read_field value ||
 			die "the payload from the host was truncated"
 		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "not an environment variable name: $name"
-		expand "scope_dir[$slug]" "$scope"
+		home_path "scope_dir[$slug]" "$scope"
 		printf -v quoted '%q' "$value"
 		env_text[$slug]+="export $name=$quoted"$'\n'
 		;;
 	git)
 		read_field checkout && read_field slug && read_field context && read_field token ||
 			die "the payload from the host was truncated"
-		expand "git_dir[$slug]" "$checkout"
+		home_path "git_dir[$slug]" "$checkout"
 		git_context[$slug]=$context
 		git_token[$slug]=$token
 		;;

@@ -193,7 +193,7 @@ async def test_no_changes_after_create(
 ) -> None:
     """Zero perpetual diff: sizes and ports round-trip exactly through lima.yaml."""
     state = desired(
-        "  - name: vm1\n    memory: 1536MiB\n    disk: 21474836481\n"
+        "  - name: vm1\n    memory: 1536MiB\n    disk: 21474836481B\n"
         + PORTS
         + "  - name: vm2\n    memory: 3GiB\n"
     )

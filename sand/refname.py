@@ -1,4 +1,4 @@
-"""Branch names from a guest, checked with git's own rules before any use.
+"""Branch names, checked with git's own rules before any use.
 
 A guest picks its branch names, so a name is data that must be proven inert
 before it goes into a ``gh`` argv, a URL or the ledger: ``x;rm -rf ~`` is
@@ -7,6 +7,9 @@ ANSI escape or a newline would rewrite the table a person reads. The rules
 are ``git check-ref-format --branch`` (see git-check-ref-format(1)); on top of
 them a name must be printable (no bidi overrides or other invisible
 characters, which git allows) and at most 255 characters.
+
+The same rule checks a manifest repo's ``branch`` at validate time, so it sits
+below both ``sand.manifest`` and ``sand.verbs`` (neither imports the other).
 """
 
 from __future__ import annotations

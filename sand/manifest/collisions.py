@@ -1,0 +1,187 @@
+"""Checks for two entries of a manifest that are one thing in the world.
+
+Each is valid alone, but together they collide: two backends that would see
+each other's VMs as their own (the second apply would delete the first's
+VMs), two VM names one DNS name or one directory on a case-insensitive disk
+cannot tell apart, two repos checked out into one directory, a path
+preserved twice. Like ``references.py`` these read the raw YAML data
+defensively; each finding is reported at the second entry, naming the first.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+
+from sand.manifest.values import (
+    entry_name_problem,
+    home_path_problem,
+    local_path_problem,
+    normalise_home_path,
+)
+from sand.manifest.yamlmarks import Path
+
+# (path, message, point at the key rather than the value)
+Finding = tuple[Path, str, bool]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def check_collisions(data: Any, manifest_dir: str) -> Iterator[Finding]:
+    data = _dict(data)
+    for section, kind in (("backends", "backend"), ("repos", "repo")):
+        for name in _dict(data.get(section)):
+            problem = entry_name_problem(name, kind)
+            if problem:
+                yield (section, name), problem, True
+    yield from _shared_backends(_dict(data.get("backends")), manifest_dir)
+    yield from _case_twins(_list(data.get("vms")))
+    repos = _dict(data.get("repos"))
+    for i, vm in enumerate(_list(data.get("vms"))):
+        vm = _dict(vm)
+        yield from _checkout_twins(("vms", i), _list(vm.get("repos")), repos)
+        yield from _preserve_twins(("vms", i, "preserve"), _list(vm.get("preserve")))
+    yield from _preserve_twins(
+        ("defaults", "preserve"), _list(_dict(data.get("defaults")).get("preserve"))
+    )
+
+
+def _shared_backends(backends: dict[str, Any], manifest_dir: str) -> Iterator[Finding]:
+    """A backend owns every VM carrying the project's marker where it looks; two that
+    look at the same place would each take the other's VMs for stale ones of its own."""
+    seen: dict[tuple[object, ...], str] = {}
+    for name, backend in backends.items():
+        where = _ownership_scope(_dict(backend), manifest_dir)
+        if where is None:
+            continue
+        key, described, fix = where
+        if key in seen:
+            yield (
+                ("backends", name),
+                f"backend {name!r} would see backend {seen[key]!r}'s VMs as its own: both "
+                f"use {described}; {fix}",
+                True,
+            )
+        seen.setdefault(key, name)
+
+
+def _ownership_scope(
+    backend: dict[str, Any], manifest_dir: str
+) -> tuple[tuple[object, ...], str, str] | None:
+    kind = backend.get("type")
+    if kind == "proxmox":
+        host, pool, port = backend.get("host"), backend.get("pool"), backend.get("port", 8006)
+        if not isinstance(host, str) or not isinstance(pool, str):
+            return None
+        host = host.lower().rstrip(".")
+        return (
+            ("proxmox", host, port, pool),
+            f"pool {pool!r} on {host}:{port}",
+            "give each backend its own pool",
+        )
+    if kind != "lima":
+        return None
+    ssh = backend.get("ssh")
+    if ssh is None:
+        home = backend.get("lima_home")
+        if home is not None and (not isinstance(home, str) or local_path_problem(home)):
+            return None  # reported where it is written
+        path = _local_home(home or "~/.lima", manifest_dir)
+        return ("lima", path), f"the Lima home {path}", "give each backend its own lima_home"
+    ssh = _dict(ssh)
+    host, user, port = ssh.get("host"), ssh.get("user"), ssh.get("port", 22)
+    home = ssh.get("lima_home", ".lima")
+    if not isinstance(host, str) or not isinstance(home, str) or local_path_problem(home):
+        return None
+    if user is None:
+        user = _login_name()  # what the SSH connection logs in as
+    host = host.lower().rstrip(".")
+    remote = _remote_home(home)
+    return (
+        ("lima-remote", host, port, user, remote),
+        f"the Lima home {remote} of {user}@{host}:{port}",
+        "give each backend its own lima_home",
+    )
+
+
+def _local_home(value: str, manifest_dir: str) -> str:
+    path = os.path.expanduser(value)
+    if not os.path.isabs(path):
+        path = os.path.join(manifest_dir, path)
+    return os.path.realpath(path)
+
+
+def _remote_home(value: str) -> str:
+    # Relative to the login directory, as the Lima backend runs it there.
+    if value == "~":
+        value = "."
+    elif value.startswith("~/"):
+        value = value[2:]
+    return posixpath.normpath(value)
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
+
+
+def _case_twins(vms: list[Any]) -> Iterator[Finding]:
+    first: dict[str, tuple[int, str]] = {}
+    for i, vm in enumerate(vms):
+        name = _dict(vm).get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        folded = name.casefold()
+        if folded in first and first[folded][1] != name:
+            j, other = first[folded]
+            yield (
+                ("vms", i, "name"),
+                f"VM name {name!r} differs from vms[{j}]'s {other!r} only in case: they "
+                "would share one DNS name and one directory on a case-insensitive disk",
+                False,
+            )
+        first.setdefault(folded, (i, name))
+
+
+def _checkout_twins(at: Path, names: list[Any], repos: dict[str, Any]) -> Iterator[Finding]:
+    by_path: dict[str, str] = {}
+    for j, name in enumerate(names):
+        if not isinstance(name, str) or name not in repos:
+            continue
+        path = _dict(repos[name]).get("path")
+        if path is None:
+            path = f"~/src/{name}"
+        if not isinstance(path, str) or home_path_problem(path):
+            continue  # reported where the path is written
+        path = normalise_home_path(path)
+        if path in by_path:
+            other = by_path[path]
+            message = (
+                f"repo {name!r} is listed twice"
+                if other == name
+                else f"repo {name!r} checks out at {path}, where repo {other!r} already does"
+            )
+            yield (*at, "repos", j), message, False
+        by_path.setdefault(path, name)
+
+
+def _preserve_twins(at: Path, paths: list[Any]) -> Iterator[Finding]:
+    seen: dict[str, int] = {}
+    for j, path in enumerate(paths):
+        if not isinstance(path, str) or home_path_problem(path):
+            continue
+        path = normalise_home_path(path)
+        if path in seen:
+            yield (*at, j), f"{path} is already preserved (item {seen[path]})", False
+        seen.setdefault(path, j)

@@ -1,0 +1,80 @@
+"""On a real guest (netns rig): the repos step refuses a hostile payload by itself.
+
+The host-side checks are bypassed on purpose (the step's stdin is written by
+hand), so what is proven is the guest script's own defence over a real SSH
+session: an option-like or ``ext::`` URL and a path out of the home directory
+are refused, nothing is created, and no process on the host or guest ever
+had the hostile value in its argv. A clean repo from the same payload
+still runs, so the refusals are not a broken step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sand.desired.spec import DesiredRepo
+from sand.errors import GuestCommandError
+from sand.provision import provision
+from sand.provision.provisioner import _run
+from sand.provision.steps import Step, fields, script
+from tests.provision.e2e_helpers import endpoint, root, stand_in_agents
+from tests.provision.helpers import make_vm
+from tests.rig.argv import ArgvWatch
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.rig.fixtures import MakeGuest
+    from tests.rig.gitserver import GitServer
+
+pytestmark = pytest.mark.e2e
+
+HOME = "/home/claude"
+
+
+def _repos_step(*records: tuple[str, ...]) -> Step:
+    return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=120)
+
+
+def _exists(guest: object, path: str) -> bool:
+    return guest.run_root(["test", "-e", path]).returncode == 0  # type: ignore[attr-defined]
+
+
+async def test_the_guest_repos_step_refuses_hostile_records_and_keeps_argv_clean(
+    netns_guest: MakeGuest, git_server: GitServer, tmp_path: Path
+) -> None:
+    guest = netns_guest()
+    url = git_server.create_repo("app", {"README.md": "# app\n"})
+    app = DesiredRepo(name="app", url=url, branch=None, path="~/src/app", token_secret="GIT")
+    vm = make_vm(repos=(app,))
+    values = {"GIT": git_server.token}
+    await provision(
+        endpoint(guest), vm, values, agent_source=str(stand_in_agents(tmp_path / "agents"))
+    )
+    assert root(guest, "cat", f"{HOME}/src/app/README.md") == "# app\n"
+
+    hostile = [
+        ("repo", "~/src/a", "--upload-pack=touch /tmp/pwned-a", ""),
+        ("repo", "~/src/b", "ext::sh -c touch% /tmp/pwned-b", ""),
+        ("repo", "~/../../tmp/pwned-c", url, ""),
+        ("repo", "/tmp/pwned-d", url, ""),
+        ("repo", "~/src/e", url, "--orphan=pwned-e"),
+    ]
+    with ArgvWatch(guest) as watch:
+        for record in hostile:
+            with pytest.raises(GuestCommandError) as info:
+                await _run(endpoint(guest), vm, [_repos_step(record)], {}, None, "provision", 30)
+            assert "sand: " in str(info.value), str(info.value)
+    assert watch.samples > 0
+    for marker in ("pwned", "upload-pack", "ext::"):
+        assert watch.containing(marker) == [], marker
+    for name in ("a", "b", "c", "d"):
+        assert not _exists(guest, f"/tmp/pwned-{name}")
+    for name in ("a", "b", "e"):
+        assert not _exists(guest, f"{HOME}/src/{name}")
+    # The same step with a clean record still runs: the refusals are the script's.
+    clean = _repos_step(("repo", "~/src/app", url, ""))
+    report = await _run(endpoint(guest), vm, [clean], {}, None, "provision", 30)
+    assert report.steps[0].name == "repos"
