@@ -92,7 +92,9 @@ async def _create_first(
     deleting = False
     try:
         say(vm.name, f"creating the replacement as {temp}")
-        new = await backend.create(replace(vm, name=temp), journal)
+        # Never protected while it is only a candidate: a failure must be able to remove it
+        # (protection is set at the end, as for every create).
+        new = await backend.create(replace(vm, name=temp, protect=False), journal)
         journal.step(entry, "created", new=new.identity)
         delivered = await _provision(vm, backend, new, change, kit, say)
         if vm.preserve:
@@ -152,7 +154,7 @@ async def _destroy_first(
         raise
     journal.step(entry, "old-deleted")
     say(vm.name, "creating the replacement")
-    new = await backend.create(vm, journal)
+    new = await backend.create(replace(vm, protect=False), journal)
     journal.step(entry, "created", new=new.identity)
     delivered = await _provision(vm, backend, new, change, kit, say)
     if archive is not None:

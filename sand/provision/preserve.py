@@ -161,7 +161,25 @@ async def archive_out(
         raise PreserveError(
             f"archiving {', '.join(paths)} in {where(endpoint)} failed (exit {status}): {err}"
         )
-    return Archive(dest, roots, read_entries(dest))
+    try:
+        entries = read_entries(dest)
+        stray = [p for p in entries if not _under(p, roots)]
+        if stray:
+            # The old guest is not trusted to say what it sends: only the named paths go.
+            raise PreserveError(
+                f"the archive from {where(endpoint)} holds {stray[0]!r}, outside the "
+                "preserved paths; refusing it"
+            )
+    except PreserveError:
+        dest.unlink(missing_ok=True)
+        raise
+    return Archive(dest, roots, entries)
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    if path.startswith("/") or ".." in path.split("/"):
+        return False
+    return any(r == "." or path == r or path.startswith(r + "/") for r in roots)
 
 
 async def restore_in(
