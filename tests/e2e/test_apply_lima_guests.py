@@ -155,3 +155,36 @@ def test_lima_secrets_lost_inside_the_guest_are_found_and_delivered_again(tmp_pa
     assert scoped_env(guests["dev-2"], "~/src", "NPM_TOKEN") == SECRET
     assert SECRET not in proc.stdout + proc.stderr
     assert cli.sand("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_lima_replace_carries_preserved_work_to_the_renamed_instance(tmp_path, netns_guest):
+    """Create-before-destroy on Lima: the replacement is made under a temporary name (its
+    own guest), provisioned, the preserved checkout restored, the old instance deleted and
+    the new one renamed with ``limactl rename`` — reached afterwards under the old name."""
+    old, new = netns_guest(), netns_guest()
+    cli = Cli(tmp_path)
+    cli.standin.back_with_guest("dev-1", old)
+    cli.standin.back_with_guest("dev-1-sandnew*", new)
+    assert cli.sand("apply", "--auto-approve").returncode == 0
+    as_user(
+        old,
+        "mkdir -p ~/src/app && cd ~/src/app && git init -q -b main && echo v1 > f && "
+        "git add f && git -c user.email=a@b -c user.name=A commit -qm local-only",
+    )
+    cli.manifest.write_text(
+        MANIFEST.replace("image: debian-12", "image: debian-13").replace(
+            "    secrets:", "    preserve: [~/src]\n    secrets:"
+        )
+    )
+    plan = cli.sand("plan")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "unpushed work kept by preserve: ~/src/app" in plan.stdout
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [n for n in cli.standin.instances() if not n.startswith("sand-base")] == ["dev-1"]
+    log = as_user(new, "cd ~/src/app && git log --format=%s").stdout.decode()
+    assert log.strip() == "local-only"
+    assert scoped_env(new, "~/src", "NPM_TOKEN") == SECRET
+    proc = cli.sand("shell", "dev-1", "--", "cat", "src/app/f")
+    assert proc.returncode == 0 and proc.stdout.strip() == "v1", proc.stdout + proc.stderr
+    assert cli.sand("plan", "--detailed-exitcode").returncode == 0

@@ -192,6 +192,9 @@ class StandIn:
         entry.update(fields)
         guests[name] = entry
         self.configure(guests=guests)
+        bound = self.instance_dir(name) / "standin-guest.json"
+        if bound.parent.is_dir() and "*" not in name:
+            bound.write_text(json.dumps(entry), encoding="utf-8")  # re-point a made instance
 
     # -- the invocation log ---------------------------------------------------------
 

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fnmatch
 import getpass
 import json
 import os
@@ -730,7 +731,7 @@ def inspect(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     conf = resolve(y, cfg)
     state = read_state(d)
     running = state.get("status") == "Running"
-    guest = (cfg.get("guests") or {}).get(name) or {}
+    guest = guest_of(name, cfg)
     out = dict(base)
     out.update(
         status="Running" if running else "Stopped",
@@ -792,7 +793,36 @@ def write_instance(name: str, doc: dict[str, Any], cfg: dict[str, Any]) -> Path:
     (d / "lima-version").write_text(version(cfg) + "\n", encoding="utf-8")
     (d / "cidata.iso").write_bytes(b"stand-in cidata\n")
     (d / "disk").write_bytes(b"\0" * 4096)
+    bind_guest(name, cfg)
     return d
+
+
+GUEST_FILE = "standin-guest.json"
+
+
+def bind_guest(name: str, cfg: dict[str, Any]) -> None:
+    """Give a new instance the real guest configured for its name (an exact name, or a
+    glob such as ``vm-sandnew*``). Stand-in only: the binding is the instance's "disk",
+    so ``rename`` carries it along, and a clone gets its own or none."""
+    guests = cfg.get("guests") or {}
+    entry = guests.get(name)
+    if entry is None:
+        entry = next((g for pat, g in guests.items() if fnmatch.fnmatchcase(name, pat)), None)
+    path = inst_dir(name) / GUEST_FILE
+    if entry:
+        path.write_text(json.dumps(entry), encoding="utf-8")
+    else:
+        path.unlink(missing_ok=True)
+
+
+def guest_of(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    try:
+        found = json.loads((inst_dir(name) / GUEST_FILE).read_text(encoding="utf-8"))
+        if isinstance(found, dict):
+            return found
+    except (OSError, ValueError):
+        pass
+    return dict((cfg.get("guests") or {}).get(name) or {})
 
 
 # The templates Lima 2.2 ships (``templates/*.yaml`` at 183a60d7, without ``experimental/``):
@@ -1076,7 +1106,7 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         )
         fatal(msg)
     conf = resolve(y, cfg)
-    guest = (cfg.get("guests") or {}).get(name) or {}
+    guest = guest_of(name, cfg)
     key = ensure_user_key()
     port = int(guest.get("port") or conf["ssh"]["localPort"] or 0)
     if not port:
@@ -1257,6 +1287,8 @@ def cmd_clone(args: Args, cfg: dict[str, Any], tty: bool, *, rename: bool = Fals
                 shutil.copy2(Path(root) / f, nd / rel / f)
     if rename:
         shutil.rmtree(od)
+    else:
+        bind_guest(new, cfg)  # a copy of the disk is another machine
     exprs = edit_expressions(args, create=False)
     if exprs or args.many("param"):
         _edit_in_place(new, exprs, args, cfg)
