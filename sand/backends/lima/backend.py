@@ -56,6 +56,7 @@ from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.state.journal import Journal, JournalEntry
+from sand.state.private import write_private_file
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -711,14 +712,9 @@ class LimaBackendImpl:
             from sand.state.paths import project_dir
 
             key_dir = project_dir(self.project) / "lima-keys"
-        key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tag = hashlib.sha256(f"{self.runner.where}\0{remote_path}".encode()).hexdigest()[:12]
         path = key_dir / f"{self.name}-{tag}"
-        tmp = path.with_suffix(".tmp")
-        tmp.touch(mode=0o600)
-        tmp.chmod(0o600)
-        tmp.write_bytes(res.stdout)
-        tmp.replace(path)
+        write_private_file(path, res.stdout)  # in a 0700 dir, 0600 whatever the umask
         self._local_keys[remote_path] = str(path)
         return str(path)
 
