@@ -95,6 +95,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from sand.apply.status import status_rows
+    from sand.terminal import continued, one_line
 
     rows = status_rows(args.manifest)
     if args.json:
@@ -115,12 +116,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
+    table = [tuple(one_line(str(v)) for v in row) for row in table]  # observed values too
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     for r in rows:
         if r.get("last_error"):
-            print(f"{r['vm']}: last error: {r['last_error']}")
+            print(f"{r['vm']}: last error: {continued(r['last_error'])}")
     return EXIT_OK
 
 

@@ -1,6 +1,9 @@
 """Per-VM outcome of the last apply (time, action, error), for `sand status`.
 
 Errors are stored redacted; values never reach this file in the first place.
+An error often quotes a guest, so it is stored inert (no terminal control
+sequence) and made inert again when read: a file poisoned by an older sand
+or by hand is not replayed by every `sand status`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sand.logs import redact
 from sand.state.paths import project_dir
 from sand.state.private import read_private, write_private_file
+from sand.terminal import inert, inert_value
 
 if TYPE_CHECKING:
     from sand.apply.engine import ApplyResult
@@ -27,7 +31,7 @@ def load_records(project: str) -> dict[str, Any]:
         data = json.loads(read_private(_path(project)))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return inert_value(data) if isinstance(data, dict) else {}
 
 
 def record_results(project: str, result: ApplyResult) -> None:
@@ -39,7 +43,7 @@ def record_results(project: str, result: ApplyResult) -> None:
             "action": r.action.value,
             "ok": r.ok,
             "layer": r.layer,
-            "error": redact(r.error),
+            "error": redact(inert(r.error)),
             "at": now,
             "seconds": round(r.seconds, 3),
         }

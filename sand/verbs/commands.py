@@ -99,7 +99,7 @@ async def _cp(
     from sand.verbs.guest import connect, open_sftp
 
     def report(line: str) -> None:
-        print(line, file=sys.stderr)
+        print(one_line(line, 4000), file=sys.stderr)  # it names guest files
 
     vm = src_vm or dst_vm
     assert vm is not None

@@ -113,6 +113,15 @@ def test_looser_state_dirs_and_files_are_tightened(state: Path) -> None:
     assert_private(state)
 
 
+def test_an_existing_poisoned_record_is_not_replayed(state: Path) -> None:
+    path = project_dir("demo") / "last-apply.json"
+    hostile = "guest step 'repos' failed\n\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\rApply complete!"
+    path.write_text(json.dumps({"dev": {"error": hostile, "ok": False, "tags": ["\x9b2J"]}}))
+    loaded = load_records("demo")
+    assert loaded["dev"]["error"] == "guest step 'repos' failed\n\nApply complete!"
+    assert loaded["dev"]["tags"] == [""]
+
+
 def test_a_real_run_under_umask_0_leaves_only_private_state(tmp_path: Path) -> None:
     """`sand apply` and `sand plan --out` as a person runs them (the limactl
     stand-in as the backend), in a process whose umask is 0."""

@@ -57,6 +57,7 @@ from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.state.journal import Journal, JournalEntry
 from sand.state.private import write_private_file
+from sand.terminal import quoted
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -136,7 +137,9 @@ class LimaBackendImpl:
     def _error(self, res: Completed, what: str, hint: str = "") -> BackendError:
         tail = res.err_tail()
         msg = f"`{what}` failed on {self.runner.where} (exit {res.returncode})"
-        if tail:
+        if "\n" in tail:  # quoted: no line of limactl's may pass for one of sand's
+            msg += f":\n{quoted(tail)}"
+        elif tail:
             msg += f": {tail}"
         if hint:
             msg += f"\n{hint}"
@@ -534,7 +537,7 @@ class LimaBackendImpl:
         log = ""
         tail = await self.runner.run(scripts.tail_argv(name, "ha.stderr.log"), timeout=30)
         if tail.ok and tail.stdout.strip():
-            log = "last lines of ha.stderr.log:\n" + tail.stdout.decode(errors="replace").rstrip()
+            log = "last lines of ha.stderr.log:\n" + quoted(tail.stdout.decode(errors="replace"))
         raise self._error(res, f"limactl start {name}", log)
 
     async def _write_sidecar(self, name: str, filename: str, data: bytes) -> None:
