@@ -104,12 +104,16 @@ def test_looser_state_dirs_and_files_are_tightened(state: Path) -> None:
     records = state / "projects" / "demo" / "last-apply.json"
     records.write_text("{}")
     records.chmod(0o644)
+    known = state / "known_hosts"
+    known.write_text("")
+    known.chmod(0o666)
 
     assert state_root() == state and project_dir("demo") == state / "projects" / "demo"
     for d in (state, state / "projects", state / "projects" / "demo"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     Journal(journal_file).begin("create", backend="pve", vm="a", identity="1")
     load_records("demo")
+    KnownHosts().keys("lima-dev.1")
     assert_private(state)
 
 
