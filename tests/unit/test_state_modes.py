@@ -23,7 +23,6 @@ import pytest
 from sand.apply.engine import ApplyResult, VMResult
 from sand.plan.model import Action
 from sand.provision.ssh import KnownHosts
-from sand.secrets.digests import DigestStore, digest_key
 from sand.state.journal import Journal
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir, state_root
@@ -78,17 +77,14 @@ def test_every_state_file_is_private_whatever_the_umask(state: Path, umask: int)
         pass
     result = ApplyResult([VMResult("dev", "laptop", Action.CREATE, ok=False, error="boom")])
     record_results("demo", result)
-    DigestStore("demo").record("dev", "hmac-sha256:00")
-    assert len(digest_key()) == 32
     key = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
     assert KnownHosts().pin("lima-dev.1", key)
     ledger_append(ledger_path("demo"), [{"vm": "dev", "event": "swept"}])
 
     names = set(modes_under(state))
     for made in (
-        "known_hosts", "secrets-digest.key", "projects/demo/journal.jsonl", "projects/demo/lock",
-        "projects/demo/last-apply.json", "projects/demo/secret-digests.json",
-        "projects/demo/landing.jsonl",
+        "known_hosts", "known_hosts.lock", "projects/demo/journal.jsonl", "projects/demo/lock",
+        "projects/demo/last-apply.json", "projects/demo/landing.jsonl",
     ):  # fmt: skip
         assert made in names
     assert_private(state)
