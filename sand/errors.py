@@ -1,18 +1,25 @@
 """Error types, named for the layer that failed.
 
 Every error carries what a person needs to act on it; the CLI prints
-``str(error)`` and exits 1, never a traceback.
+``str(error)`` and exits 1, never a traceback. ``str(error)`` is always inert
+(:mod:`sand.terminal`): an error often quotes a guest, limactl or PVE, and
+whatever they wrote must not drive the terminal it is printed on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sand.terminal import inert, quoted
+
 
 class SandError(Exception):
     """Base of every error sand reports to a person."""
 
     layer = "sand"
+
+    def __str__(self) -> str:
+        return inert(super().__str__())
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,11 @@ class GuestCommandError(SandError):
     def __init__(self, step: str, exit_status: int | None, output_tail: str) -> None:
         self.step = step
         self.exit_status = exit_status
-        self.output_tail = output_tail
+        # The guest wrote it: inert, and each line quoted so none passes for sand's own.
+        self.output_tail = inert(output_tail)
         super().__init__(
             f"guest step {step!r} failed with exit status {exit_status}; last output:\n"
-            f"{output_tail}"
+            f"{quoted(self.output_tail)}"
         )
 
 

@@ -1,4 +1,5 @@
-"""Logging (structlog): human console by default, JSON for CI, always redacted.
+"""Logging (structlog): human console by default, JSON for CI, always redacted
+and inert (no event can carry a terminal control sequence, see sand.terminal).
 
 structlog (and rich behind its console renderer) is imported only when logging
 is configured, which commands that never reach a backend skip: that keeps
@@ -13,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from sand.redaction import REDACTED, redact, redaction_processor, register_secret
+from sand.terminal import inert_processor
 
 __all__ = ["REDACTED", "configure", "get_logger", "redact", "register_secret"]
 
@@ -33,6 +35,8 @@ def configure(fmt: str = "console", level: str = "info", stream: TextIO | None =
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            # Before redaction: a value split by escape sequences is whole only after it.
+            inert_processor,
             redaction_processor,  # last before rendering: sees every final string
             renderer,
         ],

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from sand.apply.session import Session
-from sand.errors import PlanRefused
+from sand.errors import PlanRefused, StateError
 from sand.plan import Plan
 from sand.plan.render import plan_to_json
+from sand.state.private import open_private
 
 MAGIC = "sand-plan/v1"
 
@@ -36,7 +37,11 @@ def save_plan(path: str | Path, session: Session, plan: Plan) -> None:
         "observed_fingerprint": plan.observed_fingerprint,
         "plan": plan_to_json(plan),
     }
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # 0600 whatever the umask, also when it replaces an older, looser plan file.
+    try:
+        fd = open_private(Path(path), os.O_WRONLY | os.O_TRUNC)
+    except OSError as exc:
+        raise StateError(f"cannot write the plan to {path}: {exc.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, default=str)
 

@@ -23,6 +23,7 @@ from sand.errors import PlanRefused
 from sand.plan import Action, Plan, make_plan
 from sand.plan.render import plan_to_json, render_text, use_colour
 from sand.state.records import record_results
+from sand.terminal import continued
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -295,4 +296,4 @@ def report_result(plan: Plan, result: ApplyResult, seconds: float, as_json: bool
         return
     print(f"\nApply finished with {len(failures)} failed VM(s):")
     for f in failures:
-        print(f"  {f.vm} ({f.backend}) [{f.layer}]: {f.error}")
+        print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")

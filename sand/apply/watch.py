@@ -28,6 +28,7 @@ from sand.logs import get_logger
 from sand.manifest import load_manifest
 from sand.plan.model import Action, Plan
 from sand.plan.render import render_text
+from sand.terminal import continued
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
 
@@ -121,7 +122,7 @@ class Watcher:
                 else:
                     self.backoff.failed(r.vm, now)
                     print(
-                        f"{_now()} watch: {r.vm} failed [{r.layer}]: {r.error}",
+                        f"{_now()} watch: {r.vm} failed [{r.layer}]: {continued(r.error)}",
                         file=sys.stderr,
                         flush=True,
                     )

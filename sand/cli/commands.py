@@ -106,6 +106,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from sand.apply.status import status_report
+    from sand.terminal import continued
 
     report = status_report(args.manifest)
     rows = report.rows
@@ -120,7 +121,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         _print_status_table(rows)
     for r in rows:
         if r.get("last_error"):
-            print(f"{r['vm']}: last error: {r['last_error']}")
+            print(f"{r['vm']}: last error: {continued(r['last_error'])}")
     for backend, why in sorted(report.unknown_backends.items()):
         print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
     if code:
@@ -144,6 +145,8 @@ def _short(text: str, limit: int = 64) -> str:
 
 
 def _print_status_table(rows: list[dict[str, Any]]) -> None:
+    from sand.terminal import one_line
+
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
     table = [header] + [
         (
@@ -156,6 +159,7 @@ def _print_status_table(rows: list[dict[str, Any]]) -> None:
         )
         for r in rows
     ]
+    table = [tuple(one_line(str(v)) for v in row) for row in table]  # observed values too
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

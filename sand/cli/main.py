@@ -105,8 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except SandError as exc:
         from sand.redaction import redact
+        from sand.terminal import continued
 
-        print(f"Error: {redact(str(exc))}", file=sys.stderr)
+        # str(exc) is inert; continued() also keeps a quoted line from starting a line.
+        print(f"Error: {continued(redact(str(exc)), '  ')}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)

@@ -21,9 +21,15 @@ def add_verb_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "shell",
         help="a shell (or one command) in a VM, as its user",
-        usage="sand shell [-f FILE] VM [-- CMD...]",
+        usage="sand shell [-f FILE] [--raw] VM [-- CMD...]",
     )
     _manifest(p)
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="pass the command's output through byte for byte (binary pipelines); by "
+        "default terminal control sequences are removed from it",
+    )
     p.add_argument("vm", metavar="VM")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="run this and exit")
     p.set_defaults(handler=_shell)

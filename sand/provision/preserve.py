@@ -29,6 +29,7 @@ import asyncssh
 from sand.backends.protocol import GuestEndpoint
 from sand.errors import SandError, TransportError
 from sand.provision.ssh import connect, where
+from sand.state.private import ensure_private_dir, open_private
 
 CHUNK = 1 << 16
 TIMEOUT = 3600.0  # a big ~/src over a slow link
@@ -144,9 +145,10 @@ async def archive_out(
     """Stream a tar of ``paths`` from the guest into ``dest`` (created 0600, never replaced)."""
     roots = relative_roots(paths)
     stdin = b"".join(r.encode() + b"\0" for r in roots)
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(dest.parent, 0o700)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    ensure_private_dir(dest.parent)
+    if os.path.lexists(dest):
+        raise PreserveError(f"{dest} exists already; refusing to overwrite it")
+    fd = open_private(dest, os.O_WRONLY | os.O_EXCL)
     try:
         async with connect(endpoint) as conn:
             with os.fdopen(fd, "wb") as out:

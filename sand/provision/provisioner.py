@@ -10,7 +10,7 @@ never reinstalls anything, and a running guest picks it up without a restart.
 Failures name their layer: TransportError when SSH itself failed (unreachable,
 refused key, changed host key, connection lost), GuestCommandError when a
 step ran and failed (its name, exit status and last output lines, with every
-secret value redacted).
+secret value redacted and every terminal control removed).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from sand.provision.steps import (
     secrets_step,
 )
 from sand.secrets.resolve import SecretValue, values_for
+from sand.terminal import inert
 
 CHANGED = "sand:changed "
 TAIL_LINES = 20
@@ -226,7 +227,7 @@ async def _run_step(
         if result.exit_signal:
             tail += f"\n(killed by signal {result.exit_signal[0]})"
         raise GuestCommandError(step.name, status, tail)
-    text = output.decode(errors="replace")
+    text = inert(output.decode(errors="replace"))
     changes = tuple(
         redact(_scrub(line[len(CHANGED) :], values))
         for line in text.splitlines()
@@ -239,6 +240,9 @@ def _tail(output: bytes | str | None, values: Mapping[str, str]) -> str:
     if output is None:
         return ""
     text = output.decode(errors="replace") if isinstance(output, bytes) else output
+    # Inert before the tail is cut (a lone \r is a line of its own) and before
+    # redaction: a value split by escape sequences is whole again only then.
+    text = inert(_scrub(text, values))
     lines = [ln for ln in text.splitlines() if not ln.startswith(CHANGED)]
     return redact(_scrub("\n".join(lines[-TAIL_LINES:]), values))
 

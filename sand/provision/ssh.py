@@ -5,8 +5,11 @@
   refusals, so an agent with six keys would lock a good key out.
 * Host keys: policy "pin" trusts a key on first contact and refuses a changed
   one, from sand's own known_hosts under the state dir keyed by the endpoint's
-  host-key alias (stable where an address is not); policy "none" checks
-  nothing (Proxmox guests: DHCP hands a fresh VM an address an old one used).
+  host-key alias (stable where an address is not) or, without one, by its
+  address *and port* in OpenSSH's form (``host`` for 22, ``[host]:port``
+  otherwise), so a key pinned for one sshd is never trusted for another on
+  the same address; policy "none" checks nothing (Proxmox guests: DHCP hands
+  a fresh VM an address an old one used).
 * A jump host (remote Lima) is the user's own machine: its key is pinned by
   its known_hosts file and the agent and ssh_config are allowed there.
 * A booting guest refuses connections for a while, so connecting retries with
@@ -28,6 +31,7 @@ from sand.backends.protocol import GuestEndpoint, JumpHost
 from sand.errors import TransportError
 from sand.secrets.files import locked, write_private
 from sand.state.paths import state_root
+from sand.state.private import read_private
 
 KNOWN_HOSTS_FILE = "known_hosts"
 CONNECT_DEADLINE = 180.0  # a Proxmox guest can take minutes to boot and start sshd
@@ -36,20 +40,29 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
 
 
 class KnownHosts:
-    """sand's known_hosts: OpenSSH format, one line per pinned key, by alias."""
+    """sand's known_hosts: OpenSSH format, one line per pinned key, by alias or
+    by address and port (:func:`known_hosts_name`).
+
+    A name for port 22 is written bare, as OpenSSH does, and also matches the
+    ``[host]:22`` form older sands wrote; a bare name never matches another
+    port. Hashed names and ``@cert-authority``/``@revoked`` lines (a hand edit)
+    are never read as pins.
+    """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or state_root() / KNOWN_HOSTS_FILE
 
     def keys(self, alias: str) -> list[asyncssh.SSHKey]:
-        return [asyncssh.import_public_key(k) for k in self._lines().get(alias, [])]
+        entries = self._lines()
+        found = [k for name in _same_name(alias) for k in entries.get(name, [])]
+        return [asyncssh.import_public_key(k) for k in dict.fromkeys(found)]
 
     def pin(self, alias: str, key: asyncssh.SSHKey) -> bool:
         """Record ``key`` for ``alias`` unless one is there; False if another is."""
         entry = " ".join(key.export_public_key("openssh").decode().split()[:2])
         with locked(self.path):
             entries = self._lines()
-            current = entries.get(alias)
+            current = [k for name in _same_name(alias) for k in entries.get(name, [])]
             if current:
                 return entry in current  # pinned meanwhile (another run): agree or refuse
             entries[alias] = [entry]
@@ -60,7 +73,8 @@ class KnownHosts:
         """Drop the pin for ``alias`` (the VM it named was deleted by sand)."""
         with locked(self.path):
             entries = self._lines()
-            if entries.pop(alias, None) is not None:
+            dropped = [entries.pop(name, None) for name in _same_name(alias)]
+            if any(d is not None for d in dropped):
                 self._write(entries)
 
     def _write(self, entries: dict[str, list[str]]) -> None:
@@ -69,19 +83,36 @@ class KnownHosts:
 
     def _lines(self) -> dict[str, list[str]]:
         try:
-            text = self.path.read_text()
+            text = read_private(self.path).decode(errors="replace")
         except FileNotFoundError:
             return {}
         out: dict[str, list[str]] = {}
         for raw in text.splitlines():
             parts = raw.split()
-            if len(parts) >= 3 and not raw.startswith("#"):
-                out.setdefault(parts[0], []).append(f"{parts[1]} {parts[2]}")
+            if len(parts) < 3 or parts[0].startswith(("#", "@", "|")):
+                continue
+            for name in parts[0].split(","):  # OpenSSH allows "name1,name2 key"
+                out.setdefault(name, []).append(f"{parts[1]} {parts[2]}")
         return out
 
 
+def known_hosts_name(host: str, port: int) -> str:
+    """OpenSSH's known_hosts name for an sshd: ``host`` on port 22, else ``[host]:port``."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _same_name(name: str) -> tuple[str, ...]:
+    """``name`` and the other spelling of the same port-22 name, if it has one."""
+    if name.startswith("[") and name.endswith("]:22"):
+        return (name, name[1:-4])
+    if not name.startswith("["):
+        return (name, f"[{name}]:22")
+    return (name,)
+
+
 def host_key_alias(endpoint: GuestEndpoint) -> str:
-    return endpoint.host_key_alias or f"[{endpoint.host}]:{endpoint.port}"
+    """The name the endpoint's key is pinned under: its alias, else host and port."""
+    return endpoint.host_key_alias or known_hosts_name(endpoint.host, endpoint.port)
 
 
 def where(endpoint: GuestEndpoint) -> str:

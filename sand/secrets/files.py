@@ -1,4 +1,5 @@
-"""Private host files: created 0600 in a 0700 directory, replaced atomically."""
+"""Private host files: created 0600 in a 0700 directory, replaced atomically
+(the modes hold whatever the umask: :mod:`sand.state.private`)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from sand.state.private import (
+    PRIVATE_FILE,
+    ensure_private_dir,
+    open_private,
+    read_private,
+    write_private_file,
+)
+
 
 def write_private(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file (0600 from birth), fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_private_file(path, data)
 
 
 def create_private_once(path: Path, data: bytes) -> bytes:
@@ -33,10 +31,11 @@ def create_private_once(path: Path, data: bytes) -> bytes:
     by ``link`` (which fails if it exists), never half-written.
     """
     with contextlib.suppress(FileNotFoundError):
-        return path.read_bytes()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return read_private(path)
+    ensure_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, PRIVATE_FILE)  # mkstemp asks for 0600, which a umask can narrow
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -45,15 +44,15 @@ def create_private_once(path: Path, data: bytes) -> bytes:
             os.link(tmp, path)
     finally:
         os.unlink(tmp)
-    return path.read_bytes()
+    return read_private(path)
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive flock on ``path`` + '.lock' for read-modify-write cycles."""
     lock = path.with_name(path.name + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    ensure_private_dir(lock.parent)
+    fd = open_private(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

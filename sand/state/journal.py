@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sand.state.private import open_private, write_private_file
+
 
 @dataclass(frozen=True)
 class JournalEntry:
@@ -80,14 +82,11 @@ class Journal:
     def compact(self) -> None:
         """Rewrite the file keeping only open entries (called when nothing is in flight)."""
         with self._mutex:
-            keep = [r for r in self._records() if r.get("id") in {p["id"] for p in self.pending()}]
-            tmp = self.path.with_suffix(".tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for record in keep:
-                    fh.write(json.dumps(record, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            open_ids = {p["id"] for p in self.pending()}
+            keep = [r for r in self._records() if r.get("id") in open_ids]
+            # 0600 like every append, whatever the umask (a plain open() made it 0644).
+            text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in keep)
+            write_private_file(self.path, text.encode())
 
     def _records(self) -> Iterator[dict[str, Any]]:
         try:
@@ -105,7 +104,7 @@ class Journal:
     def _append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True) + "\n"
         with self._mutex:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
             try:
                 os.write(fd, line.encode())
                 os.fsync(fd)

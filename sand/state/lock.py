@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sand.errors import StateError
+from sand.state.private import open_private
 
 
 class ProjectLock:
@@ -25,7 +26,7 @@ class ProjectLock:
         self._fd: int | None = None
 
     def acquire(self, *, wait: float = 0.0) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(self.path, os.O_RDWR)
         deadline = time.monotonic() + wait
         while True:
             try:

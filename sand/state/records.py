@@ -1,33 +1,37 @@
 """Per-VM outcome of the last apply (time, action, error), for `sand status`.
 
 Errors are stored redacted; values never reach this file in the first place.
+An error often quotes a guest, so it is stored inert (no terminal control
+sequence) and made inert again when read: a file poisoned by an older sand
+or by hand is not replayed by every `sand status`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sand.logs import redact
 from sand.state.paths import project_dir
+from sand.state.private import read_private, write_private_file
+from sand.terminal import inert, inert_value
 
 if TYPE_CHECKING:
     from sand.apply.engine import ApplyResult
 
 
-def _path(project: str) -> str:
-    return str(project_dir(project) / "last-apply.json")
+def _path(project: str) -> Path:
+    return project_dir(project) / "last-apply.json"
 
 
 def load_records(project: str) -> dict[str, Any]:
     try:
-        with open(_path(project), encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_private(_path(project)))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return inert_value(data) if isinstance(data, dict) else {}
 
 
 def record_results(project: str, result: ApplyResult) -> None:
@@ -39,12 +43,8 @@ def record_results(project: str, result: ApplyResult) -> None:
             "action": r.action.value,
             "ok": r.ok,
             "layer": r.layer,
-            "error": redact(r.error),
+            "error": redact(inert(r.error)),
             "at": now,
             "seconds": round(r.seconds, 3),
         }
-    tmp = _path(project) + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(records, fh, indent=2, sort_keys=True)
-    os.replace(tmp, _path(project))
+    write_private_file(_path(project), json.dumps(records, indent=2, sort_keys=True).encode())

@@ -32,17 +32,23 @@ class UsageError(SandError):
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
+    raw = bool(getattr(args, "raw", False))
     if args.command:
-        return asyncio.run(_shell_command(args.manifest, args.vm, list(args.command)))
+        return asyncio.run(_shell_command(args.manifest, args.vm, list(args.command), raw))
+    if raw:
+        raise UsageError(
+            "--raw is for a command (sand shell --raw VM -- CMD); an interactive shell is "
+            "your terminal talking to the guest's, byte for byte"
+        )
     endpoint = asyncio.run(_pinned_endpoint(args.manifest, args.vm))
     return run_ssh(endpoint)
 
 
-async def _shell_command(manifest: str, vm: str, argv: list[str]) -> int:
+async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> int:
     from sand.verbs.guest import connect, run_streaming
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
-        return await run_streaming(conn, argv)
+        return await run_streaming(conn, argv, raw=raw)
 
 
 async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
@@ -99,7 +105,7 @@ async def _cp(
     from sand.verbs.guest import connect, open_sftp
 
     def report(line: str) -> None:
-        print(line, file=sys.stderr)
+        print(one_line(line, 4000), file=sys.stderr)  # it names guest files
 
     vm = src_vm or dst_vm
     assert vm is not None

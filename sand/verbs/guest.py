@@ -20,6 +20,7 @@ import asyncssh
 
 from sand.backends.protocol import GuestEndpoint
 from sand.errors import GuestCommandError, TransportError
+from sand.terminal import InertBytes
 from sand.verbs.copy import CHUNK, Entry, entry_from_mode
 from sand.verbs.runner import DEFAULT_LIMIT, RunResult, bash_command, read_capped, read_tail
 
@@ -132,21 +133,32 @@ async def open_sftp(conn: asyncssh.SSHClientConnection) -> AsyncIterator[SftpFS]
         yield SftpFS(sftp)
 
 
-async def run_streaming(conn: asyncssh.SSHClientConnection, argv: list[str]) -> int:
+async def run_streaming(
+    conn: asyncssh.SSHClientConnection, argv: list[str], *, raw: bool = False
+) -> int:
     """Run ``argv`` in the guest like ``ssh host CMD``: output streamed through
-    unchanged, stdin forwarded when it is a pipe or a file (a terminal gets
-    EOF: this is for commands, ``sand shell`` without one is for people)."""
+    inert (every terminal control sequence removed, :mod:`sand.terminal`) or,
+    with ``raw``, byte for byte; stdin forwarded when it is a pipe or a file (a
+    terminal gets EOF: this is for commands, ``sand shell`` without one is for
+    people)."""
     command = shlex.join(argv)
     try:
         proc = await conn.create_process(command, encoding=None)
     except (OSError, asyncssh.Error) as exc:
         raise TransportError(f"starting {argv[0]!r} in the guest failed: {exc}") from None
 
+    def write(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
     async def pump(stream: asyncssh.SSHReader[bytes], fd: int) -> None:
+        # One sanitiser per stream: a sequence split across reads is still removed.
+        clean = None if raw else InertBytes()
         while data := await stream.read(1 << 16):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write(fd, clean.feed(data) if clean else data)
+        if clean:
+            write(fd, clean.feed(b"", final=True))
 
     # stdin is forwarded on the side: when the command exits, whatever stdin
     # is still waiting for (a pipe nobody closes) must not keep sand running.

@@ -132,7 +132,7 @@ def make_plan(dest: Destination, changes: ChangeSet, forge: GitLab) -> Plan:
                 f"--branch, or rebase in the guest"
             )
     mrs = forge.open_merge_requests(dest.fork.id, dest.branch)
-    url = next((str(m.get("web_url")) for m in mrs if isinstance(m, dict)), None)
+    url = next((one_line(str(m.get("web_url")), 500) for m in mrs if isinstance(m, dict)), None)
     return Plan(dest, changes, done, url)
 
 
@@ -257,6 +257,7 @@ def execute(plan: Plan, forge: GitLab, out: TextIO) -> Published:
                 "title": d.mr_title,
             },
         )
+        url = one_line(url, 500)
         print(f"opened merge request: {url}", file=out)
     else:
         print(f"merge request already open: {url}", file=out)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import asyncssh
@@ -20,6 +22,7 @@ from tests.provision.e2e_helpers import endpoint
 
 if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
+    from tests.rig.guest import NetnsGuest
 
 
 pytestmark = pytest.mark.e2e
@@ -160,3 +163,72 @@ async def test_an_unreachable_guest_fails_within_the_deadline(netns_guest: MakeG
     assert time.monotonic() - start < 4
     assert err.value.transient is True
     assert "failed after" in str(err.value)
+
+
+def _second_sshd(guest: NetnsGuest, port: int) -> str:
+    """Another sshd in ``guest`` on ``port`` with a host key of its own; its public key."""
+    key = "/etc/ssh/alt_host_ed25519_key"
+    guest.run_root(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    config = (
+        f"Port {port}\nHostKey {key}\nPidFile /run/sshd-alt.pid\nUsePAM no\nUseDNS no\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+    )
+    alt = "/etc/ssh/sshd_alt_config"
+    guest.run_root(["sh", "-c", f"cat > {alt}"], input=config.encode(), check=True)
+    guest.run_root(["/usr/sbin/sshd", "-f", alt], check=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((guest.address, port), 2) as s:
+            if s.recv(64).startswith(b"SSH-"):
+                return guest.run_root(["cat", key + ".pub"], check=True).stdout.decode().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"the second sshd on port {port} did not answer")
+
+
+async def test_a_pinned_key_is_bound_to_its_port(netns_guest: MakeGuest, state_dir) -> None:
+    """Two sshds on one address: a key pinned for one port is never the other's."""
+    guest = netns_guest()
+    alt_key = _second_sshd(guest, 2222)
+    known = state_dir / "known_hosts"
+    at_22 = endpoint(guest, alias="")
+    at_2222 = replace(at_22, port=2222)
+
+    async with connect(at_2222) as conn:
+        assert (await _whoami(conn)).startswith("claude\n")
+    alt_type, alt_b64 = alt_key.split()[:2]
+    assert known.read_text() == f"[{guest.address}]:2222 {alt_type} {alt_b64}\n"
+
+    # Port 22 answers with another key. Were pins keyed by address alone, the
+    # 2222 pin would refuse it as an impostor; bound to its port, 22 is a first
+    # contact and gets a pin of its own, in OpenSSH's bare form for port 22.
+    async with connect(at_22) as conn:
+        await _whoami(conn)
+    main_type, main_b64 = guest.host_public_key.split()[:2]
+    assert sorted(known.read_text().splitlines()) == sorted(
+        [f"{guest.address} {main_type} {main_b64}", f"[{guest.address}]:2222 {alt_type} {alt_b64}"]
+    )
+
+    # The file is OpenSSH's own format: the real ssh client, strict, reading only
+    # it, accepts each sshd on its own port (no HostKeyAlias: ssh names them itself).
+    def ssh(port: int, kh: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ssh", "-F", "/dev/null", "-i", str(guest.client_key_path), "-o", "IdentitiesOnly=yes",
+             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+             "-o", f"UserKnownHostsFile={kh}", "-o", "GlobalKnownHostsFile=/dev/null",
+             "-p", str(port), "-l", guest.user, guest.address, "true"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+
+    assert ssh(22, known).returncode == 0
+    assert ssh(2222, known).returncode == 0
+
+    # An old entry without a port counts for port 22 only: holding 2222's key,
+    # it makes port 22 (another key) an impostor, and is not used for 2222.
+    known.write_text(f"{guest.address} {alt_type} {alt_b64}\n")
+    with pytest.raises(TransportError, match="differs from the one sand pinned"):
+        async with connect(at_22, deadline=2):
+            pass
+    async with connect(at_2222) as conn:  # first contact on 2222: pinned under its port
+        await _whoami(conn)
+    assert f"[{guest.address}]:2222 {alt_type} {alt_b64}" in known.read_text().splitlines()
+    assert ssh(22, known).returncode != 0  # OpenSSH agrees: that key is not port 22's

@@ -65,3 +65,8 @@ def test_an_unknown_vm_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert main(["land", "-f", str(manifest), "nope"]) == 1
     assert "declares no VM named 'nope' (VMs: dev)" in capsys.readouterr().err
+
+
+def test_raw_is_only_for_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["shell", "-f", str(tmp_path / "nope.yaml"), "--raw", "vm"]) == 1
+    assert "--raw is for a command" in capsys.readouterr().err

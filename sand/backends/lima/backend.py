@@ -59,6 +59,8 @@ from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.state.journal import Journal, JournalEntry
+from sand.state.private import write_private_file
+from sand.terminal import quoted
 
 if TYPE_CHECKING:
     from sand.backends.lima.doctor import DoctorReport
@@ -142,7 +144,9 @@ class LimaBackendImpl:
     def _error(self, res: Completed, what: str, hint: str = "") -> BackendError:
         tail = res.err_tail()
         msg = f"`{what}` failed on {self.runner.where} (exit {res.returncode})"
-        if tail:
+        if "\n" in tail:  # quoted: no line of limactl's may pass for one of sand's
+            msg += f":\n{quoted(tail)}"
+        elif tail:
             msg += f": {tail}"
         if hint:
             msg += f"\n{hint}"
@@ -547,7 +551,7 @@ class LimaBackendImpl:
         log = ""
         tail = await self.runner.run(scripts.tail_argv(name, "ha.stderr.log"), timeout=30)
         if tail.ok and tail.stdout.strip():
-            log = "last lines of ha.stderr.log:\n" + tail.stdout.decode(errors="replace").rstrip()
+            log = "last lines of ha.stderr.log:\n" + quoted(tail.stdout.decode(errors="replace"))
         raise self._error(res, f"limactl start {name}", log)
 
     async def _write_sidecar(self, name: str, filename: str, data: bytes) -> None:
@@ -793,14 +797,9 @@ class LimaBackendImpl:
             from sand.state.paths import project_dir
 
             key_dir = project_dir(self.project) / "lima-keys"
-        key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tag = hashlib.sha256(f"{self.runner.where}\0{remote_path}".encode()).hexdigest()[:12]
         path = key_dir / f"{self.name}-{tag}"
-        tmp = path.with_suffix(".tmp")
-        tmp.touch(mode=0o600)
-        tmp.chmod(0o600)
-        tmp.write_bytes(res.stdout)
-        tmp.replace(path)
+        write_private_file(path, res.stdout)  # in a 0700 dir, 0600 whatever the umask
         self._local_keys[remote_path] = str(path)
         return str(path)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sand.errors import BackendError, TransportError
+from sand.terminal import inert
 
 if TYPE_CHECKING:
     import asyncssh
@@ -43,7 +44,8 @@ class Completed:
         return self.returncode == 0
 
     def err_tail(self, lines: int = 12) -> str:
-        text = self.stderr.decode(errors="replace").strip()
+        # limactl's stderr repeats what guests and hostagents said: inert before shown.
+        text = inert(self.stderr.decode(errors="replace")).strip()
         return "\n".join(text.splitlines()[-lines:])
 
 

@@ -25,6 +25,7 @@ import structlog
 from sand.backends.proxmox.errors import ProxmoxError, is_transient_status, is_transient_task
 from sand.backends.proxmox.token import ApiToken, read_token
 from sand.manifest.values import hostname_problem
+from sand.terminal import one_line
 
 log = structlog.get_logger("sand.proxmox")
 
@@ -265,7 +266,7 @@ class PveClient:
                 )
             await asyncio.sleep(delay)
             delay = min(self.poll.cap, max(self.poll.initial, delay * self.poll.factor))
-        exitstatus = str(status.get("exitstatus") or "unexpected status")
+        exitstatus = one_line(str(status.get("exitstatus") or "unexpected status"), 500)
         if exitstatus == "OK":
             return TaskResult(upid, exitstatus)
         lines = await self._task_log(node, upid)
@@ -289,7 +290,9 @@ class PveClient:
             rows = await self.get(f"nodes/{node}/tasks/{upid}/log", limit=1000)
         except ProxmoxError:
             return []
-        return [str(row.get("t", "")) for row in rows or [] if isinstance(row, dict)]
+        # A task log repeats what the guest-facing side wrote (qemu, the agent, a
+        # hook script): each line inert and on one line before it is shown or kept.
+        return [one_line(str(row.get("t", "")), 500) for row in rows or [] if isinstance(row, dict)]
 
     async def close(self) -> None:
         api, self._api = self._api, None

@@ -291,3 +291,41 @@ async def test_limactl_refusing_root_is_reported(
     monkeypatch.setenv("LIMACTL_STANDIN_REFUSE_ROOT", "1")
     obs = await backend.observe([])
     assert obs.unknown_reason is not None and "must not run as the root user" in obs.unknown_reason
+
+
+# printf(1) escapes: OSC 52, a title, an 8-bit CSI (UTF-8), CR and a fake success line.
+HOSTILE_PRINTF = (
+    r"\033]52;c;cHduZWQ=\007\033]0;owned\007\302\2332J\rApply complete! Resources: 1 added."
+)
+
+
+async def test_limactl_and_hostagent_text_in_an_error_is_inert(
+    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path: Path
+) -> None:
+    # A limactl whose start fails the way a hostagent relaying a guest's words
+    # would: raw escapes on stderr and in ha.stderr.log (real limactl quotes its
+    # own messages, but not everything a guest can make it repeat).
+    wrapper = tmp_path / "bin-hostile" / "limactl"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" start "*)\n'
+        '  for last; do :; done\n  log="$LIMA_HOME/$last/ha.stderr.log"\n'
+        f"  printf 'level=info msg=booting\\n{HOSTILE_PRINTF}\\n' > \"$log\"\n"
+        f"  printf 'level=fatal msg=exiting\\n{HOSTILE_PRINTF}\\n' >&2\n"
+        "  exit 1;;\n"
+        "esac\n"
+        f'exec "{standin.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    b = LimaBackendImpl("laptop", project="demo", runner=backend.runner, limactl=str(wrapper))
+    vm = one()
+    await b.observe([vm])
+    with pytest.raises(BackendError) as err:
+        await b.create(vm, journal)
+    text = str(err.value)
+    assert "`limactl start vm1` failed" in text and "ha.stderr.log" in text
+    assert not any(c in text for c in "\x1b\x07\x9b\r"), repr(text)
+    assert "cHduZWQ" not in text and "owned" not in text
+    assert not [ln for ln in text.splitlines() if ln.startswith("Apply complete!")]
+    assert text.count("| Apply complete! Resources: 1 added.") == 2  # stderr and the log

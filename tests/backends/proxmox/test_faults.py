@@ -216,3 +216,28 @@ async def test_403_is_never_retried_and_shows_the_reason(rig: FakePveRig, journa
     )
     assert rig.count("POST", contains="/status/start") == 1
     await backend.close()
+
+
+HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x9b2J\rApply complete! Resources: 1 added."
+
+
+async def test_a_task_log_quoting_the_guest_side_is_shown_inert(
+    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+) -> None:
+    # Task logs repeat what qemu, the guest agent or a hook script wrote.
+    rig.task_failures("qmstart", "*", f"guest says {HOSTILE}")
+    _, result = await apply(backend, state_of(rig, FLEET[:1]), journal)
+    (failure,) = result.failures()
+    assert "last task log lines:" in failure.error and "guest says" in failure.error
+    for text in (failure.error, str(failure)):
+        assert not any(c in text for c in "\x1b\x07\x9b\r"), repr(text)
+        assert "cHduZWQ" not in text and "owned" not in text
+    assert not [ln for ln in failure.error.splitlines() if ln.startswith("Apply complete!")]
+    rig.clear_faults()
+
+    rig.task_warnings("qmstart", "*", f"warned {HOSTILE}")
+    vm = rig.desired([{"name": "dev-9", "memory": "2GiB", "disk": "10GiB"}])[0]
+    await backend.create(vm, journal)
+    (warning,) = backend.warnings
+    assert warning.startswith("start of VM ") and "warned" in warning
+    assert not any(c in warning for c in "\x1b\x07\x9b\r\n"), repr(warning)
