@@ -35,6 +35,9 @@ class VMResult:
     layer: str = ""
     error: str = ""
     seconds: float = 0.0
+    # The VM as the change left it (None for a delete or a failure): what the inventory
+    # records. Not part of the JSON results.
+    observed: ObservedVM | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -67,7 +70,9 @@ async def execute(
         started = time.monotonic()
         async with gate:
             try:
-                await _apply_one(change, backends[change.backend], journal, provisioner, say)
+                result.observed = await _apply_one(
+                    change, backends[change.backend], journal, provisioner, say
+                )
                 say(change.vm, "done")
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -90,13 +95,13 @@ async def _apply_one(
     journal: Journal,
     provisioner: Provisioner,
     say: Progress,
-) -> None:
+) -> ObservedVM | None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
         assert current is not None
         say(change.vm, "deleting")
         await backend.delete(current, journal)
-        return
+        return None
     assert vm is not None
     if change.action is Action.REPLACE:
         assert current is not None
@@ -130,6 +135,7 @@ async def _apply_one(
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
     await backend.mark_converged(vm, current)
+    return current
 
 
 def _rebooted(change: VMChange) -> bool:

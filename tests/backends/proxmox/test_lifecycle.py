@@ -43,7 +43,9 @@ async def test_create_clones_into_the_pool_configures_and_starts(
     pub = Path(str(rig.identity) + ".pub").read_text()
     assert urllib.parse.unquote(cfg["sshkeys"]).strip() == pub.strip()
     # The template's operator tag is kept next to sand's marker, as PVE sorts them.
-    assert cfg["tags"] == f"golden;sand;sand-{made.identity}-new;sand-project-demo"
+    assert cfg["tags"] == (
+        f"golden;sand;sand-{made.identity}-new;sand-backend-pve;sand-project-demo"
+    )
     described = mk.parse_description(cfg["description"])
     assert described is not None and (described.project, described.name) == ("demo", "dev")
     assert fake.pending == {}
@@ -59,8 +61,12 @@ async def test_create_clones_into_the_pool_configures_and_starts(
     )
     assert "path" not in sent and sent["newid"] == made.identity
     assert journal.pending() == []
-    steps = [r.get("step") for r in _records(journal) if r.get("phase") == "step"]
+    records = [r for r in _records(journal) if r.get("phase") == "step"]
+    steps = [r.get("step") for r in records if r.get("step") != "task"]
     assert steps == ["cloned", "configured", "resized", "started"]
+    # Each task sand started is journalled with its UPID, as PVE handed it out.
+    tasks = [str(r["upid"]).split(":")[5] for r in records if r.get("step") == "task"]
+    assert tasks == ["qmclone", "resize", "qmstart"]
 
 
 def _records(journal: Journal) -> list[dict[str, object]]:
