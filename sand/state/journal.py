@@ -2,10 +2,13 @@
 
 Every mutating backend call is preceded by an ``intent`` record, fsync'ed,
 naming the backend, the VM, the identity sand chose (vmid / instance name) and
-the operation; ``finish`` closes it. After a crash the next apply reads the
-unfinished entries and lets the backend settle each one (adopt a half-made VM
-carrying our marker, or remove it) before planning, so a kill at any step
-leaves neither a duplicate nor an orphan. Entries hold ids, never secrets.
+the operation; entries that act on an existing VM also record its incarnation,
+and ``task`` steps the backend tasks started (PVE UPIDs). ``finish`` closes an
+entry. After a crash the next apply asks the backend to decide each unfinished
+one (adopt a half-made VM carrying our marker, remove it, or nothing when the VM
+at that id is another incarnation), acts, and only then settles it (``settle``,
+called by the replay alone), so a kill at any step leaves neither a duplicate
+nor an orphan. Entries hold ids, never secrets.
 """
 
 from __future__ import annotations
