@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sand.backends.protocol import Backend, Observation, Ownership, RecordedVM
 from sand.errors import SandError
 from sand.plan.model import Action, Plan
-from sand.state.inventory import load_inventory, save_inventory
+from sand.state.inventory import inventory_path, load_inventory, save_inventory
 
 if TYPE_CHECKING:
     from sand.apply.engine import ApplyResult
@@ -61,7 +61,10 @@ async def check_recorded(
         head = ""
         if len(missing) == len(records):
             head = f"the listing shows none of the {len(records)} VMs sand recorded here; "
-        out[name] = replace(obs, unknown_reason=head + "; ".join(still))
+        hint = (
+            f" (a VM that left this backend on purpose: remove it from {inventory_path(project)})"
+        )
+        out[name] = replace(obs, unknown_reason=head + "; ".join(still) + hint)
     return out
 
 

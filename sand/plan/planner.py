@@ -66,7 +66,15 @@ def make_plan(
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
         changes.append(change)
+    entries = set(desired.manifest.backends)
     for backend, obs in observations.items():
+        for o in obs.vms:
+            owner = o.marker.backend if o.marker else ""
+            if o.ownership is Ownership.OTHER_BACKEND and owner and owner not in entries:
+                notes.append(
+                    f"{o.name} ({backend}, {o.identity}) was made by backend entry {owner!r}, "
+                    "which the manifest no longer has (renamed?); sand leaves it alone"
+                )
         for observed in obs.managed():
             if (backend, observed.name) in wanted:
                 continue

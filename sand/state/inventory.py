@@ -19,13 +19,13 @@ from sand.state.paths import project_dir
 FORMAT = 1
 
 
-def _path(project: str) -> str:
+def inventory_path(project: str) -> str:
     return str(project_dir(project) / "inventory.json")
 
 
 def load_inventory(project: str) -> list[RecordedVM]:
     try:
-        with open(_path(project), encoding="utf-8") as fh:
+        with open(inventory_path(project), encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return []
@@ -65,11 +65,11 @@ def save_inventory(project: str, records: Iterable[RecordedVM]) -> None:
             for r in rows
         ],
     }
-    tmp = _path(project) + ".tmp"
+    tmp = inventory_path(project) + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
     os.chmod(tmp, 0o600)
-    os.replace(tmp, _path(project))
+    os.replace(tmp, inventory_path(project))

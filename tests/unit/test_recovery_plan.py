@@ -138,7 +138,14 @@ def test_another_backends_vm_is_never_planned():
     theirs = observed_from(state.vms[0], "300", name="theirs", ownership=Ownership.OTHER_BACKEND)
     obs["pve"] = Observation("pve", (*obs["pve"].vms, theirs))
     plan = make_plan(state, obs, POLICIES)
+    assert "theirs" not in by_vm(plan) and not plan.has_changes and not plan.warnings
+    # Made by an entry the manifest no longer has (a renamed backend): said, not touched.
+    assert theirs.marker is not None
+    renamed = replace(theirs, marker=replace(theirs.marker, backend="old-name"))
+    obs["pve"] = Observation("pve", (*obs["pve"].vms[:-1], renamed))
+    plan = make_plan(state, obs, POLICIES)
     assert "theirs" not in by_vm(plan) and not plan.has_changes
+    assert any("backend entry 'old-name'" in w and "renamed?" in w for w in plan.warnings)
 
 
 def _plan_with(deletes: int, replaces: int, keep: int, backend: str = "pve"):

@@ -39,6 +39,16 @@ async def _fresh(
     node = current.node or ""
     # Where the observation saw it: a VM not seen in this backend's pool is never ours.
     pool = current.details.get("pool")
+    if action == "delete":
+        # Nothing is undone by a delete: where the VM is now is read again (one listing).
+        row = await vmops.locate(ctx, current.identity)
+        if row is None:
+            raise ProxmoxError(
+                ctx.name,
+                f"refusing to delete VM {current.identity}: it does not exist any more"
+                " or has left pool " + repr(ctx.config.pool),
+            )
+        node, pool = str(row.get("node")), row.get("pool")
     try:
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     except ProxmoxError as e:

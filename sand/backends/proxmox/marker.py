@@ -83,6 +83,13 @@ def backend_tag(name: str) -> str:
     return HASHED_BACKEND_PREFIX + hashlib.sha256(name.encode()).hexdigest()[:12]
 
 
+def backend_of_tag(tag: str | None) -> str:
+    """The backend name a backend tag spells ("" for none, or a hashed one)."""
+    if tag and tag.startswith(BACKEND_PREFIX):
+        return tag[len(BACKEND_PREFIX) :]
+    return ""
+
+
 def is_sand_tag(tag: str) -> bool:
     return (
         tag == TOOL_TAG

@@ -185,6 +185,7 @@ def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
         name=name,
         identity=tags.identity or "",
         fingerprint=tags.fingerprint or "",
+        backend=mk.backend_of_tag(tags.backend),
     )
 
 

@@ -254,3 +254,18 @@ async def test_mark_converged_keeps_what_operators_wrote(
     assert marker.image == vm.image and marker.guest_fingerprint == vm.guest_fingerprint
     (put,) = [b for m, p, b in rig.pve.requests if m == "PUT" and p.endswith("/config")][-1:]
     assert "digest" in form(put)  # written against the config it read
+
+
+@pytest.mark.fakepve_rig(acl="root")
+async def test_a_vm_taken_out_of_the_pool_after_observation_is_not_deleted(
+    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+) -> None:
+    vm = rig.desired([{"name": "kept"}])[0]
+    rig.seed_managed(vm, 660)
+    current = managed((await backend.observe([])).vms)["kept"]
+    rig.leave_pool(660)  # an operator keeps it: the broad token still sees it
+    before = dict(rig.vm(660).config)  # type: ignore[union-attr]
+    with pytest.raises(ProxmoxError, match="it is unmanaged"):
+        await backend.delete(current, journal)
+    assert rig.vm(660) is not None and rig.vm(660).config == before  # type: ignore[union-attr]
+    assert rig.count("DELETE") == 0 and journal.pending() == []
