@@ -24,6 +24,7 @@ SECTIONS = [
     ("fleet plan (pure)", "bench.core", "fleet_plan"),
     ("sand plan process on a converged 1000-VM fakepve fleet", "bench.fleet_cli", "rows"),
     ("Proxmox no-op observe vs per-VM reads (fakepve)", "bench.proxmox_noop", "rows"),
+    ("preflight cost of a plan with N creates (fakepve)", "bench.preflight_cost", "rows"),
     ("create throughput (fakepve, scaled task time)", "bench.create_throughput", "rows"),
     ("watch save-to-plan latency", "bench.watch_latency", "rows"),
 ]

@@ -38,6 +38,9 @@ class VMResult:
     layer: str = ""
     error: str = ""
     seconds: float = 0.0
+    # The VM as the change left it (None for a delete or a failure): what the inventory
+    # records. Not part of the JSON results.
+    observed: ObservedVM | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -76,7 +79,9 @@ async def execute(
         started = time.monotonic()
         async with gate:
             try:
-                await _apply_one(change, backends[change.backend], journal, kit, say)
+                result.observed = await _apply_one(
+                    change, backends[change.backend], journal, kit, say
+                )
                 say(change.vm, "done")
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -95,7 +100,7 @@ async def execute(
 
 async def _apply_one(
     change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Progress
-) -> None:
+) -> ObservedVM | None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
         assert current is not None
@@ -104,7 +109,7 @@ async def _apply_one(
             await kit.guard(backend, None, current, ())
         say(change.vm, "deleting")
         await backend.delete(current, journal)
-        return
+        return None
     assert vm is not None
     provisioned = False
     delivered: SecretsRecord | None = None
@@ -149,6 +154,7 @@ async def _apply_one(
             current = await backend.update(vm, current, finishing, journal)
     say(change.vm, "recording")
     await backend.mark_converged(vm, current, delivered)
+    return current
 
 
 async def _reprovision_keeping(

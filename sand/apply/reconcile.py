@@ -15,7 +15,8 @@ from sand.apply.engine import ApplyResult, execute
 from sand.apply.guest import GuestSecrets, check_guests, make_provisioner
 from sand.apply.observe import observe_all
 from sand.apply.progress import progress_reporter
-from sand.apply.recovery import replay_journal
+from sand.apply.recorded import record_inventory
+from sand.apply.recovery import recovered_view, replay_journal
 from sand.apply.session import Session, open_session
 from sand.backends.protocol import Observation
 from sand.desired import DesiredState
@@ -44,6 +45,9 @@ async def compute_plan(
     ``checks``: preflight the planned changes and sweep the VMs to be deleted or
     replaced for unpushed work (blocked unless ``allow_data_loss``). Off only for
     read-only views such as ``sand status``.
+
+    Journal entries still open (``sand plan`` never replays them) are folded in: what
+    replaying them will do is listed first, and planned as done.
     """
     desired = session.desired
     if destroy:
@@ -51,6 +55,9 @@ async def compute_plan(
     observations = await observe_all(session.backends, desired)
     for name, why in (unsettled or {}).items():
         observations[name] = Observation(backend=name, vms=(), unknown_reason=why)
+    observations, recovery = await recovered_view(
+        session.journal, session.project, session.backends, observations, skip=unsettled or {}
+    )
     stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
     plan = make_plan(
         desired,
@@ -59,6 +66,7 @@ async def compute_plan(
         secret_stamps=stamps,
         correct_drift=correct_drift,
         refresh_only=refresh_only,
+        recovery=recovery,
     )
     if stamps:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
@@ -72,6 +80,7 @@ async def compute_plan(
                 secret_stamps=stamps,
                 secrets_lost=lost,
                 correct_drift=correct_drift,
+                recovery=recovery,
             )
             plan = replace(plan, warnings=plan.warnings + warnings)
     if checks and not refresh_only and plan.has_changes:
@@ -133,6 +142,7 @@ async def carry_out(
             archives=project_dir(session.project) / "preserve",
         )
     record_results(session.project, result)
+    record_inventory(session.project, session.backends, plan, result)
     if not session.journal.pending():
         session.journal.compact()
     report_result(plan, result, time.monotonic() - started, as_json)
@@ -141,25 +151,42 @@ async def carry_out(
 
 
 def mass_delete_problem(plan: Plan) -> str | None:
-    """Why this plan deletes too much to run without --allow-mass-delete, or None.
+    """Why this plan destroys too much to run without --allow-mass-delete, or None.
 
-    Too much: more than half of a backend's managed VMs (when more than one),
-    or all of them — what an emptied or truncated manifest would do.
+    Destroyed: every VM the run deletes or replaces (a replace destroys the old VM).
+    Too much, per backend and for the whole project: more than half of the managed
+    VMs (when more than one), or all of them with none left wanted — what an emptied
+    or truncated manifest, or a backend that mistakes another's VMs for its own, does.
     """
     managed: dict[str, int] = {}
+    doomed: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for c in plan.changes:
         if c.observed is not None:
             managed[c.backend] = managed.get(c.backend, 0) + 1
+        if c.action in (Action.DELETE, Action.REPLACE):
+            doomed[c.backend] = doomed.get(c.backend, 0) + 1
         if c.desired is not None:
             remaining[c.backend] = remaining.get(c.backend, 0) + 1
-    for backend, count in plan.deletes_by_backend().items():
-        total = managed.get(backend, count)
-        if (count == total and not remaining.get(backend)) or (count > 1 and count * 2 > total):
+
+    def too_many(count: int, total: int, wanted: int) -> bool:
+        return (count == total and not wanted) or (count > 1 and count * 2 > total)
+
+    advice = "re-run with --allow-mass-delete if that is intended"
+    for backend, count in sorted(doomed.items()):
+        total = max(managed.get(backend, count), count)
+        if too_many(count, total, remaining.get(backend, 0)):
             return (
-                f"the plan deletes {count} of {total} managed VMs on backend {backend!r}; "
-                "re-run with --allow-mass-delete if that is intended"
+                f"the plan deletes or replaces {count} of {total} managed VMs on backend "
+                f"{backend!r}; {advice}"
             )
+    count = sum(doomed.values())
+    total = max(sum(managed.values()), count)
+    if count and len(managed) > 1 and too_many(count, total, sum(remaining.values())):
+        return (
+            f"the plan deletes or replaces {count} of {total} managed VMs across "
+            f"{len(managed)} backends; {advice}"
+        )
     return None
 
 
@@ -222,6 +249,7 @@ async def _apply(
         if not as_json:
             sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
         if not plan.has_changes:
+            record_inventory(session.project, session.backends, plan)
             if as_json:
                 print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
             return _converged_code(plan, as_json)
@@ -282,7 +310,11 @@ def report_result(plan: Plan, result: ApplyResult, seconds: float, as_json: bool
     if as_json:
         out = {
             "plan": plan_to_json(plan),
-            "results": [r.__dict__ | {"action": r.action.value} for r in result.results],
+            "results": [
+                {k: v for k, v in r.__dict__.items() if k != "observed"}
+                | {"action": r.action.value}
+                for r in result.results
+            ],
             "ok": result.ok,
         }
         print(json.dumps(out, indent=2, default=str))

@@ -1,11 +1,20 @@
-"""Replay the journal before planning: settle what a crashed run left half-done."""
+"""Settle what a crashed run left half-done, and show it in the plan first.
+
+Each unfinished journal entry is asked of its backend as a read-only *decision*
+(``decide_recovery``: what replaying it does, from what the backend shows now).
+``sand plan`` folds the decisions into the plan (a VM a recovery deletes is planned
+as absent) and lists them before the changes; ``apply`` replays them (decide, wait
+for what the killed run left running, act), settles each entry, and then plans, so
+the two agree. Only the replay settles journal entries.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from sand.backends.protocol import Backend
+from sand.apply.recorded import check_recorded
+from sand.backends.protocol import Backend, Observation, ObservedVM, RecoveryDecision
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.state.journal import Journal
@@ -17,10 +26,15 @@ class Recovery:
     # Backends whose unfinished work could not be settled: planning on them now
     # could duplicate a half-made VM, so they are treated as unknown this run.
     failed: dict[str, str] = field(default_factory=dict)
+    decisions: list[RecoveryDecision] = field(default_factory=list)
+
+
+def _what(entry: Mapping[str, object]) -> str:
+    return f"{entry.get('op')} of {entry.get('vm')} ({entry.get('backend')})"
 
 
 async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> Recovery:
-    """Let each backend settle its unfinished entries, oldest first."""
+    """Decide and act on each backend's unfinished entries, oldest first; settle each."""
     log = get_logger()
     out = Recovery()
     # A replace is made of backend operations with entries of their own: settle those
@@ -32,20 +46,109 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
         if backend is None or name in out.failed:
             # A backend that left the manifest keeps its entries until it comes back.
             continue
-        what = f"{entry.get('op')} of {entry.get('vm')} ({name})"
         try:
             if entry.get("op") == "replace":
-                from sand.apply.replace import recover_replace
+                from sand.apply.replace import act_replace, decide_replace
 
-                how = await recover_replace(entry, backend, journal)
+                decision = await decide_replace(entry, backend)
+                how = await act_replace(entry, backend, journal, decision)
             else:
-                how = await backend.recover(entry, journal)
+                decision = await backend.decide_recovery(entry, wait=True)
+                how = await backend.act_recovery(entry, decision)
         except SandError as exc:
-            out.failed[name] = f"could not settle the interrupted {what}: {exc}"
+            out.failed[name] = f"could not settle the interrupted {_what(entry)}: {exc}"
             log.error("recovery failed", vm=entry.get("vm"), op=entry.get("op"), error=str(exc))
             continue
-        if any(p["id"] == entry["id"] for p in journal.pending()):
-            journal.settle(str(entry["id"]), how)  # unless the backend already did
+        journal.settle(str(entry["id"]), decision.action.value)
         log.info("recovered", vm=entry.get("vm"), op=entry.get("op"), outcome=how)
-        out.done.append(f"{what}: {how}")
+        out.decisions.append(decision)
+        out.done.append(f"{_what(entry)}: {how}")
     return out
+
+
+async def pending_decisions(
+    journal: Journal, backends: Mapping[str, Backend], *, skip: Sequence[str] = ()
+) -> Recovery:
+    """What replaying the journal would do now, without doing it (nothing waits)."""
+    out = Recovery()
+    for entry in journal.pending():
+        name = str(entry.get("backend"))
+        backend = backends.get(name)
+        if backend is None or name in skip or name in out.failed:
+            continue
+        try:
+            if entry.get("op") == "replace":
+                from sand.apply.replace import decide_replace
+
+                out.decisions.append(await decide_replace(entry, backend))
+            else:
+                out.decisions.append(await backend.decide_recovery(entry, wait=False))
+        except SandError as exc:
+            out.failed[name] = f"cannot tell what the interrupted {_what(entry)} left: {exc}"
+    return out
+
+
+def fold_recovery(
+    observations: Mapping[str, Observation], decisions: Sequence[RecoveryDecision]
+) -> dict[str, Observation]:
+    """The observations as they will be once the decisions are carried out: a VM a
+    recovery removes is absent; an adopted one, or one left alone, stays as seen."""
+    gone: dict[str, set[str]] = {}
+    renamed: dict[tuple[str, str], str] = {}
+    for d in decisions:
+        if d.absent:
+            gone.setdefault(d.backend, set()).add(d.identity)
+        elif d.renamed_to:
+            renamed[(d.backend, d.identity)] = d.renamed_to
+    out = dict(observations)
+    for (backend, identity), name in renamed.items():
+        obs = out.get(backend)
+        if obs is not None:
+            out[backend] = replace(obs, vms=tuple(_renamed(v, identity, name) for v in obs.vms))
+    for backend, identities in gone.items():
+        obs = out.get(backend)
+        if obs is None or (obs.unknown_reason and not obs.unknown_because):
+            continue
+        vms = tuple(v for v in obs.vms if v.identity not in identities)
+        if obs.unknown_reason and set(obs.unknown_because) <= identities:
+            # What made the listing untrusted (a half-copied instance) is what recovery
+            # removes first.
+            obs = replace(obs, unknown_reason=None, unknown_because=())
+        out[backend] = replace(obs, vms=vms)
+    return out
+
+
+def _renamed(vm: ObservedVM, identity: str, name: str) -> ObservedVM:
+    if vm.identity != identity:
+        return vm
+    marker = replace(vm.marker, name=name) if vm.marker is not None else None
+    return replace(vm, name=name, marker=marker)
+
+
+def trusted_enough(obs: Observation) -> bool:
+    """Whether the backend answered well enough to decide its journal entries."""
+    return not obs.unknown_reason or bool(obs.unknown_because)
+
+
+async def recovered_view(
+    journal: Journal,
+    project: str,
+    backends: Mapping[str, Backend],
+    observations: Mapping[str, Observation],
+    *,
+    skip: Mapping[str, str],
+) -> tuple[dict[str, Observation], list[RecoveryDecision]]:
+    """What planning may believe: the observations once the journal's open entries are
+    replayed (``skip``: backends whose replay failed), and checked against the VMs this
+    host recorded (a listing that forgot one of them is not believed)."""
+    out = dict(observations)
+    unreachable = [n for n, o in out.items() if not trusted_enough(o)]
+    recovery = await pending_decisions(journal, backends, skip=[*skip, *unreachable])
+    for name, why in recovery.failed.items():
+        out[name] = Observation(backend=name, vms=(), unknown_reason=why)
+    settling: dict[str, set[str]] = {}
+    for d in recovery.decisions:
+        settling.setdefault(d.backend, set()).add(d.identity)
+    out = fold_recovery(out, recovery.decisions)
+    out = await check_recorded(project, backends, out, settling=settling)
+    return out, recovery.decisions

@@ -24,7 +24,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sand.backends.protocol import Backend, ObservedVM, Ownership, SecretsRecord
+from sand.backends.protocol import (
+    Backend,
+    ObservedVM,
+    Ownership,
+    RecoveryAction,
+    RecoveryDecision,
+    SecretsRecord,
+)
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
 from sand.logs import get_logger
@@ -244,8 +251,8 @@ async def _discard(
     journal.finish(entry, "failed")
 
 
-async def recover_replace(entry: Mapping[str, Any], backend: Backend, journal: Journal) -> str:
-    """Settle a replace a crash interrupted; the old VM is never touched here.
+async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> RecoveryDecision:
+    """What settling a replace a crash interrupted does; the old VM is never touched.
 
     Before the old VM was deleted: the replacement (whatever state it reached) is
     removed, and the next plan replaces again. After: the replacement takes the
@@ -255,22 +262,68 @@ async def recover_replace(entry: Mapping[str, Any], backend: Backend, journal: J
     vm, temp = str(entry.get("vm")), str(entry.get("temp") or "")
     old = str(entry.get("identity"))
     steps = list(entry.get("steps") or [])
-    if entry.get("strategy") == Strategy.DESTROY_BEFORE_CREATE.value:
+
+    def say(
+        action: RecoveryAction,
+        summary: str,
+        *,
+        identity: str = old,
+        absent: bool = False,
+        renamed_to: str = "",
+    ) -> RecoveryDecision:
+        return RecoveryDecision(
+            entry=str(entry.get("id")),
+            backend=backend.name,
+            vm=vm,
+            op="replace",
+            identity=identity,
+            action=action,
+            summary=summary,
+            absent=absent,
+            renamed_to=renamed_to,
+        )
+
+    if entry.get("strategy") == Strategy.DESTROY_BEFORE_CREATE.value or not temp:
         if "old-deleted" in steps:
-            return f"replace of {vm}: the old VM {old} was deleted; the next plan creates it"
-        return f"replace of {vm} stopped before the old VM {old} was deleted; it is untouched"
-    if not temp:
-        return f"replace of {vm}: no replacement was named; nothing to do"
+            return say(RecoveryAction.NOTHING, f"the old VM {old} of {vm} was deleted; create it")
+        return say(RecoveryAction.NOTHING, f"the replace of {vm} stopped before VM {old} went")
     obs = await backend.observe([])
     if obs.unknown_reason:
         raise BackendError(f"cannot see the replacement {temp}: {obs.unknown_reason}")
     made = [o for o in obs.vms if o.name == temp and o.ownership is Ownership.MANAGED]
     if "old-deleted" not in steps:
-        for o in made:
-            await backend.delete(o, journal)
-        what = f"removed the unfinished replacement {temp}" if made else "no replacement was made"
-        return f"replace of {vm}: {what}; the old VM {old} is untouched"
+        if not made:
+            return say(RecoveryAction.NOTHING, f"no replacement of {vm} was made; VM {old} stays")
+        return say(
+            RecoveryAction.DELETE,
+            f"remove the unfinished replacement {temp} of {vm} (VM {old} is untouched)",
+            identity=made[0].identity,
+            absent=True,
+        )
     if not made:
-        return f"replace of {vm}: the replacement already carries its name"
-    await backend.rename(made[0], vm, journal)
-    return f"replace of {vm}: the old VM {old} was deleted; renamed {temp} to {vm}"
+        return say(RecoveryAction.NOTHING, f"the replacement of {vm} already carries its name")
+    return say(
+        RecoveryAction.FINISH,
+        f"name the replacement {temp} {vm} (the old VM {old} is gone)",
+        identity=made[0].identity,
+        renamed_to=vm,
+    )
+
+
+async def act_replace(
+    entry: Mapping[str, Any], backend: Backend, journal: Journal, decision: RecoveryDecision
+) -> str:
+    if decision.action not in (RecoveryAction.DELETE, RecoveryAction.FINISH):
+        return decision.summary
+    obs = await backend.observe([])
+    target = [
+        o for o in obs.vms if o.identity == decision.identity and o.ownership is Ownership.MANAGED
+    ]
+    temp = str(entry.get("temp") or "")
+    if not target or target[0].name != temp:
+        return f"{decision.summary}: nothing to do any more"
+    if decision.action is RecoveryAction.DELETE:
+        await backend.delete(target[0], journal)
+        return f"removed the unfinished replacement {temp}"
+    await backend.rename(target[0], decision.vm, journal)
+    return f"renamed the replacement {temp} to {decision.vm}"

@@ -25,6 +25,9 @@ class Ownership(StrEnum):
     UNMANAGED = "unmanaged"  # no marker: a human's VM, never touched
     COPIED = "copied"  # our marker naming another identity: a human's clone of ours
     OTHER_PROJECT = "other-project"  # sand's marker for another project
+    # This project's marker naming another backend entry of the manifest (two entries on
+    # one cluster or host): that entry's VM, never deleted or adopted by this one.
+    OTHER_BACKEND = "other-backend"
 
 
 class Mutability(StrEnum):
@@ -52,6 +55,13 @@ class Marker:
     # and when that delivery finished (epoch seconds, the delivering host's clock).
     secrets: str = ""
     secrets_at: int = 0
+    # The manifest's backend entry that made the VM ("": written by a sand that did not
+    # record it; the backend that sees it in its own pool adopts it and writes its name).
+    backend: str = ""
+    # Set once when the VM is made and kept across every write: tells this VM from a
+    # later one that got the same vmid or name, so a replayed journal step never acts
+    # on a successor ("": unknown, not read or written by an older sand).
+    incarnation: str = ""
 
     def to_json_dict(self) -> dict[str, str | int]:
         data: dict[str, str | int] = {
@@ -88,6 +98,8 @@ class ObservedVM:
     memory: int | None = None
     disk: int | None = None
     protect: bool = False
+    # Protection is on and sand did not set it (an operator did): never proposed for lifting.
+    operator_protected: bool = False
     lock: str | None = None  # PVE lock (clone, migrate, ...) or Lima in-flight state
     node: str | None = None
     ports: tuple[tuple[int, int], ...] | None = None  # (guest, host) forwards, Lima only
@@ -117,6 +129,9 @@ class Observation:
     # without lima.yaml, API down): nothing on this backend is created, pruned
     # or replaced in this run, and the plan says why.
     unknown_reason: str | None = None
+    # The VMs whose state made the listing untrusted (empty: the listing as a whole): a
+    # journal replay that removes all of them makes it trusted again.
+    unknown_because: tuple[str, ...] = ()
     requests: int = 0  # listing/API calls made to observe, for budgets and benchmarks
     warnings: tuple[str, ...] = ()
     # False when a reboot inside a guest does not show in ``booted_at`` (Lima: the
@@ -125,6 +140,63 @@ class Observation:
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
+
+
+class RecoveryAction(StrEnum):
+    NOTHING = "nothing"  # nothing of the entry is left to do
+    MOOT = "moot"  # the VM at that id is not the one the entry acted on: touch nothing
+    ADOPT = "adopt"  # the VM is ours and complete enough: keep it, the plan finishes it
+    DELETE = "delete"  # remove what the entry left (a half-made VM, a delete cut short)
+    LEAVE = "leave"  # would be removed, but is protected or outside the pool: left alone
+    WAIT = "wait"  # a task or process of the killed run still runs: apply waits, then decides
+    FINISH = "finish"  # complete what the entry started (a replacement's rename)
+
+
+@dataclass(frozen=True)
+class RecoveryDecision:
+    """What replaying one unfinished journal entry does, decided from what the backend
+    shows now. ``sand plan`` shows these; ``apply`` acts on them, then plans."""
+
+    entry: str  # the journal entry's id
+    backend: str
+    vm: str
+    op: str
+    identity: str
+    action: RecoveryAction
+    summary: str  # "delete half-made clone 123"
+    # After it, no VM of ours is at ``identity``: the plan treats that VM as absent.
+    absent: bool = False
+    # After it, the VM at ``identity`` carries this name (a replacement takes its VM's).
+    renamed_to: str = ""
+
+    @property
+    def acts(self) -> bool:
+        """Whether replaying it changes the backend (or waits for it to change)."""
+        return self.action in (RecoveryAction.DELETE, RecoveryAction.WAIT, RecoveryAction.FINISH)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "entry": self.entry,
+            "backend": self.backend,
+            "vm": self.vm,
+            "op": self.op,
+            "identity": self.identity,
+            "action": self.action.value,
+            "summary": self.summary,
+            "absent": self.absent,
+            "renamed_to": self.renamed_to or None,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedVM:
+    """A VM this host recorded making (the per-project inventory), to check a listing by."""
+
+    backend: str
+    name: str
+    identity: str
+    incarnation: str = ""
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -247,8 +319,21 @@ class Backend(Protocol):
         deleting it): the login user then comes from what the backend recorded."""
         ...
 
-    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
-        """Settle one unfinished journal entry from a crashed run; say what was done."""
+    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+        """What replaying ``entry`` (left by a crashed run) would do; changes nothing.
+
+        With ``wait`` (apply), tasks and processes the killed run left running are awaited
+        (bounded) first; without it (plan), such an entry is decided as WAIT."""
+        ...
+
+    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+        """Carry out ``decision`` (identity re-checked first); say what was done. Only the
+        journal replay settles the entry."""
+        ...
+
+    async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
+        """For recorded VMs the listing did not show, checked by id: identity → None when
+        confirmed gone, else why it is believed to still exist."""
         ...
 
     async def close(self) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sand.backends.protocol import ObservedVM
+from sand.backends.protocol import ObservedVM, RecoveryDecision
 from sand.desired import DesiredVM
 
 
@@ -91,13 +91,19 @@ class Plan:
     warnings: tuple[str, ...] = ()
     observed_fingerprint: str = ""
     refresh_only: bool = False
+    # What replaying the journal does first (entries a crashed run left), oldest first;
+    # ``changes`` are planned as if it had been done. Empty after apply's own replay.
+    recovery: tuple[RecoveryDecision, ...] = ()
 
     def actionable(self) -> list[VMChange]:
         return [c for c in self.changes if c.action not in (Action.NOOP, Action.BLOCKED)]
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.actionable())
+        return bool(self.actionable()) or any(d.acts for d in self.recovery)
+
+    def change_for(self, backend: str, vm: str) -> VMChange | None:
+        return next((c for c in self.changes if c.backend == backend and c.vm == vm), None)
 
     def counts(self) -> tuple[int, int, int]:
         """(to add, to change, to destroy), counted as Terraform does (replace = 1 + 1)."""

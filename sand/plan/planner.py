@@ -21,10 +21,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 
-from sand.backends.protocol import Mutability, Observation, ObservedVM, Ownership
+from sand.backends.protocol import (
+    Mutability,
+    Observation,
+    ObservedVM,
+    Ownership,
+    RecoveryDecision,
+)
 from sand.desired import DesiredState, DesiredVM
 from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
@@ -44,29 +50,47 @@ def make_plan(
     secrets_lost: Mapping[str, str] | None = None,
     correct_drift: bool = True,
     refresh_only: bool = False,
+    recovery: Sequence[RecoveryDecision] = (),
 ) -> Plan:
     """``secret_stamps``: VM name → the stamp of its secret values now (VMs that use
     secrets); ``secrets_lost``: VM name → why its guest no longer holds them (a
-    guest check found the tmpfs emptied)."""
+    guest check found the tmpfs emptied). ``recovery``: what replaying the journal
+    does first; ``observations`` already show its outcome (a VM it removes is absent)."""
     stamps, lost = secret_stamps or {}, secrets_lost or {}
     changes: list[VMChange] = []
+    notes: list[str] = []
     wanted: set[tuple[str, str]] = set()
     for vm in desired.vms:
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
         secrets = (stamps[vm.name], lost.get(vm.name)) if vm.name in stamps else None
         change = _plan_vm(vm, obs, policies.get(vm.backend, {}), secrets)
+        current = change.observed
+        if current is not None and current.operator_protected and not vm.protect:
+            notes.append(
+                f"{vm.name} ({vm.backend}, {current.identity}): protection was set outside "
+                "sand; `protect: false` does not lift it (clear it on the backend to let sand "
+                "manage it)"
+            )
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
         changes.append(change)
+    entries = set(desired.manifest.backends)
     for backend, obs in observations.items():
+        for o in obs.vms:
+            owner = o.marker.backend if o.marker else ""
+            if o.ownership is Ownership.OTHER_BACKEND and owner and owner not in entries:
+                notes.append(
+                    f"{o.name} ({backend}, {o.identity}) was made by backend entry {owner!r}, "
+                    "which the manifest no longer has (renamed?); sand leaves it alone"
+                )
         for observed in obs.managed():
             if (backend, observed.name) in wanted:
                 continue
             change = _plan_delete(observed, obs)
             changes.append(_report_only(change) if refresh_only else change)
     unknown = {b: o.unknown_reason for b, o in observations.items() if o.unknown_reason}
-    warnings = tuple(w for o in observations.values() for w in o.warnings)
+    warnings = tuple(w for o in observations.values() for w in o.warnings) + tuple(notes)
     return Plan(
         project=desired.project,
         changes=tuple(changes),
@@ -74,6 +98,7 @@ def make_plan(
         warnings=warnings,
         observed_fingerprint=observation_fingerprint(observations),
         refresh_only=refresh_only,
+        recovery=tuple(recovery),
     )
 
 
@@ -90,11 +115,33 @@ def _plan_vm(
         ids = ", ".join(o.identity for o in managed)
         return base(action=Action.BLOCKED, reasons=(f"several managed VMs claim this name: {ids}",))
     if not managed:
-        squatter = [o for o in same_name if o.ownership is not Ownership.MANAGED]
-        if squatter and vm.backend_type == "lima":
+        ours_astray = [
+            o
+            for o in same_name
+            if o.ownership is Ownership.UNMANAGED and o.marker and o.marker.project == vm.project
+        ]
+        if ours_astray:
+            # Made by sand for this project, but not where this backend manages VMs (moved
+            # out of its pool): never managed, and a new one would duplicate it.
+            o = ours_astray[0]
+            why = o.details.get("note") or "sand does not manage it"
             return base(
                 action=Action.BLOCKED,
-                reasons=(f"an instance named {vm.name!r} exists and is not managed by sand",),
+                reasons=(
+                    f"VM {o.identity} carries this project's marker for this name ({why}); "
+                    "move it back or remove it: a new one would duplicate it",
+                ),
+            )
+        squatter = [o for o in same_name if o.ownership is not Ownership.MANAGED]
+        if squatter and vm.backend_type == "lima":
+            owner = squatter[0].marker.backend if squatter[0].marker else ""
+            if squatter[0].ownership is Ownership.OTHER_BACKEND:
+                why = f"belongs to backend {owner!r} of this project"
+            else:
+                why = "is not managed by sand"
+            return base(
+                action=Action.BLOCKED,
+                reasons=(f"an instance named {vm.name!r} exists and {why}",),
             )
         return base(action=Action.CREATE, reprovision=vm.provision)
     current = managed[0]
@@ -199,6 +246,9 @@ def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[
         if current.ports is not None
         else None,
     }
+    if current.operator_protected:
+        # An operator's protection is never proposed for lifting (make_plan notes it).
+        observed["protect"] = None
     running = current.power == "running"
     out: list[FieldChange] = []
     for name, mutability in policy.items():

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any, TextIO
 
+from sand.backends.protocol import RecoveryDecision
 from sand.manifest.sizes import format_size
 from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
@@ -48,6 +49,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
                     f"      {f.field}: {_value(f.field, f.after)} -> {_value(f.field, f.before)}"
                 )
         lines.append("")
+    lines.extend(_render_recovery(plan))
     body = [c for c in plan.changes if c.action is not Action.NOOP]
     if plan.refresh_only:
         lines.append(
@@ -56,17 +58,21 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
             else "No changes. Your VMs match what sand last applied."
         )
         return "\n".join(lines) + "\n"
-    if not plan.has_changes and not [c for c in body if c.action is Action.BLOCKED]:
-        lines.append("No changes. Your VMs match the manifest.")
+    changing = bool(plan.actionable())
+    if not changing and not [c for c in body if c.action is Action.BLOCKED]:
+        if plan.recovery:
+            lines.append("No other changes: once recovered, your VMs match the manifest.")
+        else:
+            lines.append("No changes. Your VMs match the manifest.")
         return "\n".join(lines) + "\n"
-    if plan.has_changes:
+    if changing:
         lines.append("sand will perform the following actions:")
         lines.append("")
     for change in body:
         lines.extend(_render_change(change, paint))
         lines.append("")
     blocked = [c for c in body if c.action is Action.BLOCKED]
-    if plan.has_changes:
+    if changing:
         add, chg, destroy = plan.counts()
         lines.append(f"Plan: {add} to add, {chg} to change, {destroy} to destroy.")
         if blocked:
@@ -77,6 +83,35 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     else:
         lines.append("No changes can be made now; see the blocked VMs above.")
     return "\n".join(lines) + "\n"
+
+
+_THEN = {
+    Action.CREATE: "create",
+    Action.UPDATE: "update in place",
+    Action.REPROVISION: "reprovision",
+    Action.REPLACE: "replace",
+    Action.DELETE: "destroy",
+}
+
+
+def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
+    """The "will recover: delete half-made clone 123, then create" line of a decision."""
+    change = plan.change_for(decision.backend, decision.vm)
+    then = _THEN.get(change.action) if change is not None else None
+    return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
+
+
+def _render_recovery(plan: Plan) -> list[str]:
+    if not plan.recovery:
+        return []
+    lines = [
+        "Recovery: an interrupted run left unfinished work; apply settles it first:",
+        "",
+    ]
+    for d in plan.recovery:
+        lines.append(f"  # {d.vm} ({d.backend}, {d.identity}) {recovery_line(plan, d)}")
+    lines.append("")
+    return lines
 
 
 def _render_change(change: VMChange, paint: Any) -> list[str]:
@@ -215,4 +250,5 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "summary": {"add": add, "change": chg, "destroy": destroy, "has_changes": plan.has_changes},
         "unknown_backends": dict(plan.unknown_backends),
         "warnings": list(plan.warnings),
+        "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
     }

@@ -2,10 +2,13 @@
 
 Every mutating backend call is preceded by an ``intent`` record, fsync'ed,
 naming the backend, the VM, the identity sand chose (vmid / instance name) and
-the operation; ``finish`` closes it. After a crash the next apply reads the
-unfinished entries and lets the backend settle each one (adopt a half-made VM
-carrying our marker, or remove it) before planning, so a kill at any step
-leaves neither a duplicate nor an orphan. Entries hold ids, never secrets.
+the operation; entries that act on an existing VM also record its incarnation,
+and ``task`` steps the backend tasks started (PVE UPIDs). ``finish`` closes an
+entry. After a crash the next apply asks the backend to decide each unfinished
+one (adopt a half-made VM carrying our marker, remove it, or nothing when the VM
+at that id is another incarnation), acts, and only then settles it (``settle``,
+called by the replay alone), so a kill at any step leaves neither a duplicate
+nor an orphan. Entries hold ids, never secrets.
 """
 
 from __future__ import annotations
@@ -63,18 +66,28 @@ class Journal:
         self._append({"phase": outcome, "id": entry.id, "ts": time.time()})
 
     def settle(self, entry_id: str, how: str) -> None:
-        """Close an entry left open by a crashed run."""
+        """Close an entry left open by a crashed run (only the journal replay does this)."""
         self._append({"phase": "settled", "id": entry_id, "how": how, "ts": time.time()})
 
+    def task(self, entry: JournalEntry, upid: str) -> None:
+        """Record a backend task the operation started (a PVE UPID): a crashed run's task
+        goes on without it, and recovery waits for it before settling the entry."""
+        self.step(entry, "task", upid=upid)
+
     def pending(self) -> list[dict[str, Any]]:
-        """Unfinished intents, oldest first, each with the last step reached."""
+        """Unfinished intents, oldest first, each with the steps reached and the tasks
+        (``tasks``: UPIDs) it started."""
         open_entries: dict[str, dict[str, Any]] = {}
         for record in self._records():
             phase = record.get("phase")
             if phase == "intent":
-                open_entries[record["id"]] = dict(record, steps=[])
+                open_entries[record["id"]] = dict(record, steps=[], tasks=[])
             elif phase == "step" and record.get("id") in open_entries:
-                open_entries[record["id"]]["steps"].append(record.get("step"))
+                entry = open_entries[record["id"]]
+                if record.get("step") == "task":
+                    entry["tasks"].append(str(record.get("upid") or ""))
+                else:
+                    entry["steps"].append(record.get("step"))
             elif record.get("id") in open_entries:
                 del open_entries[record["id"]]
         return list(open_entries.values())

@@ -114,11 +114,14 @@ def test_destroy_before_create_only_when_the_node_cannot_hold_both(sand, fakepve
     )
     plan = sand.run("plan", "--allow-data-loss")
     assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "--allow-mass-delete" not in plan.stdout  # the plan shows; apply's guard refuses
     big = plan.stdout.split("# big")[1].split("# small")[0]
     small = plan.stdout.split("# small")[1]
     assert "strategy: destroy-before-create" in big and "7GiB" in big
     assert "strategy: create-before-destroy" in small
-    assert sand.run(*GO).returncode == 0
+    # Replacing all of a backend's VMs counts as a mass delete.
+    assert sand.run(*GO).returncode == 1
+    assert sand.run(*GO, "--allow-mass-delete").returncode == 0
     assert sorted(v.name for v in rig.vms()) == ["big", "small"]
 
 
@@ -136,7 +139,13 @@ def test_a_kill_mid_replace_converges_to_one_vm(point, sand, fakepve_server, tmp
     if point == "created":  # the old VM is still there, beside a replacement
         assert rig.vm(old.vmid) is not None
     plan = sand.run("plan", "--allow-data-loss")
-    assert "recover" in plan.stdout.lower() or plan.returncode in (0, 2), plan.stdout
+    # The plan says first what apply will settle, and plans as if it were done.
+    if point == "created":
+        assert "will recover: remove the unfinished replacement agent-1-sandnew" in plan.stdout
+        assert "then replace" in plan.stdout, plan.stdout
+    else:
+        assert "will recover: name the replacement agent-1-sandnew" in plan.stdout, plan.stdout
+        assert "agent-1 (pve" in plan.stdout and "will be created" not in plan.stdout
     again = sand.run(*GO)
     assert again.returncode == 0, again.stdout + again.stderr
     (new,) = rig.vms()

@@ -121,3 +121,28 @@ def test_crash_mid_update_converges(tmp_path):
     rig.assert_converged(["a", "b"])
     listed = {i["name"]: i for i in rig.standin.list_json()}
     assert listed["a"]["cpus"] == 4 and listed["a"]["status"] == "Running"
+
+
+def test_crash_mid_stop_waits_for_the_orphaned_limactl(tmp_path):
+    """`limactl stop` runs in its own session and outlives the killed sand. The next
+    apply waits for it before reading the instance: otherwise the orphan's stop lands
+    after the new run started the instance again, leaving it stopped but recorded as
+    converged."""
+    import time
+
+    rig = Rig(tmp_path)
+    rig.write(TWO)
+    assert rig.sand("apply", "--auto-approve").returncode == 0
+    rig.standin.configure(stop_delay=5.0)
+    rig.write("  - name: a\n    cpus: 4\n  - name: b\n")
+    rig.kill_at(intent("update"), 0.3)
+    killed_at = time.monotonic()
+    rig.standin.configure(stop_delay=0.0)  # the next run's own stop is quick
+    proc = rig.sand("plan")
+    assert "will recover: wait for limactl stop (pid" in proc.stdout, proc.stdout
+    rig.assert_converged(["a", "b"])
+    # Long after the orphan finished, the instance is still as recorded.
+    time.sleep(max(0.0, killed_at + 6.0 - time.monotonic()))
+    listed = {i["name"]: i for i in rig.standin.list_json()}
+    assert listed["a"]["cpus"] == 4 and listed["a"]["status"] == "Running"
+    assert rig.sand("plan", "--detailed-exitcode").returncode == 0

@@ -140,3 +140,53 @@ def test_lock_is_free_after_a_kill(tmp_path, fakepve_server):
     proc2 = sand.run("apply", "--auto-approve")
     assert proc2.returncode == 0, proc2.stderr
     assert "lock" not in proc2.stderr
+
+
+def task_started(task_type: str):
+    def condition(records) -> bool:
+        return any(
+            r.get("phase") == "step" and f":{task_type}:" in str(r.get("upid") or "")
+            for r in records
+        )
+
+    return condition
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+@pytest.mark.parametrize("task_type", ["qmshutdown", "qmstart"])
+def test_crash_mid_power_task_is_awaited_before_convergence(task_type, tmp_path, fakepve_server):
+    """The killed run's shutdown or start goes on in PVE; the next apply waits for it
+    (its UPID is in the journal) before it reads the VM, so the VM ends running with
+    the new memory and is recorded converged only then."""
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    sand.write(rig.manifest(VMS))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    rig.set_task_secs("qmshutdown", 4.0)  # long enough to outlast the plan below
+    rig.set_task_secs("qmstart", 4.0)
+    sand.write(rig.manifest([{"name": "web-1", "memory": "4GiB"}, {"name": "web-2"}]))
+    killed = kill_when(
+        sand_argv("apply", "--auto-approve"),
+        env_for(sand.state_dir),
+        tmp_path,
+        journal_path(sand),
+        task_started(task_type),
+    )
+    assert killed
+    from tests.crash.killer import journal_records
+
+    (upid,) = [
+        str(r["upid"])
+        for r in journal_records(journal_path(sand))
+        if f":{task_type}:" in str(r.get("upid") or "")
+    ]
+    rig.clear_log()
+    proc = sand.run("plan")
+    assert "will recover: wait for the task still running on VM" in proc.stdout, proc.stdout
+    assert_converged(sand, rig, ["web-1", "web-2"])
+    (web1,) = rig.vms_named("web-1")
+    assert web1.status == "running" and int(web1.config["memory"]) == 4096
+    # The next run polled the killed run's task before it changed anything.
+    polls = rig.requests("GET", f"/nodes/pve1/tasks/{upid}/status")
+    writes = [r for r in rig.log if r.method in ("PUT", "POST")]
+    assert polls and writes and polls[0].at < writes[0].at

@@ -292,6 +292,15 @@ class FakePveRig:
     def grant(self, token_id: str, path: str, *privs: str) -> None:
         self.run(self.pve.grant, token_id, path, *privs)
 
+    def revoke_all(self, token_id: str) -> None:
+        """The token keeps authenticating but holds no privilege (lost its pool rights):
+        its listing is empty, while ``/cluster/nextid?vmid=`` still tells taken ids."""
+        self.run(lambda: self.pve.acl.__setitem__(token_id, []))
+
+    def leave_pool(self, vmid: int) -> None:
+        """Take a VM out of every pool (an operator's move): a pool token no longer sees it."""
+        self.run(self.pve._pool_leave, vmid)
+
     # --- guest agent, faults, time ----------------------------------------------------
 
     def set_agent_ip(self, vmid: int, ip: str | None, *, mac: str | None = None) -> None:

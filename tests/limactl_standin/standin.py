@@ -76,6 +76,9 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "clone_delay": 0.5,                  # seconds the new dir exists without lima.yaml
      "delete_delay": 0.5,                 # seconds between removing lima.yaml and the dir
      "start_delay": 0.0,
+     "stop_delay": 0.0,                   # seconds `stop` takes before the instance is down
+     "hide_from_list": ["vm1"],           # instances a whole listing leaves out (a listing
+                                          #   that forgets; naming them still finds them)
      "require_tty_false": false,          # refuse any call without --tty=false / --yes
      "host_user": "claude",               # default guest user (Lima: the host user)
      "templates": {"NAME": {...}},         # extra/overridden templates (name -> YAML map)
@@ -983,6 +986,9 @@ def cmd_list(args: Args, cfg: dict[str, Any]) -> int:
     if "json" in args.flags:
         fmt = "json"
     names = instance_names()
+    if not args.positional:
+        hidden = set(cfg.get("hide_from_list") or ())
+        names = [n for n in names if n not in hidden]
     if not args.positional and not names:
         warn("No instance found. Run `limactl create` to create an instance.")
         return 0
@@ -1187,6 +1193,8 @@ def cmd_stop(args: Args, cfg: dict[str, Any]) -> int:
                 f'expected status "Running", got "{status_of(d)}" (maybe use `limactl stop -f`?)'
             )
             continue
+        if (delay := float(cfg.get("stop_delay") or 0)) and not force:
+            time.sleep(delay)
         (d / STATE_FILE).unlink(missing_ok=True)
         (d / "ha.pid").unlink(missing_ok=True)
         info(f"Sending SIGINT to hostagent process of {name!r}" if not force else "Killing")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sand.backends.lima import config as cfg
+from sand.backends.lima import recover as recover_mod
 from sand.backends.lima import scripts
 from sand.backends.lima.listing import (
     LimaInstance,
@@ -53,6 +55,8 @@ from sand.backends.protocol import (
     Ownership,
     PreflightItem,
     PreflightReport,
+    RecordedVM,
+    RecoveryDecision,
     SecretsRecord,
 )
 from sand.desired import DesiredVM, digest
@@ -135,6 +139,8 @@ class LimaBackendImpl:
         self._base_users: dict[str, int] = {}
         self._base_stamps: dict[str, BaseStamp] = {}
         self._local_keys: dict[str, str] = {}
+        # Seconds recovery waits for limactl children a killed run left running.
+        self.recovery_wait = 600.0
 
     # --- limactl ----------------------------------------------------------------------
 
@@ -238,6 +244,7 @@ class LimaBackendImpl:
             backend=self.name,
             vms=tuple(vms),
             unknown_reason=reason,
+            unknown_because=tuple(sorted(unreadable)),
             requests=1,
             warnings=tuple(warnings),
             reboots_visible=False,  # a reboot inside the guest keeps the host agent
@@ -265,7 +272,7 @@ class LimaBackendImpl:
     def _observed(
         self, inst: LimaInstance, sidecar: Sidecar | None, agent_started: float | None = None
     ) -> ObservedVM:
-        c: Classification = classify(inst.name, sidecar, inst.param, self.project)
+        c: Classification = classify(inst.name, sidecar, inst.param, self.project, self.name)
         lock: str | None = None
         if not inst.readable:
             lock = "no lima.yaml (being cloned or deleted?)"
@@ -296,6 +303,8 @@ class LimaBackendImpl:
             memory=inst.memory,
             disk=inst.disk,
             protect=inst.protected,
+            # Protection sand did not record setting is an operator's: never lifted.
+            operator_protected=inst.protected and not (sidecar is not None and sidecar.protect),
             lock=lock,
             ports=cfg.observed_ports(inst.config),
             marker=c.marker,
@@ -470,6 +479,7 @@ class LimaBackendImpl:
                 backend=self.name,
             )
         base = await self._ensure_base(vm, journal) if self._should_clone(vm) else None
+        uid = new_uid()  # the incarnation, journalled first: recovery adopts only this one
         entry = journal.begin(
             "create",
             backend=self.name,
@@ -477,6 +487,7 @@ class LimaBackendImpl:
             identity=name,
             via=f"clone:{base}" if base else "create",
             image=vm.image,
+            uid=uid,
         )
         marked = False
         try:
@@ -503,8 +514,9 @@ class LimaBackendImpl:
             journal.step(entry, "created")
             sidecar = Sidecar(
                 Marker(self.project, name, name, fingerprint="", image=vm.image),
-                uid=new_uid(),
+                uid=uid,
                 backend=self.name,
+                protect=vm.protect,
             )
             await self._write_sidecar(name, scripts.MARKER_FILE, sidecar.to_bytes())
             marked = True
@@ -591,6 +603,12 @@ class LimaBackendImpl:
                 "bytes; it forces replacement)",
                 backend=self.name,
             )
+        if "protect" in wanted and not vm.protect and current.operator_protected:
+            raise BackendError(
+                f"refusing to unprotect {vm.name}: its protection was set outside sand "
+                "(`limactl unprotect` it to let sand manage it)",
+                backend=self.name,
+            )
         config_change = bool(wanted & CONFIG_FIELDS)
         name = current.identity
         power = current.power
@@ -602,6 +620,7 @@ class LimaBackendImpl:
             vm=vm.name,
             identity=name,
             fields=sorted(wanted),
+            uid=current.details.get("uid", ""),
         ) as entry:
             if config_change:
                 if power == "running":
@@ -612,6 +631,11 @@ class LimaBackendImpl:
                 await self._limactl("edit", name, *_set_flags(cfg.set_expressions(settings)))
                 journal.step(entry, "edited")
             if "protect" in wanted and vm.protect != current.protect:
+                if vm.protect:
+                    # Recorded first: a protection sand set is never taken for an operator's.
+                    await self._write_sidecar(
+                        name, scripts.MARKER_FILE, self._sidecar(vm, current, protect=True)
+                    )
                 await self._limactl("protect" if vm.protect else "unprotect", name)
                 journal.step(entry, "protected" if vm.protect else "unprotected")
             if target == "running" and power != "running":
@@ -652,7 +676,12 @@ class LimaBackendImpl:
                 backend=self.name,
             )
         with _journalled(
-            journal, "delete", backend=self.name, vm=current.name, identity=name
+            journal,
+            "delete",
+            backend=self.name,
+            vm=current.name,
+            identity=name,
+            uid=found.sidecar.uid if found.sidecar is not None else "",
         ) as entry:
             await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
             journal.step(entry, "deleted")
@@ -682,17 +711,12 @@ class LimaBackendImpl:
                 backend=self.name,
             )
         marker = current.marker or Marker(self.project, old, old, fingerprint="")
+        # The same VM under its final name: incarnation, stamps and fingerprints kept.
         sidecar = Sidecar(
-            Marker(
-                self.project,
-                name,
-                name,
-                marker.fingerprint,
-                marker.guest_fingerprint,
-                marker.image,
-            ),
+            dataclasses.replace(marker, name=name, identity=name, backend=self.name),
             uid=current.details.get("uid") or new_uid(),
             backend=self.name,
+            protect=current.protect,
         )
         with _journalled(
             journal, "rename", backend=self.name, vm=name, identity=old, to=name
@@ -723,24 +747,40 @@ class LimaBackendImpl:
         self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
     ) -> None:
         self._require_managed(current, "mark")
+        data = self._sidecar(vm, current, protect=vm.protect, converged=True, secrets=secrets)
+        await self._write_sidecar(current.identity, scripts.MARKER_FILE, data)
+
+    def _sidecar(
+        self,
+        vm: DesiredVM,
+        current: ObservedVM,
+        *,
+        protect: bool,
+        converged: bool = False,
+        secrets: SecretsRecord | None = None,
+    ) -> bytes:
+        """The sidecar for ``current``: its incarnation kept, this backend's name written,
+        and the secrets stamp ``secrets`` says was delivered (None: the one it has)."""
+        fp = current.marker.fingerprint if current.marker else ""
+        gfp = current.marker.guest_fingerprint if current.marker else ""
         if secrets is None:  # nothing delivered this run: keep what the VM records
             kept = current.marker
             secrets = SecretsRecord(kept.secrets, kept.secrets_at) if kept else None
-        sidecar = Sidecar(
+        return Sidecar(
             Marker(
                 project=self.project,
                 name=vm.name,
                 identity=current.identity,
-                fingerprint=vm.fingerprint,
-                guest_fingerprint=vm.guest_fingerprint,
+                fingerprint=vm.fingerprint if converged else fp,
+                guest_fingerprint=vm.guest_fingerprint if converged else gfp,
                 image=vm.image,
                 secrets=secrets.stamp if secrets else "",
                 secrets_at=secrets.delivered_at if secrets and secrets.stamp else 0,
             ),
             uid=current.details.get("uid") or new_uid(),
             backend=self.name,
-        )
-        await self._write_sidecar(current.identity, scripts.MARKER_FILE, sidecar.to_bytes())
+            protect=protect,
+        ).to_bytes()
 
     # --- endpoint ---------------------------------------------------------------------
 
@@ -805,75 +845,32 @@ class LimaBackendImpl:
 
     # --- recovery ---------------------------------------------------------------------
 
-    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
-        op = str(entry.get("op") or "")
-        name = str(entry.get("identity") or entry.get("vm") or "")
-        is_base = name.startswith(RESERVED_LIMA_PREFIX)
-        if not is_base and check_vm_name(name, "lima") is not None:
-            return f"nothing to do: {name!r} is not a Lima instance name"
-        found = (await self._inspect(name))[name]
-        inst = found.instance
-        if op == "create":
-            if inst is None:
-                return f"nothing to undo: {name} was never created"
-            if not inst.readable:
-                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
-                return f"removed the half-copied directory of {name}"
-            c = classify(name, found.sidecar, inst.param, self.project)
-            if c.ownership is Ownership.MANAGED and not c.incomplete:
-                return f"adopted {name}: it carries this project's marker"
-            via = str(entry.get("via") or "")
-            from_base = via.startswith("clone:") and inst.param.get(cfg.PARAM_INSTANCE) == via[6:]
-            ours = found.sidecar is None and inst.param.get(cfg.PARAM_PROJECT) == self.project
-            if ours and (c.incomplete or from_base):
-                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
-                return f"deleted the half-made {name} (its create never finished)"
-            return f"left {name} alone: it does not carry this project's marker"
-        if op == "rename":
-            return await self._recover_rename(name, str(entry.get("to") or ""))
-        if op in ("delete", "base-delete"):
-            if inst is None:
-                return f"{name} is already deleted"
-            if not inst.readable:
-                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
-                return f"finished removing {name}"
-            return f"{name} is still there; the next plan decides what to do with it"
-        if op == "base":
-            if inst is None:
-                return f"nothing to undo: base {name} was never created"
-            stamped = found.base_stamp is not None and found.base_stamp.project == self.project
-            if stamped:
-                return f"base {name} is complete"
-            if not inst.readable:
-                await self._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
-            elif inst.param.get(cfg.PARAM_PROJECT) == self.project:
-                await self._limactl("delete", "--force", name, timeout=TIMEOUT_STOP)
-            else:
-                return f"left {name} alone: it was not made by this project"
-            return f"removed the half-built base {name}"
-        return f"nothing to undo for {op} of {name}; the next plan re-reads it"
+    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+        return await recover_mod.decide(self, entry, wait=wait)
 
-    async def _recover_rename(self, old: str, new: str) -> str:
-        """Finish a rename a crash cut short: the files moved, the sidecar not rewritten."""
-        if check_vm_name(new, "lima") is not None:
-            return f"nothing to do: {new!r} is not a Lima instance name"
-        found = await self._inspect(old, new)
-        target = found[new]
-        if target.instance is None:
-            return f"rename of {old} to {new} did not happen; the next plan re-reads it"
-        side = target.sidecar
-        if side is None or side.marker.project != self.project or side.marker.identity != old:
-            return f"left {new} alone: it does not carry the marker of {old}"
-        if found[old].instance is not None:
-            return f"left {new} alone: {old} still exists"
-        m = side.marker
+    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+        return await recover_mod.act(self, entry, decision)
+
+    async def recover(self, entry: Mapping[str, object]) -> str:
+        """Decide (waiting for limactl children a killed run left) and act; the caller
+        settles the journal entry."""
+        return await self.act_recovery(entry, await self.decide_recovery(entry, wait=True))
+
+    async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
+        return await recover_mod.vanished(self, [r.identity for r in recorded])
+
+    async def _finish_rename(self, old: str, new: str) -> None:
+        """Rewrite the sidecar of an instance renamed from ``old`` to ``new``."""
+        side = (await self._inspect(new))[new].sidecar
+        if side is None:
+            return
         fixed = Sidecar(
-            Marker(self.project, new, new, m.fingerprint, m.guest_fingerprint, m.image),
+            dataclasses.replace(side.marker, name=new, identity=new, backend=self.name),
             uid=side.uid,
             backend=self.name,
+            protect=side.protect,
         )
         await self._write_sidecar(new, scripts.MARKER_FILE, fixed.to_bytes())
-        return f"finished renaming {old} to {new} (marker rewritten)"
 
     async def doctor(self) -> DoctorReport:
         from sand.backends.lima.doctor import doctor

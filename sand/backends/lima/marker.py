@@ -26,16 +26,21 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class Sidecar:
-    """The marker plus what only Lima needs (a per-creation id for host-key pinning)."""
+    """The marker plus what only Lima needs: a per-creation id (the incarnation, also
+    used for host-key pinning), the backend entry that made it, and whether sand set
+    ``limactl protect`` (None: not recorded, an older sand)."""
 
     marker: Marker
     uid: str
     backend: str = ""
+    protect: bool | None = None
 
     def to_bytes(self) -> bytes:
-        data = {"schema": SCHEMA, **self.marker.to_json_dict(), "uid": self.uid}
+        data: dict[str, object] = {"schema": SCHEMA, **self.marker.to_json_dict(), "uid": self.uid}
         if self.backend:
             data["backend"] = self.backend
+        if self.protect is not None:
+            data["protect"] = self.protect
         return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
 
 
@@ -68,8 +73,16 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         image=str(data.get("image") or ""),
         secrets=secrets,
         secrets_at=secrets_at,
+        backend=str(data.get("backend") or ""),
+        incarnation=str(data.get("uid") or ""),
     )
-    return Sidecar(marker, str(data.get("uid") or ""), str(data.get("backend") or ""))
+    protect = data.get("protect")
+    return Sidecar(
+        marker,
+        str(data.get("uid") or ""),
+        str(data.get("backend") or ""),
+        protect if isinstance(protect, bool) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -120,14 +133,22 @@ class Classification:
 
 
 def classify(
-    instance: str, sidecar: Sidecar | None, param: Mapping[str, str], project: str
+    instance: str,
+    sidecar: Sidecar | None,
+    param: Mapping[str, str],
+    project: str,
+    backend: str = "",
 ) -> Classification:
+    """``backend``: the backend entry asking; a marker naming another entry of this
+    project is that entry's (one written without a name is adopted by whoever sees it)."""
     if sidecar is not None:
         m = sidecar.marker
         if m.project != project:
             return Classification(Ownership.OTHER_PROJECT, m, sidecar.uid)
         if m.identity != instance:
             return Classification(Ownership.COPIED, m, sidecar.uid)
+        if backend and sidecar.backend and sidecar.backend != backend:
+            return Classification(Ownership.OTHER_BACKEND, m, sidecar.uid)
         return Classification(Ownership.MANAGED, m, sidecar.uid)
     origin_project = param.get(PARAM_PROJECT)
     origin_instance = param.get(PARAM_INSTANCE)

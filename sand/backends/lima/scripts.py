@@ -139,6 +139,14 @@ done
 exit 0
 """
 
+# Prints "PID ARGS" of every process whose command line mentions limactl (none: nothing,
+# also where ps is missing): a limactl start/stop/clone a killed sand left running goes
+# on without it, and recovery waits for it. The caller picks out the ones that matter.
+PROCESSES = r"""
+ps -A -o pid= -o args= 2>/dev/null | grep -F limactl
+exit 0
+"""
+
 
 def sh(script: str, name: str, *args: str) -> list[str]:
     """argv for ``sh -c SCRIPT NAME ARGS...`` ($0 is NAME, $1.. are ARGS)."""
@@ -165,6 +173,10 @@ def remove_half_made_argv(instance: str) -> list[str]:
 
 def read_file_argv(path: str) -> list[str]:
     return sh(READ_FILE, "sand-read", path)
+
+
+def processes_argv() -> list[str]:
+    return sh(PROCESSES, "sand-processes")
 
 
 def tail_argv(instance: str, filename: str, lines: int = 20) -> list[str]:

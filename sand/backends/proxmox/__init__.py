@@ -2,8 +2,9 @@
 
 Modules: ``client`` (proxmoxer wrapper: retries, task polling, errors),
 ``marker`` (tags and description), ``observe`` (one listing, deep reads on
-mismatch), ``create``, ``lifecycle`` (update, delete, mark, recover),
-``guest`` (the guest agent address), ``doctor`` and ``backend``.
+mismatch), ``create``, ``lifecycle`` (update, delete, mark), ``recover``
+(journal replay: decide, then act; VMs a listing left out), ``guest`` (the
+guest agent address), ``doctor`` and ``backend``.
 proxmoxer and requests load only when a backend is built.
 """
 

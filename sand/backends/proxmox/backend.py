@@ -11,11 +11,14 @@ from sand.backends.protocol import (
     ObservedVM,
     PreflightItem,
     PreflightReport,
+    RecordedVM,
+    RecoveryDecision,
     SecretsRecord,
 )
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle, preflight
 from sand.backends.proxmox import observe as observe_mod
+from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
@@ -86,8 +89,19 @@ class ProxmoxVEBackend:
     ) -> GuestEndpoint:
         return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
-    async def recover(self, entry: Mapping[str, object], journal: Journal) -> str:
-        return await lifecycle.recover(self.ctx, entry, journal)
+    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+        return await recover_mod.decide(self.ctx, entry, wait=wait)
+
+    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+        return await recover_mod.act(self.ctx, entry, decision)
+
+    async def recover(self, entry: Mapping[str, object]) -> str:
+        """Decide (waiting for what the killed run left running) and act; the caller
+        settles the journal entry."""
+        return await self.act_recovery(entry, await self.decide_recovery(entry, wait=True))
+
+    async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
+        return await recover_mod.vanished(self.ctx, recorded)
 
     async def doctor(self) -> DoctorReport:
         return await run_doctor(self.ctx)

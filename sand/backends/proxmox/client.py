@@ -13,7 +13,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,8 +234,12 @@ class PveClient:
         *,
         what: str,
         timeout: float,
+        on_upid: Callable[[str], None] | None = None,
     ) -> TaskResult:
-        """Start a worker (the call answers a UPID) and wait for its end."""
+        """Start a worker (the call answers a UPID) and wait for its end.
+
+        ``on_upid`` hears the UPID as soon as PVE answers (the journal records it: a
+        task goes on when sand is killed, and the next run waits for it)."""
         try:
             upid = await self.request(method, path, params)
         except ProxmoxError as e:
@@ -246,6 +250,8 @@ class PveClient:
             raise err from None
         if not upid:  # a synchronous answer: nothing to wait for
             return TaskResult("", "OK")
+        if on_upid is not None:
+            on_upid(str(upid))
         return await self.wait(str(upid), what=what, timeout=timeout)
 
     async def wait(self, upid: str, *, what: str, timeout: float) -> TaskResult:

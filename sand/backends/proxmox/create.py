@@ -204,11 +204,14 @@ async def _try_clone(
         project=ctx.project,
         template=str(template["vmid"]),
     )
-    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
+    # The entry's id is the VM's incarnation, kept on every later write.
+    marker = Marker(
+        ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name, incarnation=entry.id
+    )
     params: dict[str, Any] = {
         "newid": vmid,
         "name": vm.name,
-        "description": mk.render_block(marker, op=entry.id),
+        "description": mk.render_block(marker),
         "pool": ctx.config.pool,
         "storage": storage,
         "full": 1,
@@ -216,7 +219,7 @@ async def _try_clone(
     if template.get("node") != node:
         params["target"] = node
     try:
-        await _clone_task(ctx, template, vmid, params, entry.id)
+        await _clone_task(ctx, template, vmid, params, entry.id, lambda u: journal.task(entry, u))
     except _Taken:
         journal.finish(entry, "failed")
         return None
@@ -228,13 +231,22 @@ async def _try_clone(
     return entry
 
 
-async def _clone_task(ctx: Ctx, template: Row, vmid: int, params: dict[str, Any], op: str) -> None:
+async def _clone_task(
+    ctx: Ctx,
+    template: Row,
+    vmid: int,
+    params: dict[str, Any],
+    op: str,
+    track: vmops.Track,
+) -> None:
     tnode, tvmid = str(template.get("node")), template["vmid"]
     path = f"{vmops.vm_path(tnode, tvmid)}/clone"
     what = f"clone of template {tvmid} to VM {vmid}"
     for attempt in range(CLONE_ATTEMPTS):
         try:
-            await ctx.client.task("POST", path, params, what=what, timeout=ctx.timeouts.clone)
+            await ctx.client.task(
+                "POST", path, params, what=what, timeout=ctx.timeouts.clone, on_upid=track
+            )
             return
         except ProxmoxError as e:
             if "already exists" in e.detail:
@@ -268,6 +280,11 @@ async def _adopt(
 ) -> ObservedVM:
     """Take over a VM of ours for this entry (made by a parallel or an interrupted run)."""
     node = own.node or ""
+    config = await vmops.wait_unlocked(
+        ctx, node, own.identity, why="another sand run may still be creating it; re-run later"
+    )
+    block = mk.parse_block(config.get("description")) or {}
+    # The incarnation adopted: a replay of this entry acts only on this very VM.
     entry = journal.begin(
         "create",
         backend=ctx.name,
@@ -276,9 +293,7 @@ async def _adopt(
         node=node,
         project=ctx.project,
         adopt=True,
-    )
-    await vmops.wait_unlocked(
-        ctx, node, own.identity, why="another sand run may still be creating it; re-run later"
+        incarnation=str(block.get("op") or ""),
     )
     return await _setup(ctx, vm, node, int(own.identity), entry, journal, pubkey)
 
@@ -296,6 +311,7 @@ async def _setup(
 ) -> ObservedVM:
     """Configure, resize and start a cloned VM; every step may be repeated safely."""
     path = vmops.vm_path(node, vmid)
+    track: vmops.Track = lambda upid: journal.task(entry, upid)  # noqa: E731
     config = await read_config(ctx, node, vmid)
     tags = mk.parse_tags(config.get("tags"))
     if not (tags.complete and tags.project == ctx.project and tags.identity == str(vmid)):
@@ -306,27 +322,28 @@ async def _setup(
         others = [o for o in await find_own(ctx, await listing(ctx), vm) if int(o.identity) < vmid]
         if others:
             # A parallel run made this entry's VM first: remove ours, take theirs.
-            await vmops.destroy(ctx, node, vmid)
+            await vmops.destroy(ctx, node, vmid, track=track)
             journal.step(entry, "duplicate-removed")
             journal.finish(entry, "duplicate")
             return await _adopt(ctx, vm, others[0], journal, pubkey)
     disk = vmops.boot_disk(config)
     if disk is not None and vm.disk > disk[1]:
-        await vmops.resize(ctx, node, vmid, disk[0], vm.disk)
+        await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
         journal.step(entry, "resized")
     status = await vmops.read_status(ctx, node, vmid)
     if status.get("status") != "running":
-        await vmops.start(ctx, node, vmid)
+        await vmops.start(ctx, node, vmid, track=track)
         journal.step(entry, "started")
     journal.finish(entry)
-    observed, _ = await vmops.read_vm(ctx, node, vmid, vm)
+    # Cloned into (or adopted from) this backend's pool.
+    observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=ctx.config.pool)
     return observed
 
 
 def _base_config(
     ctx: Ctx, vm: DesiredVM, vmid: int, config: dict[str, Any], pubkey: str
 ) -> dict[str, Any]:
-    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image)
+    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name)
     params: dict[str, Any] = {
         "cores": vm.cpus,
         "sockets": 1,

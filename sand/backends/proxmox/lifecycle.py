@@ -1,9 +1,11 @@
-"""Update, delete, mark converged and crash recovery of sand's VMs."""
+"""Update, delete and mark converged of sand's VMs (crash recovery: ``recover.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sand.backends.protocol import Marker, ObservedVM, Ownership, SecretsRecord
@@ -13,7 +15,7 @@ from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import is_protected, read_config
 from sand.desired import DesiredVM
-from sand.state.journal import Journal
+from sand.state.journal import Journal, JournalEntry
 
 UPDATABLE = ("cpus", "memory", "disk", "state", "protect")
 
@@ -36,8 +38,20 @@ async def _fresh(
     """Re-read the VM (never act on a stale observation) and check it may be changed."""
     _refuse(ctx, current, action)
     node = current.node or ""
+    # Where the observation saw it: a VM not seen in this backend's pool is never ours.
+    pool = current.details.get("pool")
+    if action == "delete":
+        # Nothing is undone by a delete: where the VM is now is read again (one listing).
+        row = await vmops.locate(ctx, current.identity)
+        if row is None:
+            raise ProxmoxError(
+                ctx.name,
+                f"refusing to delete VM {current.identity}: it does not exist any more"
+                " or has left pool " + repr(ctx.config.pool),
+            )
+        node, pool = str(row.get("node")), row.get("pool")
     try:
-        fresh, config = await vmops.read_vm(ctx, node, current.identity, want)
+        fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     except ProxmoxError as e:
         if "does not exist" not in e.detail:
             raise
@@ -45,11 +59,24 @@ async def _fresh(
         if row is None:
             raise
         node = str(row.get("node"))
-        fresh, config = await vmops.read_vm(ctx, node, current.identity, want)
+        pool = row.get("pool")
+        fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     _refuse(ctx, fresh, action)
     if fresh.marker is None or fresh.marker.project != ctx.project:
         raise ProxmoxError(ctx.name, f"refusing to {action} VM {current.identity}: not ours")
+    seen = current.marker.incarnation if current.marker else ""
+    if seen and fresh.marker.incarnation != seen:
+        raise ProxmoxError(
+            ctx.name,
+            f"refusing to {action} VM {current.identity}: it is not the VM that was observed "
+            "(another one took its id)",
+        )
     return fresh, config, node
+
+
+def _tracker(journal: Journal, entry: JournalEntry) -> vmops.Track:
+    """Journal each task's UPID as PVE hands it out."""
+    return lambda upid: journal.task(entry, upid)
 
 
 def _protected_by_sand(config: Mapping[str, Any]) -> bool:
@@ -65,16 +92,25 @@ async def update(
         raise ProxmoxError(ctx.name, f"cannot change {', '.join(unknown)} in place")
     fresh, config, node = await _fresh(ctx, current, vm, "change")
     vmid = fresh.identity
-    if is_protected(config) and not (vm.protect or _protected_by_sand(config)):
+    if "protect" in fields and is_protected(config) and not _protected_by_sand(config):
+        # The planner never proposes this; refuse a caller that does.
         raise ProxmoxError(
             ctx.name,
-            f"refusing to change VM {vmid} ({vm.name}): protection was set outside sand; "
-            "set protect: true in the manifest to manage it, or clear protection in PVE",
+            f"refusing to lift the protection of VM {vmid} ({vm.name}): protection was set "
+            "outside sand; clear it in PVE to let sand manage it",
         )
     path = vmops.vm_path(node, vmid)
+    assert fresh.marker is not None
     entry = journal.begin(
-        "update", backend=ctx.name, vm=vm.name, identity=vmid, node=node, fields=list(fields)
+        "update",
+        backend=ctx.name,
+        vm=vm.name,
+        identity=vmid,
+        node=node,
+        fields=list(fields),
+        incarnation=fresh.marker.incarnation,
     )
+    track = _tracker(journal, entry)
     was_running = fresh.power == "running"
     want_running = vm.state == "running" if "state" in fields else was_running
     params: dict[str, Any] = {}
@@ -84,12 +120,12 @@ async def update(
         params["memory"] = mk.memory_mib(vm.memory)
     if "protect" in fields:
         params["protection"] = 1 if vm.protect else 0
-        params["description"] = _description(config, fresh.marker, protect=vm.protect)
+        params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
     running = was_running
     if running and ({"cpus", "memory"} & set(fields)):
         # CPU and memory need a restart: change them on a stopped VM, so nothing is left
         # pending (PVE keeps changes to a running VM pending until its next start).
-        await vmops.shutdown(ctx, node, vmid)
+        await vmops.shutdown(ctx, node, vmid, track=track)
         running = False
         journal.step(entry, "stopped")
     if params:
@@ -104,25 +140,34 @@ async def update(
                 ctx.name, f"VM {vmid} disk {disk[0]} is {disk[1]} bytes; PVE cannot shrink disks"
             )
         if vm.disk > disk[1]:
-            await vmops.resize(ctx, node, vmid, disk[0], vm.disk)
+            await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
             journal.step(entry, "resized")
     if want_running and not running:
-        await vmops.start(ctx, node, vmid)
+        await vmops.start(ctx, node, vmid, track=track)
         journal.step(entry, "started")
     elif running and not want_running:
-        await vmops.shutdown(ctx, node, vmid)
+        await vmops.shutdown(ctx, node, vmid, track=track)
         journal.step(entry, "stopped")
     journal.finish(entry)
-    observed, _ = await vmops.read_vm(ctx, node, vmid, vm)
+    observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=fresh.details.get("pool"))
     return observed
 
 
-def _description(config: Mapping[str, Any], marker: Marker | None, **extra: object) -> str:
+def _description(
+    ctx: Ctx, config: Mapping[str, Any], marker: Marker | None, **extra: object
+) -> str:
     block = mk.parse_block(config.get("description")) or {}
     keep = {k: v for k, v in block.items() if k in ("protect",)}
     keep.update(extra)
     assert marker is not None
-    return mk.merge_description(config.get("description"), marker, **keep)
+    return mk.merge_description(config.get("description"), own_marker(ctx, marker, block), **keep)
+
+
+def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
+    """``marker`` as this backend writes it: its name, and the VM's incarnation kept (a
+    VM an older sand made without one gets one now, once)."""
+    incarnation = marker.incarnation or str(block.get("op") or "") or uuid.uuid4().hex
+    return replace(marker, backend=ctx.name, incarnation=incarnation)
 
 
 async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
@@ -134,8 +179,18 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
             f"refusing to delete VM {vmid} ({fresh.name}): protection is set; "
             "set protect: false and apply before removing it",
         )
-    entry = journal.begin("delete", backend=ctx.name, vm=fresh.name, identity=vmid, node=node)
-    await vmops.destroy(ctx, node, vmid)
+    assert fresh.marker is not None
+    # The incarnation seen now: a replay of this entry acts only on this very VM, never on
+    # a successor that got the vmid after the delete went through.
+    entry = journal.begin(
+        "delete",
+        backend=ctx.name,
+        vm=fresh.name,
+        identity=vmid,
+        node=node,
+        incarnation=fresh.marker.incarnation,
+    )
+    await vmops.destroy(ctx, node, vmid, track=_tracker(journal, entry))
     journal.finish(entry)
 
 
@@ -155,11 +210,11 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
     await ctx.client.put(
         f"{vmops.vm_path(node, vmid)}/config",
         name=name,
-        description=_description(config, marker),
+        description=_description(ctx, config, marker),
         digest=config.get("digest"),
     )
     journal.finish(entry)
-    observed, _ = await vmops.read_vm(ctx, node, vmid, None)
+    observed, _ = await vmops.read_vm(ctx, node, vmid, None, pool=fresh.details.get("pool"))
     return observed
 
 
@@ -172,6 +227,7 @@ async def mark_converged(
     delivered this run, the one the VM carries now."""
     _refuse(ctx, current, "mark")
     node = current.node or ""
+    seen = current.marker.incarnation if current.marker else ""
     path = vmops.vm_path(node, current.identity)
     for attempt in range(3):
         config = await read_config(ctx, node, current.identity)
@@ -181,22 +237,43 @@ async def mark_converged(
             if secrets is not None
             else (found.secrets, found.secrets_at)
         )
-        marker = Marker(
-            ctx.project,
-            vm.name,
-            current.identity,
-            vm.fingerprint,
-            vm.guest_fingerprint,
-            vm.image,
-            secrets=stamp,
-            secrets_at=stamped_at if stamp else 0,
-        )
         described = mk.parse_description(config.get("description"))
         claims = [(found.project, found.identity)] if found.complete else []
         if described is not None:
             claims.append((described.project, described.identity))
         if not claims or any(c != (ctx.project, current.identity) for c in claims):
             raise ProxmoxError(ctx.name, f"refusing to mark VM {current.identity}: not ours")
+        mine = mk.backend_tag(ctx.name)
+        named = [found.backend] if found.backend else []
+        if described is not None and described.backend:
+            named.append(mk.backend_tag(described.backend))
+        if any(b != mine for b in named):
+            raise ProxmoxError(
+                ctx.name,
+                f"refusing to mark VM {current.identity}: it belongs to another backend entry",
+            )
+        incarnation = described.incarnation if described is not None else ""
+        if seen and incarnation != seen:
+            raise ProxmoxError(
+                ctx.name,
+                f"refusing to mark VM {current.identity}: it is not the VM that was observed",
+            )
+        block = mk.parse_block(config.get("description")) or {}
+        marker = own_marker(
+            ctx,
+            Marker(
+                ctx.project,
+                vm.name,
+                current.identity,
+                vm.fingerprint,
+                vm.guest_fingerprint,
+                vm.image,
+                secrets=stamp,
+                secrets_at=stamped_at if stamp else 0,
+                incarnation=incarnation,
+            ),
+            block,
+        )
         try:
             await ctx.client.put(
                 f"{path}/config",
@@ -212,64 +289,3 @@ async def mark_converged(
             retry = "checksum mismatch" in e.detail or "modified" in e.detail
             if not retry or attempt == 2:
                 raise
-
-
-async def recover(ctx: Ctx, entry: Mapping[str, Any], journal: Journal) -> str:
-    """Settle one unfinished journal entry of a crashed run; a one-line account."""
-    op, vmid, name = str(entry.get("op")), str(entry.get("identity")), str(entry.get("vm"))
-    entry_id = str(entry.get("id"))
-    steps = list(entry.get("steps") or [])
-    row = await vmops.find_or_wait(ctx, vmid)
-    if row is None:
-        journal.settle(entry_id, "nothing")
-        return f"{op} of {name} (VM {vmid}): VM {vmid} does not exist, nothing to do"
-    node = str(row.get("node"))
-    if op == "update":
-        journal.settle(entry_id, "nothing")
-        return f"update of {name} (VM {vmid}) was interrupted; the next plan re-applies it"
-    if row.get("lock"):
-        # The crashed run's task (a clone, a destroy) goes on without it: let it end.
-        # Still locked after the wait: raise, so the entry stays open for the next run.
-        await vmops.wait_unlocked(
-            ctx, node, vmid, why=f"the interrupted {op} of {name} is settled on the next run"
-        )
-    config = await read_config(ctx, node, vmid)
-    tags = mk.parse_tags(config.get("tags"))
-    block = mk.parse_block(config.get("description")) or {}
-    described = mk.parse_description(config.get("description"))
-    tagged = tags.complete and tags.project == ctx.project and tags.identity == vmid
-    ours_by_description = (
-        described is not None
-        and described.project == ctx.project
-        and described.identity == vmid
-        and described.name == name
-    )
-    if op == "create":
-        made_here = block.get("op") == entry_id or (
-            "cloned" in steps and (ours_by_description or row.get("name") == name)
-        )
-        adopting = bool(entry.get("adopt"))
-        if tagged and (ours_by_description or made_here or adopting):
-            journal.settle(entry_id, "adopted")
-            return (
-                f"create of {name} (VM {vmid}) was interrupted after configuration; adopted "
-                "(the next plan finishes it)"
-            )
-        if made_here and not adopting:
-            if is_protected(config):
-                journal.settle(entry_id, "left")
-                return f"create of {name} (VM {vmid}) half-made but protected; left alone"
-            await vmops.destroy(ctx, node, vmid)
-            journal.settle(entry_id, "deleted")
-            return f"create of {name} (VM {vmid}) was interrupted before configuration; deleted"
-        journal.settle(entry_id, "nothing")
-        return f"create of {name}: VM {vmid} is not one this run made; left alone"
-    if op == "delete":
-        if (tagged or ours_by_description) and not is_protected(config) and not row.get("template"):
-            await vmops.destroy(ctx, node, vmid)
-            journal.settle(entry_id, "deleted")
-            return f"delete of {name} (VM {vmid}) was interrupted; finished it"
-        journal.settle(entry_id, "nothing")
-        return f"delete of {name} (VM {vmid}): no longer ours to delete; left alone"
-    journal.settle(entry_id, "nothing")
-    return f"{op} of {name} (VM {vmid}): nothing to do"

@@ -11,15 +11,20 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
                               a version and 80 bits of a salted scrypt-based hash,
                               never a value) and when (epoch seconds); absent when
                               the VM has no secrets
+    sand-backend-<name>       which backend entry of the manifest made it (names that
+                              are not valid tags: ``sand-backend+<hash12>``)
 
 The description ends with a fenced JSON block with the full marker (project,
-vmid, name, both fingerprints, image), read only on a deep (per-VM) read.
+vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
+journal entry that cloned it, kept on every write), read only on a deep
+(per-VM) read.
 Operator tags and description text are kept on every write. PVE stores tags
 lower-cased, de-duplicated and sorted, so sand writes them that way too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -30,6 +35,8 @@ from sand.backends.protocol import Marker
 
 TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"
+BACKEND_PREFIX = "sand-backend-"
+HASHED_BACKEND_PREFIX = "sand-backend+"
 NEW = "new"
 _IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
 SECRETS_PREFIX = "sand-secrets-"
@@ -52,6 +59,7 @@ class TagMarker:
     fingerprint: str | None  # "" for "new"
     secrets: str = ""  # the secrets stamp, "" when no (well-formed) tag carries one
     secrets_at: int = 0
+    backend: str | None = None  # the backend tag (see backend_tag), None when absent
 
     @property
     def present(self) -> bool:
@@ -74,21 +82,39 @@ def join_tags(tags: Iterable[str]) -> str:
     return ";".join(sorted({t.lower() for t in tags if t}))
 
 
+def backend_tag(name: str) -> str:
+    """The tag naming backend entry ``name``; a name that is not a valid lower-case PVE
+    tag (PVE lower-cases tags) is written as a short hash of it instead."""
+    tag = BACKEND_PREFIX + name
+    if name and name == name.lower() and _PVE_TAG.match(tag) and len(tag) <= 64:
+        return tag
+    return HASHED_BACKEND_PREFIX + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+def backend_of_tag(tag: str | None) -> str:
+    """The backend name a backend tag spells ("" for none, or a hashed one)."""
+    if tag and tag.startswith(BACKEND_PREFIX):
+        return tag[len(BACKEND_PREFIX) :]
+    return ""
+
+
 def is_sand_tag(tag: str) -> bool:
     return (
         tag == TOOL_TAG
-        or tag.startswith((PROJECT_PREFIX, SECRETS_PREFIX))
+        or tag.startswith((PROJECT_PREFIX, SECRETS_PREFIX, BACKEND_PREFIX, HASHED_BACKEND_PREFIX))
         or bool(_IDENTITY_TAG.match(tag))
     )
 
 
 def parse_tags(value: object) -> TagMarker:
     tool = False
-    project = identity = fingerprint = None
+    project = identity = fingerprint = backend = None
     secrets, secrets_at = "", 0
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
+        elif tag.startswith((BACKEND_PREFIX, HASHED_BACKEND_PREFIX)):
+            backend = tag
         elif tag.startswith(PROJECT_PREFIX):
             project = tag[len(PROJECT_PREFIX) :]
         elif tag.startswith(SECRETS_PREFIX):
@@ -100,7 +126,7 @@ def parse_tags(value: object) -> TagMarker:
             if found:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
-    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at)
+    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at, backend)
 
 
 def marker_tags(marker: Marker) -> list[str]:
@@ -108,6 +134,8 @@ def marker_tags(marker: Marker) -> list[str]:
     tags = [TOOL_TAG, f"sand-{marker.identity}-{fp}", PROJECT_PREFIX + marker.project.lower()]
     if marker.secrets:
         tags.append(f"{SECRETS_PREFIX}{marker.secrets}-{marker.secrets_at}")
+    if marker.backend:
+        tags.append(backend_tag(marker.backend))
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")
@@ -156,6 +184,8 @@ def parse_description(text: object) -> Marker | None:
             fingerprint=str(data.get("fingerprint") or ""),
             guest_fingerprint=str(data.get("guest_fingerprint") or ""),
             image=str(data.get("image") or ""),
+            backend=str(data.get("backend") or ""),
+            incarnation=str(data.get("op") or ""),
         )
     except KeyError:
         return None
@@ -167,8 +197,9 @@ def operator_text(text: object) -> str:
 
 
 def render_block(marker: Marker, **extra: object) -> str:
-    """The fenced block; ``extra`` adds keys such as ``op`` (the journal entry that
-    cloned the VM) and ``protect`` (protection was set by sand, not by an operator)."""
+    """The fenced block; ``extra`` adds keys such as ``protect`` (protection was set by
+    sand, not by an operator). The marker's incarnation is written as ``op`` (the
+    journal entry that cloned the VM) and its backend as ``backend``."""
     data: dict[str, object] = {
         "tool": "sand",
         "project": marker.project,
@@ -178,6 +209,10 @@ def render_block(marker: Marker, **extra: object) -> str:
         "guest_fingerprint": marker.guest_fingerprint,
         "image": marker.image,
     }
+    if marker.backend:
+        data["backend"] = marker.backend
+    if marker.incarnation:
+        data["op"] = marker.incarnation
     data.update((k, v) for k, v in extra.items() if v is not None)
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
 

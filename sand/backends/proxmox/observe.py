@@ -56,6 +56,7 @@ def classify(
     tags = mk.parse_tags(row.get("tags"))
     locked = bool(row.get("lock"))
     template = bool(row.get("template"))
+    mine = mk.backend_tag(ctx.name)
 
     if config is None:
         if tags.complete:
@@ -65,11 +66,13 @@ def classify(
                 return _observed(ctx, row, Ownership.OTHER_PROJECT, _tag_marker(tags, name), None)
             if tags.identity != vmid:
                 return _observed(ctx, row, Ownership.COPIED, _tag_marker(tags, name), None)
+            if tags.backend is not None and tags.backend != mine:
+                return _observed(ctx, row, Ownership.OTHER_BACKEND, _tag_marker(tags, name), None)
             if (
                 want is not None
                 and not template
                 and not locked
-                and not _foreign_pool(ctx, row)
+                and in_pool(ctx, row)
                 and tags.fingerprint
                 and tags.fingerprint == want.fingerprint
             ):
@@ -84,6 +87,7 @@ def classify(
                     want.image,
                     secrets=tags.secrets,
                     secrets_at=tags.secrets_at,
+                    backend=ctx.name if tags.backend == mine else "",
                 )
                 return _observed(ctx, row, Ownership.MANAGED, fast, want, protect=want.protect)
             return DEEP
@@ -93,13 +97,19 @@ def classify(
             return DEEP  # perhaps a clone of ours still in flight (no name, no tags yet)
         return None
 
+    block = mk.parse_block(config.get("description")) or {}
     described = mk.parse_description(config.get("description"))
     found: list[tuple[str, str]] = []  # (project, identity) each source names
+    backends: list[str] = []  # the backend tags each source names
     if tags.complete:
         assert tags.project is not None and tags.identity is not None
         found.append((tags.project, tags.identity))
+        if tags.backend is not None:
+            backends.append(tags.backend)
     if described is not None:
         found.append((described.project, described.identity))
+        if described.backend:
+            backends.append(mk.backend_tag(described.backend))
     protect = is_protected(config)
     lock = row.get("lock") or config.get("lock")
     if not found:
@@ -112,6 +122,8 @@ def classify(
         ownership = Ownership.OTHER_PROJECT
     elif any(identity != vmid for _, identity in found):
         ownership = Ownership.COPIED
+    elif any(backend != mine for backend in backends):
+        ownership = Ownership.OTHER_BACKEND
     else:
         ownership = Ownership.MANAGED
     project, identity = found[0]
@@ -121,6 +133,9 @@ def classify(
             fingerprint = described.fingerprint
         elif fingerprint != described.fingerprint:
             fingerprint = ""  # tags and description disagree: treat as not converged
+    named_backend = described.backend if described is not None and described.backend else ""
+    if not named_backend and tags.backend == mine:
+        named_backend = ctx.name
     the_marker = Marker(
         project=project,
         name=described.name if described is not None else name,
@@ -130,28 +145,43 @@ def classify(
         image=described.image if described is not None else "",
         secrets=tags.secrets,
         secrets_at=tags.secrets_at,
+        backend=named_backend,
+        incarnation=described.incarnation if described is not None else "",
     )
     notes: dict[str, str] = {}
     if template and ownership is Ownership.MANAGED:
         ownership = Ownership.UNMANAGED  # a template is never sand's to change
         notes["note"] = "a template carrying sand's marker; templates are never managed"
-    elif _foreign_pool(ctx, row) and ownership is Ownership.MANAGED:
-        # Another backend of this project (another pool), or moved out by an operator.
+    elif ownership is Ownership.MANAGED and not in_pool(ctx, row) and lock != "clone":
+        # Another backend of this project (another pool), moved out by an operator, or in
+        # no pool at all (a broad token sees it): never sand's to change. A clone in
+        # flight joins the pool when it ends, and is locked until then.
         ownership = Ownership.UNMANAGED
+        where = f"in pool {row.get('pool')!r}" if row.get("pool") else "in no pool"
         notes["note"] = (
-            f"carries this project's marker but is in pool {row.get('pool')!r}, "
-            f"not {ctx.config.pool!r}; left alone"
+            f"carries this project's marker but is {where}, not {ctx.config.pool!r}; left alone"
         )
+    if ownership is Ownership.OTHER_BACKEND:
+        notes["note"] = "carries the marker of another backend entry of this project; left alone"
     want = desired.get(the_marker.name) if ownership is Ownership.MANAGED else None
     return _observed(
-        ctx, row, ownership, the_marker, want, protect=protect, lock=lock, deep=True, notes=notes
+        ctx,
+        row,
+        ownership,
+        the_marker,
+        want,
+        protect=protect,
+        operator_protected=protect and block.get("protect") is not True,
+        lock=lock,
+        deep=True,
+        notes=notes,
     )
 
 
-def _foreign_pool(ctx: Ctx, row: Row) -> bool:
-    """In another pool than this backend's (no pool: a clone not finished, or a broad token)."""
-    pool = row.get("pool")
-    return bool(pool) and pool != ctx.config.pool
+def in_pool(ctx: Ctx, row: Row) -> bool:
+    """In this backend's pool. A row in no pool is not: a VM sand made joined the pool
+    with its clone, so an operator (or another tool) took it out."""
+    return row.get("pool") == ctx.config.pool
 
 
 def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
@@ -160,6 +190,7 @@ def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
         name=name,
         identity=tags.identity or "",
         fingerprint=tags.fingerprint or "",
+        backend=mk.backend_of_tag(tags.backend),
     )
 
 
@@ -171,6 +202,7 @@ def _observed(
     want: DesiredVM | None,
     *,
     protect: bool = False,
+    operator_protected: bool = False,
     lock: object = None,
     deep: bool = False,
     notes: Mapping[str, str] | None = None,
@@ -194,6 +226,7 @@ def _observed(
         memory=mk.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
         disk=mk.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
         protect=protect,
+        operator_protected=operator_protected,
         lock=str(lock) if lock else None,
         node=str(row.get("node") or "") or None,
         marker=the_marker,

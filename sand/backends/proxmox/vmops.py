@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sand.backends.protocol import ObservedVM, Ownership
@@ -15,6 +15,7 @@ from sand.backends.proxmox.observe import classify, listing, read_config
 from sand.desired import DesiredVM
 
 DRIVE_PREFIXES = ("scsi", "virtio", "sata", "ide")
+Track = Callable[[str], None]  # hears the UPID of each task started (the journal records it)
 
 
 def vm_path(node: str, vmid: str | int) -> str:
@@ -26,12 +27,22 @@ async def read_status(ctx: Ctx, node: str, vmid: str | int) -> dict[str, Any]:
 
 
 async def read_vm(
-    ctx: Ctx, node: str, vmid: str | int, want: DesiredVM | None = None
+    ctx: Ctx,
+    node: str,
+    vmid: str | int,
+    want: DesiredVM | None = None,
+    *,
+    pool: str | None,
 ) -> tuple[ObservedVM, dict[str, Any]]:
-    """A deep read of one VM (status and config): its ObservedVM and config."""
+    """A deep read of one VM (status and config): its ObservedVM and config.
+
+    Neither call shows the VM's pool, so the caller says where it was seen (the
+    listing row it came from): a VM not seen in this backend's pool is never managed."""
     status = await read_status(ctx, node, vmid)
     config = await read_config(ctx, node, vmid)
     row = row_of(node, vmid, status, config)
+    if pool:
+        row["pool"] = pool
     desired = {want.name: want} if want else {}
     observed = classify(ctx, row, desired, config)
     if not isinstance(observed, ObservedVM):
@@ -132,6 +143,7 @@ async def _power(
     timeout: float,
     already: str,
     params: dict[str, Any] | None = None,
+    track: Track | None = None,
 ) -> None:
     """POST status/<action> and wait for its task; the VM already being there is fine."""
     try:
@@ -141,22 +153,33 @@ async def _power(
             params,
             what=f"{action} of VM {vmid}",
             timeout=timeout,
+            on_upid=track,
         )
     except ProxmoxError as e:
         if already not in e.detail:
             raise
 
 
-async def start(ctx: Ctx, node: str, vmid: str | int) -> None:
-    await _power(ctx, node, vmid, "start", timeout=ctx.timeouts.start, already="already running")
+async def start(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = None) -> None:
+    await _power(
+        ctx,
+        node,
+        vmid,
+        "start",
+        timeout=ctx.timeouts.start,
+        already="already running",
+        track=track,
+    )
 
 
-async def stop(ctx: Ctx, node: str, vmid: str | int) -> None:
+async def stop(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = None) -> None:
     """Hard stop (disposable VMs being removed)."""
-    await _power(ctx, node, vmid, "stop", timeout=ctx.timeouts.stop, already="not running")
+    await _power(
+        ctx, node, vmid, "stop", timeout=ctx.timeouts.stop, already="not running", track=track
+    )
 
 
-async def shutdown(ctx: Ctx, node: str, vmid: str | int) -> None:
+async def shutdown(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = None) -> None:
     """ACPI shutdown, forced off when the guest does not power down in time."""
     await _power(
         ctx,
@@ -166,10 +189,13 @@ async def shutdown(ctx: Ctx, node: str, vmid: str | int) -> None:
         timeout=ctx.timeouts.shutdown + 60,
         already="not running",
         params={"timeout": int(ctx.timeouts.shutdown), "forceStop": 1},
+        track=track,
     )
 
 
-async def resize(ctx: Ctx, node: str, vmid: str | int, disk: str, size: int) -> None:
+async def resize(
+    ctx: Ctx, node: str, vmid: str | int, disk: str, size: int, *, track: Track | None = None
+) -> None:
     """Grow ``disk`` to ``size`` bytes (PVE only grows disks)."""
     await ctx.client.task(
         "PUT",
@@ -177,21 +203,23 @@ async def resize(ctx: Ctx, node: str, vmid: str | int, disk: str, size: int) -> 
         {"disk": disk, "size": mk.size_arg(size)},
         what=f"resize of VM {vmid} {disk}",
         timeout=ctx.timeouts.resize,
+        on_upid=track,
     )
 
 
-async def destroy(ctx: Ctx, node: str, vmid: str | int) -> None:
+async def destroy(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = None) -> None:
     """Stop and delete a VM with its disks; a VM already gone is fine."""
     try:
         status = await read_status(ctx, node, vmid)
         if status.get("status") == "running":
-            await stop(ctx, node, vmid)
+            await stop(ctx, node, vmid, track=track)
         await ctx.client.task(
             "DELETE",
             vm_path(node, vmid),
             {"purge": 1, "destroy-unreferenced-disks": 1},
             what=f"delete of VM {vmid}",
             timeout=ctx.timeouts.delete,
+            on_upid=track,
         )
     except ProxmoxError as e:
         if "does not exist" not in e.detail:
@@ -199,6 +227,57 @@ async def destroy(ctx: Ctx, node: str, vmid: str | int) -> None:
     for ip, owner in list(ctx.addresses.items()):
         if owner == str(vmid):
             del ctx.addresses[ip]
+
+
+async def active_tasks(ctx: Ctx, node: str, vmid: str | int) -> list[str]:
+    """UPIDs of tasks still running on the VM (those this token may see: its own)."""
+    rows = await ctx.client.get(f"nodes/{node}/tasks", vmid=vmid, source="active")
+    return [
+        str(r["upid"])
+        for r in rows or []
+        if isinstance(r, dict)
+        and r.get("upid")
+        and not r.get("endtime")
+        and r.get("status") in (None, "", "running")
+    ]
+
+
+async def await_tasks(
+    ctx: Ctx, nodes: Sequence[str], vmid: str | int, upids: Sequence[str], *, why: str
+) -> None:
+    """Wait (bounded by the unlock timeout) for ``upids`` and any other active task on
+    the VM to end, however they end; still running at the deadline: raise (transient)."""
+    deadline = time.monotonic() + ctx.timeouts.unlock
+    seen: set[str] = set()
+
+    async def wait_for(upid: str) -> None:
+        seen.add(upid)
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            await ctx.client.wait(upid, what=f"task {upid} ({why})", timeout=left)
+        except ProxmoxError as e:
+            if "still running" in e.detail:
+                raise ProxmoxError(
+                    ctx.name,
+                    f"VM {vmid}: task {upid} is still running after "
+                    f"{ctx.timeouts.unlock:.0f}s; {why}",
+                    transient=True,
+                ) from None
+            # The task ended (failed, or its UPID is unknown to PVE): nothing to wait for.
+
+    for upid in upids:
+        if upid and upid not in seen:
+            await wait_for(upid)
+    for node in dict.fromkeys(n for n in nodes if n):
+        try:
+            active = await active_tasks(ctx, node, vmid)
+        except ProxmoxError as e:
+            if e.status in (403, 595) or "does not exist" in e.detail:
+                continue  # no task view on that node: the recorded UPIDs were awaited
+            raise
+        for upid in active:
+            if upid not in seen:
+                await wait_for(upid)
 
 
 def boot_disk(config: Mapping[str, Any]) -> tuple[str, int] | None:

@@ -174,7 +174,7 @@ def _entry(journal: Journal, op: str, name: str, **details: object) -> dict[str,
 async def test_recover_create_never_started(
     standin: StandIn, backend: LimaBackendImpl, journal: Journal
 ) -> None:
-    how = await backend.recover(_entry(journal, "create", "vm1", via="create"), journal)
+    how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
     assert "never created" in how
 
 
@@ -184,7 +184,7 @@ async def test_recover_adopts_a_marked_instance(
     vm = one()
     await backend.observe([vm])
     await backend.create(vm, journal)
-    how = await backend.recover(_entry(journal, "create", "vm1", via="create"), journal)
+    how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
     assert how.startswith("adopted vm1")
     assert "vm1" in standin.instances()
 
@@ -204,7 +204,7 @@ async def test_recover_deletes_a_half_made_instance(
     obs = await backend.observe([vm])
     (half,) = obs.vms
     assert half.ownership is Ownership.MANAGED and half.lock == "creating (no sand marker yet)"
-    how = await backend.recover(_entry(journal, "create", "vm1", via="create"), journal)
+    how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
     assert "deleted the half-made vm1" in how
     assert standin.instances() == []
 
@@ -215,11 +215,11 @@ async def test_recover_removes_a_half_copied_directory(
     d = standin.lima_home / "vm1"
     d.mkdir()
     (d / "disk").write_bytes(b"\0" * 16)
-    how = await backend.recover(_entry(journal, "create", "vm1", via="clone:x"), journal)
+    how = await backend.recover(_entry(journal, "create", "vm1", via="clone:x"))
     assert "half-copied" in how and not d.exists()
     # ...and a half-deleted one.
     d.mkdir()
-    how = await backend.recover(_entry(journal, "delete", "vm1"), journal)
+    how = await backend.recover(_entry(journal, "delete", "vm1"))
     assert "finished removing" in how and not d.exists()
 
 
@@ -227,10 +227,10 @@ async def test_recover_never_touches_a_stranger(
     standin: StandIn, backend: LimaBackendImpl, journal: Journal
 ) -> None:
     standin.make_instance("vm1", {"cpus": 1})
-    how = await backend.recover(_entry(journal, "create", "vm1", via="create"), journal)
+    how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
     assert how.startswith("left vm1 alone")
     assert standin.instances() == ["vm1"]
-    how = await backend.recover(_entry(journal, "delete", "vm1"), journal)
+    how = await backend.recover(_entry(journal, "delete", "vm1"))
     assert "still there" in how and standin.instances() == ["vm1"]
 
 
@@ -242,7 +242,7 @@ async def test_recover_a_crashed_clone_from_the_base(
     await backend.create(state.vms[0], journal)
     base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
     standin.run("clone", base, "b")  # crash: cloned, but neither edited nor marked
-    how = await backend.recover(_entry(journal, "create", "b", via=f"clone:{base}"), journal)
+    how = await backend.recover(_entry(journal, "create", "b", via=f"clone:{base}"))
     assert "deleted the half-made b" in how and "b" not in standin.instances()
 
 
@@ -253,9 +253,9 @@ async def test_recover_a_half_built_base(
     await backend.observe(state.vms)
     await backend.create(state.vms[0], journal)
     base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
-    assert "complete" in await backend.recover(_entry(journal, "base", base), journal)
+    assert "complete" in await backend.recover(_entry(journal, "base", base))
     (standin.instance_dir(base) / "sand-base.json").unlink()  # crash before the stamp
-    how = await backend.recover(_entry(journal, "base", base), journal)
+    how = await backend.recover(_entry(journal, "base", base))
     assert "removed the half-built base" in how and base not in standin.instances()
     # The next run rebuilds it.
     fresh = make_backend()

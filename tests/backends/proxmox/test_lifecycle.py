@@ -43,7 +43,9 @@ async def test_create_clones_into_the_pool_configures_and_starts(
     pub = Path(str(rig.identity) + ".pub").read_text()
     assert urllib.parse.unquote(cfg["sshkeys"]).strip() == pub.strip()
     # The template's operator tag is kept next to sand's marker, as PVE sorts them.
-    assert cfg["tags"] == f"golden;sand;sand-{made.identity}-new;sand-project-demo"
+    assert cfg["tags"] == (
+        f"golden;sand;sand-{made.identity}-new;sand-backend-pve;sand-project-demo"
+    )
     described = mk.parse_description(cfg["description"])
     assert described is not None and (described.project, described.name) == ("demo", "dev")
     assert fake.pending == {}
@@ -59,8 +61,12 @@ async def test_create_clones_into_the_pool_configures_and_starts(
     )
     assert "path" not in sent and sent["newid"] == made.identity
     assert journal.pending() == []
-    steps = [r.get("step") for r in _records(journal) if r.get("phase") == "step"]
+    records = [r for r in _records(journal) if r.get("phase") == "step"]
+    steps = [r.get("step") for r in records if r.get("step") != "task"]
     assert steps == ["cloned", "configured", "resized", "started"]
+    # Each task sand started is journalled with its UPID, as PVE handed it out.
+    tasks = [str(r["upid"]).split(":")[5] for r in records if r.get("step") == "task"]
+    assert tasks == ["qmclone", "resize", "qmstart"]
 
 
 def _records(journal: Journal) -> list[dict[str, object]]:
@@ -248,3 +254,18 @@ async def test_mark_converged_keeps_what_operators_wrote(
     assert marker.image == vm.image and marker.guest_fingerprint == vm.guest_fingerprint
     (put,) = [b for m, p, b in rig.pve.requests if m == "PUT" and p.endswith("/config")][-1:]
     assert "digest" in form(put)  # written against the config it read
+
+
+@pytest.mark.fakepve_rig(acl="root")
+async def test_a_vm_taken_out_of_the_pool_after_observation_is_not_deleted(
+    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+) -> None:
+    vm = rig.desired([{"name": "kept"}])[0]
+    rig.seed_managed(vm, 660)
+    current = managed((await backend.observe([])).vms)["kept"]
+    rig.leave_pool(660)  # an operator keeps it: the broad token still sees it
+    before = dict(rig.vm(660).config)  # type: ignore[union-attr]
+    with pytest.raises(ProxmoxError, match="it is unmanaged"):
+        await backend.delete(current, journal)
+    assert rig.vm(660) is not None and rig.vm(660).config == before  # type: ignore[union-attr]
+    assert rig.count("DELETE") == 0 and journal.pending() == []

@@ -88,3 +88,30 @@ def test_operator_text_survives_any_rewrite(text: str) -> None:
     merged = mk.merge_description(text, M)
     assert mk.operator_text(merged) == text.strip()
     assert mk.parse_description(merged) == M
+
+
+def test_the_backend_entry_is_a_listing_visible_tag() -> None:
+    east = Marker("demo", "web-1", "101", "", backend="east", incarnation="e1")
+    assert "sand-backend-east" in mk.marker_tags(east)
+    parsed = mk.parse_tags(mk.join_tags(mk.marker_tags(east)))
+    assert parsed.backend == "sand-backend-east" and mk.backend_of_tag(parsed.backend) == "east"
+    # Names PVE would not keep as they are (upper case, blanks) become a short hash.
+    for name in ("PVE East", "Prod", "a" * 80, "x/y"):
+        tag = mk.backend_tag(name)
+        assert tag.startswith("sand-backend+") and mk.split_tags(tag) == [tag]
+        assert mk.backend_of_tag(tag) == ""
+    assert mk.backend_tag("PVE East") != mk.backend_tag("pve east")
+    # A backend tag is sand's: replaced on the next write, never kept as an operator's.
+    merged = mk.merge_tags("sand-backend-west;team-a", east)
+    assert "sand-backend-west" not in merged and "sand-backend-east" in merged
+    assert "team-a" in merged
+
+
+def test_the_incarnation_and_backend_survive_every_description_write() -> None:
+    east = Marker("demo", "web-1", "101", "", backend="east", incarnation="e1")
+    text = mk.merge_description("Owner: alice", east, protect=True)
+    parsed = mk.parse_description(text)
+    assert parsed is not None and (parsed.backend, parsed.incarnation) == ("east", "e1")
+    block = mk.parse_block(text)
+    assert block is not None and block["op"] == "e1" and block["protect"] is True
+    assert mk.operator_text(text) == "Owner: alice"
