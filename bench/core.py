@@ -89,7 +89,8 @@ import json, resource, sys, time
 t0 = time.perf_counter()
 from sand.manifest import load_manifest
 from sand.desired import build_desired
-from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership, Mutability
+from sand.observed import Marker, Observation, ObservedVM, Ownership
+from sand.backends.capabilities import Mutability
 from sand.plan import make_plan
 from sand.plan.render import render_text
 loaded = load_manifest(sys.argv[1])

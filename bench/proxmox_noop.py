@@ -25,15 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sand.backends.protocol import Ownership  # noqa: E402
-from sand.backends.proxmox.backend import ProxmoxVEBackend  # noqa: E402
+from sand.backends.proxmox.backend import ProxmoxBackend  # noqa: E402
 from sand.desired import DesiredVM  # noqa: E402
+from sand.observed import Ownership  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
 
 BASELINE_PARALLELISM = 10
 
 
-async def sand_noop(backend: ProxmoxVEBackend, desired: list[DesiredVM]) -> None:
+async def sand_noop(backend: ProxmoxBackend, desired: list[DesiredVM]) -> None:
     obs = await backend.observe(desired)
     managed = obs.managed()
     assert obs.unknown_reason is None and len(managed) == len(desired)
@@ -41,7 +41,7 @@ async def sand_noop(backend: ProxmoxVEBackend, desired: list[DesiredVM]) -> None
     assert all(vm.fingerprint == want[vm.name] for vm in managed), "not a no-op"
 
 
-async def per_vm_baseline(backend: ProxmoxVEBackend, desired: list[DesiredVM]) -> None:
+async def per_vm_baseline(backend: ProxmoxBackend, desired: list[DesiredVM]) -> None:
     client = backend.ctx.client
     rows = await client.get("cluster/resources", type="vm")
     ours = [r for r in rows if not r.get("template")]
@@ -58,7 +58,7 @@ async def per_vm_baseline(backend: ProxmoxVEBackend, desired: list[DesiredVM]) -
 
 
 async def measure(
-    rig: FakePveRig, backend: ProxmoxVEBackend, desired: list[DesiredVM], fn: object, runs: int
+    rig: FakePveRig, backend: ProxmoxBackend, desired: list[DesiredVM], fn: object, runs: int
 ) -> tuple[int, float]:
     await fn(backend, desired)  # type: ignore[operator]  # warm: connection, caches
     times, counts = [], []

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend, ObservedVM, SecretsRecord
+from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
+from sand.observed import ObservedVM, SecretsRecord
 from sand.plan.model import Action, Plan, VMChange
 from sand.state.journal import Journal
 

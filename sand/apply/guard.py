@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sand.apply.session import Session
-from sand.backends.protocol import Backend, ObservedVM
+from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import SandError
+from sand.observed import ObservedVM
 from sand.plan.gates import Key, key_of, with_blockers, with_preserved_work
 from sand.plan.model import Action, Blocker, Plan, VMChange
+from sand.project import Session
 
 AGENT_WAIT = 15.0  # how long to wait for a Proxmox guest agent to report an address
 CONNECT_DEADLINE = 20.0

@@ -13,14 +13,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import Backend, Observation, ObservedVM, SecretsRecord
+from sand.backends.protocol import Backend
 from sand.desired import DesiredState, DesiredVM
 from sand.errors import SandError
+from sand.observed import Observation, ObservedVM, SecretsRecord
 from sand.plan.model import Action, Plan, VMChange
 
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
-    from sand.apply.session import Session
+    from sand.project import Session
     from sand.secrets import SecretValue
     from sand.secrets.stamp import Stamper
 

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sand.apply.session import Session
 from sand.errors import PlanRefused, StateError
 from sand.plan import Plan
 from sand.plan.render import plan_to_json
+from sand.project import Session
 from sand.state.private import open_private
 
 MAGIC = "sand-plan/v1"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from sand.apply.session import Session
 from sand.backends.protocol import Backend, PreflightItem, PreflightProblem, PreflightReport
 from sand.errors import SandError
 from sand.manifest.locate import backend_field_location, vm_field_location
 from sand.plan.gates import Key, with_blockers, with_strategies
 from sand.plan.model import Action, Blocker, Plan, Strategy, VMChange
+from sand.project import Session
 
 
 def items_of(changes: list[VMChange]) -> list[PreflightItem]:

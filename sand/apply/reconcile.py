@@ -13,16 +13,15 @@ from typing import Any
 
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.guest import GuestSecrets, check_guests, make_provisioner
-from sand.apply.observe import observe_all
 from sand.apply.progress import progress_reporter
 from sand.apply.recorded import record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
-from sand.apply.session import Session, open_session
-from sand.backends.protocol import Observation
 from sand.desired import DesiredState
 from sand.errors import PlanRefused
+from sand.observed import Observation
 from sand.plan import Action, Plan, make_plan
 from sand.plan.render import plan_to_json, render_text, use_colour
+from sand.project import Session, observe_all, open_session
 from sand.state.records import record_results
 from sand.terminal import continued
 

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import Backend, Observation, Ownership, RecordedVM
+from sand.backends.protocol import Backend
 from sand.errors import SandError
+from sand.observed import Observation, Ownership, RecordedVM
 from sand.plan.model import Action, Plan
 from sand.state.inventory import inventory_path, load_inventory, save_inventory
 

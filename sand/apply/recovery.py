@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sand.apply.recorded import check_recorded
-from sand.backends.protocol import Backend, Observation, ObservedVM, RecoveryDecision
+from sand.backends.protocol import Backend, RecoveryDecision
 from sand.errors import SandError
 from sand.logs import get_logger
+from sand.observed import Observation, ObservedVM
 from sand.state.journal import Journal
 
 

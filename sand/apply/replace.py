@@ -24,17 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sand.backends.protocol import (
-    Backend,
-    ObservedVM,
-    Ownership,
-    RecoveryAction,
-    RecoveryDecision,
-    SecretsRecord,
-)
+from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
 from sand.logs import get_logger
+from sand.observed import ObservedVM, Ownership, SecretsRecord
 from sand.plan.model import Strategy, VMChange
 from sand.state.journal import Journal, JournalEntry
 

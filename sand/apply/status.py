@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sand.apply.reconcile import compute_plan
-from sand.apply.session import open_session
 from sand.plan.model import Action, Plan, VMChange
+from sand.project import open_session
 from sand.state.records import load_records
 
 UNKNOWN = "Unknown"

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sand.apply.reconcile import carry_out, mass_delete_problem, recover_and_plan
-from sand.apply.session import open_session
 from sand.errors import ManifestError, SandError
 from sand.logs import get_logger
 from sand.manifest import load_manifest
 from sand.plan.model import Action, Plan
 from sand.plan.render import render_text
+from sand.project import open_session
 from sand.terminal import continued
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from sand.backends.protocol import Backend
-from sand.manifest.models import LimaBackend, Manifest, ProxmoxBackend
+from sand.manifest.models import LimaConfig, Manifest, ProxmoxConfig
 
 
 def make_backend(
-    name: str, config: LimaBackend | ProxmoxBackend, *, project: str, manifest_dir: Path
+    name: str, config: LimaConfig | ProxmoxConfig, *, project: str, manifest_dir: Path
 ) -> Backend:
-    if isinstance(config, ProxmoxBackend):
+    if isinstance(config, ProxmoxConfig):
         from sand.backends.proxmox import make_proxmox_backend
 
         return make_proxmox_backend(name, config, project=project, manifest_dir=manifest_dir)

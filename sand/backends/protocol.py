@@ -14,132 +14,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sand.backends.capabilities import Mutability
 from sand.desired import DesiredVM
+from sand.guest.endpoint import GuestEndpoint
+from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
 
 if TYPE_CHECKING:
     from sand.state.journal import Journal
-
-
-class Ownership(StrEnum):
-    MANAGED = "managed"  # our marker: this project, and the VM's own identity
-    UNMANAGED = "unmanaged"  # no marker: a human's VM, never touched
-    COPIED = "copied"  # our marker naming another identity: a human's clone of ours
-    OTHER_PROJECT = "other-project"  # sand's marker for another project
-    # This project's marker naming another backend entry of the manifest (two entries on
-    # one cluster or host): that entry's VM, never deleted or adopted by this one.
-    OTHER_BACKEND = "other-backend"
-
-
-class Mutability(StrEnum):
-    IN_PLACE = "in-place"
-    RESTART = "in-place, requires restart"
-    GROW_ONLY = "in-place when growing, replace when shrinking"
-    REPLACE = "forces replacement"
-
-
-# Fields the planner compares, and whether the guest itself must be reprovisioned.
-INFRA_FIELDS = ("image", "cpus", "memory", "disk", "state", "protect", "node", "ports")
-
-
-@dataclass(frozen=True)
-class Marker:
-    """What sand writes on a VM it owns (PVE tags + description, Lima sidecar)."""
-
-    project: str
-    name: str
-    identity: str  # the VM's own id (PVE vmid, Lima instance name): a copy fails this
-    fingerprint: str  # DesiredVM.fingerprint last converged; "" while being created
-    guest_fingerprint: str = ""  # DesiredVM.guest_fingerprint last provisioned
-    image: str = ""
-    # The secrets stamp last delivered (sand.secrets.stamp; "" = none recorded)
-    # and when that delivery finished (epoch seconds, the delivering host's clock).
-    secrets: str = ""
-    secrets_at: int = 0
-    # The manifest's backend entry that made the VM ("": written by a sand that did not
-    # record it; the backend that sees it in its own pool adopts it and writes its name).
-    backend: str = ""
-    # Set once when the VM is made and kept across every write: tells this VM from a
-    # later one that got the same vmid or name, so a replayed journal step never acts
-    # on a successor ("": unknown, not read or written by an older sand).
-    incarnation: str = ""
-
-    def to_json_dict(self) -> dict[str, str | int]:
-        data: dict[str, str | int] = {
-            "project": self.project,
-            "name": self.name,
-            "identity": self.identity,
-            "fingerprint": self.fingerprint,
-            "guest_fingerprint": self.guest_fingerprint,
-            "image": self.image,
-        }
-        if self.secrets:
-            data.update(secrets=self.secrets, secrets_at=self.secrets_at)
-        return data
-
-
-@dataclass(frozen=True)
-class SecretsRecord:
-    """What a run delivered to a guest, for its marker: a stamp, never a value."""
-
-    stamp: str  # "" when the VM has no secrets (any recorded stamp is removed)
-    delivered_at: int  # epoch seconds
-
-
-@dataclass(frozen=True)
-class ObservedVM:
-    """One VM as a backend sees it. ``None`` for a field means "not read"."""
-
-    backend: str
-    name: str
-    identity: str
-    ownership: Ownership
-    power: str  # "running" | "stopped" | "unknown"
-    cpus: int | None = None
-    memory: int | None = None
-    disk: int | None = None
-    protect: bool = False
-    # Protection is on and sand did not set it (an operator did): never proposed for lifting.
-    operator_protected: bool = False
-    lock: str | None = None  # PVE lock (clone, migrate, ...) or Lima in-flight state
-    node: str | None = None
-    ports: tuple[tuple[int, int], ...] | None = None  # (guest, host) forwards, Lima only
-    marker: Marker | None = None
-    deep: bool = False  # true when a per-VM read filled the marker details
-    template: bool = False
-    # Security-relevant config found on the VM that the manifest does not allow
-    # (a writable mount, a non-loopback forward): planned as drift.
-    findings: tuple[str, ...] = ()
-    details: Mapping[str, str] = field(default_factory=dict)
-    # When the guest last (re)started, epoch seconds, as far as the listing tells
-    # (PVE: now - uptime; Lima: the host agent's start); None when it cannot.
-    booted_at: float | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        return self.marker.fingerprint if self.marker else ""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Everything one backend showed in one reconcile."""
-
-    backend: str
-    vms: tuple[ObservedVM, ...]
-    # When set, the listing could not be trusted (limactl failed, an instance
-    # without lima.yaml, API down): nothing on this backend is created, pruned
-    # or replaced in this run, and the plan says why.
-    unknown_reason: str | None = None
-    # The VMs whose state made the listing untrusted (empty: the listing as a whole): a
-    # journal replay that removes all of them makes it trusted again.
-    unknown_because: tuple[str, ...] = ()
-    requests: int = 0  # listing/API calls made to observe, for budgets and benchmarks
-    warnings: tuple[str, ...] = ()
-    # False when a reboot inside a guest does not show in ``booted_at`` (Lima: the
-    # host agent lives on): a VM's tmpfs secrets are then checked on the guest.
-    reboots_visible: bool = True
-
-    def managed(self) -> list[ObservedVM]:
-        return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
 
 
 class RecoveryAction(StrEnum):
@@ -186,43 +67,6 @@ class RecoveryDecision:
             "absent": self.absent,
             "renamed_to": self.renamed_to or None,
         }
-
-
-@dataclass(frozen=True)
-class RecordedVM:
-    """A VM this host recorded making (the per-project inventory), to check a listing by."""
-
-    backend: str
-    name: str
-    identity: str
-    incarnation: str = ""
-    node: str = ""
-
-
-@dataclass(frozen=True)
-class GuestEndpoint:
-    """How provisioning reaches a guest over SSH."""
-
-    host: str
-    port: int
-    user: str
-    identity: str  # private key path; IdentitiesOnly: the only key offered
-    # Host-key policy: "pin" (trust on first use, then refuse a change: Lima guests),
-    # or "none" (Proxmox cattle IPs; see the security model).
-    host_key_policy: str = "pin"
-    host_key_alias: str = ""  # the name keys are pinned under (stable across IP reuse)
-    jump: JumpHost | None = None
-
-
-@dataclass(frozen=True)
-class JumpHost:
-    """The remote Lima host a guest is reached through (keys pinned; agent allowed)."""
-
-    host: str
-    port: int
-    user: str | None
-    identity: str | None
-    known_hosts: str | None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import asyncio
 
     from sand.apply.reconcile import compute_plan
-    from sand.apply.session import open_session
     from sand.plan import Action
     from sand.plan.render import plan_to_json, render_text, use_colour
+    from sand.project import open_session
 
     session = open_session(args.manifest, lock=False)
 
@@ -168,8 +168,8 @@ def _print_status_table(rows: list[dict[str, Any]]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sand.apply.session import open_session
     from sand.errors import SandError
+    from sand.project import open_session
 
     session = open_session(args.manifest, lock=False)
 

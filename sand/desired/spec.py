@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from sand.manifest.loader import LoadedManifest
-from sand.manifest.models import LimaBackend, Manifest, ProxmoxBackend
+from sand.manifest.models import LimaConfig, Manifest, ProxmoxConfig
 
 DEFAULT_CPUS = 2
 DEFAULT_MEMORY = 8 << 30
@@ -186,13 +186,13 @@ def _first(*values: bool | None) -> bool:
     return next(v for v in values if v is not None)
 
 
-def _image(vm_image: str | None, default: str | None, backend: LimaBackend | ProxmoxBackend) -> str:
+def _image(vm_image: str | None, default: str | None, backend: LimaConfig | ProxmoxConfig) -> str:
     """The identity of what a VM is made from; changing it forces replacement.
 
     On Proxmox that is the template (a VM's ``image`` names another template)
     and the storage it is cloned onto; on Lima, the template or image name.
     """
-    if isinstance(backend, ProxmoxBackend):
+    if isinstance(backend, ProxmoxConfig):
         return f"template:{vm_image or backend.template}@{backend.storage}"
     return vm_image or default or "default"
 

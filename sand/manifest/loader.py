@@ -167,7 +167,7 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
         if len(path) == 3 and path[2] == "ssh":
             return m.SshTarget
         if len(path) == 2:
-            kinds: dict[str, type[BaseModel]] = {"lima": m.LimaBackend, "proxmox": m.ProxmoxBackend}
+            kinds: dict[str, type[BaseModel]] = {"lima": m.LimaConfig, "proxmox": m.ProxmoxConfig}
             return kinds.get(str(kind))
     return None
 

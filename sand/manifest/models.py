@@ -146,7 +146,7 @@ class SshTarget(Strict):
     )
 
 
-class LimaBackend(Strict):
+class LimaConfig(Strict):
     """Lima on this machine, or on a remote host when ``ssh`` is set."""
 
     type: Literal["lima"]
@@ -160,7 +160,7 @@ class LimaBackend(Strict):
     clone_parallelism: int = Field(default=2, ge=1, le=32)
 
 
-class ProxmoxBackend(Strict):
+class ProxmoxConfig(Strict):
     """A Proxmox VE cluster driven through its REST API with a pool-scoped token."""
 
     type: Literal["proxmox"]
@@ -191,7 +191,7 @@ class ProxmoxBackend(Strict):
     clone_parallelism: int = Field(default=2, ge=1, le=32)
 
     @model_validator(mode="after")
-    def _one_placement(self) -> ProxmoxBackend:
+    def _one_placement(self) -> ProxmoxConfig:
         if (self.node is None) == (self.nodes is None):
             raise ValueError("set exactly one of 'node' (one node) or 'nodes' (placement)")
         return self
@@ -201,7 +201,7 @@ class ProxmoxBackend(Strict):
         return [self.node] if self.node else list(self.nodes or [])
 
 
-Backend = Annotated[LimaBackend | ProxmoxBackend, Field(discriminator="type")]
+BackendConfig = Annotated[LimaConfig | ProxmoxConfig, Field(discriminator="type")]
 
 # --- secrets and repos ------------------------------------------------------------
 
@@ -326,7 +326,7 @@ class Manifest(Strict):
         alias="selfHeal",
         description="In watch mode, correct out-of-band changes instead of only reporting them.",
     )
-    backends: dict[str, Backend] = Field(min_length=1)
+    backends: dict[str, BackendConfig] = Field(min_length=1)
     defaults: Defaults = Field(default_factory=Defaults)
     secrets: dict[EnvName, Secret] = Field(default_factory=dict)
     repos: dict[str, Repo] = Field(default_factory=dict)

@@ -15,9 +15,9 @@ from sand.manifest import models as m
 
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("Top level", m.Manifest, "The whole `sand.yaml`."),
-    ("`backends.<name>` with `type: lima`", m.LimaBackend, "Lima here, or remote with `ssh`."),
+    ("`backends.<name>` with `type: lima`", m.LimaConfig, "Lima here, or remote with `ssh`."),
     ("`backends.<name>.ssh`", m.SshTarget, "A remote Lima host."),
-    ("`backends.<name>` with `type: proxmox`", m.ProxmoxBackend, "A Proxmox VE cluster."),
+    ("`backends.<name>` with `type: proxmox`", m.ProxmoxConfig, "A Proxmox VE cluster."),
     ("`defaults`", m.Defaults, "Values every VM takes unless it sets its own."),
     ("`secrets.<NAME>`", m.Secret, "A named secret; the name is its default variable name."),
     ("`secrets.<NAME>.from`", m.SecretSource, "Exactly one source; values never live here."),

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sand.backends.protocol import ObservedVM, RecoveryDecision
+from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredVM
+from sand.observed import ObservedVM
 
 
 class Action(StrEnum):

@@ -24,14 +24,10 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from sand.backends.protocol import (
-    Mutability,
-    Observation,
-    ObservedVM,
-    Ownership,
-    RecoveryDecision,
-)
+from sand.backends.capabilities import Mutability
+from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
+from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]

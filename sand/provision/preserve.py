@@ -26,8 +26,8 @@ from pathlib import Path
 
 import asyncssh
 
-from sand.backends.protocol import GuestEndpoint
 from sand.errors import SandError, TransportError
+from sand.guest.endpoint import GuestEndpoint
 from sand.provision.ssh import connect, where
 from sand.state.private import ensure_private_dir, open_private
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import asyncssh
 
-from sand.backends.protocol import GuestEndpoint
 from sand.desired.spec import DesiredVM
 from sand.errors import GuestCommandError, TransportError
+from sand.guest.endpoint import GuestEndpoint
 from sand.logs import get_logger, redact
 from sand.provision.bundle import Bundle, default_bundle
 from sand.provision.ssh import CONNECT_DEADLINE, connect, where

@@ -27,8 +27,8 @@ from typing import Any
 
 import asyncssh
 
-from sand.backends.protocol import GuestEndpoint, JumpHost
 from sand.errors import TransportError
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.secrets.files import locked, write_private
 from sand.state.paths import state_root
 from sand.state.private import read_private

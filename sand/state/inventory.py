@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from sand.backends.protocol import RecordedVM
+from sand.observed import RecordedVM
 from sand.state.paths import project_dir
 
 FORMAT = 1

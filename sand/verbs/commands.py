@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import GuestEndpoint
 from sand.errors import SandError
+from sand.guest.endpoint import GuestEndpoint
 from sand.verbs.target import Target, resolve
 from sand.verbs.text import one_line
 

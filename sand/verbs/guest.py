@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 
 import asyncssh
 
-from sand.backends.protocol import GuestEndpoint
 from sand.errors import GuestCommandError, TransportError
+from sand.guest.endpoint import GuestEndpoint
 from sand.terminal import InertBytes
 from sand.verbs.copy import CHUNK, Entry, entry_from_mode
 from sand.verbs.runner import DEFAULT_LIMIT, RunResult, bash_command, read_capped, read_tail

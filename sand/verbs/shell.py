@@ -16,8 +16,8 @@ import re
 import shutil
 from pathlib import Path
 
-from sand.backends.protocol import GuestEndpoint, JumpHost
 from sand.errors import SandError, TransportError
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 
 JUMP_ALIAS = "sand-jump"
 _SAFE_OPTION = re.compile(r"^[^\s\"'\\]+$")

@@ -10,11 +10,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from sand.apply.observe import observe_all
-from sand.apply.session import open_session
-from sand.backends.protocol import GuestEndpoint, Ownership
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
+from sand.guest.endpoint import GuestEndpoint
+from sand.observed import Ownership
+from sand.project import observe_all, open_session
 
 
 class VMNotReachable(SandError):

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from sand.backends.lima import make_lima_backend
-from sand.backends.protocol import JumpHost
 from sand.backends.proxmox.client import PveClient
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.errors import BackendError, TransportError
-from sand.manifest.models import LimaBackend, SshTarget
+from sand.guest.endpoint import JumpHost
+from sand.manifest.models import LimaConfig, SshTarget
 from sand.verbs.shell import jump_config
 from tests.fakepve_rig.rig import FakePveRig
 
@@ -61,7 +61,7 @@ def test_a_client_for_a_host_with_credentials_or_a_path_is_refused(host: str) ->
     assert "hunter2" not in str(info.value)
 
 
-def _lima(**fields: object) -> LimaBackend:
+def _lima(**fields: object) -> LimaConfig:
     base: dict[str, object] = {
         "type": "lima",
         "ssh": None,
@@ -69,7 +69,7 @@ def _lima(**fields: object) -> LimaBackend:
         "limactl": "limactl",
         "clone_parallelism": 2,
     }
-    return LimaBackend.model_construct(**{**base, **fields})  # type: ignore[arg-type]
+    return LimaConfig.model_construct(**{**base, **fields})  # type: ignore[arg-type]
 
 
 def _ssh(**fields: object) -> SshTarget:
@@ -95,7 +95,7 @@ def _ssh(**fields: object) -> SshTarget:
     ],
 )
 def test_a_lima_backend_refuses_an_option_as_limactl_host_or_user(
-    config: LimaBackend, what: str, tmp_path: Path
+    config: LimaConfig, what: str, tmp_path: Path
 ) -> None:
     with pytest.raises(BackendError, match=f"refusing {what}"):
         make_lima_backend("laptop", config, project="demo", manifest_dir=tmp_path)

@@ -15,9 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from sand.apply.session import desired_from
-from sand.backends.protocol import SecretsRecord
 from sand.manifest import load_manifest
+from sand.observed import SecretsRecord
+from sand.project import desired_from
 from sand.secrets import Stamper
 from sand.state.journal import Journal
 from tests.cli.helpers import Sand

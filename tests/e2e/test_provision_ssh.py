@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import asyncssh
 import pytest
 
-from sand.backends.protocol import JumpHost
 from sand.errors import TransportError
+from sand.guest.endpoint import JumpHost
 from sand.provision.ssh import KnownHosts, connect
 from tests.provision.e2e_helpers import endpoint
 

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sand.backends.protocol import JumpHost
+from sand.guest.endpoint import JumpHost
 from sand.provision.ssh import KnownHosts, host_key_alias
 from sand.verbs.guest import connect, run_streaming
 from sand.verbs.shell import jump_config, ssh_argv
 from tests.verbs.rig_helpers import rig_endpoint
 
 if TYPE_CHECKING:
-    from sand.backends.protocol import GuestEndpoint
+    from sand.guest.endpoint import GuestEndpoint
     from tests.rig.fixtures import MakeGuest
 
 

@@ -28,9 +28,9 @@ from tests.fakepve_rig.pve import Request, RigPve
 __all__ = ["SAND_PRIVILEGES", "FakePveRig", "Request"]
 
 if TYPE_CHECKING:
-    from sand.backends.proxmox.backend import ProxmoxVEBackend
+    from sand.backends.proxmox.backend import ProxmoxBackend
     from sand.desired import DesiredVM
-    from sand.manifest.models import ProxmoxBackend
+    from sand.manifest.models import ProxmoxConfig
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -239,8 +239,8 @@ class FakePveRig:
     ) -> FakeVm:
         """A VM as sand leaves it converged for ``vm`` (marker in tags and description),
         sized as ``vm`` asks. ``identity`` other than vmid makes a copied marker."""
-        from sand.backends.protocol import Marker
         from sand.backends.proxmox import marker as mk
+        from sand.observed import Marker
 
         marker = Marker(
             project or vm.project,
@@ -439,10 +439,10 @@ class FakePveRig:
         fields.update(overrides)
         return {k: v for k, v in fields.items() if v is not None}
 
-    def backend_config(self, **overrides: Any) -> ProxmoxBackend:
-        from sand.manifest.models import ProxmoxBackend
+    def backend_config(self, **overrides: Any) -> ProxmoxConfig:
+        from sand.manifest.models import ProxmoxConfig
 
-        return ProxmoxBackend.model_validate(self.backend_fields(**overrides))
+        return ProxmoxConfig.model_validate(self.backend_fields(**overrides))
 
     def manifest(
         self,
@@ -472,16 +472,16 @@ class FakePveRig:
 
     def make_backend(
         self, project: str = "demo", *, name: str = "pve", fast: bool = True, **overrides: Any
-    ) -> ProxmoxVEBackend:
+    ) -> ProxmoxBackend:
         """sand's backend for this fake; ``fast`` shrinks retry, poll and wait times."""
         from sand.backends.proxmox import make_proxmox_backend
-        from sand.backends.proxmox.backend import ProxmoxVEBackend
+        from sand.backends.proxmox.backend import ProxmoxBackend
         from sand.backends.proxmox.client import PollPolicy, RetryPolicy
 
         backend = make_proxmox_backend(
             name, self.backend_config(**overrides), project=project, manifest_dir=self.workdir
         )
-        assert isinstance(backend, ProxmoxVEBackend)
+        assert isinstance(backend, ProxmoxBackend)
         if fast:
             ctx = backend.ctx
             ctx.client.retry = RetryPolicy(attempts=4, initial=0.01, factor=2.0, cap=0.05)

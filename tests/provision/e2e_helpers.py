@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Protocol
 
-from sand.backends.protocol import GuestEndpoint, JumpHost
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 
 
 class Guest(Protocol):

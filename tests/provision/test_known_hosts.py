@@ -31,7 +31,7 @@ def test_pin_once_then_refuse_another_key_and_forget(tmp_path):
 
 
 def test_an_address_is_pinned_with_its_port_in_openssh_form(tmp_path):
-    from sand.backends.protocol import GuestEndpoint
+    from sand.guest.endpoint import GuestEndpoint
     from sand.provision.ssh import host_key_alias
 
     def ep(port: int, alias: str = "") -> GuestEndpoint:

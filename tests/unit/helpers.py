@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sand.backends.lima.backend import FIELD_POLICY as LIMA_FIELD_POLICY
-from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership
 from sand.backends.proxmox.backend import FIELD_POLICY as PROXMOX_FIELD_POLICY
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
+from sand.observed import Marker, Observation, ObservedVM, Ownership
 
 MANIFEST = """\
 apiVersion: sand/v1

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sand.backends.protocol import Observation, Ownership
+from sand.observed import Observation, Ownership
 from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
 from tests.unit.helpers import POLICIES, converged, desired, stale_marker

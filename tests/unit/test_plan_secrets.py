@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from sand.backends.protocol import Observation, ObservedVM
+from sand.observed import Observation, ObservedVM
 from sand.plan import Action, make_plan
 from sand.plan.planner import BOOT_SKEW
 from sand.plan.render import render_text

@@ -6,12 +6,8 @@ from dataclasses import replace
 
 from sand.apply.reconcile import mass_delete_problem
 from sand.apply.recovery import fold_recovery
-from sand.backends.protocol import (
-    Observation,
-    Ownership,
-    RecoveryAction,
-    RecoveryDecision,
-)
+from sand.backends.protocol import RecoveryAction, RecoveryDecision
+from sand.observed import Observation, Ownership
 from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
 from tests.unit.helpers import POLICIES, converged, desired, observed_from, stale_marker

@@ -157,7 +157,7 @@ def test_a_real_run_under_umask_0_leaves_only_private_state(tmp_path: Path) -> N
 def test_the_remote_lima_key_copy_is_private(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int
 ) -> None:
-    from sand.backends.lima import LimaBackendImpl
+    from sand.backends.lima import LimaBackend
     from sand.backends.lima.runner import LocalRunner
 
     monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
@@ -170,7 +170,7 @@ def test_the_remote_lima_key_copy_is_private(
         remote = True
 
     runner = RemoteLike(backend="buildbox", lima_home=None)
-    backend = LimaBackendImpl("buildbox", project="demo", runner=runner)
+    backend = LimaBackend("buildbox", project="demo", runner=runner)
     local = Path(asyncio.run(backend._local_key(str(remote_key))))
     assert local.parent == tmp_path / "state" / "projects" / "demo" / "lima-keys"
     assert local.read_text() == "not really a key\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncssh
 
-from sand.backends.protocol import GuestEndpoint, JumpHost
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.provision.ssh import KnownHosts
 from tests.rig.ssh import run as rig_run
 

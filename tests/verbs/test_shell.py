@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.protocol import GuestEndpoint, JumpHost
 from sand.errors import TransportError
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.verbs.commands import split_remote
 from sand.verbs.shell import jump_config, quote_config, ssh_argv
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sand.backends.lima.backend import FIELD_POLICY, LimaBackendImpl
+from sand.backends.lima.backend import FIELD_POLICY, LimaBackend
 from sand.backends.lima.runner import LocalRunner, RemoteRunner, RemoteTarget, Runner
-from sand.backends.protocol import Backend, JumpHost
+from sand.backends.protocol import Backend
 from sand.errors import BackendError
-from sand.manifest.models import LimaBackend
+from sand.guest.endpoint import JumpHost
+from sand.manifest.models import LimaConfig
 from sand.manifest.values import executable_problem, hostname_problem, ssh_user_problem
 
-__all__ = ["FIELD_POLICY", "LimaBackendImpl", "make_lima_backend"]
+__all__ = ["FIELD_POLICY", "LimaBackend", "make_lima_backend"]
 
 
 def _local_path(value: str, manifest_dir: Path) -> str:
@@ -48,7 +49,7 @@ def _refuse(name: str, what: str, problem: str | None) -> None:
 
 
 def make_lima_backend(
-    name: str, config: LimaBackend, *, project: str, manifest_dir: Path
+    name: str, config: LimaConfig, *, project: str, manifest_dir: Path
 ) -> Backend:
     _refuse(name, "limactl", executable_problem(config.limactl))
     if config.ssh is not None:
@@ -82,7 +83,7 @@ def make_lima_backend(
             known_hosts=known_hosts,
         )
         limactl = config.limactl  # resolved on the remote host's PATH
-    return LimaBackendImpl(
+    return LimaBackend(
         name,
         project=project,
         runner=runner,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sand.backends.capabilities import Mutability
 from sand.backends.lima import config as cfg
 from sand.backends.lima import recover as recover_mod
 from sand.backends.lima import scripts
@@ -45,23 +46,12 @@ from sand.backends.lima.marker import (
 )
 from sand.backends.lima.runner import Completed, Runner
 from sand.backends.lima.sshconfig import parse_ssh_config
-from sand.backends.protocol import (
-    GuestEndpoint,
-    JumpHost,
-    Marker,
-    Mutability,
-    Observation,
-    ObservedVM,
-    Ownership,
-    PreflightItem,
-    PreflightReport,
-    RecordedVM,
-    RecoveryDecision,
-    SecretsRecord,
-)
+from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
 from sand.desired import DesiredVM, digest
 from sand.errors import BackendError, SandError
+from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.observed import Marker, Observation, ObservedVM, Ownership, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, JournalEntry
 from sand.state.private import write_private_file
 from sand.terminal import quoted
@@ -106,7 +96,7 @@ class _BaseState:
     ready: bool = False
 
 
-class LimaBackendImpl:
+class LimaBackend:
     type = "lima"
     field_policy: Mapping[str, Mutability] = FIELD_POLICY
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sand.backends.lima.config import PARAM_INSTANCE, PARAM_PROJECT
-from sand.backends.protocol import Marker, Ownership
+from sand.observed import Marker, Ownership
 
 SCHEMA = 1
 

@@ -20,7 +20,7 @@ from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightRep
 from sand.manifest.sizes import format_size
 
 if TYPE_CHECKING:
-    from sand.backends.lima.backend import LimaBackendImpl
+    from sand.backends.lima.backend import LimaBackend
 
 TIMEOUT = 60.0
 SIZED = frozenset({"memory", "cpus"})
@@ -57,7 +57,7 @@ def parse_facts(stdout: bytes) -> HostFacts:
     return facts
 
 
-async def preflight(backend: LimaBackendImpl, items: Sequence[PreflightItem]) -> PreflightReport:
+async def preflight(backend: LimaBackend, items: Sequence[PreflightItem]) -> PreflightReport:
     todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
     if not todo:
         return PreflightReport()

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 from sand.backends.lima import config as cfg
 from sand.backends.lima import scripts
 from sand.backends.lima.marker import classify
-from sand.backends.protocol import Ownership, RecoveryAction, RecoveryDecision
+from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.errors import BackendError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.observed import Ownership
 
 if TYPE_CHECKING:
-    from sand.backends.lima.backend import LimaBackendImpl, _Inspected
+    from sand.backends.lima.backend import LimaBackend, _Inspected
 
 Say = Callable[..., RecoveryDecision]
 
@@ -71,12 +72,12 @@ def acting_on(ps_output: str, name: str) -> list[str]:
     return found
 
 
-async def in_flight(backend: LimaBackendImpl, name: str) -> list[str]:
+async def in_flight(backend: LimaBackend, name: str) -> list[str]:
     res = await backend.runner.run(scripts.processes_argv(), timeout=30)
     return acting_on(res.stdout.decode(errors="replace"), name) if res.ok else []
 
 
-async def wait_until_idle(backend: LimaBackendImpl, name: str) -> None:
+async def wait_until_idle(backend: LimaBackend, name: str) -> None:
     """Wait (bounded) until no limactl process acts on ``name``; else raise (transient)."""
     deadline = time.monotonic() + backend.recovery_wait
     delay = 0.1
@@ -96,7 +97,7 @@ async def wait_until_idle(backend: LimaBackendImpl, name: str) -> None:
 
 
 def _decision(
-    backend: LimaBackendImpl,
+    backend: LimaBackend,
     entry: Mapping[str, object],
     action: RecoveryAction,
     summary: str,
@@ -124,7 +125,7 @@ def _uid_matches(entry: Mapping[str, object], found: _Inspected) -> bool:
 
 
 async def decide(
-    backend: LimaBackendImpl, entry: Mapping[str, object], *, wait: bool
+    backend: LimaBackend, entry: Mapping[str, object], *, wait: bool
 ) -> RecoveryDecision:
     op = str(entry.get("op") or "")
     name = str(entry.get("identity") or entry.get("vm") or "")
@@ -185,7 +186,7 @@ async def decide(
 
 
 def _decide_create(
-    backend: LimaBackendImpl, entry: Mapping[str, object], found: _Inspected, decide_as: Say
+    backend: LimaBackend, entry: Mapping[str, object], found: _Inspected, decide_as: Say
 ) -> RecoveryDecision:
     name = str(entry.get("identity") or entry.get("vm") or "")
     inst = found.instance
@@ -222,7 +223,7 @@ def _decide_create(
 
 
 async def _decide_rename(
-    backend: LimaBackendImpl, entry: Mapping[str, object], decide_as: Say
+    backend: LimaBackend, entry: Mapping[str, object], decide_as: Say
 ) -> RecoveryDecision:
     """A rename a crash cut short: the files moved, the sidecar not yet rewritten (the
     instance then reads as a copy of the old name, which nothing touches)."""
@@ -258,9 +259,7 @@ def _past(summary: str) -> str:
     return summary
 
 
-async def act(
-    backend: LimaBackendImpl, entry: Mapping[str, object], decision: RecoveryDecision
-) -> str:
+async def act(backend: LimaBackend, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
     """Carry out a decision, re-reading the instance first (it must still qualify)."""
     if decision.action is RecoveryAction.FINISH and decision.op == "rename":
         again = await decide(backend, entry, wait=False)
@@ -284,7 +283,7 @@ async def act(
     return _past(decision.summary)
 
 
-async def vanished(backend: LimaBackendImpl, names: list[str]) -> dict[str, str | None]:
+async def vanished(backend: LimaBackend, names: list[str]) -> dict[str, str | None]:
     """Recorded instances the listing left out, checked by their directories."""
     valid = [n for n in names if check_vm_name(n, "lima") is None]
     out: dict[str, str | None] = {n: None for n in names if n not in valid}  # never made

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sand.backends.protocol import Backend
-    from sand.manifest.models import ProxmoxBackend
+    from sand.manifest.models import ProxmoxConfig
 
 
 def resolve_path(value: str, manifest_dir: Path) -> Path:
@@ -25,10 +25,10 @@ def resolve_path(value: str, manifest_dir: Path) -> Path:
 
 
 def make_proxmox_backend(
-    name: str, config: ProxmoxBackend, *, project: str, manifest_dir: Path
+    name: str, config: ProxmoxConfig, *, project: str, manifest_dir: Path
 ) -> Backend:
     """Build the backend; nothing is read or contacted until it is first used."""
-    from sand.backends.proxmox.backend import ProxmoxVEBackend
+    from sand.backends.proxmox.backend import ProxmoxBackend
     from sand.backends.proxmox.client import PveClient
     from sand.backends.proxmox.context import Ctx
 
@@ -49,7 +49,7 @@ def make_proxmox_backend(
         client=client,
         identity=resolve_path(config.identity, manifest_dir),
     )
-    return ProxmoxVEBackend(ctx)
+    return ProxmoxBackend(ctx)
 
 
 __all__ = ["make_proxmox_backend", "resolve_path"]

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sand.backends.protocol import (
-    GuestEndpoint,
-    Mutability,
-    Observation,
-    ObservedVM,
-    PreflightItem,
-    PreflightReport,
-    RecordedVM,
-    RecoveryDecision,
-    SecretsRecord,
-)
+from sand.backends.capabilities import Mutability
+from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle, preflight
 from sand.backends.proxmox import observe as observe_mod
@@ -23,6 +14,8 @@ from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.desired import DesiredVM
+from sand.guest.endpoint import GuestEndpoint
+from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal
 
 FIELD_POLICY: Mapping[str, Mutability] = {
@@ -36,7 +29,7 @@ FIELD_POLICY: Mapping[str, Mutability] = {
 }
 
 
-class ProxmoxVEBackend:
+class ProxmoxBackend:
     type = "proxmox"
     field_policy = FIELD_POLICY
 
@@ -47,7 +40,7 @@ class ProxmoxVEBackend:
 
     def __repr__(self) -> str:
         c = self.ctx.config
-        return f"ProxmoxVEBackend({self.name!r}, https://{c.host}:{c.port}, pool={c.pool!r})"
+        return f"ProxmoxBackend({self.name!r}, https://{c.host}:{c.port}, pool={c.pool!r})"
 
     @property
     def requests(self) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sand.backends.proxmox.client import PveClient
-from sand.manifest.models import ProxmoxBackend
+from sand.manifest.models import ProxmoxConfig
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Timeouts:
 class Ctx:
     name: str
     project: str
-    config: ProxmoxBackend
+    config: ProxmoxConfig
     client: PveClient
     identity: Path  # SSH private key for guests; its .pub goes to cloud-init
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -14,13 +14,13 @@ import urllib.parse
 import weakref
 from typing import Any
 
-from sand.backends.protocol import Marker, ObservedVM, Ownership
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
 from sand.desired import DesiredVM
+from sand.observed import Marker, ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
 
 ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave

@@ -12,12 +12,13 @@ import ipaddress
 import time
 from typing import Any
 
-from sand.backends.protocol import GuestEndpoint, ObservedVM
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import read_config
 from sand.desired import DesiredVM
+from sand.guest.endpoint import GuestEndpoint
+from sand.observed import ObservedVM
 
 
 def pick_address(interfaces: Any, mac: str) -> str | None:

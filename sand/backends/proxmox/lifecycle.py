@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sand.backends.protocol import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import is_protected, read_config
 from sand.desired import DesiredVM
+from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry
 
 UPDATABLE = ("cpus", "memory", "disk", "state", "protect")

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sand.backends.protocol import Marker
+from sand.observed import Marker
 
 TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"

@@ -14,11 +14,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sand.backends.protocol import Marker, Observation, ObservedVM, Ownership
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.desired import DesiredVM
+from sand.observed import Marker, Observation, ObservedVM, Ownership
 
 Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"

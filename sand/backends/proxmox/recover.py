@@ -17,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sand.backends.protocol import RecordedVM, RecoveryAction, RecoveryDecision
+from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import in_pool, is_protected, read_config
+from sand.observed import RecordedVM
 
 
 @dataclass(frozen=True)

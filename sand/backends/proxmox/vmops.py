@@ -7,12 +7,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sand.backends.protocol import ObservedVM, Ownership
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import classify, listing, read_config
 from sand.desired import DesiredVM
+from sand.observed import ObservedVM, Ownership
 
 DRIVE_PREFIXES = ("scsi", "virtio", "sata", "ide")
 Track = Callable[[str], None]  # hears the UPID of each task started (the journal records it)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sand.backends.lima import LimaBackendImpl, make_lima_backend
+from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
-from sand.manifest.models import LimaBackend
+from sand.manifest.models import LimaConfig
 from sand.state.journal import Journal
 from tests.backends.lima.sshd_rig import sshd  # noqa: F401  (the remote-host fixture)
 from tests.limactl_standin import StandIn
@@ -59,17 +59,17 @@ def journal(tmp_path: Path) -> Journal:
     return Journal(tmp_path / "journal.jsonl")
 
 
-MakeBackend = Callable[..., LimaBackendImpl]
+MakeBackend = Callable[..., LimaBackend]
 
 
 @pytest.fixture
 async def make_backend(standin: StandIn, tmp_path: Path) -> AsyncIterator[MakeBackend]:
-    made: list[LimaBackendImpl] = []
+    made: list[LimaBackend] = []
 
-    def make(project: str = PROJECT, **config: Any) -> LimaBackendImpl:
-        cfg = LimaBackend(type="lima", lima_home=str(standin.lima_home), **config)
+    def make(project: str = PROJECT, **config: Any) -> LimaBackend:
+        cfg = LimaConfig(type="lima", lima_home=str(standin.lima_home), **config)
         backend = make_lima_backend("laptop", cfg, project=project, manifest_dir=tmp_path)
-        assert isinstance(backend, LimaBackendImpl)
+        assert isinstance(backend, LimaBackend)
         made.append(backend)
         return backend
 
@@ -79,5 +79,5 @@ async def make_backend(standin: StandIn, tmp_path: Path) -> AsyncIterator[MakeBa
 
 
 @pytest.fixture
-async def backend(make_backend: MakeBackend) -> LimaBackendImpl:
+async def backend(make_backend: MakeBackend) -> LimaBackend:
     return make_backend()

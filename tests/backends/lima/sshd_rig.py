@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.lima import LimaBackendImpl, make_lima_backend
-from sand.manifest.models import LimaBackend, SshTarget
+from sand.backends.lima import LimaBackend, make_lima_backend
+from sand.manifest.models import LimaConfig, SshTarget
 from tests.limactl_standin import StandIn
 
 SSHD = "/usr/sbin/sshd"
@@ -62,16 +62,16 @@ class Sshd:
     def sessions(self) -> int:
         return len(self.log_lines("Starting session:"))
 
-    def local_backend(self) -> LimaBackendImpl:
+    def local_backend(self) -> LimaBackend:
         """The same LIMA_HOME driven locally: cheap setup for tests about the SSH side."""
-        config = LimaBackend(
+        config = LimaConfig(
             type="lima", lima_home=str(self.standin.lima_home), limactl=str(self.standin.executable)
         )
         b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
-        assert isinstance(b, LimaBackendImpl)
+        assert isinstance(b, LimaBackend)
         return b
 
-    def backend(self, **ssh: object) -> LimaBackendImpl:
+    def backend(self, **ssh: object) -> LimaBackend:
         target = {
             "host": "127.0.0.1",
             "port": self.port,
@@ -81,9 +81,9 @@ class Sshd:
             "lima_home": str(self.standin.lima_home),
             **ssh,
         }
-        config = LimaBackend(type="lima", ssh=SshTarget(**target))  # type: ignore[arg-type]
+        config = LimaConfig(type="lima", ssh=SshTarget(**target))  # type: ignore[arg-type]
         b = make_lima_backend("remote", config, project="demo", manifest_dir=self.dir)
-        assert isinstance(b, LimaBackendImpl)
+        assert isinstance(b, LimaBackend)
         return b
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.lima import LimaBackendImpl
-from sand.backends.protocol import Ownership
+from sand.backends.lima import LimaBackend
 from sand.errors import BackendError
 from sand.manifest.names import RESERVED_LIMA_PREFIX
+from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import MakeBackend, desired, one
 from tests.limactl_standin import StandIn
@@ -22,7 +22,7 @@ from tests.limactl_standin import StandIn
 FIVE_VMS = "".join(f"  - name: vm{i}\n" for i in range(5))
 
 
-async def _fleet(backend: LimaBackendImpl, journal: Journal, vms: str = FIVE_VMS) -> None:
+async def _fleet(backend: LimaBackend, journal: Journal, vms: str = FIVE_VMS) -> None:
     state = desired(vms)
     await backend.observe(state.vms)
     for vm in state.vms:
@@ -30,7 +30,7 @@ async def _fleet(backend: LimaBackendImpl, journal: Journal, vms: str = FIVE_VMS
 
 
 async def test_a_failing_listing_makes_the_host_unknown(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _fleet(backend, journal)
     standin.fail("list", "failed to connect to the host agent socket")
@@ -43,7 +43,7 @@ async def test_a_failing_listing_makes_the_host_unknown(
 
 
 async def test_an_instance_without_lima_yaml_makes_the_host_unknown(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _fleet(backend, journal, "  - name: vm1\n")
     (standin.lima_home / "halfway").mkdir()  # what a clone looks like before lima.yaml
@@ -56,7 +56,7 @@ async def test_an_instance_without_lima_yaml_makes_the_host_unknown(
 
 
 async def test_an_old_lima_failing_mid_clone_makes_the_host_unknown(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     standin.configure(version="2.1.1")
     await _fleet(backend, journal, "  - name: vm1\n  - name: vm2\n")
@@ -68,7 +68,7 @@ async def test_an_old_lima_failing_mid_clone_makes_the_host_unknown(
 
 
 async def test_observing_during_a_real_slow_clone(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _fleet(backend, journal, "  - name: vm1\n")
     standin.run("stop", "vm1")
@@ -98,7 +98,7 @@ async def test_observing_during_a_real_slow_clone(
 
 
 async def test_a_listing_that_is_not_json_lines_is_untrusted(
-    standin: StandIn, backend: LimaBackendImpl, tmp_path: Path
+    standin: StandIn, backend: LimaBackend, tmp_path: Path
 ) -> None:
     fake = tmp_path / "bin" / "limactl"
     fake.parent.mkdir()
@@ -106,13 +106,13 @@ async def test_a_listing_that_is_not_json_lines_is_untrusted(
         '#!/bin/sh\ncase "$*" in *list*) echo \'[{"name": "x"}]\';; *) echo v2.2.0;; esac\n'
     )
     fake.chmod(0o755)
-    b = LimaBackendImpl("laptop", project="demo", runner=backend.runner, limactl=str(fake))
+    b = LimaBackend("laptop", project="demo", runner=backend.runner, limactl=str(fake))
     obs = await b.observe([])
     assert obs.unknown_reason is not None and "not a JSON object" in obs.unknown_reason
 
 
 async def test_a_failing_start_is_a_backend_error_with_the_log(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     standin.fail("start", 'did not receive an event with the "running" status', name="vm1")
     vm = one()
@@ -134,7 +134,7 @@ async def test_a_failing_start_is_a_backend_error_with_the_log(
 
 
 async def test_a_failing_clone_leaves_nothing_behind(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -147,7 +147,7 @@ async def test_a_failing_clone_leaves_nothing_behind(
 
 
 async def test_a_rejected_clone_edit_is_cleaned_up(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     # Lima leaves the new directory behind when the edit after a clone is rejected.
     state = desired("  - name: a\n  - name: b\n    disk: 10GiB\n  - name: c\n")
@@ -172,14 +172,14 @@ def _entry(journal: Journal, op: str, name: str, **details: object) -> dict[str,
 
 
 async def test_recover_create_never_started(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
     assert "never created" in how
 
 
 async def test_recover_adopts_a_marked_instance(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -190,7 +190,7 @@ async def test_recover_adopts_a_marked_instance(
 
 
 async def test_recover_deletes_a_half_made_instance(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     # Crash after `limactl create` returned, before the marker was written.
     standin.fail("start", "boom")
@@ -210,7 +210,7 @@ async def test_recover_deletes_a_half_made_instance(
 
 
 async def test_recover_removes_a_half_copied_directory(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     d = standin.lima_home / "vm1"
     d.mkdir()
@@ -224,7 +224,7 @@ async def test_recover_removes_a_half_copied_directory(
 
 
 async def test_recover_never_touches_a_stranger(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     standin.make_instance("vm1", {"cpus": 1})
     how = await backend.recover(_entry(journal, "create", "vm1", via="create"))
@@ -235,7 +235,7 @@ async def test_recover_never_touches_a_stranger(
 
 
 async def test_recover_a_crashed_clone_from_the_base(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -247,7 +247,7 @@ async def test_recover_a_crashed_clone_from_the_base(
 
 
 async def test_recover_a_half_built_base(
-    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -265,7 +265,7 @@ async def test_recover_a_half_built_base(
 
 
 async def test_journal_records_intent_before_each_mutation(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -286,7 +286,7 @@ async def test_journal_records_intent_before_each_mutation(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to test the refusal")
 async def test_limactl_refusing_root_is_reported(
-    standin: StandIn, backend: LimaBackendImpl, monkeypatch: pytest.MonkeyPatch
+    standin: StandIn, backend: LimaBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LIMACTL_STANDIN_REFUSE_ROOT", "1")
     obs = await backend.observe([])
@@ -300,7 +300,7 @@ HOSTILE_PRINTF = (
 
 
 async def test_limactl_and_hostagent_text_in_an_error_is_inert(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path: Path
+    standin: StandIn, backend: LimaBackend, journal: Journal, tmp_path: Path
 ) -> None:
     # A limactl whose start fails the way a hostagent relaying a guest's words
     # would: raw escapes on stderr and in ha.stderr.log (real limactl quotes its
@@ -318,7 +318,7 @@ async def test_limactl_and_hostagent_text_in_an_error_is_inert(
         f'exec "{standin.executable}" "$@"\n'
     )
     wrapper.chmod(0o755)
-    b = LimaBackendImpl("laptop", project="demo", runner=backend.runner, limactl=str(wrapper))
+    b = LimaBackend("laptop", project="demo", runner=backend.runner, limactl=str(wrapper))
     vm = one()
     await b.observe([vm])
     with pytest.raises(BackendError) as err:

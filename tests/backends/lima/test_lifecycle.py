@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.lima import FIELD_POLICY, LimaBackendImpl
-from sand.backends.protocol import Backend, Mutability, Ownership
+from sand.backends.capabilities import Mutability
+from sand.backends.lima import FIELD_POLICY, LimaBackend
+from sand.backends.protocol import Backend
 from sand.errors import BackendError
 from sand.manifest.names import RESERVED_LIMA_PREFIX
+from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import MakeBackend, desired, one
 from tests.limactl_standin import StandIn
@@ -26,7 +28,7 @@ def _mutating(standin: StandIn) -> list[str]:
     ]
 
 
-async def test_backend_satisfies_the_protocol(backend: LimaBackendImpl) -> None:
+async def test_backend_satisfies_the_protocol(backend: LimaBackend) -> None:
     assert isinstance(backend, Backend)
     assert backend.type == "lima"
     assert backend.name == "laptop"
@@ -34,7 +36,7 @@ async def test_backend_satisfies_the_protocol(backend: LimaBackendImpl) -> None:
 
 
 async def test_create_starts_marks_and_reports_the_instance(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one("  - name: vm1\n    ports: [{guest: 3000, host: 13000}]\n")
     await backend.observe([vm])
@@ -57,7 +59,7 @@ async def test_create_starts_marks_and_reports_the_instance(
 
 
 async def test_noop_observe_is_exactly_one_list(
-    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
     state = desired("".join(f"  - name: vm{i}\n" for i in range(5)))
     await backend.observe(state.vms)
@@ -84,7 +86,7 @@ async def test_noop_observe_is_exactly_one_list(
 
 
 async def test_vms_sharing_a_base_are_cloned_from_one_base(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("".join(f"  - name: vm{i}\n" for i in range(4)))
     obs = await backend.observe(state.vms)
@@ -111,7 +113,7 @@ async def test_vms_sharing_a_base_are_cloned_from_one_base(
 
 
 async def test_a_stale_base_is_rebuilt_before_cloning(
-    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -142,7 +144,7 @@ async def test_field_policy() -> None:
 
 
 async def test_update_in_place_restarts_and_edits(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -163,7 +165,7 @@ async def test_update_in_place_restarts_and_edits(
 
 
 async def test_update_state_and_protect_in_place(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -190,7 +192,7 @@ async def test_update_state_and_protect_in_place(
 
 
 async def test_image_and_disk_shrink_are_not_updated_in_place(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -204,7 +206,7 @@ async def test_image_and_disk_shrink_are_not_updated_in_place(
 
 
 async def test_delete_removes_a_managed_instance(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -217,7 +219,7 @@ async def test_delete_removes_a_managed_instance(
 
 
 async def test_delete_refuses_protected_and_foreign_instances(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one("  - name: vm1\n    protect: true\n")
     await backend.observe([vm])
@@ -243,7 +245,7 @@ async def test_delete_refuses_protected_and_foreign_instances(
 
 
 async def test_ownership_copied_other_project_and_unmanaged(
-    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
     state = desired("  - name: vm1\n  - name: vm2\n")
     await backend.observe(state.vms)
@@ -277,7 +279,7 @@ async def test_ownership_copied_other_project_and_unmanaged(
 
 
 async def test_an_instance_with_the_name_is_never_overwritten(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     standin.make_instance("vm1", {"cpus": 1})
     vm = one()
@@ -288,7 +290,7 @@ async def test_an_instance_with_the_name_is_never_overwritten(
 
 
 async def test_endpoint_from_ssh_config(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -304,7 +306,7 @@ async def test_endpoint_from_ssh_config(
 
 
 async def test_endpoint_of_an_instance_backed_by_a_real_guest(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path: Path
+    standin: StandIn, backend: LimaBackend, journal: Journal, tmp_path: Path
 ) -> None:
     key = tmp_path / "client_ed25519"
     key.write_text("key")
@@ -317,7 +319,7 @@ async def test_endpoint_of_an_instance_backed_by_a_real_guest(
 
 
 async def test_endpoint_refuses_a_stopped_instance(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -328,7 +330,7 @@ async def test_endpoint_refuses_a_stopped_instance(
 
 
 async def test_bases_are_never_vms(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
@@ -340,7 +342,7 @@ async def test_bases_are_never_vms(
 
 
 async def test_parallel_creates_never_race_a_base_rebuild(
-    standin: StandIn, backend: LimaBackendImpl, make_backend: MakeBackend, journal: Journal
+    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
     state = desired("".join(f"  - name: vm{i}\n" for i in range(4)))
     await backend.observe(state.vms)

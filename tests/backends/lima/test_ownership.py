@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from sand.apply.recovery import replay_journal
-from sand.backends.lima import LimaBackendImpl, make_lima_backend
-from sand.backends.protocol import Ownership, RecoveryAction
+from sand.backends.lima import LimaBackend, make_lima_backend
+from sand.backends.protocol import RecoveryAction
 from sand.errors import BackendError
-from sand.manifest.models import LimaBackend
+from sand.manifest.models import LimaConfig
+from sand.observed import Ownership
 from sand.plan import Action, make_plan
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired, one
@@ -26,16 +27,16 @@ def sidecar(standin: StandIn, name: str) -> dict[str, object]:
     return data
 
 
-def other_backend(standin: StandIn, tmp_path: Path, name: str = "desk") -> LimaBackendImpl:
+def other_backend(standin: StandIn, tmp_path: Path, name: str = "desk") -> LimaBackend:
     """A second backend entry of the same project on the same LIMA_HOME."""
-    cfg = LimaBackend(type="lima", lima_home=str(standin.lima_home))
+    cfg = LimaConfig(type="lima", lima_home=str(standin.lima_home))
     b = make_lima_backend(name, cfg, project="demo", manifest_dir=tmp_path)
-    assert isinstance(b, LimaBackendImpl)
+    assert isinstance(b, LimaBackend)
     return b
 
 
 async def test_an_instance_another_backend_made_is_never_planned_or_touched(
-    standin: StandIn, backend: LimaBackendImpl, tmp_path: Path, journal: Journal
+    standin: StandIn, backend: LimaBackend, tmp_path: Path, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -62,7 +63,7 @@ async def test_an_instance_another_backend_made_is_never_planned_or_touched(
 
 
 async def test_a_sidecar_without_a_backend_name_is_adopted_and_named(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -110,7 +111,7 @@ async def test_a_replayed_delete_spares_the_instance_made_since_under_that_name(
 
 
 async def test_a_replayed_create_adopts_only_its_own_incarnation(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal, tmp_path: Path
+    standin: StandIn, backend: LimaBackend, journal: Journal, tmp_path: Path
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -132,7 +133,7 @@ async def test_a_replayed_create_adopts_only_its_own_incarnation(
 
 
 async def test_protection_an_operator_set_is_never_lifted(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one()
     await backend.observe([vm])
@@ -155,7 +156,7 @@ async def test_protection_an_operator_set_is_never_lifted(
 
 
 async def test_protection_sand_set_is_lifted_as_the_manifest_says(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one("  - name: vm1\n    protect: true\n")
     await backend.observe([vm])

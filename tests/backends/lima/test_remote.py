@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.protocol import Ownership
 from sand.errors import TransportError
+from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired, one
 from tests.backends.lima.sshd_rig import Sshd, keygen, needs_sshd

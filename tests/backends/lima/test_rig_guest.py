@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sand.backends.lima import LimaBackendImpl
+from sand.backends.lima import LimaBackend
 from sand.provision.ssh import KnownHosts, connect
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import one
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 async def test_endpoint_reaches_the_guest(
     standin: StandIn,
-    backend: LimaBackendImpl,
+    backend: LimaBackend,
     journal: Journal,
     netns_guest: MakeGuest,
     tmp_path: Path,

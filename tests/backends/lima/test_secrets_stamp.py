@@ -15,12 +15,12 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from sand.apply.session import desired_from
 from sand.backends.factory import make_backends
-from sand.backends.lima import LimaBackendImpl
-from sand.backends.protocol import SecretsRecord
+from sand.backends.lima import LimaBackend
 from sand.manifest import load_manifest
+from sand.observed import SecretsRecord
 from sand.plan import Action, make_plan
+from sand.project import desired_from
 from sand.secrets import Stamper
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired
@@ -41,7 +41,7 @@ def started_an_hour_ago(standin: StandIn, name: str) -> None:
 
 
 async def test_the_stamp_lives_in_the_sidecar_and_survives_marks_without_delivery(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: vm1\n  - name: vm2\n")
     await backend.observe(state.vms)
@@ -69,7 +69,7 @@ async def test_the_stamp_lives_in_the_sidecar_and_survives_marks_without_deliver
 
 
 async def test_a_restart_behind_sands_back_shows_as_a_boot_after_the_delivery(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: vm1\n  - name: vm2\n")
     await backend.observe(state.vms)

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sand.backends.lima import LimaBackendImpl
+from sand.backends.lima import LimaBackend
 from sand.backends.lima import config as cfg
 from sand.desired import DesiredPort
 from sand.plan.model import Action
@@ -54,7 +54,7 @@ def assert_secure(config: dict[str, Any], ports: set[tuple[int, int]]) -> None:
 
 
 async def test_generated_lima_yaml_for_a_direct_create(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     vm = one("  - name: vm1\n" + PORTS)
     await backend.observe([vm])
@@ -69,7 +69,7 @@ async def test_generated_lima_yaml_for_a_direct_create(
 
 
 async def test_generated_lima_yaml_for_clones_and_updates(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("  - name: a\n" + PORTS + "  - name: b\n")
     await backend.observe(state.vms)
@@ -115,20 +115,20 @@ def test_any_manifest_ports_give_a_secure_config(ports: list[tuple[int, int]], i
     assert cfg.observed_ports(resolved) == tuple((p.guest, p.host) for p in desired_ports)
 
 
-async def _managed(standin: StandIn, backend: LimaBackendImpl, journal: Journal) -> None:
+async def _managed(standin: StandIn, backend: LimaBackend, journal: Journal) -> None:
     vm = one("  - name: vm1\n" + PORTS)
     await backend.observe([vm])
     await backend.mark_converged(vm, await backend.create(vm, journal))
 
 
-async def _findings(backend: LimaBackendImpl) -> tuple[str, ...]:
+async def _findings(backend: LimaBackend) -> tuple[str, ...]:
     obs = await backend.observe([one("  - name: vm1\n" + PORTS)])
     (vm,) = obs.vms
     return vm.findings
 
 
 async def test_hand_edits_are_reported_as_findings(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _managed(standin, backend, journal)
     assert await _findings(backend) == ()
@@ -164,7 +164,7 @@ async def test_hand_edits_are_reported_as_findings(
 
 
 async def test_a_host_wide_override_is_a_finding(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _managed(standin, backend, journal)
     override = standin.lima_home / "_config" / "override.yaml"
@@ -175,7 +175,7 @@ async def test_a_host_wide_override_is_a_finding(
 
 
 async def test_findings_plan_as_drift_that_forces_replacement(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     await _managed(standin, backend, journal)
     y = standin.read_yaml("vm1")
@@ -189,7 +189,7 @@ async def test_findings_plan_as_drift_that_forces_replacement(
 
 
 async def test_no_changes_after_create(
-    standin: StandIn, backend: LimaBackendImpl, journal: Journal
+    standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     """Zero perpetual diff: sizes and ports round-trip exactly through lima.yaml."""
     state = desired(

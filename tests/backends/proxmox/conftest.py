@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.state.journal import Journal
 from tests.fakepve_rig.rig import FakePveRig
 
@@ -20,7 +20,7 @@ def rig(fakepve_server: FakePveRig) -> FakePveRig:
 
 
 @pytest.fixture
-async def backend(rig: FakePveRig) -> AsyncIterator[ProxmoxVEBackend]:
+async def backend(rig: FakePveRig) -> AsyncIterator[ProxmoxBackend]:
     b = rig.make_backend(PROJECT)
     yield b
     await b.close()

@@ -7,10 +7,10 @@ from typing import Any
 
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.recovery import replay_journal
-from sand.backends.protocol import ObservedVM, Ownership
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest.models import Manifest
+from sand.observed import ObservedVM, Ownership
 from sand.plan import Plan, make_plan
 from sand.state.journal import Journal
 from tests.fakepve_rig.rig import FakePveRig
@@ -25,13 +25,13 @@ def state_of(rig: FakePveRig, vms: Sequence[dict[str, Any]], **kwargs: Any) -> D
     return build_desired(Manifest.model_validate(rig.manifest(vms, **kwargs)))
 
 
-async def plan(backend: ProxmoxVEBackend, state: DesiredState) -> Plan:
+async def plan(backend: ProxmoxBackend, state: DesiredState) -> Plan:
     observation = await backend.observe(state.for_backend(backend.name))
     return make_plan(state, {backend.name: observation}, {backend.name: backend.field_policy})
 
 
 async def apply(
-    backend: ProxmoxVEBackend, state: DesiredState, journal: Journal
+    backend: ProxmoxBackend, state: DesiredState, journal: Journal
 ) -> tuple[Plan, ApplyResult]:
     """What ``sand apply --auto-approve`` does: recover, observe, plan, execute."""
     await replay_journal(journal, {backend.name: backend})

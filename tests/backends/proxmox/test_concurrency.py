@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.protocol import ObservedVM
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.observed import ObservedVM
 from sand.state.journal import Journal
 from tests.fakepve_rig.rig import FakePveRig
 

@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.state.journal import Journal
 from tests.fakepve_rig.rig import FakePveRig
 
 
 async def test_the_address_on_net0s_mac(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev", "user": "alice"}])[0]
     made = await backend.create(vm, journal)
@@ -24,7 +24,7 @@ async def test_the_address_on_net0s_mac(
 
 
 async def test_it_waits_for_the_agent_and_for_dhcp(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev"}])[0]
     made = await backend.create(vm, journal)
@@ -44,7 +44,7 @@ async def test_it_waits_for_the_agent_and_for_dhcp(
 
 
 async def test_an_agent_that_never_answers_is_a_bounded_clear_error(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev"}])[0]
     made = await backend.create(vm, journal)
@@ -56,7 +56,7 @@ async def test_an_agent_that_never_answers_is_a_bounded_clear_error(
 
 
 async def test_another_nics_address_is_not_taken(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev"}])[0]
     made = await backend.create(vm, journal)
@@ -67,7 +67,7 @@ async def test_another_nics_address_is_not_taken(
 
 
 async def test_an_address_two_vms_claim_is_refused(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     a, b = rig.desired([{"name": "a"}, {"name": "b"}])
     made_a, made_b = await backend.create(a, journal), await backend.create(b, journal)
@@ -82,7 +82,7 @@ async def test_an_address_two_vms_claim_is_refused(
 
 
 async def test_observing_never_calls_the_agent(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     desired = rig.desired([{"name": "a"}, {"name": "b", "cpus": 4}])
     for vm in desired:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.client import RetryPolicy
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.plan.model import Action
@@ -18,7 +18,7 @@ FLEET = [{"name": f"dev-{i}", "memory": "2GiB", "disk": "10GiB"} for i in range(
 LOCK_TIMEOUT = "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"
 
 
-async def assert_converged(rig: FakePveRig, backend: ProxmoxVEBackend, entries: list) -> None:  # type: ignore[type-arg]
+async def assert_converged(rig: FakePveRig, backend: ProxmoxBackend, entries: list) -> None:  # type: ignore[type-arg]
     """Re-planning finds nothing to do, and every entry has exactly one VM."""
     state = state_of(rig, entries)
     again = await plan(backend, state)
@@ -74,7 +74,7 @@ async def test_a_slow_network_and_slow_tasks_are_polled(rig: FakePveRig, journal
 
 
 async def test_5xx_on_writes_are_retried(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("PUT", "/config", 500, "proxy loop detected", times=2)
     rig.fail("GET", "/cluster/nextid", 503, "Service Unavailable", times=1)
@@ -84,7 +84,7 @@ async def test_5xx_on_writes_are_retried(
 
 
 async def test_a_clone_storage_lock_timeout_is_retried(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("POST", "/clone", 500, LOCK_TIMEOUT, times=2)  # refused before the worker
     rig.task_failures("qmclone", "*", LOCK_TIMEOUT)  # then the worker times out once
@@ -96,7 +96,7 @@ async def test_a_clone_storage_lock_timeout_is_retried(
 
 
 async def test_a_lasting_lock_timeout_is_a_clear_transient_error_then_converges(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("POST", "/clone", 500, LOCK_TIMEOUT)
     _, result = await apply(backend, state_of(rig, FLEET[:1]), journal)
@@ -113,7 +113,7 @@ async def test_a_lasting_lock_timeout_is_a_clear_transient_error_then_converges(
 
 
 async def test_a_failed_start_task_names_its_log_and_a_rerun_converges(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("POST", "/status/start", error="qemu_exited_code", times=1)
     _, result = await apply(backend, state_of(rig, FLEET[:1]), journal)
@@ -129,7 +129,7 @@ async def test_a_failed_start_task_names_its_log_and_a_rerun_converges(
 
 
 async def test_a_clone_that_runs_out_of_space_fails_cleanly(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.run(rig.pve.storages["local-lvm"].__setitem__, "avail", 1 << 30)  # 1 GiB, template 4
     vm = rig.desired(FLEET[:1])[0]
@@ -143,7 +143,7 @@ async def test_a_clone_that_runs_out_of_space_fails_cleanly(
 
 
 async def test_task_warnings_succeed_and_are_surfaced(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.task_warnings("qmstart", "*", "iothread is only valid with virtio disk or virtio-scsi")
     vm = rig.desired(FLEET[:1])[0]
@@ -154,7 +154,7 @@ async def test_task_warnings_succeed_and_are_surfaced(
 
 
 async def test_a_locked_vm_is_left_alone_until_unlocked(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     entries = [{"name": "dev-0", "memory": "2GiB"}]
     rig.seed_managed(rig.desired(entries)[0], 100, lock="backup")
@@ -188,7 +188,7 @@ async def test_a_busy_config_lock_is_waited_out(rig: FakePveRig, journal: Journa
 
 
 async def test_lost_quorum_is_a_clear_error_and_regained_quorum_converges(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.run(rig.pve.lose_quorum)
     first, result = await apply(backend, state_of(rig, FLEET[:2]), journal)
@@ -222,7 +222,7 @@ HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x9b2J\rApply complete! Resourc
 
 
 async def test_a_task_log_quoting_the_guest_side_is_shown_inert(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     # Task logs repeat what qemu, the guest agent or a hook script wrote.
     rig.task_failures("qmstart", "*", f"guest says {HOSTILE}")

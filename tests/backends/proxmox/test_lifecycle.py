@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sand.backends.protocol import ObservedVM, Ownership
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.observed import ObservedVM, Ownership
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import managed
 from tests.fakepve_rig.rig import FakePveRig
@@ -24,7 +24,7 @@ def form(body: bytes) -> dict[str, str]:
 
 
 async def test_create_clones_into_the_pool_configures_and_starts(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev", "cpus": 3, "memory": "3GiB", "disk": "20GiB"}])[0]
 
@@ -74,7 +74,7 @@ def _records(journal: Journal) -> list[dict[str, object]]:
 
 
 async def test_update_memory_of_a_running_vm_in_place(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev", "memory": "2GiB"}])[0]
     made = await backend.create(vm, journal)
@@ -98,7 +98,7 @@ async def test_update_memory_of_a_running_vm_in_place(
 
 
 async def test_cpus_of_a_stopped_vm_change_without_starting_it(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "cold", "cpus": 2, "state": "stopped"}])[0]
     rig.seed_managed(vm, 600)
@@ -111,7 +111,7 @@ async def test_cpus_of_a_stopped_vm_change_without_starting_it(
 
 
 async def test_disk_grows_in_place_and_never_shrinks(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev", "disk": "10GiB"}])[0]
     rig.seed_managed(vm, 610)
@@ -125,7 +125,7 @@ async def test_disk_grows_in_place_and_never_shrinks(
 
 
 async def test_power_state_changes_in_place(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev"}])[0]
     rig.seed_managed(vm, 620)
@@ -138,7 +138,7 @@ async def test_power_state_changes_in_place(
 
 
 async def test_protection_blocks_deletion_until_the_manifest_lifts_it(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "keep"}])[0]
     rig.seed_managed(vm, 630)
@@ -158,7 +158,7 @@ async def test_protection_blocks_deletion_until_the_manifest_lifts_it(
 
 
 async def test_protection_set_by_an_operator_is_never_overridden(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "pet"}])[0]
     rig.seed_managed(vm, 640)
@@ -179,7 +179,7 @@ async def test_protection_set_by_an_operator_is_never_overridden(
 
 
 async def test_delete_stops_and_purges(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "tmp"}])[0]
     made = await backend.create(vm, journal)
@@ -196,7 +196,7 @@ async def test_delete_stops_and_purges(
 
 
 async def test_nothing_but_managed_vms_is_changed_or_deleted(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "x"}])[0]
     rig.seed_vm(700, "x")  # unmanaged
@@ -231,7 +231,7 @@ async def test_nothing_but_managed_vms_is_changed_or_deleted(
 
 
 async def test_mark_converged_keeps_what_operators_wrote(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "dev"}])[0]
     made = await backend.create(vm, journal)
@@ -258,7 +258,7 @@ async def test_mark_converged_keeps_what_operators_wrote(
 
 @pytest.mark.fakepve_rig(acl="root")
 async def test_a_vm_taken_out_of_the_pool_after_observation_is_not_deleted(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired([{"name": "kept"}])[0]
     rig.seed_managed(vm, 660)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sand.backends.protocol import Marker
 from sand.backends.proxmox import marker as mk
+from sand.observed import Marker
 
 M = Marker("demo", "web-1", "101", "0123456789abcdef", "fedcba9876543210", "template:t@s")
 

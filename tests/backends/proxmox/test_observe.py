@@ -8,8 +8,8 @@ from typing import Any
 import proxmoxer
 import pytest
 
-from sand.backends.protocol import Ownership
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
+from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import by_name, managed
 from tests.fakepve_rig.fixtures import MakeRig
@@ -19,7 +19,7 @@ GIB = 1 << 30
 
 
 async def test_created_vms_observe_with_one_listing_and_no_agent_call(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     entries = [{"name": f"dev-{i}", "memory": "2GiB", "disk": "12GiB"} for i in range(4)]
     desired = rig.desired(entries)
@@ -46,7 +46,7 @@ async def test_created_vms_observe_with_one_listing_and_no_agent_call(
 
 @pytest.mark.parametrize("n", [0, 1, 50, 400])
 async def test_a_no_op_is_one_request_whatever_the_fleet_size(
-    rig: FakePveRig, backend: ProxmoxVEBackend, n: int
+    rig: FakePveRig, backend: ProxmoxBackend, n: int
 ) -> None:
     desired = rig.desired([{"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(n)])
     for i, vm in enumerate(desired):
@@ -59,7 +59,7 @@ async def test_a_no_op_is_one_request_whatever_the_fleet_size(
 
 
 async def test_deep_reads_only_for_vms_whose_fingerprint_differs(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     entries: list[dict[str, Any]] = [
         {"name": f"vm-{i}", "memory": "1GiB", "disk": "8GiB"} for i in range(10)
@@ -86,7 +86,7 @@ async def test_deep_reads_only_for_vms_whose_fingerprint_differs(
 
 
 async def test_a_vm_removed_from_the_manifest_is_deep_read_before_it_may_be_pruned(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     old = rig.desired([{"name": "gone", "protect": True}])[0]
     rig.seed_managed(old, 300)
@@ -96,7 +96,7 @@ async def test_a_vm_removed_from_the_manifest_is_deep_read_before_it_may_be_prun
 
 
 async def test_a_locked_vm_is_read_and_reported_locked(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     desired = rig.desired([{"name": "busy"}])
     rig.seed_managed(desired[0], 310, lock="backup")
@@ -124,7 +124,7 @@ def _human_clone(rig: FakePveRig, source: int, newid: int, name: str) -> None:
 
 
 async def test_ownership_of_everything_in_the_pool(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     desired = rig.desired([{"name": "web"}, {"name": "db"}])
     web = by_name(desired)["web"]
@@ -155,7 +155,7 @@ async def test_ownership_of_everything_in_the_pool(
 
 
 async def test_a_template_carrying_our_marker_is_never_managed(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     vm = rig.desired([{"name": "golden-copy"}])[0]
     rig.seed_managed(vm, 400, template=True, status="stopped")
@@ -166,7 +166,7 @@ async def test_a_template_carrying_our_marker_is_never_managed(
 
 
 async def test_a_failing_listing_means_unknown_never_empty(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     rig.fail("GET", "/cluster/resources", 503, "Service Unavailable")
     obs = await backend.observe(rig.desired([{"name": "a"}]))
@@ -176,7 +176,7 @@ async def test_a_failing_listing_means_unknown_never_empty(
 
 
 async def test_a_briefly_failing_listing_is_retried(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     rig.fail("GET", "/cluster/resources", 502, "Bad Gateway", times=2)
     obs = await backend.observe([])
@@ -208,7 +208,7 @@ async def test_vms_on_an_offline_node_stay_managed_with_unknown_power(
 
 
 async def test_our_marker_in_another_pool_is_left_alone(
-    rig: FakePveRig, backend: ProxmoxVEBackend
+    rig: FakePveRig, backend: ProxmoxBackend
 ) -> None:
     """Two backends of one project on one cluster, each with its pool, never prune
     each other's VMs (nor one an operator moved out of the pool)."""

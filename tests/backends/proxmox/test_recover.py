@@ -11,7 +11,7 @@ import pytest
 
 from sand.apply.recovery import replay_journal
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import apply, plan, state_of
@@ -53,7 +53,7 @@ async def test_a_create_killed_mid_clone_is_removed(rig: FakePveRig, journal: Jo
 
 
 async def test_a_create_cut_off_after_configuration_is_adopted(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("PUT", "/resize", 500, "internal error - hints are not valid")
     with pytest.raises(ProxmoxError, match="resize of VM 100"):
@@ -78,7 +78,7 @@ async def test_a_create_cut_off_after_configuration_is_adopted(
 
 
 async def test_a_create_that_made_nothing_settles_as_nothing(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     rig.fail("POST", "/clone", 503, "Service Unavailable")
     with pytest.raises(ProxmoxError):
@@ -89,7 +89,7 @@ async def test_a_create_that_made_nothing_settles_as_nothing(
 
 
 async def test_a_vmid_someone_else_took_is_left_alone(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     entry = journal.begin("create", backend="pve", vm="dev", identity="100", node="pve1")
     rig.seed_vm(100, "dev")  # a human made VM 100, named alike, before we could
@@ -99,7 +99,7 @@ async def test_a_vmid_someone_else_took_is_left_alone(
 
 
 async def test_an_interrupted_delete_is_finished(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     vm = rig.desired(ENTRY)[0]
     rig.seed_managed(vm, 100)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from sand.backends.protocol import SecretsRecord
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox.backend import ProxmoxVEBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
+from sand.observed import SecretsRecord
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import managed
 from tests.fakepve_rig.rig import FakePveRig
@@ -23,7 +23,7 @@ def tags_of(rig: FakePveRig, vmid: int) -> list[str]:
 
 
 async def test_the_stamp_is_a_listing_tag_read_back_with_no_extra_request(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     desired = rig.desired([{"name": "dev-1"}, {"name": "dev-2"}])
     for vm in desired:
@@ -51,7 +51,7 @@ async def test_the_stamp_is_a_listing_tag_read_back_with_no_extra_request(
 
 
 async def test_marking_without_a_delivery_keeps_the_stamp_and_operator_tags(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     (vm,) = rig.desired([{"name": "dev-1"}])
     made = await backend.create(vm, journal)
@@ -76,7 +76,7 @@ async def test_marking_without_a_delivery_keeps_the_stamp_and_operator_tags(
 
 
 async def test_a_deep_read_carries_the_stamp_too(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     (vm,) = rig.desired([{"name": "dev-1"}])
     made = await backend.create(vm, journal)
@@ -89,7 +89,7 @@ async def test_a_deep_read_carries_the_stamp_too(
 
 
 async def test_the_listing_uptime_says_when_the_guest_booted(
-    rig: FakePveRig, backend: ProxmoxVEBackend, journal: Journal
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
     desired = rig.desired([{"name": "dev-1"}, {"name": "dev-2", "state": "stopped"}])
     for vm in desired:

@@ -1,14 +1,23 @@
-"""One reconcile's context: manifest → desired → backends, journal and lock."""
+"""A project as a run sees it: manifest → desired → backends, journal and lock.
+
+``apply`` and the per-VM verbs both stand on this room: open the session (load and
+validate the manifest, build the backends, take the lock if asked) and observe
+every backend at once, one listing each.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sand.backends.protocol import Backend, Mutability
+from sand.backends.capabilities import Mutability
+from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
+from sand.errors import SandError
 from sand.manifest import LoadedManifest, load_manifest
+from sand.observed import Observation
 from sand.state.journal import Journal
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir
@@ -63,3 +72,19 @@ def open_session(path: str | Path, *, lock: bool, lock_wait: float = 0.0) -> Ses
             session.lock.release()
         raise
     return session
+
+
+async def observe_all(
+    backends: Mapping[str, Backend], desired: DesiredState
+) -> dict[str, Observation]:
+    async def one(name: str, backend: Backend) -> Observation:
+        try:
+            return await backend.observe(desired.for_backend(name))
+        except SandError as exc:
+            # A backend that cannot be read is "unknown", never "empty": an
+            # empty answer would plan the deletion or re-creation of every VM.
+            return Observation(backend=name, vms=(), unknown_reason=str(exc))
+
+    names = list(backends)
+    results = await asyncio.gather(*(one(n, backends[n]) for n in names))
+    return dict(zip(names, results, strict=True))

@@ -1,0 +1,34 @@
+"""What a backend type can do with each field, declared by the backend itself.
+
+The planner reads these and never asks which backend type it is planning for: a
+field changes in place, needs a restart, grows only, or forces replacement; names
+are unique or not; a replacement can be made beside the old VM or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Mutability(StrEnum):
+    IN_PLACE = "in-place"
+    RESTART = "in-place, requires restart"
+    GROW_ONLY = "in-place when growing, replace when shrinking"
+    REPLACE = "forces replacement"
+
+
+# Fields the planner compares, and whether the guest itself must be reprovisioned.
+INFRA_FIELDS = ("image", "cpus", "memory", "disk", "state", "protect", "node", "ports")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What planning needs to know of a backend type."""
+
+    # Which desired fields change in place, need a restart, or force replacement.
+    field_policy: Mapping[str, Mutability] = field(default_factory=dict)
+    # Instance names are unique on the backend (Lima: a directory each), so a VM that is
+    # not sand's holding a desired name blocks the create instead of standing beside it.
+    unique_names: bool = False

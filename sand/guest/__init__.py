@@ -1,0 +1,1 @@
+"""The guest transport: how sand reaches a VM over SSH (endpoints, connections)."""

@@ -1,0 +1,167 @@
+"""What backends report about the VMs they see, and the one rule of who owns a VM.
+
+The lowest floor of sand's vocabulary: a backend reads a VM's marker (PVE tags and
+description, a Lima sidecar) as *claims* — each says "project P made me as VM I (for
+backend entry B)" — and :func:`ownership` turns the claims plus the VM's own identity
+into an :class:`Ownership`. Both backends ask this one function, so "managed" means the
+same on Lima and Proxmox, and is tested once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Ownership(StrEnum):
+    MANAGED = "managed"  # our marker: this project, and the VM's own identity
+    UNMANAGED = "unmanaged"  # no marker: a human's VM, never touched
+    COPIED = "copied"  # our marker naming another identity: a human's clone of ours
+    OTHER_PROJECT = "other-project"  # sand's marker for another project
+    # This project's marker naming another backend entry of the manifest (two entries on
+    # one cluster or host): that entry's VM, never deleted or adopted by this one.
+    OTHER_BACKEND = "other-backend"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What sand writes on a VM it owns (PVE tags + description, Lima sidecar)."""
+
+    project: str
+    name: str
+    identity: str  # the VM's own id (PVE vmid, Lima instance name): a copy fails this
+    fingerprint: str  # DesiredVM.fingerprint last converged; "" while being created
+    guest_fingerprint: str = ""  # DesiredVM.guest_fingerprint last provisioned
+    image: str = ""
+    # The secrets stamp last delivered (sand.secrets.stamp; "" = none recorded)
+    # and when that delivery finished (epoch seconds, the delivering host's clock).
+    secrets: str = ""
+    secrets_at: int = 0
+    # The manifest's backend entry that made the VM ("": written by a sand that did not
+    # record it; the backend that sees it in its own pool adopts it and writes its name).
+    backend: str = ""
+    # Set once when the VM is made and kept across every write: tells this VM from a
+    # later one that got the same vmid or name, so a replayed journal step never acts
+    # on a successor ("": unknown, not read or written by an older sand).
+    incarnation: str = ""
+
+    def to_json_dict(self) -> dict[str, str | int]:
+        data: dict[str, str | int] = {
+            "project": self.project,
+            "name": self.name,
+            "identity": self.identity,
+            "fingerprint": self.fingerprint,
+            "guest_fingerprint": self.guest_fingerprint,
+            "image": self.image,
+        }
+        if self.secrets:
+            data.update(secrets=self.secrets, secrets_at=self.secrets_at)
+        return data
+
+
+@dataclass(frozen=True)
+class SecretsRecord:
+    """What a run delivered to a guest, for its marker: a stamp, never a value."""
+
+    stamp: str  # "" when the VM has no secrets (any recorded stamp is removed)
+    delivered_at: int  # epoch seconds
+
+
+@dataclass(frozen=True)
+class ObservedVM:
+    """One VM as a backend sees it. ``None`` for a field means "not read"."""
+
+    backend: str
+    name: str
+    identity: str
+    ownership: Ownership
+    power: str  # "running" | "stopped" | "unknown"
+    cpus: int | None = None
+    memory: int | None = None
+    disk: int | None = None
+    protect: bool = False
+    # Protection is on and sand did not set it (an operator did): never proposed for lifting.
+    operator_protected: bool = False
+    lock: str | None = None  # PVE lock (clone, migrate, ...) or Lima in-flight state
+    node: str | None = None
+    ports: tuple[tuple[int, int], ...] | None = None  # (guest, host) forwards, Lima only
+    marker: Marker | None = None
+    deep: bool = False  # true when a per-VM read filled the marker details
+    template: bool = False
+    # Security-relevant config found on the VM that the manifest does not allow
+    # (a writable mount, a non-loopback forward): planned as drift.
+    findings: tuple[str, ...] = ()
+    details: Mapping[str, str] = field(default_factory=dict)
+    # When the guest last (re)started, epoch seconds, as far as the listing tells
+    # (PVE: now - uptime; Lima: the host agent's start); None when it cannot.
+    booted_at: float | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return self.marker.fingerprint if self.marker else ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one backend showed in one reconcile."""
+
+    backend: str
+    vms: tuple[ObservedVM, ...]
+    # When set, the listing could not be trusted (limactl failed, an instance
+    # without lima.yaml, API down): nothing on this backend is created, pruned
+    # or replaced in this run, and the plan says why.
+    unknown_reason: str | None = None
+    # The VMs whose state made the listing untrusted (empty: the listing as a whole): a
+    # journal replay that removes all of them makes it trusted again.
+    unknown_because: tuple[str, ...] = ()
+    requests: int = 0  # listing/API calls made to observe, for budgets and benchmarks
+    warnings: tuple[str, ...] = ()
+    # False when a reboot inside a guest does not show in ``booted_at`` (Lima: the
+    # host agent lives on): a VM's tmpfs secrets are then checked on the guest.
+    reboots_visible: bool = True
+
+    def managed(self) -> list[ObservedVM]:
+        return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
+
+
+@dataclass(frozen=True)
+class RecordedVM:
+    """A VM this host recorded making (the per-project inventory), to check a listing by."""
+
+    backend: str
+    name: str
+    identity: str
+    incarnation: str = ""
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One marker's say about a VM: made by ``project`` as VM ``identity`` (its vmid or
+    instance name when it was made) for backend entry ``backend`` ("": not recorded, by
+    an older sand; the entry that sees it where it lives adopts it)."""
+
+    project: str
+    identity: str
+    backend: str = ""
+
+
+def ownership(claims: Sequence[Claim], *, identity: str, project: str, backend: str) -> Ownership:
+    """Whose VM this is, for backend entry ``backend`` of ``project``.
+
+    No claim: a person's VM. Any claim of another project: theirs. Any claim naming
+    another identity: a copy a person made of one of ours (PVE clones copy the
+    description, ``limactl clone`` copies the sidecar), never ours to change. Any claim
+    naming another entry of this project: that entry's. Otherwise ours. Every claim must
+    agree: a VM whose tags and description disagree is not believed to be ours.
+    """
+    if not claims:
+        return Ownership.UNMANAGED
+    if any(c.project != project for c in claims):
+        return Ownership.OTHER_PROJECT
+    if any(c.identity != identity for c in claims):
+        return Ownership.COPIED
+    if any(c.backend and c.backend != backend for c in claims):
+        return Ownership.OTHER_BACKEND
+    return Ownership.MANAGED
