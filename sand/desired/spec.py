@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from sand.manifest.loader import LoadedManifest
-from sand.manifest.models import LimaConfig, Manifest, ProxmoxConfig
+from sand.manifest.models import Manifest
 
 DEFAULT_CPUS = 2
 DEFAULT_MEMORY = 8 << 30
@@ -136,7 +136,7 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
     for vm in m.vms:
         backend_name = vm.backend or d.backend or next(iter(m.backends))
         backend = m.backends[backend_name]
-        image = _image(vm.image, d.image, backend)
+        image = backend.image_ref(vm.image, d.image)
         repos = tuple(
             DesiredRepo(
                 name=r,
@@ -184,17 +184,6 @@ def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
 
 def _first(*values: bool | None) -> bool:
     return next(v for v in values if v is not None)
-
-
-def _image(vm_image: str | None, default: str | None, backend: LimaConfig | ProxmoxConfig) -> str:
-    """The identity of what a VM is made from; changing it forces replacement.
-
-    On Proxmox that is the template (a VM's ``image`` names another template)
-    and the storage it is cloned onto; on Lima, the template or image name.
-    """
-    if isinstance(backend, ProxmoxConfig):
-        return f"template:{vm_image or backend.template}@{backend.storage}"
-    return vm_image or default or "default"
 
 
 def _norm_path(path: str) -> str:

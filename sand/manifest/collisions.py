@@ -10,18 +10,11 @@ defensively; each finding is reported at the second entry, naming the first.
 
 from __future__ import annotations
 
-import getpass
-import os
-import posixpath
 from collections.abc import Iterator
 from typing import Any
 
-from sand.manifest.values import (
-    entry_name_problem,
-    home_path_problem,
-    local_path_problem,
-    normalise_home_path,
-)
+from sand.manifest.backends import CONFIGS
+from sand.manifest.values import entry_name_problem, home_path_problem, normalise_home_path
 from sand.manifest.yamlmarks import Path
 
 # (path, message, point at the key rather than the value)
@@ -60,7 +53,9 @@ def _shared_backends(backends: dict[str, Any], manifest_dir: str) -> Iterator[Fi
     look at the same place would each take the other's VMs for stale ones of its own."""
     seen: dict[tuple[object, ...], str] = {}
     for name, backend in backends.items():
-        where = _ownership_scope(_dict(backend), manifest_dir)
+        backend = _dict(backend)
+        config = CONFIGS.get(str(backend.get("type")))
+        where = config.ownership_scope(backend, manifest_dir) if config else None
         if where is None:
             continue
         key, described, fix = where
@@ -72,68 +67,6 @@ def _shared_backends(backends: dict[str, Any], manifest_dir: str) -> Iterator[Fi
                 True,
             )
         seen.setdefault(key, name)
-
-
-def _ownership_scope(
-    backend: dict[str, Any], manifest_dir: str
-) -> tuple[tuple[object, ...], str, str] | None:
-    kind = backend.get("type")
-    if kind == "proxmox":
-        host, pool, port = backend.get("host"), backend.get("pool"), backend.get("port", 8006)
-        if not isinstance(host, str) or not isinstance(pool, str):
-            return None
-        host = host.lower().rstrip(".")
-        return (
-            ("proxmox", host, port, pool),
-            f"pool {pool!r} on {host}:{port}",
-            "give each backend its own pool",
-        )
-    if kind != "lima":
-        return None
-    ssh = backend.get("ssh")
-    if ssh is None:
-        home = backend.get("lima_home")
-        if home is not None and (not isinstance(home, str) or local_path_problem(home)):
-            return None  # reported where it is written
-        path = _local_home(home or "~/.lima", manifest_dir)
-        return ("lima", path), f"the Lima home {path}", "give each backend its own lima_home"
-    ssh = _dict(ssh)
-    host, user, port = ssh.get("host"), ssh.get("user"), ssh.get("port", 22)
-    home = ssh.get("lima_home", ".lima")
-    if not isinstance(host, str) or not isinstance(home, str) or local_path_problem(home):
-        return None
-    if user is None:
-        user = _login_name()  # what the SSH connection logs in as
-    host = host.lower().rstrip(".")
-    remote = _remote_home(home)
-    return (
-        ("lima-remote", host, port, user, remote),
-        f"the Lima home {remote} of {user}@{host}:{port}",
-        "give each backend its own lima_home",
-    )
-
-
-def _local_home(value: str, manifest_dir: str) -> str:
-    path = os.path.expanduser(value)
-    if not os.path.isabs(path):
-        path = os.path.join(manifest_dir, path)
-    return os.path.realpath(path)
-
-
-def _remote_home(value: str) -> str:
-    # Relative to the login directory, as the Lima backend runs it there.
-    if value == "~":
-        value = "."
-    elif value.startswith("~/"):
-        value = value[2:]
-    return posixpath.normpath(value)
-
-
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return ""
 
 
 def _case_twins(vms: list[Any]) -> Iterator[Finding]:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sand.errors import ManifestError, Problem
+from sand.manifest.backends import CONFIGS
 from sand.manifest.collisions import check_collisions
 from sand.manifest.models import Manifest
 from sand.manifest.references import check_references
@@ -119,7 +120,7 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> Path:
             node = node[part]
         elif part == "[key]":
             continue
-        elif isinstance(node, dict) and isinstance(part, str) and part not in ("lima", "proxmox"):
+        elif isinstance(node, dict) and isinstance(part, str) and part not in CONFIGS:
             # A key that is absent (missing) or the offending extra key itself.
             path.append(part)
             node = None
@@ -144,6 +145,7 @@ def _allowed_keys(data: Any, path: Path) -> list[str]:
 
 def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
     from sand.manifest import models as m
+    from sand.manifest.backends import SshTarget
 
     table: dict[Path, type[BaseModel]] = {(): m.Manifest, ("defaults",): m.Defaults}
     if path in table:
@@ -165,10 +167,9 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
         node = data.get("backends", {}).get(path[1]) if isinstance(data, dict) else None
         kind = node.get("type") if isinstance(node, dict) else None
         if len(path) == 3 and path[2] == "ssh":
-            return m.SshTarget
+            return SshTarget
         if len(path) == 2:
-            kinds: dict[str, type[BaseModel]] = {"lima": m.LimaConfig, "proxmox": m.ProxmoxConfig}
-            return kinds.get(str(kind))
+            return CONFIGS.get(str(kind))
     return None
 
 

@@ -12,12 +12,15 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from sand.manifest import models as m
+from sand.manifest.backends import CONFIGS, SshTarget
 
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("Top level", m.Manifest, "The whole `sand.yaml`."),
-    ("`backends.<name>` with `type: lima`", m.LimaConfig, "Lima here, or remote with `ssh`."),
-    ("`backends.<name>.ssh`", m.SshTarget, "A remote Lima host."),
-    ("`backends.<name>` with `type: proxmox`", m.ProxmoxConfig, "A Proxmox VE cluster."),
+    *(
+        (f"`backends.<name>` with `type: {kind}`", config, config.TITLE)
+        for kind, config in CONFIGS.items()
+    ),
+    ("`backends.<name>.ssh`", SshTarget, "A remote Lima host."),
     ("`defaults`", m.Defaults, "Values every VM takes unless it sets its own."),
     ("`secrets.<NAME>`", m.Secret, "A named secret; the name is its default variable name."),
     ("`secrets.<NAME>.from`", m.SecretSource, "Exactly one source; values never live here."),

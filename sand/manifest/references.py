@@ -11,23 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sand.manifest.names import check_vm_name
-from sand.manifest.values import template_problem
+from sand.manifest.backends import CONFIGS
+from sand.manifest.rawdata import Finding
+from sand.manifest.rawdata import as_dict as _dict
+from sand.manifest.rawdata import as_list as _list
+from sand.manifest.rawdata import as_str as _str
 from sand.manifest.yamlmarks import Path
-
-Finding = tuple[Path, str]
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def check_references(data: Any) -> Iterator[Finding]:
@@ -68,27 +57,19 @@ def check_references(data: Any) -> Iterator[Finding]:
                 yield (*at, "backend"), _unknown("backend", backend_name, backends)
             continue
         backend = _dict(backends[backend_name])
-        kind = _str(backend.get("type"))
-        if kind not in ("lima", "proxmox"):
-            continue
+        config = CONFIGS.get(str(backend.get("type")))
+        if config is None:
+            continue  # an unknown type is reported by the schema
         if name:
-            why = check_vm_name(name, kind)
+            why = config.name_problem(name)
             if why:
                 yield (*at, "name"), why
-        if kind == "lima" and vm.get("image") is None and defaults.get("image") is None:
-            yield at, f"VM {name!r} has no image and defaults.image is not set"
-        image = _str(vm.get("image"))
-        if kind == "proxmox" and image is not None:
-            # On Proxmox a VM's image names the template it is cloned from.
-            why = template_problem(image)
-            if why:
-                yield (*at, "image"), f"a Proxmox VM's image names its template: {why}"
+        yield from config.vm_findings(name, at, vm, backend, defaults)
         for j, repo_name in enumerate(_list(vm.get("repos"))):
             if isinstance(repo_name, str) and repo_name not in repos:
                 yield (*at, "repos", j), _unknown("repo", repo_name, repos)
         yield from _secret_uses(at, _list(vm.get("secrets")), secrets)
         ports = [_dict(p) for p in _list(vm.get("ports"))]
-        yield from _backend_rules(name, at, kind, backend, _str(vm.get("node")), bool(ports))
         for j, port in enumerate(ports):
             host = port.get("host")
             if not isinstance(host, int):
@@ -119,31 +100,6 @@ def _secret_uses(at: Path, uses: list[Any], secrets: Mapping[str, Any]) -> Itera
         if (scope, variable) in placed:
             yield (*at, "secrets", j), f"{variable} is placed twice at scope {scope}"
         placed.add((scope, variable))
-
-
-def _backend_rules(
-    vm: str, at: Path, kind: str, backend: dict[str, Any], node: str | None, has_ports: bool
-) -> Iterator[Finding]:
-    if kind == "proxmox":
-        if has_ports:
-            yield (
-                (*at, "ports"),
-                (
-                    "ports are forwarded only on Lima; a Proxmox VM has its own address on the "
-                    "bridge, so reach its ports there"
-                ),
-            )
-        nodes = [backend["node"]] if _str(backend.get("node")) else _list(backend.get("nodes"))
-        if node is not None and nodes and node not in nodes:
-            yield (
-                (*at, "node"),
-                (
-                    f"node {node!r} is not one of this backend's nodes: "
-                    + ", ".join(str(n) for n in nodes)
-                ),
-            )
-    elif node is not None:
-        yield (*at, "node"), f"VM {vm!r}: 'node' applies only to Proxmox backends"
 
 
 def _unknown(kind: str, name: str, known: Mapping[str, object]) -> str:

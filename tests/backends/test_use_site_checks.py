@@ -17,7 +17,7 @@ from sand.backends.proxmox.client import PveClient
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.errors import BackendError, TransportError
 from sand.guest.endpoint import JumpHost
-from sand.manifest.models import LimaConfig, SshTarget
+from sand.manifest.backends import LimaConfig, SshTarget
 from sand.verbs.shell import jump_config
 from tests.fakepve_rig.rig import FakePveRig
 

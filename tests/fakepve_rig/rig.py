@@ -30,7 +30,7 @@ __all__ = ["SAND_PRIVILEGES", "FakePveRig", "Request"]
 if TYPE_CHECKING:
     from sand.backends.proxmox.backend import ProxmoxBackend
     from sand.desired import DesiredVM
-    from sand.manifest.models import ProxmoxConfig
+    from sand.manifest.backends import ProxmoxConfig
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -440,7 +440,7 @@ class FakePveRig:
         return {k: v for k, v in fields.items() if v is not None}
 
     def backend_config(self, **overrides: Any) -> ProxmoxConfig:
-        from sand.manifest.models import ProxmoxConfig
+        from sand.manifest.backends import ProxmoxConfig
 
         return ProxmoxConfig.model_validate(self.backend_fields(**overrides))
 

@@ -17,7 +17,7 @@ from sand.backends.lima.runner import LocalRunner, RemoteRunner, RemoteTarget, R
 from sand.backends.protocol import Backend
 from sand.errors import BackendError
 from sand.guest.endpoint import JumpHost
-from sand.manifest.models import LimaConfig
+from sand.manifest.backends import LimaConfig
 from sand.manifest.values import executable_problem, hostname_problem, ssh_user_problem
 
 __all__ = ["FIELD_POLICY", "LimaBackend", "make_lima_backend"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sand.backends.protocol import Backend
-    from sand.manifest.models import ProxmoxConfig
+    from sand.manifest.backends import ProxmoxConfig
 
 
 def resolve_path(value: str, manifest_dir: Path) -> Path:

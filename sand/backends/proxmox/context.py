@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sand.backends.proxmox.client import PveClient
-from sand.manifest.models import ProxmoxConfig
+from sand.manifest.backends import ProxmoxConfig
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
-from sand.manifest.models import LimaConfig
+from sand.manifest.backends import LimaConfig
 from sand.state.journal import Journal
 from tests.backends.lima.sshd_rig import sshd  # noqa: F401  (the remote-host fixture)
 from tests.limactl_standin import StandIn

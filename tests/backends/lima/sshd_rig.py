@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sand.backends.lima import LimaBackend, make_lima_backend
-from sand.manifest.models import LimaConfig, SshTarget
+from sand.manifest.backends import LimaConfig, SshTarget
 from tests.limactl_standin import StandIn
 
 SSHD = "/usr/sbin/sshd"

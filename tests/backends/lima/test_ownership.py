@@ -13,7 +13,7 @@ from sand.apply.recovery import replay_journal
 from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.backends.protocol import RecoveryAction
 from sand.errors import BackendError
-from sand.manifest.models import LimaConfig
+from sand.manifest.backends import LimaConfig
 from sand.observed import Ownership
 from sand.plan import Action, make_plan
 from sand.state.journal import Journal

@@ -1,0 +1,133 @@
+"""``type: proxmox``: a Proxmox VE cluster driven through its REST API.
+
+Everything the manifest layer knows about Proxmox lives here: the config block, which
+VM names PVE accepts, what an ``image`` means (the template it is cloned from, and
+the storage it is cloned onto), the per-VM rules only Proxmox has, and where two
+Proxmox backends would collide (one pool on one cluster).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from sand.manifest.fields import (
+    HostName,
+    LocalPath,
+    PortNumber,
+    PveBridge,
+    PveNode,
+    PvePool,
+    PveStorage,
+    Strict,
+    Template,
+)
+from sand.manifest.rawdata import Finding, OwnershipScope, as_list, as_str
+from sand.manifest.values import template_problem
+from sand.manifest.yamlmarks import Path
+
+# PVE stores the VM name as a DNS name (pve-common's "dns-name" format).
+_LABEL = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$")
+
+
+class ProxmoxConfig(Strict):
+    """A Proxmox VE cluster driven through its REST API with a pool-scoped token."""
+
+    TYPE: ClassVar[str] = "proxmox"
+    TITLE: ClassVar[str] = "A Proxmox VE cluster."
+
+    type: Literal["proxmox"]
+    host: HostName = Field(
+        description="The cluster's host name or IP address (no scheme, port or credentials)."
+    )
+    port: PortNumber = 8006
+    node: PveNode | None = None
+    nodes: list[PveNode] | None = Field(default=None, min_length=1)
+    pool: PvePool = Field(
+        description="The pool sand's VMs live in; two backends on one host, port and pool are "
+        "refused (each would see the other's VMs as its own)."
+    )
+    storage: PveStorage
+    bridge: PveBridge = "vmbr0"
+    template: Template = Field(
+        description="Template VM to clone: its vmid (100 to 999999999) or its name."
+    )
+    token_file: LocalPath = Field(
+        description="File holding 'user@realm!tokenid=secret'; refused unless mode is 0600 or "
+        "stricter."
+    )
+    verify_tls: bool = True
+    ca_file: LocalPath | None = None
+    identity: LocalPath = Field(
+        description="SSH private key for guests; its .pub goes to cloud-init."
+    )
+    clone_parallelism: int = Field(default=2, ge=1, le=32)
+
+    @model_validator(mode="after")
+    def _one_placement(self) -> ProxmoxConfig:
+        if (self.node is None) == (self.nodes is None):
+            raise ValueError("set exactly one of 'node' (one node) or 'nodes' (placement)")
+        return self
+
+    @property
+    def placement_nodes(self) -> list[str]:
+        return [self.node] if self.node else list(self.nodes or [])
+
+    # --- rules the rest of sand asks of a backend type ------------------------------
+
+    @staticmethod
+    def name_problem(name: str) -> str | None:
+        """Why PVE would refuse ``name`` as a VM name, or None."""
+        labels = name.split(".")
+        if len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+            return (
+                f"VM name {name!r} is not valid on Proxmox: use letters, digits and '-' "
+                "(a DNS name), not starting or ending with '-'"
+            )
+        return None
+
+    def image_ref(self, vm_image: str | None, default: str | None) -> str:
+        """``template:<template>@<storage>``: changing either replaces the VM. A VM's own
+        ``image`` names another template; ``defaults.image`` (a Lima image) does not apply."""
+        return f"template:{vm_image or self.template}@{self.storage}"
+
+    @staticmethod
+    def vm_findings(
+        vm: str, at: Path, entry: dict[str, Any], backend: dict[str, Any], defaults: dict[str, Any]
+    ) -> Iterator[Finding]:
+        """Per-VM rules that hold only on Proxmox, on the raw YAML data."""
+        image = as_str(entry.get("image"))
+        if image is not None:
+            why = template_problem(image)
+            if why:
+                yield (*at, "image"), f"a Proxmox VM's image names its template: {why}"
+        if as_list(entry.get("ports")):
+            yield (
+                (*at, "ports"),
+                "ports are forwarded only on Lima; a Proxmox VM has its own address on the "
+                "bridge, so reach its ports there",
+            )
+        node = as_str(entry.get("node"))
+        nodes = [backend["node"]] if as_str(backend.get("node")) else as_list(backend.get("nodes"))
+        if node is not None and nodes and node not in nodes:
+            yield (
+                (*at, "node"),
+                f"node {node!r} is not one of this backend's nodes: "
+                + ", ".join(str(n) for n in nodes),
+            )
+
+    @staticmethod
+    def ownership_scope(backend: dict[str, Any], manifest_dir: str) -> OwnershipScope | None:
+        """Where this backend looks for its VMs: one pool of one cluster."""
+        host, pool, port = backend.get("host"), backend.get("pool"), backend.get("port", 8006)
+        if not isinstance(host, str) or not isinstance(pool, str):
+            return None
+        host = host.lower().rstrip(".")
+        return (
+            ("proxmox", host, port, pool),
+            f"pool {pool!r} on {host}:{port}",
+            "give each backend its own pool",
+        )

@@ -1,0 +1,119 @@
+"""The value types of the manifest's fields, shared by every block of it.
+
+Strict base model, sizes with units and bounds, names, paths, URLs: each type
+carries its rule (``values.py``) and the pattern editors see in the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
+
+from sand.manifest import values as v
+from sand.manifest.names import ENV_NAME, IDENTIFIER
+from sand.manifest.sizes import DISK_RANGE, MEMORY_RANGE, SIZE_PATTERN, bounded, format_size
+from sand.refname import branch_problem
+
+
+def rule(check: Callable[[Any], str | None], prefix: str = "") -> AfterValidator:
+    """A pydantic validator from one of the ``values`` rules (None: the value is fine)."""
+
+    def validate(value: Any) -> Any:
+        problem = check(value)
+        if problem:
+            raise ValueError(prefix + problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _size_schema(bounds: tuple[int, int]) -> dict[str, Any]:
+    low, high = bounds
+    return {
+        "type": "string",
+        "pattern": SIZE_PATTERN,
+        "examples": ["8GiB", "512MiB"],
+        "description": f"A size with its unit (binary: 8G = 8GiB), {format_size(low)} to "
+        f"{format_size(high)}; a bare number is refused as ambiguous.",
+    }
+
+
+MemorySize = Annotated[
+    int,
+    BeforeValidator(bounded("memory", *MEMORY_RANGE)),
+    WithJsonSchema(_size_schema(MEMORY_RANGE)),
+]
+DiskSize = Annotated[
+    int,
+    BeforeValidator(bounded("disk", *DISK_RANGE)),
+    WithJsonSchema(_size_schema(DISK_RANGE)),
+]
+PortNumber = Annotated[int, Field(ge=1, le=65535)]
+Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]
+# A Linux user name that is also an identifier: what provisioning can create.
+UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
+EnvName = Annotated[str, Field(pattern=ENV_NAME.pattern)]
+Agent = Literal["claude", "codex"]
+PowerState = Literal["running", "stopped"]
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("a bare ~ is YAML's null: write '~' in quotes")
+    return value
+
+
+HomePath = Annotated[
+    str,
+    BeforeValidator(_not_null),
+    rule(v.home_path_problem),
+    Field(
+        json_schema_extra={"pattern": r"^~(/[^/]+)*/?$"},
+        description="A guest path under the login user's home: '~' or '~/…' (no '..').",
+    ),
+]
+
+
+def advertise(regex: str) -> Any:
+    """Advertise a rule's regex to editors; the rule itself says what is wrong."""
+    return Field(json_schema_extra={"pattern": regex})
+
+
+HostName = Annotated[str, rule(v.hostname_problem)]
+SshUser = Annotated[str, rule(v.ssh_user_problem), advertise(v.SSH_USER.pattern)]
+LocalPath = Annotated[str, rule(v.local_path_problem)]
+Executable = Annotated[str, rule(v.executable_problem), advertise(r"^[^-]")]
+RepoUrl = Annotated[str, rule(v.repo_url_problem), advertise(r"^[^-\s]\S*$")]
+Branch = Annotated[str, rule(branch_problem, "not a valid git branch name: "), advertise(r"^[^-]")]
+PackageName = Annotated[str, rule(v.package_problem), advertise(v.PACKAGE.pattern)]
+PveNode = Annotated[str, rule(v.pve_node_problem), advertise(v.PVE_NODE.pattern)]
+PveStorage = Annotated[str, rule(v.pve_storage_problem), advertise(v.PVE_STORAGE.pattern)]
+PvePool = Annotated[str, rule(v.pve_pool_problem), advertise(v.PVE_POOL.pattern)]
+PveBridge = Annotated[str, rule(v.pve_bridge_problem), advertise(v.PVE_BRIDGE.pattern)]
+Template = Annotated[int | str, rule(v.template_problem)]
+Image = Annotated[str, Field(min_length=1), rule(v.control_problem)]
+MEMORY_DESCRIPTION = (
+    f"With its unit ('8GiB', '512MiB'), {format_size(MEMORY_RANGE[0])} to "
+    f"{format_size(MEMORY_RANGE[1])}; default 8GiB. A bare number is refused as ambiguous."
+)
+DISK_DESCRIPTION = (
+    f"With its unit ('40GiB', '1TiB'), {format_size(DISK_RANGE[0])} to "
+    f"{format_size(DISK_RANGE[1])}; default 100GiB. A bare number is refused as ambiguous."
+)
+PRESERVE_DESCRIPTION = (
+    "Guest paths kept across replace and reprovision (copied out of the old guest and "
+    "restored into the new one, verified by digest); each '~' or under '~/'."
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
