@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sand.backends.lima.config import PARAM_INSTANCE, PARAM_PROJECT
+from sand.backends.lima.limayaml import PARAM_INSTANCE, PARAM_PROJECT
 from sand.observed import Marker, Ownership
 
 SCHEMA = 1
