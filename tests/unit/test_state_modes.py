@@ -158,6 +158,7 @@ def test_the_remote_lima_key_copy_is_private(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int
 ) -> None:
     from sand.backends.lima import LimaBackend
+    from sand.backends.lima.guest import local_key
     from sand.backends.lima.runner import LocalRunner
 
     monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
@@ -171,7 +172,7 @@ def test_the_remote_lima_key_copy_is_private(
 
     runner = RemoteLike(backend="buildbox", lima_home=None)
     backend = LimaBackend("buildbox", project="demo", runner=runner)
-    local = Path(asyncio.run(backend._local_key(str(remote_key))))
+    local = Path(asyncio.run(local_key(backend.ctx, str(remote_key))))
     assert local.parent == tmp_path / "state" / "projects" / "demo" / "lima-keys"
     assert local.read_text() == "not really a key\n"
     assert_private(tmp_path / "state")

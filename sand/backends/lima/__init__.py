@@ -1,10 +1,15 @@
 """The Lima backend (``type: lima``): local ``limactl``, or ``limactl`` on a remote host
 over one SSH connection. See ``docs/backends/lima.md``.
 
-Modules: ``runner`` (the local/SSH seam), ``scripts`` (the fixed sh scripts run next to
-limactl), ``listing`` (JSON Lines parsing), ``config`` (generated lima.yaml and the
-security checks), ``marker`` (ownership), ``sshconfig``, ``backend`` (the Backend),
-``doctor`` (``sand doctor``'s checks).
+Modules, cut the way ``sand.backends.proxmox`` is: ``backend`` (the Backend, a facade
+over the rest), ``context`` (what every operation needs), ``vmops`` (limactl and script
+calls on one instance), ``observe`` (the one listing and per-name reads), ``bases``
+(the shared base instances), ``create``, ``lifecycle`` (update, delete, rename, mark),
+``guest`` (the SSH endpoint), ``recover``, ``preflight``, ``doctor``; beneath them
+``runner`` (the :class:`HostRunner` seam, local or SSH), ``scripts`` (the fixed sh
+scripts run next to limactl), ``listing`` (JSON Lines parsing), ``limayaml`` (generated
+lima.yaml and the security checks), ``marker`` (the sidecar and ownership),
+``sshconfig``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import os
 from pathlib import Path
 
 from sand.backends.lima.backend import FIELD_POLICY, LimaBackend
-from sand.backends.lima.runner import LocalRunner, RemoteRunner, RemoteTarget, Runner
+from sand.backends.lima.runner import HostRunner, LocalRunner, RemoteRunner, RemoteTarget
 from sand.backends.protocol import Backend
 from sand.errors import BackendError
 from sand.guest.endpoint import JumpHost
@@ -56,7 +61,7 @@ def make_lima_backend(
         _refuse(name, "ssh.host", hostname_problem(config.ssh.host))
         if config.ssh.user is not None:
             _refuse(name, "ssh.user", ssh_user_problem(config.ssh.user))
-    runner: Runner
+    runner: HostRunner
     jump: JumpHost | None = None
     if config.ssh is None:
         home = _local_path(config.lima_home, manifest_dir) if config.lima_home else None

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sand.backends.lima.backend import MIN_VERSION
-from sand.backends.lima.listing import version_tuple
-from sand.backends.lima.runner import RemoteRunner, Runner
+from sand.backends.lima.context import Ctx
+from sand.backends.lima.listing import MIN_VERSION, version_tuple
+from sand.backends.lima.runner import HostRunner, RemoteRunner
 from sand.errors import SandError
 
 TIMEOUT = 60.0
@@ -79,18 +79,19 @@ class DoctorReport:
         return [f"lima {self.backend}: {f}" for f in self.findings]
 
 
-async def doctor(name: str, runner: Runner, limactl: str) -> DoctorReport:
+async def doctor(ctx: Ctx) -> DoctorReport:
+    runner, limactl = ctx.runner, ctx.limactl
     if isinstance(runner, RemoteRunner):
         findings = await _remote(runner, limactl)
     else:
         findings = await _local(runner, limactl)
-    return DoctorReport(name, tuple(findings))
+    return DoctorReport(ctx.name, tuple(findings))
 
 
 # --- this machine -------------------------------------------------------------------------
 
 
-async def _local(runner: Runner, limactl: str) -> list[Finding]:
+async def _local(runner: HostRunner, limactl: str) -> list[Finding]:
     findings = _local_lima_home(getattr(runner, "lima_home", None))
     problem = _local_executable(limactl)
     if problem is not None:

@@ -16,6 +16,9 @@ from typing import Any
 
 _HEADER = re.compile(rb"^@sand (\S+) (\S+) (\d+)$")
 
+# Older listings fail while any instance is being cloned or deleted (lima-vm/lima#5236).
+MIN_VERSION = (2, 2, 0)
+
 
 @dataclass(frozen=True)
 class LimaInstance:

@@ -18,8 +18,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sand.backends.lima.config import PARAM_INSTANCE, PARAM_PROJECT
-from sand.observed import Marker, Ownership
+from sand.backends.lima.limayaml import PARAM_INSTANCE, PARAM_PROJECT
+from sand.observed import Claim, Marker, Ownership, ownership
 
 SCHEMA = 1
 
@@ -132,6 +132,21 @@ class Classification:
     incomplete: bool = False  # ours by origin, but the create never wrote its marker
 
 
+def claims(sidecar: Sidecar | None, param: Mapping[str, str], backend: str = "") -> list[Claim]:
+    """What an instance says about who made it: its sidecar; without one, the lima.yaml
+    ``param`` origin (a create that crashed before its marker, or a person's clone of a
+    base). ``backend`` "": the asker names no entry, so no claim names one either."""
+    if sidecar is not None:
+        m = sidecar.marker
+        return [Claim(m.project, m.identity, sidecar.backend if backend else "")]
+    origin_project = param.get(PARAM_PROJECT)
+    if not origin_project:
+        return []
+    # The origin names no backend entry (Lima copies param on clone, so it is evidence
+    # of origin only); "" identity when unset reads as a copy.
+    return [Claim(origin_project, param.get(PARAM_INSTANCE) or "")]
+
+
 def classify(
     instance: str,
     sidecar: Sidecar | None,
@@ -140,24 +155,18 @@ def classify(
     backend: str = "",
 ) -> Classification:
     """``backend``: the backend entry asking; a marker naming another entry of this
-    project is that entry's (one written without a name is adopted by whoever sees it)."""
+    project is that entry's (one written without a name is adopted by whoever sees it).
+
+    Ownership is the one rule (:func:`sand.observed.ownership`) over :func:`claims`.
+    An instance that is ours only by its ``param`` origin is *incomplete*: its create
+    never wrote the marker. (``limactl clone sand-base-... mine`` made by a person
+    names the base's instance there, so it reads as copied.)"""
+    found = ownership(
+        claims(sidecar, param, backend), identity=instance, project=project, backend=backend
+    )
     if sidecar is not None:
-        m = sidecar.marker
-        if m.project != project:
-            return Classification(Ownership.OTHER_PROJECT, m, sidecar.uid)
-        if m.identity != instance:
-            return Classification(Ownership.COPIED, m, sidecar.uid)
-        if backend and sidecar.backend and sidecar.backend != backend:
-            return Classification(Ownership.OTHER_BACKEND, m, sidecar.uid)
-        return Classification(Ownership.MANAGED, m, sidecar.uid)
-    origin_project = param.get(PARAM_PROJECT)
-    origin_instance = param.get(PARAM_INSTANCE)
-    if not origin_project:
-        return Classification(Ownership.UNMANAGED, None)
-    if origin_project != project:
-        return Classification(Ownership.OTHER_PROJECT, None)
-    if origin_instance != instance:
-        # e.g. `limactl clone sand-base-... mine`: made from ours, but not by sand.
-        return Classification(Ownership.COPIED, None)
+        return Classification(found, sidecar.marker, sidecar.uid)
+    if found is not Ownership.MANAGED:
+        return Classification(found, None)
     marker = Marker(project=project, name=instance, identity=instance, fingerprint="")
     return Classification(Ownership.MANAGED, marker, incomplete=True)

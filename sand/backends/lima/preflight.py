@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from sand.backends.lima import config as cfg
-from sand.backends.lima import scripts
+from sand.backends.lima import limayaml, scripts
+from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import ListingError, iter_frames
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.manifest.sizes import format_size
-
-if TYPE_CHECKING:
-    from sand.backends.lima.backend import LimaBackend
 
 TIMEOUT = 60.0
 SIZED = frozenset({"memory", "cpus"})
@@ -36,7 +32,7 @@ class HostFacts:
 
 def template_name(image: str) -> str | None:
     """The Lima template an image names (``template:debian-12``, ``debian-12``), or None."""
-    base = cfg.image_source(image).get("base")
+    base = limayaml.image_source(image).get("base")
     if not base:
         return None
     return str(base[0]).split(":", 1)[1].lstrip("/")
@@ -57,7 +53,7 @@ def parse_facts(stdout: bytes) -> HostFacts:
     return facts
 
 
-async def preflight(backend: LimaBackend, items: Sequence[PreflightItem]) -> PreflightReport:
+async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport:
     todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
     if not todo:
         return PreflightReport()
@@ -65,9 +61,9 @@ async def preflight(backend: LimaBackend, items: Sequence[PreflightItem]) -> Pre
     images = sorted({i.vm.image for i in made})
     templated = any(template_name(img) for img in images)
     locations = [img for img in images if template_name(img) is None]
-    argv = scripts.preflight_argv(backend.limactl, templates=templated, images=locations)
-    res = await backend.runner.run(argv, env={"LC_ALL": "C"}, timeout=TIMEOUT)
-    where = backend.runner.where
+    argv = scripts.preflight_argv(ctx.limactl, templates=templated, images=locations)
+    res = await ctx.runner.run(argv, env={"LC_ALL": "C"}, timeout=TIMEOUT)
+    where = ctx.runner.where
     if not res.ok:
         return PreflightReport(
             warnings=(f"preflight could not run on {where}: {res.err_tail()}",), requests=1

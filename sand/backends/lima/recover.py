@@ -14,18 +14,15 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
-from sand.backends.lima import config as cfg
-from sand.backends.lima import scripts
+from sand.backends.lima import lifecycle, limayaml, scripts, vmops
+from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import classify
+from sand.backends.lima.observe import Inspected, inspect
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.errors import BackendError
 from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
 from sand.observed import Ownership
-
-if TYPE_CHECKING:
-    from sand.backends.lima.backend import LimaBackend, _Inspected
 
 Say = Callable[..., RecoveryDecision]
 
@@ -72,24 +69,24 @@ def acting_on(ps_output: str, name: str) -> list[str]:
     return found
 
 
-async def in_flight(backend: LimaBackend, name: str) -> list[str]:
-    res = await backend.runner.run(scripts.processes_argv(), timeout=30)
+async def in_flight(ctx: Ctx, name: str) -> list[str]:
+    res = await ctx.runner.run(scripts.processes_argv(), timeout=30)
     return acting_on(res.stdout.decode(errors="replace"), name) if res.ok else []
 
 
-async def wait_until_idle(backend: LimaBackend, name: str) -> None:
+async def wait_until_idle(ctx: Ctx, name: str) -> None:
     """Wait (bounded) until no limactl process acts on ``name``; else raise (transient)."""
-    deadline = time.monotonic() + backend.recovery_wait
+    deadline = time.monotonic() + ctx.timeouts.recovery_wait
     delay = 0.1
     while True:
-        busy = await in_flight(backend, name)
+        busy = await in_flight(ctx, name)
         if not busy:
             return
         if time.monotonic() + delay > deadline:
             raise BackendError(
-                f"{', '.join(busy)} still acts on {name} on {backend.runner.where} after "
-                f"{backend.recovery_wait:.0f}s; the interrupted operation is settled next run",
-                backend=backend.name,
+                f"{', '.join(busy)} still acts on {name} on {ctx.runner.where} after "
+                f"{ctx.timeouts.recovery_wait:.0f}s; the interrupted operation is settled next run",
+                backend=ctx.name,
                 transient=True,
             )
         await asyncio.sleep(delay)
@@ -97,7 +94,7 @@ async def wait_until_idle(backend: LimaBackend, name: str) -> None:
 
 
 def _decision(
-    backend: LimaBackend,
+    ctx: Ctx,
     entry: Mapping[str, object],
     action: RecoveryAction,
     summary: str,
@@ -106,7 +103,7 @@ def _decision(
 ) -> RecoveryDecision:
     return RecoveryDecision(
         entry=str(entry.get("id")),
-        backend=backend.name,
+        backend=ctx.name,
         vm=str(entry.get("vm")),
         op=str(entry.get("op")),
         identity=str(entry.get("identity") or entry.get("vm") or ""),
@@ -116,7 +113,7 @@ def _decision(
     )
 
 
-def _uid_matches(entry: Mapping[str, object], found: _Inspected) -> bool:
+def _uid_matches(entry: Mapping[str, object], found: Inspected) -> bool:
     """The instance's sidecar is the incarnation the entry recorded (or the entry is
     from before incarnations were journalled)."""
     if "uid" not in entry or found.sidecar is None:
@@ -124,33 +121,31 @@ def _uid_matches(entry: Mapping[str, object], found: _Inspected) -> bool:
     return str(entry.get("uid") or "") == found.sidecar.uid
 
 
-async def decide(
-    backend: LimaBackend, entry: Mapping[str, object], *, wait: bool
-) -> RecoveryDecision:
+async def decide(ctx: Ctx, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
     op = str(entry.get("op") or "")
     name = str(entry.get("identity") or entry.get("vm") or "")
     is_base = name.startswith(RESERVED_LIMA_PREFIX)
 
     def say(action: RecoveryAction, summary: str, *, absent: bool = False) -> RecoveryDecision:
-        return _decision(backend, entry, action, summary, absent=absent)
+        return _decision(ctx, entry, action, summary, absent=absent)
 
     if not is_base and check_vm_name(name, "lima") is not None:
         return say(RecoveryAction.NOTHING, f"nothing to do: {name!r} is not a Lima instance name")
     if wait:
-        await wait_until_idle(backend, name)
+        await wait_until_idle(ctx, name)
     else:
-        busy = await in_flight(backend, name)
+        busy = await in_flight(ctx, name)
         if busy:
             return say(
                 RecoveryAction.WAIT,
                 f"wait for {', '.join(busy)} the interrupted {op} left running, then settle it",
             )
     if op == "rename":
-        return await _decide_rename(backend, entry, say)
-    found = (await backend._inspect(name))[name]
+        return await _decide_rename(ctx, entry, say)
+    found = (await inspect(ctx, name))[name]
     inst = found.instance
     if op == "create":
-        return _decide_create(backend, entry, found, say)
+        return _decide_create(ctx, entry, found, say)
     if op in ("delete", "base-delete"):
         if inst is None:
             return say(RecoveryAction.NOTHING, f"{name} is already deleted", absent=True)
@@ -168,9 +163,9 @@ async def decide(
     if op == "base":
         if inst is None:
             return say(RecoveryAction.NOTHING, f"nothing to undo: base {name} was never created")
-        if found.base_stamp is not None and found.base_stamp.project == backend.project:
+        if found.base_stamp is not None and found.base_stamp.project == ctx.project:
             return say(RecoveryAction.ADOPT, f"base {name} is complete")
-        if not inst.readable or inst.param.get(cfg.PARAM_PROJECT) == backend.project:
+        if not inst.readable or inst.param.get(limayaml.PARAM_PROJECT) == ctx.project:
             return say(RecoveryAction.DELETE, f"remove the half-built base {name}", absent=True)
         return say(RecoveryAction.MOOT, f"left {name} alone: it was not made by this project")
     if inst is not None and not _uid_matches(entry, found):
@@ -186,7 +181,7 @@ async def decide(
 
 
 def _decide_create(
-    backend: LimaBackend, entry: Mapping[str, object], found: _Inspected, decide_as: Say
+    ctx: Ctx, entry: Mapping[str, object], found: Inspected, decide_as: Say
 ) -> RecoveryDecision:
     name = str(entry.get("identity") or entry.get("vm") or "")
     inst = found.instance
@@ -203,12 +198,12 @@ def _decide_create(
         return decide_as(
             RecoveryAction.DELETE, f"remove the half-copied directory of {name}", absent=True
         )
-    c = classify(name, found.sidecar, inst.param, backend.project, backend.name)
+    c = classify(name, found.sidecar, inst.param, ctx.project, ctx.name)
     if c.ownership is Ownership.MANAGED and not c.incomplete:
         return decide_as(RecoveryAction.ADOPT, f"adopt {name}: it carries this project's marker")
     via = str(entry.get("via") or "")
-    from_base = via.startswith("clone:") and inst.param.get(cfg.PARAM_INSTANCE) == via[6:]
-    ours = found.sidecar is None and inst.param.get(cfg.PARAM_PROJECT) == backend.project
+    from_base = via.startswith("clone:") and inst.param.get(limayaml.PARAM_INSTANCE) == via[6:]
+    ours = found.sidecar is None and inst.param.get(limayaml.PARAM_PROJECT) == ctx.project
     if ours and (c.incomplete or from_base):
         if inst.protected:
             return decide_as(RecoveryAction.LEAVE, f"leave the half-made {name}: it is protected")
@@ -222,19 +217,17 @@ def _decide_create(
     )
 
 
-async def _decide_rename(
-    backend: LimaBackend, entry: Mapping[str, object], decide_as: Say
-) -> RecoveryDecision:
+async def _decide_rename(ctx: Ctx, entry: Mapping[str, object], decide_as: Say) -> RecoveryDecision:
     """A rename a crash cut short: the files moved, the sidecar not yet rewritten (the
     instance then reads as a copy of the old name, which nothing touches)."""
     old, new = str(entry.get("identity") or ""), str(entry.get("to") or "")
     if check_vm_name(new, "lima") is not None:
         return decide_as(RecoveryAction.NOTHING, f"nothing to do: {new!r} is not an instance")
-    found = await backend._inspect(old, new)
+    found = await inspect(ctx, old, new)
     side = found[new].sidecar
     if found[new].instance is None:
         return decide_as(RecoveryAction.NOTHING, f"the rename of {old} to {new} did not happen")
-    if side is None or side.marker.project != backend.project or side.marker.identity != old:
+    if side is None or side.marker.project != ctx.project or side.marker.identity != old:
         return decide_as(
             RecoveryAction.NOTHING, f"{new} does not carry the marker of {old}: left alone"
         )
@@ -259,41 +252,38 @@ def _past(summary: str) -> str:
     return summary
 
 
-async def act(backend: LimaBackend, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+async def act(ctx: Ctx, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
     """Carry out a decision, re-reading the instance first (it must still qualify)."""
     if decision.action is RecoveryAction.FINISH and decision.op == "rename":
-        again = await decide(backend, entry, wait=False)
+        again = await decide(ctx, entry, wait=False)
         if again.action is RecoveryAction.FINISH:
-            await backend._finish_rename(str(entry.get("identity")), str(entry.get("to")))
+            await lifecycle.finish_rename(ctx, str(entry.get("identity")), str(entry.get("to")))
         return _past(again.summary)
     if decision.action is not RecoveryAction.DELETE:
         return _past(decision.summary)
     name = decision.identity
-    again = await decide(backend, entry, wait=False)
+    again = await decide(ctx, entry, wait=False)
     if again.action is not RecoveryAction.DELETE:
         return _past(again.summary)
-    found = (await backend._inspect(name))[name]
+    found = (await inspect(ctx, name))[name]
     inst = found.instance
     if inst is None:
         return f"{name} is already gone"
-    if inst.readable:
-        await backend._limactl("delete", "--force", name, timeout=300.0)
-    else:
-        await backend._script(scripts.remove_half_made_argv(name), what=f"remove {name}")
+    await vmops.remove(ctx, name, readable=inst.readable)
     return _past(decision.summary)
 
 
-async def vanished(backend: LimaBackend, names: list[str]) -> dict[str, str | None]:
+async def vanished(ctx: Ctx, names: list[str]) -> dict[str, str | None]:
     """Recorded instances the listing left out, checked by their directories."""
     valid = [n for n in names if check_vm_name(n, "lima") is None]
     out: dict[str, str | None] = {n: None for n in names if n not in valid}  # never made
     if valid:
-        found = await backend._inspect(*valid)
+        found = await inspect(ctx, *valid)
         for n in valid:
             out[n] = (
                 None
                 if found[n].instance is None
                 else f"instance {n}, which sand made, is missing from the listing on "
-                f"{backend.runner.where} but its directory is there"
+                f"{ctx.runner.where} but its directory is there"
             )
     return out

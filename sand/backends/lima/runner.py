@@ -1,11 +1,12 @@
-"""The one seam between the Lima backend and the machine Lima runs on.
+"""The one seam between the Lima backend and the machine Lima runs on (the *host*).
 
-Two implementations: :class:`LocalRunner` (an asyncio subprocess per call) and
-:class:`RemoteRunner` (one asyncssh connection, opened on first use and shared by every
-call until :meth:`close`; each call is one exec channel). Commands are always argv
-lists; for the remote host each element is ``shlex.quote``-d and the environment
-(``LIMA_HOME``) is set with ``env NAME=VALUE`` in front, because sshd drops most
-environment requests.
+A :class:`HostRunner` runs commands on the Lima host -- ``limactl`` and the fixed
+scripts beside it -- never inside a guest. Two implementations: :class:`LocalRunner`
+(an asyncio subprocess per call) and :class:`RemoteRunner` (one asyncssh connection,
+opened on first use and shared by every call until :meth:`close`; each call is one exec
+channel). Commands are always argv lists; for the remote host each element is
+``shlex.quote``-d and the environment (``LIMA_HOME``) is set with ``env NAME=VALUE`` in
+front, because sshd drops most environment requests.
 
 The remote host's key is pinned: ``known_hosts`` (default ``~/.ssh/known_hosts``) must
 hold it, and an unknown or changed key fails with a :class:`TransportError` naming the
@@ -49,7 +50,7 @@ class Completed:
         return "\n".join(text.splitlines()[-lines:])
 
 
-class Runner(Protocol):
+class HostRunner(Protocol):
     where: str  # for messages: "this machine" or "user@host:port"
     remote: bool
 

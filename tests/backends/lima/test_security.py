@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sand.backends.lima import LimaBackend
-from sand.backends.lima import config as cfg
+from sand.backends.lima import limayaml as cfg
 from sand.desired import DesiredPort
 from sand.plan.model import Action
 from sand.plan.planner import make_plan

@@ -1,0 +1,61 @@
+"""What every Lima operation needs: backend name, project, the host runner and limactl,
+and the little a backend remembers between its calls in one run."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sand.backends.lima.limayaml import BundleMount
+from sand.backends.lima.marker import BaseStamp
+from sand.backends.lima.runner import HostRunner
+from sand.guest.endpoint import JumpHost
+
+
+@dataclass
+class Timeouts:
+    """Seconds per limactl call (and per recovery wait)."""
+
+    list: float = 120.0
+    create: float = 1800.0  # may download an image
+    clone: float = 1800.0  # copies a disk
+    start: float = 1200.0  # Lima itself waits up to 10 min for the guest
+    stop: float = 300.0
+    short: float = 120.0
+    # How long recovery waits for limactl children a killed run left running.
+    recovery_wait: float = 600.0
+
+
+@dataclass
+class BaseState:
+    """One base instance in this run: built (or found fresh) at most once, under a lock."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ready: bool = False
+
+
+@dataclass
+class Ctx:
+    name: str
+    project: str
+    runner: HostRunner
+    limactl: str = "limactl"
+    clone_parallelism: int = 2
+    jump: JumpHost | None = None  # the remote Lima host, as the guests' SSH jump
+    key_dir: Path | None = None  # where local copies of remote identities go (None: state)
+    bundle: BundleMount | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    # The limactl version is read with the first listing only; its warning is repeated.
+    version_checked: bool = False
+    version_warnings: list[str] = field(default_factory=list)
+    # Every instance name in the last listing (None: none trusted yet).
+    seen: set[str] | None = None
+    bases: dict[str, BaseState] = field(default_factory=dict)
+    base_users: dict[str, int] = field(default_factory=dict)  # base name -> desired VMs
+    base_stamps: dict[str, BaseStamp] = field(default_factory=dict)  # as last listed
+    local_keys: dict[str, str] = field(default_factory=dict)  # remote path -> local copy
+
+    def __post_init__(self) -> None:
+        # Clones copy the base's disk; more than a few at once only contend for I/O.
+        self.clone_slots = asyncio.Semaphore(self.clone_parallelism)

@@ -1,0 +1,141 @@
+"""The calls on one instance every operation is made of: limactl and the fixed scripts
+beside it (errors worded once), start, sidecar writes, removal, the journal bracket,
+and the refusals that come before any change."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sand.backends.lima import scripts
+from sand.backends.lima.context import Ctx
+from sand.backends.lima.runner import Completed
+from sand.errors import BackendError, SandError
+from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.observed import ObservedVM, Ownership
+from sand.state.journal import Journal, JournalEntry
+from sand.terminal import quoted
+
+
+def argv(ctx: Ctx, *args: str) -> list[str]:
+    return [ctx.limactl, "--tty=false", *args]
+
+
+def error(ctx: Ctx, res: Completed, what: str, hint: str = "") -> BackendError:
+    tail = res.err_tail()
+    msg = f"`{what}` failed on {ctx.runner.where} (exit {res.returncode})"
+    if "\n" in tail:  # quoted: no line of limactl's may pass for one of sand's
+        msg += f":\n{quoted(tail)}"
+    elif tail:
+        msg += f": {tail}"
+    if hint:
+        msg += f"\n{hint}"
+    return BackendError(msg, backend=ctx.name)
+
+
+async def limactl(
+    ctx: Ctx, *args: str, stdin: bytes | None = None, timeout: float | None = None
+) -> Completed:
+    """Run ``limactl ARGS``; a failure raises, worded without the ``--set`` values."""
+    wait = ctx.timeouts.short if timeout is None else timeout
+    res = await ctx.runner.run(argv(ctx, *args), stdin=stdin, timeout=wait)
+    if not res.ok:
+        shown = " ".join(a for a in args if not a.startswith("--set=") and len(a) < 80)
+        raise error(ctx, res, f"limactl {shown}")
+    return res
+
+
+async def script(
+    ctx: Ctx, command: Sequence[str], *, stdin: bytes | None = None, what: str
+) -> Completed:
+    """Run one of the fixed scripts (``scripts.py``); a failure raises, naming ``what``."""
+    res = await ctx.runner.run(command, stdin=stdin, timeout=ctx.timeouts.short)
+    if not res.ok:
+        raise error(ctx, res, what)
+    return res
+
+
+def set_flags(exprs: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for e in exprs:
+        out.append(f"--set={e}")
+    return out
+
+
+async def create_instance(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -> None:
+    """limactl create from a generated lima.yaml on stdin, with the --set overrides
+    Lima applies after merging templates (that is how the security keys win)."""
+    await limactl(
+        ctx,
+        "create",
+        f"--name={name}",
+        *set_flags(sets),
+        "-",
+        stdin=body.encode(),
+        timeout=ctx.timeouts.create,
+    )
+
+
+async def start(ctx: Ctx, name: str) -> None:
+    res = await ctx.runner.run(argv(ctx, "start", name), timeout=ctx.timeouts.start)
+    if res.ok:
+        return
+    log = ""
+    tail = await ctx.runner.run(scripts.tail_argv(name, "ha.stderr.log"), timeout=30)
+    if tail.ok and tail.stdout.strip():
+        log = "last lines of ha.stderr.log:\n" + quoted(tail.stdout.decode(errors="replace"))
+    raise error(ctx, res, f"limactl start {name}", log)
+
+
+async def stop(ctx: Ctx, name: str) -> None:
+    await limactl(ctx, "stop", name, timeout=ctx.timeouts.stop)
+
+
+async def remove(ctx: Ctx, name: str, *, readable: bool) -> None:
+    """Delete an instance: by limactl when it has a lima.yaml, else its half-made
+    directory by script (limactl cannot read it to delete it)."""
+    if readable:
+        await limactl(ctx, "delete", "--force", name, timeout=ctx.timeouts.stop)
+    else:
+        await script(ctx, scripts.remove_half_made_argv(name), what=f"remove {name}")
+
+
+async def write_sidecar(ctx: Ctx, name: str, filename: str, data: bytes) -> None:
+    await script(
+        ctx,
+        scripts.write_sidecar_argv(name, filename),
+        stdin=data,
+        what=f"write {filename} for {name}",
+    )
+
+
+def check_name(ctx: Ctx, name: str) -> None:
+    problem = check_vm_name(name, "lima")
+    if problem:
+        raise BackendError(problem, backend=ctx.name)
+
+
+def require_managed(ctx: Ctx, current: ObservedVM, action: str) -> None:
+    if current.ownership is not Ownership.MANAGED:
+        raise BackendError(
+            f"refusing to {action} {current.name}: it is {current.ownership.value}, not "
+            "managed by this project",
+            backend=ctx.name,
+        )
+    if current.name.startswith(RESERVED_LIMA_PREFIX):
+        raise BackendError(f"refusing to {action} sand's base {current.name}", backend=ctx.name)
+
+
+@contextlib.contextmanager
+def journalled(journal: Journal, op: str, **fields: Any) -> Iterator[JournalEntry]:
+    """Intent before the calls; "done" after, "failed" when a call reported an error.
+
+    Anything else (a crash, a cancellation) leaves the entry open for ``recover``."""
+    entry = journal.begin(op, **fields)
+    try:
+        yield entry
+    except SandError:
+        journal.finish(entry, "failed")
+        raise
+    journal.finish(entry)
