@@ -17,7 +17,7 @@ from sand.backends.lima.listing import LimaInstance
 from sand.backends.lima.marker import BaseStamp
 from sand.desired import DesiredVM, digest
 from sand.errors import BackendError
-from sand.manifest.names import RESERVED_LIMA_PREFIX
+from sand.manifest.backends.lima import RESERVED_PREFIX
 from sand.state.journal import Journal
 
 BASE_FORMAT = 1  # bump to rebuild every base when the generated base config changes
@@ -25,7 +25,7 @@ BASE_FORMAT = 1  # bump to rebuild every base when the generated base config cha
 
 def base_name(project: str, vm: DesiredVM) -> str:
     key = digest({"image": vm.image, "user": vm.user}, 8)
-    return f"{RESERVED_LIMA_PREFIX}-{project}-{key}"
+    return f"{RESERVED_PREFIX}-{project}-{key}"
 
 
 def _base_doc(project: str, vm: DesiredVM, name: str) -> dict[str, Any]:

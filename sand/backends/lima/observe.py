@@ -32,7 +32,7 @@ from sand.backends.lima.marker import (
 from sand.backends.lima.runner import Completed
 from sand.backends.lima.vmops import error
 from sand.errors import BackendError
-from sand.manifest.names import RESERVED_LIMA_PREFIX
+from sand.manifest.backends.lima import RESERVED_PREFIX
 from sand.observed import Observation, ObservedVM
 
 
@@ -87,7 +87,7 @@ async def observe(ctx: Ctx) -> Observation:
     for inst in instances:
         if not inst.readable:
             unreadable.append(inst.name)
-        if inst.name.startswith(RESERVED_LIMA_PREFIX):
+        if inst.name.startswith(RESERVED_PREFIX):
             stamp_raw = frames.files.get((inst.name, scripts.BASE_STAMP_FILE))
             stamp = parse_base_stamp(stamp_raw) if stamp_raw is not None else None
             if stamp is not None:

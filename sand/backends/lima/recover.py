@@ -21,7 +21,7 @@ from sand.backends.lima.marker import classify
 from sand.backends.lima.observe import Inspected, inspect
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.errors import BackendError
-from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.manifest.backends.lima import RESERVED_PREFIX, LimaConfig
 from sand.observed import Ownership
 
 Say = Callable[..., RecoveryDecision]
@@ -124,12 +124,12 @@ def _uid_matches(entry: Mapping[str, object], found: Inspected) -> bool:
 async def decide(ctx: Ctx, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
     op = str(entry.get("op") or "")
     name = str(entry.get("identity") or entry.get("vm") or "")
-    is_base = name.startswith(RESERVED_LIMA_PREFIX)
+    is_base = name.startswith(RESERVED_PREFIX)
 
     def say(action: RecoveryAction, summary: str, *, absent: bool = False) -> RecoveryDecision:
         return _decision(ctx, entry, action, summary, absent=absent)
 
-    if not is_base and check_vm_name(name, "lima") is not None:
+    if not is_base and LimaConfig.name_problem(name) is not None:
         return say(RecoveryAction.NOTHING, f"nothing to do: {name!r} is not a Lima instance name")
     if wait:
         await wait_until_idle(ctx, name)
@@ -221,7 +221,7 @@ async def _decide_rename(ctx: Ctx, entry: Mapping[str, object], decide_as: Say) 
     """A rename a crash cut short: the files moved, the sidecar not yet rewritten (the
     instance then reads as a copy of the old name, which nothing touches)."""
     old, new = str(entry.get("identity") or ""), str(entry.get("to") or "")
-    if check_vm_name(new, "lima") is not None:
+    if LimaConfig.name_problem(new) is not None:
         return decide_as(RecoveryAction.NOTHING, f"nothing to do: {new!r} is not an instance")
     found = await inspect(ctx, old, new)
     side = found[new].sidecar
@@ -275,7 +275,7 @@ async def act(ctx: Ctx, entry: Mapping[str, object], decision: RecoveryDecision)
 
 async def vanished(ctx: Ctx, names: list[str]) -> dict[str, str | None]:
     """Recorded instances the listing left out, checked by their directories."""
-    valid = [n for n in names if check_vm_name(n, "lima") is None]
+    valid = [n for n in names if LimaConfig.name_problem(n) is None]
     out: dict[str, str | None] = {n: None for n in names if n not in valid}  # never made
     if valid:
         found = await inspect(ctx, *valid)

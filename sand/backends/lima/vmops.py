@@ -12,7 +12,7 @@ from sand.backends.lima import scripts
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.runner import Completed
 from sand.errors import BackendError, SandError
-from sand.manifest.names import RESERVED_LIMA_PREFIX, check_vm_name
+from sand.manifest.backends.lima import RESERVED_PREFIX, LimaConfig
 from sand.observed import ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
 from sand.terminal import quoted
@@ -111,7 +111,7 @@ async def write_sidecar(ctx: Ctx, name: str, filename: str, data: bytes) -> None
 
 
 def check_name(ctx: Ctx, name: str) -> None:
-    problem = check_vm_name(name, "lima")
+    problem = LimaConfig.name_problem(name)
     if problem:
         raise BackendError(problem, backend=ctx.name)
 
@@ -123,7 +123,7 @@ def require_managed(ctx: Ctx, current: ObservedVM, action: str) -> None:
             "managed by this project",
             backend=ctx.name,
         )
-    if current.name.startswith(RESERVED_LIMA_PREFIX):
+    if current.name.startswith(RESERVED_PREFIX):
         raise BackendError(f"refusing to {action} sand's base {current.name}", backend=ctx.name)
 
 

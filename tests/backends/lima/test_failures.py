@@ -13,7 +13,7 @@ import pytest
 
 from sand.backends.lima import LimaBackend
 from sand.errors import BackendError
-from sand.manifest.names import RESERVED_LIMA_PREFIX
+from sand.manifest.backends.lima import RESERVED_PREFIX as RESERVED_LIMA_PREFIX
 from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import MakeBackend, desired, one
