@@ -17,7 +17,7 @@ from typing import Any
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
@@ -119,7 +119,7 @@ async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]
             try:
                 config = await read_config(ctx, str(row.get("node")), row["vmid"])
             except ProxmoxError as e:
-                if "does not exist" in e.detail:
+                if e.kind is ErrorKind.NOT_FOUND:
                     continue
                 raise
             outcome = classify(ctx, row, want, config)
@@ -249,14 +249,15 @@ async def _clone_task(
             )
             return
         except ProxmoxError as e:
-            if "already exists" in e.detail:
+            if e.kind is ErrorKind.EXISTS:
                 # Only a request sent again after a lost answer can meet our own clone.
                 if e.attempts > 1 and await _made_by(ctx, vmid, op):
                     return  # our earlier attempt landed: its clone is done
                 raise _Taken() from None
             # A task that ended on lock contention is retried here (the client has
-            # already retried failed requests).
-            retry = e.upid is not None and e.transient and "still running" not in e.detail
+            # already retried failed requests; a task still running at the deadline is not
+            # started again).
+            retry = e.upid is not None and e.kind is ErrorKind.TRANSIENT
             if retry and attempt + 1 < CLONE_ATTEMPTS:
                 await asyncio.sleep(ctx.client.retry.delay(attempt))
                 continue

@@ -11,7 +11,7 @@ from typing import Any
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
@@ -28,7 +28,10 @@ def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
         raise ProxmoxError(ctx.name, f"refusing to {action} {what}: it is a template")
     if current.lock:
         raise ProxmoxError(
-            ctx.name, f"refusing to {action} {what}: it is locked ({current.lock})", transient=True
+            ctx.name,
+            f"refusing to {action} {what}: it is locked ({current.lock})",
+            transient=True,
+            kind=ErrorKind.LOCKED,
         )
 
 
@@ -53,7 +56,7 @@ async def _fresh(
     try:
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     except ProxmoxError as e:
-        if "does not exist" not in e.detail:
+        if e.kind is not ErrorKind.NOT_FOUND:
             raise
         row = await vmops.locate(ctx, current.identity)  # moved to another node?
         if row is None:
@@ -286,6 +289,5 @@ async def mark_converged(
             return
         except ProxmoxError as e:
             # Someone edited the config between the read and the write: read again.
-            retry = "checksum mismatch" in e.detail or "modified" in e.detail
-            if not retry or attempt == 2:
+            if e.kind is not ErrorKind.CONFLICT or attempt == 2:
                 raise

@@ -16,7 +16,7 @@ from typing import Any
 
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.desired import DesiredVM
 from sand.observed import Marker, Observation, ObservedVM, Ownership
 
@@ -283,7 +283,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
             try:
                 config = await read_config(ctx, str(row.get("node")), row["vmid"])
             except ProxmoxError as e:
-                if e.status == 500 and "does not exist" in e.detail:
+                if e.status == 500 and e.kind is ErrorKind.NOT_FOUND:
                     return None  # gone since the listing
                 return f"cannot read VM {row['vmid']}'s config: {e.detail}"
         outcome = classify(ctx, row, by_name, config)
