@@ -1,8 +1,9 @@
 """Proxmox VE backend: VMs cloned from a template into a pool, driven by a pool-scoped token.
 
-Modules: ``client`` (proxmoxer wrapper: retries, task polling, errors),
-``marker`` (tags and description), ``observe`` (one listing, deep reads on
-mismatch), ``create``, ``lifecycle`` (update, delete, mark), ``recover``
+Modules: ``client`` (proxmoxer wrapper: retries, task polling, errors classified
+into ``errors.ErrorKind``), ``marker`` (tags and description, read as ownership
+claims), ``observe`` (one listing, deep reads on mismatch), ``create`` (adopt or
+``clone``, then configure), ``lifecycle`` (update, delete, mark), ``recover``
 (journal replay: decide, then act; VMs a listing left out), ``guest`` (the
 guest agent address), ``doctor`` and ``backend``.
 proxmoxer and requests load only when a backend is built.

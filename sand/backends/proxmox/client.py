@@ -4,7 +4,8 @@ proxmoxer (requests) is synchronous, so every call runs in a worker thread via
 ``asyncio.to_thread``. Transient failures (5xx other than PVE's definite
 refusals, connection errors, timeouts, lock timeouts, no quorum) are retried
 with exponential backoff and a cap; 401/403 never are. Every error is a
-:class:`ProxmoxError` naming the backend, the call and PVE's reason.
+:class:`ProxmoxError` naming the backend, the call and PVE's reason, and
+classified here, once (``kind``: see ``errors.py``), so no caller reads PVE's text.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import proxmoxer
 import requests
 import structlog
 
-from sand.backends.proxmox.errors import ProxmoxError, is_transient_status, is_transient_task
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError, classify_answer, classify_task
 from sand.backends.proxmox.token import ApiToken, read_token
 from sand.manifest.values import hostname_problem
 from sand.terminal import one_line
@@ -127,9 +128,21 @@ class PveClient:
             text = text.replace(self._token.secret, "***")
         return text
 
-    def _fail(self, what: str, message: str, *, transient: bool, status: int | None = None) -> None:
+    def _fail(
+        self,
+        what: str,
+        message: str,
+        *,
+        kind: ErrorKind,
+        transient: bool,
+        status: int | None = None,
+    ) -> None:
         raise ProxmoxError(
-            self.backend, self._scrub(f"{what}: {message}"), transient=transient, status=status
+            self.backend,
+            self._scrub(f"{what}: {message}"),
+            transient=transient,
+            status=status,
+            kind=kind,
         )
 
     def _sync(self, method: str, path: str, params: Mapping[str, Any]) -> Any:
@@ -158,12 +171,14 @@ class PveClient:
                 text += " (the API token was rejected: check token_file)"
             elif status == 403:
                 text += " (the token lacks this privilege: run `sand doctor`)"
-            self._fail(what, text, transient=is_transient_status(status, reason), status=status)
+            kind, transient = classify_answer(status, reason)
+            self._fail(what, text, kind=kind, transient=transient, status=status)
         except requests.exceptions.SSLError as e:
             self._fail(
                 what,
                 f"TLS verification failed for https://{self.host}:{self.port} ({_short(e)}); "
                 "set ca_file to the cluster's CA certificate",
+                kind=ErrorKind.UNREACHABLE,
                 transient=False,
             )
         except (
@@ -171,13 +186,18 @@ class PveClient:
             requests.exceptions.Timeout,
             requests.exceptions.ChunkedEncodingError,
         ) as e:
-            self._fail(what, f"{type(e).__name__}: {_short(e)}", transient=True)
+            self._fail(
+                what, f"{type(e).__name__}: {_short(e)}", kind=ErrorKind.UNREACHABLE, transient=True
+            )
         except ValueError as e:  # a reply that is not JSON
-            self._fail(what, f"unreadable answer: {_short(e)}", transient=True)
+            self._fail(
+                what, f"unreadable answer: {_short(e)}", kind=ErrorKind.UNREACHABLE, transient=True
+            )
         except OSError as e:  # requests raises a bare OSError for a missing CA bundle
             self._fail(
                 what,
                 f"cannot connect to https://{self.host}:{self.port}: {_short(e)}",
+                kind=ErrorKind.UNREACHABLE,
                 transient=False,
             )
         return None  # unreachable: _fail raises
@@ -203,6 +223,7 @@ class PveClient:
                             f"{e.detail} (gave up after {attempts} attempts)",
                             transient=True,
                             status=e.status,
+                            kind=e.kind,
                         )
                         final.attempts = attempts
                         raise final from None
@@ -244,7 +265,11 @@ class PveClient:
             upid = await self.request(method, path, params)
         except ProxmoxError as e:
             err = ProxmoxError(
-                self.backend, f"{what}: {e.detail}", transient=e.transient, status=e.status
+                self.backend,
+                f"{what}: {e.detail}",
+                transient=e.transient,
+                status=e.status,
+                kind=e.kind,
             )
             err.attempts = e.attempts
             raise err from None
@@ -269,6 +294,7 @@ class PveClient:
                     f"{what}: task {upid} still running after {timeout:.0f}s",
                     transient=True,
                     upid=upid,
+                    kind=ErrorKind.TIMEOUT,
                 )
             await asyncio.sleep(delay)
             delay = min(self.poll.cap, max(self.poll.initial, delay * self.poll.factor))
@@ -284,11 +310,13 @@ class PveClient:
                 log.warning("proxmox.task_warning", backend=self.backend, warning=w, upid=upid)
             return TaskResult(upid, exitstatus, warnings)
         tail = "\n  ".join(lines[-8:]) or "(no log)"
+        kind, transient = classify_task(exitstatus)
         raise ProxmoxError(
             self.backend,
             self._scrub(f"{what} failed: {exitstatus}\n  last task log lines:\n  {tail}"),
-            transient=is_transient_task(exitstatus),
+            transient=transient,
             upid=upid,
+            kind=kind,
         )
 
     async def _task_log(self, node: str, upid: str) -> list[str]:

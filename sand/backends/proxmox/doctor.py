@@ -14,7 +14,7 @@ from typing import Any
 
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.create import parse_image, read_pubkey
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import listing
 
 # On the pool (projected onto the VMs sand creates).
@@ -178,7 +178,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
         # One attempt: doctor answers "is it reachable now", not after a minute of retries.
         version = await ctx.client.request("GET", "version", retry=False)
     except ProxmoxError as e:
-        if e.status is None:  # no HTTP answer at all: refused, TLS, timeout
+        if e.kind is ErrorKind.UNREACHABLE:  # no usable answer: refused, TLS, timeout
             where = f"https://{ctx.config.host}:{ctx.config.port}"
             findings.append(Finding("error", f"the PVE API at {where} is unreachable: {e.detail}"))
         else:

@@ -11,8 +11,8 @@ from typing import Any
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
-from sand.backends.proxmox.observe import is_protected, read_config
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.observe import is_protected, owner, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry
@@ -28,7 +28,10 @@ def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
         raise ProxmoxError(ctx.name, f"refusing to {action} {what}: it is a template")
     if current.lock:
         raise ProxmoxError(
-            ctx.name, f"refusing to {action} {what}: it is locked ({current.lock})", transient=True
+            ctx.name,
+            f"refusing to {action} {what}: it is locked ({current.lock})",
+            transient=True,
+            kind=ErrorKind.LOCKED,
         )
 
 
@@ -53,7 +56,7 @@ async def _fresh(
     try:
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     except ProxmoxError as e:
-        if "does not exist" not in e.detail:
+        if e.kind is not ErrorKind.NOT_FOUND:
             raise
         row = await vmops.locate(ctx, current.identity)  # moved to another node?
         if row is None:
@@ -61,8 +64,8 @@ async def _fresh(
         node = str(row.get("node"))
         pool = row.get("pool")
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
-    _refuse(ctx, fresh, action)
-    if fresh.marker is None or fresh.marker.project != ctx.project:
+    _refuse(ctx, fresh, action)  # managed: the one rule, on what was read just now
+    if fresh.marker is None:
         raise ProxmoxError(ctx.name, f"refusing to {action} VM {current.identity}: not ours")
     seen = current.marker.incarnation if current.marker else ""
     if seen and fresh.marker.incarnation != seen:
@@ -238,20 +241,14 @@ async def mark_converged(
             else (found.secrets, found.secrets_at)
         )
         described = mk.parse_description(config.get("description"))
-        claims = [(found.project, found.identity)] if found.complete else []
-        if described is not None:
-            claims.append((described.project, described.identity))
-        if not claims or any(c != (ctx.project, current.identity) for c in claims):
-            raise ProxmoxError(ctx.name, f"refusing to mark VM {current.identity}: not ours")
-        mine = mk.backend_tag(ctx.name)
-        named = [found.backend] if found.backend else []
-        if described is not None and described.backend:
-            named.append(mk.backend_tag(described.backend))
-        if any(b != mine for b in named):
+        said = owner(ctx, current.identity, mk.claims(found, described))
+        if said is Ownership.OTHER_BACKEND:
             raise ProxmoxError(
                 ctx.name,
                 f"refusing to mark VM {current.identity}: it belongs to another backend entry",
             )
+        if said is not Ownership.MANAGED:
+            raise ProxmoxError(ctx.name, f"refusing to mark VM {current.identity}: not ours")
         incarnation = described.incarnation if described is not None else ""
         if seen and incarnation != seen:
             raise ProxmoxError(
@@ -286,6 +283,5 @@ async def mark_converged(
             return
         except ProxmoxError as e:
             # Someone edited the config between the read and the write: read again.
-            retry = "checksum mismatch" in e.detail or "modified" in e.detail
-            if not retry or attempt == 2:
+            if e.kind is not ErrorKind.CONFLICT or attempt == 2:
                 raise

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sand.observed import Marker
+from sand.observed import Claim, Marker
 
 TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"
@@ -127,6 +127,20 @@ def parse_tags(value: object) -> TagMarker:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
     return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at, backend)
+
+
+def claims(tags: TagMarker | None, described: Marker | None) -> list[Claim]:
+    """What the tags and the description block each say made the VM, as claims for
+    :func:`sand.observed.ownership`. The tags claim only when they name a project and a
+    vmid. A backend entry is named by its tag (:func:`backend_tag`), the one form both
+    can hold: judge the claims against ``backend_tag(<this entry>)``."""
+    found: list[Claim] = []
+    if tags is not None and tags.project is not None and tags.identity is not None:
+        found.append(Claim(tags.project, tags.identity, tags.backend or ""))
+    if described is not None:
+        named = backend_tag(described.backend) if described.backend else ""
+        found.append(Claim(described.project, described.identity, named))
+    return found
 
 
 def marker_tags(marker: Marker) -> list[str]:

@@ -16,9 +16,9 @@ from typing import Any
 
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.desired import DesiredVM
-from sand.observed import Marker, Observation, ObservedVM, Ownership
+from sand.observed import Claim, Marker, Observation, ObservedVM, Ownership, ownership
 
 Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"
@@ -50,7 +50,11 @@ def classify(
     desired: Mapping[str, DesiredVM],
     config: Mapping[str, Any] | None = None,
 ) -> ObservedVM | object | None:
-    """An ObservedVM, None (not sand's business), or DEEP (read the config first)."""
+    """An ObservedVM, None (not sand's business), or DEEP (read the config first).
+
+    Whose VM it is comes from the one rule (:func:`owner`), on the tags alone while the
+    listing decides, on tags and description after a deep read. What PVE adds to it stays
+    here: a template, or a VM of ours outside this backend's pool, is never managed."""
     vmid = str(row["vmid"])
     name = str(row.get("name") or "")
     tags = mk.parse_tags(row.get("tags"))
@@ -59,15 +63,12 @@ def classify(
     mine = mk.backend_tag(ctx.name)
 
     if config is None:
-        if tags.complete:
-            assert tags.project is not None and tags.identity is not None
+        tag_claims = mk.claims(tags, None)
+        if tag_claims:
             want = desired.get(name)
-            if tags.project != ctx.project:
-                return _observed(ctx, row, Ownership.OTHER_PROJECT, _tag_marker(tags, name), None)
-            if tags.identity != vmid:
-                return _observed(ctx, row, Ownership.COPIED, _tag_marker(tags, name), None)
-            if tags.backend is not None and tags.backend != mine:
-                return _observed(ctx, row, Ownership.OTHER_BACKEND, _tag_marker(tags, name), None)
+            said = owner(ctx, vmid, tag_claims)
+            if said is not Ownership.MANAGED:
+                return _observed(ctx, row, said, _tag_marker(tags, name), None)
             if (
                 want is not None
                 and not template
@@ -99,17 +100,7 @@ def classify(
 
     block = mk.parse_block(config.get("description")) or {}
     described = mk.parse_description(config.get("description"))
-    found: list[tuple[str, str]] = []  # (project, identity) each source names
-    backends: list[str] = []  # the backend tags each source names
-    if tags.complete:
-        assert tags.project is not None and tags.identity is not None
-        found.append((tags.project, tags.identity))
-        if tags.backend is not None:
-            backends.append(tags.backend)
-    if described is not None:
-        found.append((described.project, described.identity))
-        if described.backend:
-            backends.append(mk.backend_tag(described.backend))
+    found = mk.claims(tags, described)
     protect = is_protected(config)
     lock = row.get("lock") or config.get("lock")
     if not found:
@@ -118,15 +109,8 @@ def classify(
                 ctx, row, Ownership.UNMANAGED, None, None, protect=protect, lock=lock, deep=True
             )
         return None
-    if any(project != ctx.project for project, _ in found):
-        ownership = Ownership.OTHER_PROJECT
-    elif any(identity != vmid for _, identity in found):
-        ownership = Ownership.COPIED
-    elif any(backend != mine for backend in backends):
-        ownership = Ownership.OTHER_BACKEND
-    else:
-        ownership = Ownership.MANAGED
-    project, identity = found[0]
+    said = owner(ctx, vmid, found)
+    project, identity = found[0].project, found[0].identity
     fingerprint = tags.fingerprint if tags.identity is not None else None
     if described is not None:
         if fingerprint is None:
@@ -149,25 +133,25 @@ def classify(
         incarnation=described.incarnation if described is not None else "",
     )
     notes: dict[str, str] = {}
-    if template and ownership is Ownership.MANAGED:
-        ownership = Ownership.UNMANAGED  # a template is never sand's to change
+    if template and said is Ownership.MANAGED:
+        said = Ownership.UNMANAGED  # a template is never sand's to change
         notes["note"] = "a template carrying sand's marker; templates are never managed"
-    elif ownership is Ownership.MANAGED and not in_pool(ctx, row) and lock != "clone":
+    elif said is Ownership.MANAGED and not in_pool(ctx, row) and lock != "clone":
         # Another backend of this project (another pool), moved out by an operator, or in
         # no pool at all (a broad token sees it): never sand's to change. A clone in
         # flight joins the pool when it ends, and is locked until then.
-        ownership = Ownership.UNMANAGED
+        said = Ownership.UNMANAGED
         where = f"in pool {row.get('pool')!r}" if row.get("pool") else "in no pool"
         notes["note"] = (
             f"carries this project's marker but is {where}, not {ctx.config.pool!r}; left alone"
         )
-    if ownership is Ownership.OTHER_BACKEND:
+    if said is Ownership.OTHER_BACKEND:
         notes["note"] = "carries the marker of another backend entry of this project; left alone"
-    want = desired.get(the_marker.name) if ownership is Ownership.MANAGED else None
+    want = desired.get(the_marker.name) if said is Ownership.MANAGED else None
     return _observed(
         ctx,
         row,
-        ownership,
+        said,
         the_marker,
         want,
         protect=protect,
@@ -176,6 +160,13 @@ def classify(
         deep=True,
         notes=notes,
     )
+
+
+def owner(ctx: Ctx, vmid: str, claims: Sequence[Claim]) -> Ownership:
+    """The one ownership rule (:func:`sand.observed.ownership`) for a VM at ``vmid`` of
+    this backend, its claims read off tags and description (``marker.claims``). Where a
+    VM of ours is not managed (a template, outside the pool) is a PVE fact: the callers'."""
+    return ownership(claims, identity=vmid, project=ctx.project, backend=mk.backend_tag(ctx.name))
 
 
 def in_pool(ctx: Ctx, row: Row) -> bool:
@@ -283,7 +274,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
             try:
                 config = await read_config(ctx, str(row.get("node")), row["vmid"])
             except ProxmoxError as e:
-                if e.status == 500 and "does not exist" in e.detail:
+                if e.status == 500 and e.kind is ErrorKind.NOT_FOUND:
                     return None  # gone since the listing
                 return f"cannot read VM {row['vmid']}'s config: {e.detail}"
         outcome = classify(ctx, row, by_name, config)

@@ -28,7 +28,7 @@ from typing import Any
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.create import parse_image
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, listing
 from sand.manifest.sizes import format_size
 
@@ -126,9 +126,9 @@ async def _pool_exists(ctx: Ctx, cluster: _Cluster) -> bool | None:
                 await ctx.client.get(f"pools/{pool}")
                 cluster.pool_exists = True
             except ProxmoxError as e:
-                if e.status == 403:
+                if e.kind is ErrorKind.FORBIDDEN:
                     return None  # not ours to read (no Pool.Audit): the clone will tell
-                cluster.pool_exists = not ("does not exist" in e.detail or e.status == 404)
+                cluster.pool_exists = not (e.kind is ErrorKind.NOT_FOUND or e.status == 404)
     return cluster.pool_exists
 
 

@@ -6,9 +6,10 @@ started (their UPIDs are journalled) and any other task still active on the VM a
 awaited, bounded, so nothing is settled while a start, stop or clone still runs.
 
 Identity comes first: a step is replayed only on the VM it was journalled for, this
-project's marker on the same vmid, this backend's, in this backend's pool, with the
-incarnation the entry recorded (``op`` in the description block). Anything else at
-that id (a successor that got the vmid, someone else's VM) makes the entry moot.
+project's marker on the same vmid, this backend's (the one ownership rule,
+``sand.observed.ownership``), in this backend's pool, with the incarnation the entry
+recorded (``op`` in the description block). Anything else at that id (a successor that
+got the vmid, someone else's VM) makes the entry moot.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
-from sand.backends.proxmox.observe import in_pool, is_protected, read_config
-from sand.observed import RecordedVM
+from sand.backends.proxmox.observe import in_pool, is_protected, owner, read_config
+from sand.observed import Ownership, RecordedVM
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,28 @@ class _Seen:
 
     row: Mapping[str, Any]
     config: Mapping[str, Any]
-    tagged: bool  # tags: this project, this vmid
+    ownership: Ownership  # the one rule, on tags and description
+    # The rule on the description alone: PVE copies a template's tags into its clone,
+    # so until sand configures a clone (its tags then name it) they are the template's.
+    by_description: Ownership
+    tagged: bool  # tags: this project, this vmid (a configured VM)
     described: bool  # description block: this project, this vmid
     named: str  # the name in the block ("" without one)
     incarnation: str  # the block's ``op``
-    other_backend: bool  # a marker naming another backend entry of this project
     in_pool: bool
 
     @property
     def ours(self) -> bool:
-        return (self.tagged or self.described) and not self.other_backend and self.in_pool
+        return self.ownership is Ownership.MANAGED and self.in_pool
+
+    @property
+    def ours_unconfigured(self) -> bool:
+        """Ours, for a clone not configured yet: its description alone speaks for it."""
+        return not self.tagged and self.by_description is Ownership.MANAGED and self.in_pool
+
+    @property
+    def other_backend(self) -> bool:
+        return self.ownership is Ownership.OTHER_BACKEND
 
 
 def _decision(
@@ -64,20 +77,17 @@ async def _seen(ctx: Ctx, row: Mapping[str, Any], vmid: str) -> _Seen:
     tags = mk.parse_tags(config.get("tags"))
     block = mk.parse_block(config.get("description")) or {}
     described = mk.parse_description(config.get("description"))
-    mine = mk.backend_tag(ctx.name)
-    backends = [tags.backend] if tags.backend else []
-    if described is not None and described.backend:
-        backends.append(mk.backend_tag(described.backend))
     return _Seen(
         row=row,
         config=config,
+        ownership=owner(ctx, vmid, mk.claims(tags, described)),
+        by_description=owner(ctx, vmid, mk.claims(None, described)),
         tagged=tags.complete and tags.project == ctx.project and tags.identity == vmid,
         described=described is not None
         and described.project == ctx.project
         and described.identity == vmid,
         named=described.name if described is not None else "",
         incarnation=str(block.get("op") or ""),
-        other_backend=any(b != mine for b in backends),
         in_pool=in_pool(ctx, row),
     )
 
@@ -216,7 +226,9 @@ def _decide_create(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryD
             and (seen.named == name or seen.row.get("name") == name)
         )
         matches = made_here
-    if not seen.ours or not matches:
+    # A clone this entry made carries its template's tags until it is configured.
+    ours = seen.ours or (made_here and seen.ours_unconfigured)
+    if not ours or not matches:
         return _moot(ctx, entry, seen)
     if seen.tagged:
         return _decision(
@@ -316,12 +328,10 @@ async def _still_there(ctx: Ctx, rec: RecordedVM) -> str | None:
             config = None  # no rights on it (or on another node): it may well be ours
         if config is not None:
             described = mk.parse_description(config.get("description"))
+            said = owner(ctx, rec.identity, mk.claims(None, described))
             block = mk.parse_block(config.get("description")) or {}
-            ours = (
-                described is not None
-                and described.project == ctx.project
-                and described.identity == rec.identity
-                and (not rec.incarnation or str(block.get("op") or "") == rec.incarnation)
+            ours = said is Ownership.MANAGED and (
+                not rec.incarnation or str(block.get("op") or "") == rec.incarnation
             )
             if not ours:
                 return None  # another VM holds the id now: the one sand made is gone

@@ -9,7 +9,7 @@ from typing import Any
 
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import classify, listing, read_config
 from sand.desired import DesiredVM
 from sand.observed import ObservedVM, Ownership
@@ -83,7 +83,7 @@ async def id_taken(ctx: Ctx, vmid: str | int) -> bool:
     try:
         await ctx.client.get("cluster/nextid", vmid=vmid)
     except ProxmoxError as e:
-        if "already exists" in e.detail:
+        if e.kind is ErrorKind.EXISTS:
             return True
         raise
     return False
@@ -110,6 +110,7 @@ async def find_or_wait(ctx: Ctx, vmid: str | int) -> dict[str, Any] | None:
                 f"{ctx.timeouts.unlock:.0f}s (a clone still running, or a VM outside pool "
                 f"{ctx.config.pool!r})",
                 transient=True,
+                kind=ErrorKind.TIMEOUT,
             )
         await asyncio.sleep(delay)
         delay = min(cap, delay * 2)
@@ -129,6 +130,7 @@ async def wait_unlocked(ctx: Ctx, node: str, vmid: str | int, *, why: str) -> di
                 ctx.name,
                 f"VM {vmid} is still locked ({lock}) after {ctx.timeouts.unlock:.0f}s; {why}",
                 transient=True,
+                kind=ErrorKind.LOCKED,
             )
         await asyncio.sleep(delay)
         delay = min(cap, delay * 2)
@@ -141,11 +143,12 @@ async def _power(
     action: str,
     *,
     timeout: float,
-    already: str,
+    already: ErrorKind,
     params: dict[str, Any] | None = None,
     track: Track | None = None,
 ) -> None:
-    """POST status/<action> and wait for its task; the VM already being there is fine."""
+    """POST status/<action> and wait for its task; the VM already being there (PVE's
+    answer of kind ``already``) is fine."""
     try:
         await ctx.client.task(
             "POST",
@@ -156,7 +159,7 @@ async def _power(
             on_upid=track,
         )
     except ProxmoxError as e:
-        if already not in e.detail:
+        if e.kind is not already:
             raise
 
 
@@ -167,7 +170,7 @@ async def start(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = N
         vmid,
         "start",
         timeout=ctx.timeouts.start,
-        already="already running",
+        already=ErrorKind.ALREADY_RUNNING,
         track=track,
     )
 
@@ -175,7 +178,13 @@ async def start(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = N
 async def stop(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None = None) -> None:
     """Hard stop (disposable VMs being removed)."""
     await _power(
-        ctx, node, vmid, "stop", timeout=ctx.timeouts.stop, already="not running", track=track
+        ctx,
+        node,
+        vmid,
+        "stop",
+        timeout=ctx.timeouts.stop,
+        already=ErrorKind.NOT_RUNNING,
+        track=track,
     )
 
 
@@ -187,7 +196,7 @@ async def shutdown(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None 
         vmid,
         "shutdown",
         timeout=ctx.timeouts.shutdown + 60,
-        already="not running",
+        already=ErrorKind.NOT_RUNNING,
         params={"timeout": int(ctx.timeouts.shutdown), "forceStop": 1},
         track=track,
     )
@@ -222,7 +231,7 @@ async def destroy(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None =
             on_upid=track,
         )
     except ProxmoxError as e:
-        if "does not exist" not in e.detail:
+        if e.kind is not ErrorKind.NOT_FOUND:
             raise
     for ip, owner in list(ctx.addresses.items()):
         if owner == str(vmid):
@@ -256,12 +265,13 @@ async def await_tasks(
         try:
             await ctx.client.wait(upid, what=f"task {upid} ({why})", timeout=left)
         except ProxmoxError as e:
-            if "still running" in e.detail:
+            if e.kind is ErrorKind.TIMEOUT:
                 raise ProxmoxError(
                     ctx.name,
                     f"VM {vmid}: task {upid} is still running after "
                     f"{ctx.timeouts.unlock:.0f}s; {why}",
                     transient=True,
+                    kind=ErrorKind.TIMEOUT,
                 ) from None
             # The task ended (failed, or its UPID is unknown to PVE): nothing to wait for.
 
@@ -272,7 +282,7 @@ async def await_tasks(
         try:
             active = await active_tasks(ctx, node, vmid)
         except ProxmoxError as e:
-            if e.status in (403, 595) or "does not exist" in e.detail:
+            if e.status in (403, 595) or e.kind is ErrorKind.NOT_FOUND:
                 continue  # no task view on that node: the recorded UPIDs were awaited
             raise
         for upid in active:

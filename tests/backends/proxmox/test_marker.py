@@ -115,3 +115,35 @@ def test_the_incarnation_and_backend_survive_every_description_write() -> None:
     block = mk.parse_block(text)
     assert block is not None and block["op"] == "e1" and block["protect"] is True
     assert mk.operator_text(text) == "Owner: alice"
+
+
+@given(
+    backend=st.sampled_from(["pve", "Pve.East", "east-1", ""]),
+    other=st.sampled_from(["west", "Pve.West"]),
+)
+def test_tags_and_description_make_claims_the_one_rule_judges_alike(
+    backend: str, other: str
+) -> None:
+    """What sand writes is judged managed through either source; any other entry's
+    name (written as a tag or a hashed tag, or in the block as a name) is another's."""
+    from sand.observed import Claim, Ownership, ownership
+
+    mine = Marker("demo", "web-1", "101", "", "", backend=backend)
+    tags = mk.parse_tags(mk.join_tags(mk.marker_tags(mine)))
+    described = mk.parse_description(mk.render_block(mine))
+    here = mk.backend_tag(backend or "pve")
+
+    def judge(claims: list[Claim]) -> Ownership:
+        return ownership(claims, identity="101", project="demo", backend=here)
+
+    both = mk.claims(tags, described)
+    assert len(both) == 2 and judge(both) is Ownership.MANAGED
+    assert judge(mk.claims(tags, None)) is judge(mk.claims(None, described)) is Ownership.MANAGED
+    theirs = Marker("demo", "web-1", "101", "", "", backend=other)
+    assert judge(mk.claims(tags, mk.parse_description(mk.render_block(theirs)))) is (
+        Ownership.OTHER_BACKEND
+    )
+    their_tags = mk.parse_tags(mk.join_tags(mk.marker_tags(theirs)))
+    assert judge(mk.claims(their_tags, described)) is Ownership.OTHER_BACKEND
+    # Tags without a project or a vmid claim nothing (only the description speaks).
+    assert mk.claims(mk.parse_tags("sand;" + mk.backend_tag(other)), None) == []

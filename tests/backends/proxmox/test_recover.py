@@ -13,6 +13,7 @@ from sand.apply.recovery import replay_journal
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.observed import Marker, Ownership
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import apply, plan, state_of
 from tests.fakepve_rig.rig import FakePveRig
@@ -199,3 +200,61 @@ async def test_a_power_task_still_running_at_the_deadline_keeps_the_entry_open(
     recovery = await replay_journal(journal, {"pve": backend})
     assert "still running" in recovery.failed["pve"] and len(journal.pending()) == 1
     await backend.close()
+
+
+@pytest.mark.fakepve_rig(time_scale=0.01)
+async def test_a_clone_killed_before_configuration_is_removed_though_its_template_bore_a_marker(
+    rig: FakePveRig, journal: Journal
+) -> None:
+    # A template an operator made from one of sand's VMs keeps its tags, and PVE copies
+    # them into every clone: until sand configures the clone they name the template.
+    old = Marker("demo", "old", "9001", "0123456789abcdef", "", "x", backend="pve")
+    rig.seed_vm(
+        9001,
+        "golden-from-sand",
+        template=True,
+        status="stopped",
+        disk=4 << 30,
+        tags=mk.join_tags(mk.marker_tags(old)),
+        description=mk.render_block(old),
+    )
+    rig.set_task_secs("qmclone", 30)
+    backend = rig.make_backend()
+    vm = rig.desired([{**ENTRY[0], "image": "golden-from-sand"}])[0]
+    task = asyncio.create_task(backend.create(vm, journal))
+    for _ in range(200):
+        if rig.run(lambda: any(v.lock == "clone" for v in rig.pve.vms)):
+            break
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    half_made = rig.vm(100)
+    assert half_made is not None and "sand-9001-0123456789abcdef" in half_made.config["tags"]
+
+    (said,) = (await replay_journal(journal, {"pve": backend})).done
+    assert "deleted half-made clone 100" in said
+    assert rig.vm(100) is None and rig.vm(9001) is not None and journal.pending() == []
+    await backend.close()
+
+
+async def test_an_interrupted_delete_of_a_vm_whose_tags_now_name_another_project_is_moot(
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
+) -> None:
+    vm = rig.desired(ENTRY)[0]
+    rig.seed_managed(vm, 100)
+    rig.fail("DELETE", "/qemu/100", 503, "Service Unavailable")
+    current = (await backend.observe([])).vms[0]
+    with pytest.raises(ProxmoxError):
+        await backend.delete(current, journal)
+    rig.clear_faults()
+    fake = rig.vm(100)
+    assert fake is not None
+    retagged = mk.merge_tags(fake.config["tags"], Marker("other", "dev", "100", "", ""))
+    rig.run(fake.config.__setitem__, "tags", retagged)  # someone else's claim now
+
+    # Tags and description disagree: not believed ours (the observation agrees).
+    seen = (await backend.observe([])).vms[0]
+    assert seen.ownership is Ownership.OTHER_PROJECT
+    (said,) = (await replay_journal(journal, {"pve": backend})).done
+    assert "moot" in said and rig.vm(100) is not None and journal.pending() == []

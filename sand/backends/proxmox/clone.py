@@ -1,0 +1,148 @@
+"""The clone of a template into a fresh vmid, told apart from another client's VM.
+
+``/cluster/nextid``, journal intent, then one full clone into pool and storage
+with the marker in the description. The intent's id is in it (the VM's
+incarnation), so an "already exists" after a lost answer is told apart from
+someone else's VM that took the id first; then another id is tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox import vmops
+from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.observe import Row, read_config
+from sand.desired import DesiredVM
+from sand.observed import Marker
+from sand.state.journal import Journal, JournalEntry
+
+ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave
+CLONE_ATTEMPTS = 4  # clones retried after a transient task failure (storage lock timeout)
+
+
+class _Taken(Exception):
+    """The vmid went to another client between nextid and clone."""
+
+
+async def clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+) -> tuple[int, JournalEntry]:
+    """Clone ``template`` into a fresh vmid on ``node``: the vmid and its journal entry
+    (step ``cloned``)."""
+    # The id is asked for only once a clone slot is ours: PVE reserves nothing,
+    # so creates queued behind the slot limit would all be handed the same id.
+    async with ctx.clone_slots:
+        return await _allocate_and_clone(ctx, vm, template, node, storage, journal)
+
+
+async def _allocate_and_clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+) -> tuple[int, JournalEntry]:
+    for _ in range(ID_ATTEMPTS):
+        vmid = int(await ctx.client.get("cluster/nextid"))
+        # Another clone slot of this process may have been handed the same id a
+        # moment ago: step past the ids we are cloning into right now.
+        while vmid in ctx.cloning_ids:
+            vmid += 1
+        ctx.cloning_ids.add(vmid)
+        try:
+            result = await _try_clone(ctx, vm, template, node, storage, journal, vmid)
+        finally:
+            ctx.cloning_ids.discard(vmid)
+        if result is not None:
+            return vmid, result
+    raise ProxmoxError(
+        ctx.name,
+        f"could not allocate a vmid for {vm.name!r}: {ID_ATTEMPTS} ids were taken by other "
+        "clients first",
+        transient=True,
+    )
+
+
+async def _try_clone(
+    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal, vmid: int
+) -> JournalEntry | None:
+    """Clone into ``vmid``; None when another client took that id first."""
+    entry = journal.begin(
+        "create",
+        backend=ctx.name,
+        vm=vm.name,
+        identity=str(vmid),
+        node=node,
+        project=ctx.project,
+        template=str(template["vmid"]),
+    )
+    # The entry's id is the VM's incarnation, kept on every later write.
+    marker = Marker(
+        ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name, incarnation=entry.id
+    )
+    params: dict[str, Any] = {
+        "newid": vmid,
+        "name": vm.name,
+        "description": mk.render_block(marker),
+        "pool": ctx.config.pool,
+        "storage": storage,
+        "full": 1,
+    }
+    if template.get("node") != node:
+        params["target"] = node
+    try:
+        await _clone_task(ctx, template, vmid, params, entry.id, lambda u: journal.task(entry, u))
+    except _Taken:
+        journal.finish(entry, "failed")
+        return None
+    except ProxmoxError as e:
+        if not e.transient:  # PVE refused or the task failed: nothing was made
+            journal.finish(entry, "failed")
+        raise  # otherwise the clone may still be running: recover() settles it
+    journal.step(entry, "cloned")
+    return entry
+
+
+async def _clone_task(
+    ctx: Ctx,
+    template: Row,
+    vmid: int,
+    params: dict[str, Any],
+    op: str,
+    track: vmops.Track,
+) -> None:
+    tnode, tvmid = str(template.get("node")), template["vmid"]
+    path = f"{vmops.vm_path(tnode, tvmid)}/clone"
+    what = f"clone of template {tvmid} to VM {vmid}"
+    for attempt in range(CLONE_ATTEMPTS):
+        try:
+            await ctx.client.task(
+                "POST", path, params, what=what, timeout=ctx.timeouts.clone, on_upid=track
+            )
+            return
+        except ProxmoxError as e:
+            if e.kind is ErrorKind.EXISTS:
+                # Only a request sent again after a lost answer can meet our own clone.
+                if e.attempts > 1 and await _made_by(ctx, vmid, op):
+                    return  # our earlier attempt landed: its clone is done
+                raise _Taken() from None
+            # A task that ended on lock contention is retried here (the client has
+            # already retried failed requests; a task still running at the deadline is not
+            # started again).
+            retry = e.upid is not None and e.kind is ErrorKind.TRANSIENT
+            if retry and attempt + 1 < CLONE_ATTEMPTS:
+                await asyncio.sleep(ctx.client.retry.delay(attempt))
+                continue
+            raise
+
+
+async def _made_by(ctx: Ctx, vmid: int, op: str) -> bool:
+    """Whether VM vmid was cloned by journal entry ``op`` (waits for its clone to end)."""
+    row = await vmops.find_or_wait(ctx, vmid)
+    if row is None:
+        return False
+    node = str(row.get("node"))
+    if row.get("lock"):
+        await vmops.wait_unlocked(ctx, node, vmid, why="its clone is still running")
+    block = mk.parse_block((await read_config(ctx, node, vmid)).get("description"))
+    return block is not None and block.get("op") == op
