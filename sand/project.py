@@ -29,14 +29,15 @@ class Session:
     desired: DesiredState
     backends: dict[str, Backend] = field(default_factory=dict)
     lock: ProjectLock | None = None
+    journal: Journal = field(init=False)
+
+    def __post_init__(self) -> None:
+        # One journal per session: every operation and the replay write through it.
+        self.journal = Journal(project_dir(self.desired.project) / "journal.jsonl")
 
     @property
     def project(self) -> str:
         return self.desired.project
-
-    @property
-    def journal(self) -> Journal:
-        return Journal(project_dir(self.project) / "journal.jsonl")
 
     def policies(self) -> Mapping[str, Mapping[str, Mutability]]:
         return {name: b.field_policy for name, b in self.backends.items()}

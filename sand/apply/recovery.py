@@ -18,7 +18,7 @@ from sand.backends.protocol import Backend, RecoveryDecision
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.observed import Observation, ObservedVM
-from sand.state.journal import Journal
+from sand.state.journal import Journal, PendingEntry
 
 
 @dataclass
@@ -30,8 +30,8 @@ class Recovery:
     decisions: list[RecoveryDecision] = field(default_factory=list)
 
 
-def _what(entry: Mapping[str, object]) -> str:
-    return f"{entry.get('op')} of {entry.get('vm')} ({entry.get('backend')})"
+def _what(entry: PendingEntry) -> str:
+    return f"{entry.op} of {entry.vm} ({entry.backend})"
 
 
 async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> Recovery:
@@ -40,15 +40,15 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
     out = Recovery()
     # A replace is made of backend operations with entries of their own: settle those
     # first (a half-made clone is removed or adopted), then the replace around them.
-    pending = sorted(journal.pending(), key=lambda e: e.get("op") == "replace")
+    pending = sorted(journal.pending(), key=lambda e: e.op == "replace")
     for entry in pending:
-        name = str(entry.get("backend"))
+        name = entry.backend
         backend = backends.get(name)
         if backend is None or name in out.failed:
             # A backend that left the manifest keeps its entries until it comes back.
             continue
         try:
-            if entry.get("op") == "replace":
+            if entry.op == "replace":
                 from sand.apply.replace import act_replace, decide_replace
 
                 decision = await decide_replace(entry, backend)
@@ -58,10 +58,10 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
                 how = await backend.act_recovery(entry, decision)
         except SandError as exc:
             out.failed[name] = f"could not settle the interrupted {_what(entry)}: {exc}"
-            log.error("recovery failed", vm=entry.get("vm"), op=entry.get("op"), error=str(exc))
+            log.error("recovery failed", vm=entry.vm, op=entry.op, error=str(exc))
             continue
-        journal.settle(str(entry["id"]), decision.action.value)
-        log.info("recovered", vm=entry.get("vm"), op=entry.get("op"), outcome=how)
+        journal.settle(entry.id, decision.action.value)
+        log.info("recovered", vm=entry.vm, op=entry.op, outcome=how)
         out.decisions.append(decision)
         out.done.append(f"{_what(entry)}: {how}")
     return out
@@ -73,12 +73,12 @@ async def pending_decisions(
     """What replaying the journal would do now, without doing it (nothing waits)."""
     out = Recovery()
     for entry in journal.pending():
-        name = str(entry.get("backend"))
+        name = entry.backend
         backend = backends.get(name)
         if backend is None or name in skip or name in out.failed:
             continue
         try:
-            if entry.get("op") == "replace":
+            if entry.op == "replace":
                 from sand.apply.replace import decide_replace
 
                 out.decisions.append(await decide_replace(entry, backend))

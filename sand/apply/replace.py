@@ -19,10 +19,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
@@ -30,7 +30,7 @@ from sand.errors import BackendError, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedVM, Ownership, SecretsRecord
 from sand.plan.model import Strategy, VMChange
-from sand.state.journal import Journal, JournalEntry
+from sand.state.journal import Journal, JournalEntry, PendingEntry
 
 if TYPE_CHECKING:
     from sand.provision.preserve import Archive
@@ -245,7 +245,7 @@ async def _discard(
     journal.finish(entry, "failed")
 
 
-async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> RecoveryDecision:
+async def decide_replace(entry: PendingEntry, backend: Backend) -> RecoveryDecision:
     """What settling a replace a crash interrupted does; the old VM is never touched.
 
     Before the old VM was deleted: the replacement (whatever state it reached) is
@@ -253,9 +253,9 @@ async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> Recovery
     VM's name (create-before-destroy), or the next plan creates the VM again and
     restores the kept archive (destroy-before-create).
     """
-    vm, temp = str(entry.get("vm")), str(entry.get("temp") or "")
-    old = str(entry.get("identity"))
-    steps = list(entry.get("steps") or [])
+    vm, temp = entry.vm, str(entry.detail("temp") or "")
+    old = entry.identity
+    steps = list(entry.steps or [])
 
     def say(
         action: RecoveryAction,
@@ -266,7 +266,7 @@ async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> Recovery
         renamed_to: str = "",
     ) -> RecoveryDecision:
         return RecoveryDecision(
-            entry=str(entry.get("id")),
+            entry=entry.id,
             backend=backend.name,
             vm=vm,
             op="replace",
@@ -277,7 +277,7 @@ async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> Recovery
             renamed_to=renamed_to,
         )
 
-    if entry.get("strategy") == Strategy.DESTROY_BEFORE_CREATE.value or not temp:
+    if entry.detail("strategy") == Strategy.DESTROY_BEFORE_CREATE.value or not temp:
         if "old-deleted" in steps:
             return say(RecoveryAction.NOTHING, f"the old VM {old} of {vm} was deleted; create it")
         return say(RecoveryAction.NOTHING, f"the replace of {vm} stopped before VM {old} went")
@@ -305,7 +305,7 @@ async def decide_replace(entry: Mapping[str, Any], backend: Backend) -> Recovery
 
 
 async def act_replace(
-    entry: Mapping[str, Any], backend: Backend, journal: Journal, decision: RecoveryDecision
+    entry: PendingEntry, backend: Backend, journal: Journal, decision: RecoveryDecision
 ) -> str:
     if decision.action not in (RecoveryAction.DELETE, RecoveryAction.FINISH):
         return decision.summary
@@ -313,7 +313,7 @@ async def act_replace(
     target = [
         o for o in obs.vms if o.identity == decision.identity and o.ownership is Ownership.MANAGED
     ]
-    temp = str(entry.get("temp") or "")
+    temp = str(entry.detail("temp") or "")
     if not target or target[0].name != temp:
         return f"{decision.summary}: nothing to do any more"
     if decision.action is RecoveryAction.DELETE:

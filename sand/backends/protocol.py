@@ -20,7 +20,7 @@ from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
 
 if TYPE_CHECKING:
-    from sand.state.journal import Journal
+    from sand.state.journal import Journal, PendingEntry
 
 
 class RecoveryAction(StrEnum):
@@ -163,14 +163,14 @@ class Backend(Protocol):
         deleting it): the login user then comes from what the backend recorded."""
         ...
 
-    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+    async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
         """What replaying ``entry`` (left by a crashed run) would do; changes nothing.
 
         With ``wait`` (apply), tasks and processes the killed run left running are awaited
         (bounded) first; without it (plan), such an entry is decided as WAIT."""
         ...
 
-    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+    async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
         """Carry out ``decision`` (identity re-checked first); say what was done. Only the
         journal replay settles the entry."""
         ...

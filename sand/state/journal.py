@@ -13,16 +13,18 @@ nor an orphan. Entries hold ids, never secrets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sand.errors import SandError
 from sand.state.private import open_private, write_private_file
 
 
@@ -46,6 +48,51 @@ class JournalEntry:
         }
 
 
+# Fields every intent record has; anything else an operation recorded is in ``details``.
+_CORE = ("id", "op", "backend", "vm", "identity")
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """An operation a run began and never closed: what recovery decides about."""
+
+    id: str
+    op: str
+    backend: str
+    vm: str
+    identity: str
+    steps: tuple[str, ...] = ()  # the steps it reached, in order
+    tasks: tuple[str, ...] = ()  # backend tasks it started (PVE UPIDs)
+    details: Mapping[str, Any] = field(default_factory=dict)  # what else it recorded
+
+    def detail(self, key: str, default: Any = None) -> Any:
+        return self.details.get(key, default)
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], steps: list[str], tasks: list[str]) -> PendingEntry:
+        return cls(
+            id=str(record.get("id") or ""),
+            op=str(record.get("op") or ""),
+            backend=str(record.get("backend") or ""),
+            vm=str(record.get("vm") or ""),
+            identity=str(record.get("identity") or ""),
+            steps=tuple(steps),
+            tasks=tuple(tasks),
+            details={k: v for k, v in record.items() if k not in (*_CORE, "phase", "ts")},
+        )
+
+
+def always(_: BaseException) -> bool:
+    """An error closes the entry as failed: the call was refused, nothing landed."""
+    return True
+
+
+def never(_: BaseException) -> bool:
+    """An error leaves the entry open: tasks it started may still run or have landed,
+    so the next run's recovery looks (and waits for them) before it is settled."""
+    return False
+
+
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -62,6 +109,31 @@ class Journal:
         """Record progress inside an operation (e.g. 'cloned'), for recovery and tests."""
         self._append({"phase": "step", "id": entry.id, "step": step, "ts": time.time(), **details})
 
+    @contextlib.contextmanager
+    def operation(
+        self,
+        op: str,
+        *,
+        backend: str,
+        vm: str,
+        identity: str,
+        failed_when: Callable[[BaseException], bool] = always,
+        **details: Any,
+    ) -> Iterator[JournalEntry]:
+        """The one bracket around a mutating operation: intent before its first call,
+        "done" after, "failed" when a call reported an error that ``failed_when`` says
+        left nothing behind. Anything else — a crash, a cancellation, an error after
+        which the backend cannot tell what landed (a request whose answer was lost) —
+        leaves the entry open for the next run's recovery to decide."""
+        entry = self.begin(op, backend=backend, vm=vm, identity=identity, **details)
+        try:
+            yield entry
+        except SandError as exc:
+            if failed_when(exc):
+                self.finish(entry, "failed")
+            raise
+        self.finish(entry)
+
     def finish(self, entry: JournalEntry, outcome: str = "done") -> None:
         self._append({"phase": outcome, "id": entry.id, "ts": time.time()})
 
@@ -74,28 +146,29 @@ class Journal:
         goes on without it, and recovery waits for it before settling the entry."""
         self.step(entry, "task", upid=upid)
 
-    def pending(self) -> list[dict[str, Any]]:
+    def pending(self) -> list[PendingEntry]:
         """Unfinished intents, oldest first, each with the steps reached and the tasks
-        (``tasks``: UPIDs) it started."""
-        open_entries: dict[str, dict[str, Any]] = {}
+        (UPIDs) it started. One pass over the file."""
+        open_entries: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {}
         for record in self._records():
             phase = record.get("phase")
+            key = record.get("id")
             if phase == "intent":
-                open_entries[record["id"]] = dict(record, steps=[], tasks=[])
-            elif phase == "step" and record.get("id") in open_entries:
-                entry = open_entries[record["id"]]
+                open_entries[str(key)] = (record, [], [])
+            elif phase == "step" and key in open_entries:
+                _, steps, tasks = open_entries[key]
                 if record.get("step") == "task":
-                    entry["tasks"].append(str(record.get("upid") or ""))
+                    tasks.append(str(record.get("upid") or ""))
                 else:
-                    entry["steps"].append(record.get("step"))
-            elif record.get("id") in open_entries:
-                del open_entries[record["id"]]
-        return list(open_entries.values())
+                    steps.append(str(record.get("step")))
+            elif key in open_entries:
+                del open_entries[key]
+        return [PendingEntry.of(r, s, t) for r, s, t in open_entries.values()]
 
     def compact(self) -> None:
         """Rewrite the file keeping only open entries (called when nothing is in flight)."""
         with self._mutex:
-            open_ids = {p["id"] for p in self.pending()}
+            open_ids = {p.id for p in self.pending()}
             keep = [r for r in self._records() if r.get("id") in open_ids]
             # 0600 like every append, whatever the umask (a plain open() made it 0644).
             text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in keep)

@@ -77,7 +77,7 @@ def test_a_replacement_that_fails_to_start_leaves_the_old_vm(sand, fakepve_serve
     assert still.vmid == old.vmid and still.config == config and still.status == "running"
     # What is left open in the journal is about the discarded replacement only.
     pending = Journal(sand.state_dir / "projects" / "demo" / "journal.jsonl").pending()
-    assert all(e["identity"] != str(old.vmid) for e in pending), pending
+    assert all(e.identity != str(old.vmid) for e in pending), pending
     rig.clear_faults()
     again = sand.run(*GO)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -22,8 +22,8 @@ def test_journal_reports_unfinished_intents_with_their_steps(tmp_path):
     open_one = journal.begin("create", backend="pve", vm="b", identity="102", node="pve1")
     journal.step(open_one, "cloned")
     pending = journal.pending()
-    assert [(p["vm"], p["identity"], p["steps"], p["node"]) for p in pending] == [
-        ("b", "102", ["cloned"], "pve1")
+    assert [(p.vm, p.identity, p.steps, p.detail("node")) for p in pending] == [
+        ("b", "102", ("cloned",), "pve1")
     ]
     journal.settle(open_one.id, "adopted")
     assert journal.pending() == []
@@ -35,7 +35,7 @@ def test_journal_ignores_a_torn_last_line(tmp_path):
     journal.begin("delete", backend="laptop", vm="c", identity="c")
     with open(path, "a") as fh:
         fh.write('{"phase": "intent", "id": "tor')  # crash mid-write
-    assert [p["vm"] for p in journal.pending()] == ["c"]
+    assert [p.vm for p in journal.pending()] == ["c"]
 
 
 def test_journal_file_is_private(tmp_path):
@@ -109,3 +109,27 @@ def test_credential_files_must_be_private(tmp_path):
     token.chmod(0o600)
     assert private_file_problem(token) is None
     assert private_file_problem(tmp_path) == "is not a regular file"
+
+
+def test_an_operation_is_closed_or_left_open_by_its_rule(tmp_path):
+    """The one bracket: done on success, failed on an error that left nothing behind,
+    open (for recovery) on an error after which what landed is unknown, and on a crash."""
+    from sand.errors import BackendError
+    from sand.state.journal import never
+
+    journal = Journal(tmp_path / "j.jsonl")
+    with journal.operation("update", backend="b", vm="ok", identity="1") as entry:
+        journal.step(entry, "configured")
+    for vm, rule in (("refused", None), ("unknown", never)):
+        kw = {} if rule is None else {"failed_when": rule}
+        try:
+            with journal.operation("update", backend="b", vm=vm, identity="2", **kw):
+                raise BackendError("boom")
+        except BackendError:
+            pass
+    try:
+        with journal.operation("update", backend="b", vm="crashed", identity="3"):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert sorted(p.vm for p in journal.pending()) == ["crashed", "unknown"]

@@ -28,7 +28,7 @@ from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecis
 from sand.desired import DesiredVM
 from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
-from sand.state.journal import Journal
+from sand.state.journal import Journal, PendingEntry
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -109,13 +109,13 @@ class LimaBackend:
     ) -> GuestEndpoint:
         return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
-    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+    async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
         return await recover_mod.decide(self.ctx, entry, wait=wait)
 
-    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+    async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
         return await recover_mod.act(self.ctx, entry, decision)
 
-    async def recover(self, entry: Mapping[str, object]) -> str:
+    async def recover(self, entry: PendingEntry) -> str:
         """Decide (waiting for limactl children a killed run left) and act; the caller
         settles the journal entry."""
         return await self.act_recovery(entry, await self.decide_recovery(entry, wait=True))

@@ -86,9 +86,7 @@ async def ensure_base(ctx: Ctx, vm: DesiredVM, journal: Journal) -> str:
             )
             if fresh:
                 if inst.power == "running":  # someone started it; clones need it stopped
-                    with vmops.journalled(
-                        journal, "base-stop", backend=ctx.name, vm=name, identity=name
-                    ):
+                    with journal.operation("base-stop", backend=ctx.name, vm=name, identity=name):
                         await vmops.stop(ctx, name)
                 state.ready = True
                 return name
@@ -99,9 +97,7 @@ async def ensure_base(ctx: Ctx, vm: DesiredVM, journal: Journal) -> str:
 
 
 async def _rebuild_cleanup(ctx: Ctx, name: str, inst: LimaInstance, journal: Journal) -> None:
-    with vmops.journalled(
-        journal, "base-delete", backend=ctx.name, vm=name, identity=name
-    ) as entry:
+    with journal.operation("base-delete", backend=ctx.name, vm=name, identity=name) as entry:
         await vmops.remove(ctx, name, readable=inst.readable)
         journal.step(entry, "deleted")
 
@@ -111,8 +107,8 @@ async def _build_base(ctx: Ctx, vm: DesiredVM, name: str, stamp: str, journal: J
     body = limayaml.to_yaml(doc, header=f"sand base for project {ctx.project}; do not edit")
     sets = limayaml.set_expressions(limayaml.security_settings((), None))
     base = BaseStamp(ctx.project, name, stamp, vm.image, vm.user)
-    with vmops.journalled(
-        journal, "base", backend=ctx.name, vm=name, identity=name, image=vm.image, stamp=stamp
+    with journal.operation(
+        "base", backend=ctx.name, vm=name, identity=name, image=vm.image, stamp=stamp
     ) as entry:
         await vmops.create_instance(ctx, name, body, sets)
         journal.step(entry, "created")

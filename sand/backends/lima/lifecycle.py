@@ -45,8 +45,7 @@ async def update(
     name = current.identity
     power = current.power
     target = vm.state if "state" in wanted else power
-    with vmops.journalled(
-        journal,
+    with journal.operation(
         "update",
         backend=ctx.name,
         vm=vm.name,
@@ -115,8 +114,7 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
             f"refusing to delete {name}: it is protected (limactl unprotect first)",
             backend=ctx.name,
         )
-    with vmops.journalled(
-        journal,
+    with journal.operation(
         "delete",
         backend=ctx.name,
         vm=current.name,
@@ -151,9 +149,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
         backend=ctx.name,
         protect=current.protect,
     )
-    with vmops.journalled(
-        journal, "rename", backend=ctx.name, vm=name, identity=old, to=name
-    ) as entry:
+    with journal.operation("rename", backend=ctx.name, vm=name, identity=old, to=name) as entry:
         running = current.power == "running"
         if running:
             await vmops.stop(ctx, old)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from sand.backends.lima import lifecycle, limayaml, scripts, vmops
 from sand.backends.lima.context import Ctx
@@ -23,6 +23,7 @@ from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.errors import BackendError
 from sand.manifest.backends.lima import RESERVED_PREFIX, LimaConfig
 from sand.observed import Ownership
+from sand.state.journal import PendingEntry
 
 Say = Callable[..., RecoveryDecision]
 
@@ -95,35 +96,35 @@ async def wait_until_idle(ctx: Ctx, name: str) -> None:
 
 def _decision(
     ctx: Ctx,
-    entry: Mapping[str, object],
+    entry: PendingEntry,
     action: RecoveryAction,
     summary: str,
     *,
     absent: bool,
 ) -> RecoveryDecision:
     return RecoveryDecision(
-        entry=str(entry.get("id")),
+        entry=entry.id,
         backend=ctx.name,
-        vm=str(entry.get("vm")),
-        op=str(entry.get("op")),
-        identity=str(entry.get("identity") or entry.get("vm") or ""),
+        vm=entry.vm,
+        op=entry.op,
+        identity=(entry.identity or entry.vm),
         action=action,
         summary=summary,
         absent=absent,
     )
 
 
-def _uid_matches(entry: Mapping[str, object], found: Inspected) -> bool:
+def _uid_matches(entry: PendingEntry, found: Inspected) -> bool:
     """The instance's sidecar is the incarnation the entry recorded (or the entry is
     from before incarnations were journalled)."""
-    if "uid" not in entry or found.sidecar is None:
+    if "uid" not in entry.details or found.sidecar is None:
         return True
-    return str(entry.get("uid") or "") == found.sidecar.uid
+    return str(entry.detail("uid") or "") == found.sidecar.uid
 
 
-async def decide(ctx: Ctx, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
-    op = str(entry.get("op") or "")
-    name = str(entry.get("identity") or entry.get("vm") or "")
+async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
+    op = entry.op
+    name = entry.identity or entry.vm
     is_base = name.startswith(RESERVED_PREFIX)
 
     def say(action: RecoveryAction, summary: str, *, absent: bool = False) -> RecoveryDecision:
@@ -181,9 +182,9 @@ async def decide(ctx: Ctx, entry: Mapping[str, object], *, wait: bool) -> Recove
 
 
 def _decide_create(
-    ctx: Ctx, entry: Mapping[str, object], found: Inspected, decide_as: Say
+    ctx: Ctx, entry: PendingEntry, found: Inspected, decide_as: Say
 ) -> RecoveryDecision:
-    name = str(entry.get("identity") or entry.get("vm") or "")
+    name = entry.identity or entry.vm
     inst = found.instance
     if inst is None:
         return decide_as(
@@ -201,7 +202,7 @@ def _decide_create(
     c = classify(name, found.sidecar, inst.param, ctx.project, ctx.name)
     if c.ownership is Ownership.MANAGED and not c.incomplete:
         return decide_as(RecoveryAction.ADOPT, f"adopt {name}: it carries this project's marker")
-    via = str(entry.get("via") or "")
+    via = str(entry.detail("via") or "")
     from_base = via.startswith("clone:") and inst.param.get(limayaml.PARAM_INSTANCE) == via[6:]
     ours = found.sidecar is None and inst.param.get(limayaml.PARAM_PROJECT) == ctx.project
     if ours and (c.incomplete or from_base):
@@ -217,10 +218,10 @@ def _decide_create(
     )
 
 
-async def _decide_rename(ctx: Ctx, entry: Mapping[str, object], decide_as: Say) -> RecoveryDecision:
+async def _decide_rename(ctx: Ctx, entry: PendingEntry, decide_as: Say) -> RecoveryDecision:
     """A rename a crash cut short: the files moved, the sidecar not yet rewritten (the
     instance then reads as a copy of the old name, which nothing touches)."""
-    old, new = str(entry.get("identity") or ""), str(entry.get("to") or "")
+    old, new = entry.identity, str(entry.detail("to") or "")
     if LimaConfig.name_problem(new) is not None:
         return decide_as(RecoveryAction.NOTHING, f"nothing to do: {new!r} is not an instance")
     found = await inspect(ctx, old, new)
@@ -252,12 +253,12 @@ def _past(summary: str) -> str:
     return summary
 
 
-async def act(ctx: Ctx, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+async def act(ctx: Ctx, entry: PendingEntry, decision: RecoveryDecision) -> str:
     """Carry out a decision, re-reading the instance first (it must still qualify)."""
     if decision.action is RecoveryAction.FINISH and decision.op == "rename":
         again = await decide(ctx, entry, wait=False)
         if again.action is RecoveryAction.FINISH:
-            await lifecycle.finish_rename(ctx, str(entry.get("identity")), str(entry.get("to")))
+            await lifecycle.finish_rename(ctx, entry.identity, str(entry.detail("to")))
         return _past(again.summary)
     if decision.action is not RecoveryAction.DELETE:
         return _past(decision.summary)

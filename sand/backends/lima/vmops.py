@@ -4,17 +4,14 @@ and the refusals that come before any change."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sand.backends.lima import scripts
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.runner import Completed
-from sand.errors import BackendError, SandError
+from sand.errors import BackendError
 from sand.manifest.backends.lima import RESERVED_PREFIX, LimaConfig
 from sand.observed import ObservedVM, Ownership
-from sand.state.journal import Journal, JournalEntry
 from sand.terminal import quoted
 
 
@@ -125,17 +122,3 @@ def require_managed(ctx: Ctx, current: ObservedVM, action: str) -> None:
         )
     if current.name.startswith(RESERVED_PREFIX):
         raise BackendError(f"refusing to {action} sand's base {current.name}", backend=ctx.name)
-
-
-@contextlib.contextmanager
-def journalled(journal: Journal, op: str, **fields: Any) -> Iterator[JournalEntry]:
-    """Intent before the calls; "done" after, "failed" when a call reported an error.
-
-    Anything else (a crash, a cancellation) leaves the entry open for ``recover``."""
-    entry = journal.begin(op, **fields)
-    try:
-        yield entry
-    except SandError:
-        journal.finish(entry, "failed")
-        raise
-    journal.finish(entry)

@@ -16,7 +16,7 @@ from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.desired import DesiredVM
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
-from sand.state.journal import Journal
+from sand.state.journal import Journal, PendingEntry
 
 FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
@@ -82,13 +82,13 @@ class ProxmoxBackend:
     ) -> GuestEndpoint:
         return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
-    async def decide_recovery(self, entry: Mapping[str, object], *, wait: bool) -> RecoveryDecision:
+    async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
         return await recover_mod.decide(self.ctx, entry, wait=wait)
 
-    async def act_recovery(self, entry: Mapping[str, object], decision: RecoveryDecision) -> str:
+    async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
         return await recover_mod.act(self.ctx, entry, decision)
 
-    async def recover(self, entry: Mapping[str, object]) -> str:
+    async def recover(self, entry: PendingEntry) -> str:
         """Decide (waiting for what the killed run left running) and act; the caller
         settles the journal entry."""
         return await self.act_recovery(entry, await self.decide_recovery(entry, wait=True))

@@ -15,7 +15,7 @@ from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
-from sand.state.journal import Journal, JournalEntry
+from sand.state.journal import Journal, JournalEntry, never
 
 UPDATABLE = ("cpus", "memory", "disk", "state", "protect")
 
@@ -104,7 +104,7 @@ async def update(
         )
     path = vmops.vm_path(node, vmid)
     assert fresh.marker is not None
-    entry = journal.begin(
+    with journal.operation(
         "update",
         backend=ctx.name,
         vm=vm.name,
@@ -112,46 +112,47 @@ async def update(
         node=node,
         fields=list(fields),
         incarnation=fresh.marker.incarnation,
-    )
-    track = _tracker(journal, entry)
-    was_running = fresh.power == "running"
-    want_running = vm.state == "running" if "state" in fields else was_running
-    params: dict[str, Any] = {}
-    if "cpus" in fields:
-        params.update(cores=vm.cpus, sockets=1)
-    if "memory" in fields:
-        params["memory"] = mk.memory_mib(vm.memory)
-    if "protect" in fields:
-        params["protection"] = 1 if vm.protect else 0
-        params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
-    running = was_running
-    if running and ({"cpus", "memory"} & set(fields)):
-        # CPU and memory need a restart: change them on a stopped VM, so nothing is left
-        # pending (PVE keeps changes to a running VM pending until its next start).
-        await vmops.shutdown(ctx, node, vmid, track=track)
-        running = False
-        journal.step(entry, "stopped")
-    if params:
-        await ctx.client.put(f"{path}/config", **params)
-        journal.step(entry, "configured")
-    if "disk" in fields:
-        disk = vmops.boot_disk(config)
-        if disk is None:
-            raise ProxmoxError(ctx.name, f"VM {vmid} has no disk to resize")
-        if vm.disk < disk[1]:
-            raise ProxmoxError(
-                ctx.name, f"VM {vmid} disk {disk[0]} is {disk[1]} bytes; PVE cannot shrink disks"
-            )
-        if vm.disk > disk[1]:
-            await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
-            journal.step(entry, "resized")
-    if want_running and not running:
-        await vmops.start(ctx, node, vmid, track=track)
-        journal.step(entry, "started")
-    elif running and not want_running:
-        await vmops.shutdown(ctx, node, vmid, track=track)
-        journal.step(entry, "stopped")
-    journal.finish(entry)
+        failed_when=never,
+    ) as entry:
+        track = _tracker(journal, entry)
+        was_running = fresh.power == "running"
+        want_running = vm.state == "running" if "state" in fields else was_running
+        params: dict[str, Any] = {}
+        if "cpus" in fields:
+            params.update(cores=vm.cpus, sockets=1)
+        if "memory" in fields:
+            params["memory"] = mk.memory_mib(vm.memory)
+        if "protect" in fields:
+            params["protection"] = 1 if vm.protect else 0
+            params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
+        running = was_running
+        if running and ({"cpus", "memory"} & set(fields)):
+            # CPU and memory need a restart: change them on a stopped VM, so nothing is left
+            # pending (PVE keeps changes to a running VM pending until its next start).
+            await vmops.shutdown(ctx, node, vmid, track=track)
+            running = False
+            journal.step(entry, "stopped")
+        if params:
+            await ctx.client.put(f"{path}/config", **params)
+            journal.step(entry, "configured")
+        if "disk" in fields:
+            disk = vmops.boot_disk(config)
+            if disk is None:
+                raise ProxmoxError(ctx.name, f"VM {vmid} has no disk to resize")
+            if vm.disk < disk[1]:
+                raise ProxmoxError(
+                    ctx.name,
+                    f"VM {vmid} disk {disk[0]} is {disk[1]} bytes; PVE cannot shrink disks",
+                )
+            if vm.disk > disk[1]:
+                await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
+                journal.step(entry, "resized")
+        if want_running and not running:
+            await vmops.start(ctx, node, vmid, track=track)
+            journal.step(entry, "started")
+        elif running and not want_running:
+            await vmops.shutdown(ctx, node, vmid, track=track)
+            journal.step(entry, "stopped")
     observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=fresh.details.get("pool"))
     return observed
 
@@ -185,16 +186,16 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
     assert fresh.marker is not None
     # The incarnation seen now: a replay of this entry acts only on this very VM, never on
     # a successor that got the vmid after the delete went through.
-    entry = journal.begin(
+    with journal.operation(
         "delete",
         backend=ctx.name,
         vm=fresh.name,
         identity=vmid,
         node=node,
         incarnation=fresh.marker.incarnation,
-    )
-    await vmops.destroy(ctx, node, vmid, track=_tracker(journal, entry))
-    journal.finish(entry)
+        failed_when=never,
+    ) as entry:
+        await vmops.destroy(ctx, node, vmid, track=_tracker(journal, entry))
 
 
 async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
@@ -206,17 +207,22 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
     fresh, config, node = await _fresh(ctx, current, None, "rename")
     vmid = fresh.identity
     assert fresh.marker is not None
-    entry = journal.begin(
-        "rename", backend=ctx.name, vm=name, identity=vmid, node=node, old_name=fresh.name
-    )
-    marker = dataclasses.replace(fresh.marker, name=name)
-    await ctx.client.put(
-        f"{vmops.vm_path(node, vmid)}/config",
-        name=name,
-        description=_description(ctx, config, marker),
-        digest=config.get("digest"),
-    )
-    journal.finish(entry)
+    with journal.operation(
+        "rename",
+        backend=ctx.name,
+        vm=name,
+        identity=vmid,
+        node=node,
+        old_name=fresh.name,
+        failed_when=never,
+    ):
+        marker = dataclasses.replace(fresh.marker, name=name)
+        await ctx.client.put(
+            f"{vmops.vm_path(node, vmid)}/config",
+            name=name,
+            description=_description(ctx, config, marker),
+            digest=config.get("digest"),
+        )
     observed, _ = await vmops.read_vm(ctx, node, vmid, None, pool=fresh.details.get("pool"))
     return observed
 

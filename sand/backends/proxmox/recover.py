@@ -25,6 +25,7 @@ from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import in_pool, is_protected, owner, read_config
 from sand.observed import Ownership, RecordedVM
+from sand.state.journal import PendingEntry
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,14 @@ class _Seen:
 
 
 def _decision(
-    ctx: Ctx, entry: Mapping[str, Any], action: RecoveryAction, summary: str, *, absent: bool
+    ctx: Ctx, entry: PendingEntry, action: RecoveryAction, summary: str, *, absent: bool
 ) -> RecoveryDecision:
     return RecoveryDecision(
-        entry=str(entry.get("id")),
+        entry=entry.id,
         backend=ctx.name,
-        vm=str(entry.get("vm")),
-        op=str(entry.get("op")),
-        identity=str(entry.get("identity")),
+        vm=entry.vm,
+        op=entry.op,
+        identity=entry.identity,
         action=action,
         summary=summary,
         absent=absent,
@@ -92,18 +93,18 @@ async def _seen(ctx: Ctx, row: Mapping[str, Any], vmid: str) -> _Seen:
     )
 
 
-async def decide(ctx: Ctx, entry: Mapping[str, Any], *, wait: bool) -> RecoveryDecision:
-    op, vmid, name = str(entry.get("op")), str(entry.get("identity")), str(entry.get("vm"))
+async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
+    op, vmid, name = entry.op, entry.identity, entry.vm
     what = f"interrupted {op} of {name}"
-    tasks = list(entry.get("tasks") or [])
+    tasks = list(entry.tasks or [])
     if wait:
         # A task the killed run started goes on without it: let it end first.
-        nodes = [str(entry.get("node") or "")]
+        nodes = [str(entry.detail("node") or "")]
         await vmops.await_tasks(ctx, nodes, vmid, tasks, why=f"the {what} (VM {vmid})")
     # A clone in flight is not in the pool yet, so a pool token cannot see it though its
     # id is taken: only then is an invisible VM waited for (bounded). Any other VM the
     # token cannot see is not this backend's to touch.
-    in_flight = op == "create" and not entry.get("adopt") and not (wait and tasks)
+    in_flight = op == "create" and not entry.detail("adopt") and not (wait and tasks)
     if wait and in_flight:
         row = await vmops.find_or_wait(ctx, vmid)
     else:
@@ -181,17 +182,17 @@ async def _active(ctx: Ctx, node: str, vmid: str) -> str:
     return ", ".join(t.split(":")[5] if t.count(":") > 5 else t for t in tasks)
 
 
-def _same_incarnation(entry: Mapping[str, Any], seen: _Seen) -> bool:
+def _same_incarnation(entry: PendingEntry, seen: _Seen) -> bool:
     """The VM is the one the entry acted on (entries from before incarnations: unknown)."""
     if not seen.ours:
         return False
-    if "incarnation" not in entry:
+    if "incarnation" not in entry.details:
         return True
-    return str(entry.get("incarnation") or "") == seen.incarnation
+    return str(entry.detail("incarnation") or "") == seen.incarnation
 
 
-def _moot(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryDecision:
-    vmid, op = str(entry.get("identity")), str(entry.get("op"))
+def _moot(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecision:
+    vmid, op = entry.identity, entry.op
     if not seen.in_pool and (seen.tagged or seen.described):
         why = "it carries this project's marker but is outside the pool"
     elif seen.other_backend:
@@ -204,16 +205,16 @@ def _moot(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryDecision:
         ctx,
         entry,
         RecoveryAction.MOOT,
-        f"the interrupted {op} of {entry.get('vm')} is moot: VM {vmid} is not the VM it "
+        f"the interrupted {op} of {entry.vm} is moot: VM {vmid} is not the VM it "
         f"acted on ({why}); left alone",
         absent=False,
     )
 
 
-def _decide_create(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryDecision:
-    vmid, name, entry_id = str(entry.get("identity")), str(entry.get("vm")), str(entry.get("id"))
-    steps = list(entry.get("steps") or [])
-    adopting = bool(entry.get("adopt"))
+def _decide_create(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecision:
+    vmid, name, entry_id = entry.identity, entry.vm, entry.id
+    steps = list(entry.steps or [])
+    adopting = bool(entry.detail("adopt"))
     if adopting:
         made_here = False
         matches = _same_incarnation(entry, seen)
@@ -259,8 +260,8 @@ def _decide_create(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryD
     )
 
 
-def _decide_delete(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryDecision:
-    vmid, name = str(entry.get("identity")), str(entry.get("vm"))
+def _decide_delete(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecision:
+    vmid, name = entry.identity, entry.vm
     if not _same_incarnation(entry, seen):
         return _moot(ctx, entry, seen)
     if is_protected(seen.config) or seen.row.get("template"):
@@ -280,7 +281,7 @@ def _decide_delete(ctx: Ctx, entry: Mapping[str, Any], seen: _Seen) -> RecoveryD
     )
 
 
-async def act(ctx: Ctx, entry: Mapping[str, Any], decision: RecoveryDecision) -> str:
+async def act(ctx: Ctx, entry: PendingEntry, decision: RecoveryDecision) -> str:
     """Carry out a decision; a delete re-checks identity on a fresh read first."""
     if decision.action is not RecoveryAction.DELETE:
         return decision.summary

@@ -167,7 +167,7 @@ async def test_a_rejected_clone_edit_is_cleaned_up(
 
 def _entry(journal: Journal, op: str, name: str, **details: object) -> dict[str, object]:
     entry = journal.begin(op, backend="laptop", vm=name, identity=name, **details)
-    (pending,) = [p for p in journal.pending() if p["id"] == entry.id]
+    (pending,) = [p for p in journal.pending() if p.id == entry.id]
     return pending
 
 

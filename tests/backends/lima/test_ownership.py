@@ -128,7 +128,7 @@ async def test_a_replayed_create_adopts_only_its_own_incarnation(
         via="create",
         uid=sidecar(standin, "vm1")["uid"],
     )
-    (entry,) = [e for e in journal.pending() if e["id"] == mine.id]
+    (entry,) = [e for e in journal.pending() if e.id == mine.id]
     assert (await backend.decide_recovery(entry, wait=False)).action is RecoveryAction.ADOPT
 
 

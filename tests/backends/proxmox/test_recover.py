@@ -40,7 +40,7 @@ async def test_a_create_killed_mid_clone_is_removed(rig: FakePveRig, journal: Jo
     rig.set_task_secs("qmclone", 30)
     await _crash_during_clone(rig, journal)
     (entry,) = journal.pending()
-    assert entry["op"] == "create" and entry["steps"] == []
+    assert entry.op == "create" and entry.steps == ()
     assert rig.vm(100) is not None and rig.vm(100).lock == "clone"  # type: ignore[union-attr]
 
     backend = rig.make_backend()  # the next run
@@ -60,7 +60,7 @@ async def test_a_create_cut_off_after_configuration_is_adopted(
     with pytest.raises(ProxmoxError, match="resize of VM 100"):
         await backend.create(rig.desired(ENTRY)[0], journal)
     (entry,) = journal.pending()
-    assert entry["steps"] == ["cloned", "configured", "failed"]
+    assert entry.steps == ("cloned", "configured", "failed")
     rig.clear_faults()
 
     said = await backend.recover(entry)
@@ -96,7 +96,7 @@ async def test_a_vmid_someone_else_took_is_left_alone(
     rig.seed_vm(100, "dev")  # a human made VM 100, named alike, before we could
     (said,) = (await replay_journal(journal, {"pve": backend})).done
     assert "left alone" in said and rig.vm(100) is not None
-    assert entry.id not in {e["id"] for e in journal.pending()}
+    assert entry.id not in {e.id for e in journal.pending()}
 
 
 async def test_an_interrupted_delete_is_finished(
@@ -109,7 +109,7 @@ async def test_an_interrupted_delete_is_finished(
     with pytest.raises(ProxmoxError):
         await backend.delete(current, journal)
     (entry,) = journal.pending()
-    assert entry["op"] == "delete"
+    assert entry.op == "delete"
     rig.clear_faults()
     (said,) = (await replay_journal(journal, {"pve": backend})).done
     assert "finished" in said and rig.vm(100) is None and journal.pending() == []
@@ -140,7 +140,7 @@ async def _cut_short_mid_task(rig: FakePveRig, journal: Journal, task_type: str)
     task = asyncio.create_task(backend.update(changed, current, ["memory"], journal))
 
     def started() -> list[str]:
-        return [u for e in journal.pending() for u in e["tasks"] if f":{task_type}:" in u]
+        return [u for e in journal.pending() for u in e.tasks if f":{task_type}:" in u]
 
     for _ in range(400):
         if started():
