@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sand.guest.runner import GuestRunner
 from sand.refname import branch_problem
+from sand.terminal import one_line, visible
 from sand.verbs.changeset import WARN_BYTES, ChangeSet, Commit, FileAction, MissingBase, collect
 from sand.verbs.drupal import Issue, PublishRefused, branch_slug, fetch_issue_title
 from sand.verbs.forge import ForgeError, ForgeProject, GitLab
-from sand.verbs.runner import Runner
-from sand.verbs.text import one_line, visible
 
 Confirm = Callable[[str], bool]
 
@@ -137,7 +137,7 @@ def make_plan(dest: Destination, changes: ChangeSet, forge: GitLab) -> Plan:
 
 
 async def prepare(
-    runner: Runner,
+    runner: GuestRunner,
     checkout: str,
     issue: Issue,
     forge: GitLab,
