@@ -22,7 +22,7 @@ from sand.verbs.target import Target, connect, resolve
 if TYPE_CHECKING:
     from sand.verbs.drupal import Issue
     from sand.verbs.forge import GitLab
-    from sand.verbs.publish import Plan
+    from sand.verbs.publish import PublishPlan
 
 _REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
 
@@ -176,7 +176,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0 if result is not None else 1  # None: the person said no
 
 
-async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> Plan:
+async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> PublishPlan:
     from sand.guest.runner import SshRunner
     from sand.guest.ssh import where
     from sand.verbs.publish import prepare
