@@ -35,7 +35,7 @@ SWEEPS_AT_ONCE = 8
 ALLOW_FLAG = "--allow-data-loss"
 
 if TYPE_CHECKING:
-    from sand.verbs.sweep import Sweep
+    from sand.guest.sweep import Sweep
 
 
 class DataLossRefused(SandError):
@@ -137,16 +137,16 @@ async def refuse_if_holding(
 
 
 async def _sweep(backend: Backend, vm: DesiredVM | None, observed: ObservedVM) -> Sweep:
-    from sand.provision.ssh import connect
-    from sand.verbs.guest import SshRunner
-    from sand.verbs.sweep import sweep
+    from sand.guest.runner import SshRunner
+    from sand.guest.ssh import connect, where
+    from sand.guest.sweep import sweep
 
     endpoint = await backend.endpoint(vm, observed, wait=AGENT_WAIT)
     paths = [r.path for r in vm.repos] if vm is not None else []
     async with connect(
         endpoint, deadline=CONNECT_DEADLINE, attempt_timeout=ATTEMPT_TIMEOUT
     ) as conn:
-        return await sweep(SshRunner(conn, "unpushed-work sweep"), paths)
+        return await sweep(SshRunner(conn, "unpushed-work sweep", where=where(endpoint)), paths)
 
 
 def _covered(path: str, home: str, preserve: Sequence[str]) -> bool:

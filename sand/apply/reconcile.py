@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sand.apply.engine import ApplyResult, execute
-from sand.apply.guest import GuestSecrets, check_guests, make_provisioner
 from sand.apply.progress import progress_reporter
+from sand.apply.provisioning import GuestSecrets, check_guests, make_provisioner
 from sand.apply.recorded import record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
 from sand.desired import DesiredState

@@ -1,1 +1,13 @@
-"""The guest transport: how sand reaches a VM over SSH (endpoints, connections)."""
+"""The guest transport: how sand reaches a VM and runs things in it, over SSH.
+
+Both provisioning and the verbs stand on this package, and it is the only part
+of sand (with the Lima backend's host runner) that imports asyncssh:
+
+* :mod:`~sand.guest.endpoint`: where a guest is reached (what a backend hands out);
+* :mod:`~sand.guest.ssh`: connecting (identity only, host keys pinned, the jump host);
+* :mod:`~sand.guest.runner`: running a fixed script or a command, output bounded;
+* :mod:`~sand.guest.fs` and :mod:`~sand.guest.sftp`: the guest's files for ``sand cp``;
+* :mod:`~sand.guest.stream`: a person's command with its output streamed through;
+* :mod:`~sand.guest.sweep` (with :mod:`~sand.guest.remotes`): the read-only landing
+  sweep of a guest's git checkouts, read by ``sand land`` and the unpushed-work guard.
+"""

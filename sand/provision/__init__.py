@@ -1,4 +1,4 @@
-"""Guest provisioning over SSH: the bundle, the transport, the steps.
+"""Guest provisioning: the bundle, the steps, and running them over :mod:`sand.guest`.
 
 ``bundle_digest`` is imported at plan time, so this package's import stays
 stdlib-only; ``provision`` and ``deliver_secrets`` (which need asyncssh) are

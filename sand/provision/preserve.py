@@ -24,15 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
-
-from sand.errors import SandError, TransportError
+from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
-from sand.provision.ssh import connect, where
+from sand.guest.runner import RunResult, SshRunner
+from sand.guest.ssh import connect, where
 from sand.state.private import ensure_private_dir, open_private
 
 CHUNK = 1 << 16
-TIMEOUT = 3600.0  # a big ~/src over a slow link
+TIMEOUT = 3600.0  # listing a big ~/src; the archive streams themselves have no clock
 # Never carried: the new guest's own login key must stay (it is how sand gets in).
 EXCLUDED = (".ssh/authorized_keys",)
 
@@ -151,17 +150,19 @@ async def archive_out(
     fd = open_private(dest, os.O_WRONLY | os.O_EXCL)
     try:
         async with connect(endpoint) as conn:
+            runner = SshRunner(conn, "preserve: archive", where=where(endpoint))
             with os.fdopen(fd, "wb") as out:
-                status, err = await _stream(
-                    conn, _as_user(endpoint, user, ARCHIVE_SCRIPT), stdin, out
+                result = await runner.run_command(
+                    _as_user(endpoint, user, ARCHIVE_SCRIPT), stdin=stdin, stdout=out, timeout=None
                 )
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
-    if status != 0:
+    if result.exit_status != 0:
         dest.unlink(missing_ok=True)
         raise PreserveError(
-            f"archiving {', '.join(paths)} in {where(endpoint)} failed (exit {status}): {err}"
+            f"archiving {', '.join(paths)} in {where(endpoint)} failed "
+            f"(exit {result.exit_status}): {_err(result)}"
         )
     try:
         entries = read_entries(dest)
@@ -192,14 +193,15 @@ async def restore_in(
     ``missing_only`` (after a reprovision): only absent entries are restored, and
     the proof is that every entry exists again."""
     async with connect(endpoint) as conn:
+        runner = SshRunner(conn, "preserve: restore", where=where(endpoint))
         if archive.entries:
             script = RESTORE_MISSING_SCRIPT if missing_only else RESTORE_SCRIPT
             command = _as_user(endpoint, user, script, *archive.roots)
             with open(archive.path, "rb") as data:
-                status, err = await _stream(conn, command, data, None)
-            if status != 0:
-                raise PreserveError(f"restoring into {where(endpoint)} failed: {err}")
-        found = await _digests(conn, _as_user(endpoint, user, DIGEST_SCRIPT, *archive.roots))
+                restored = await runner.run_command(command, stdin=data, limit=None, timeout=None)
+            if restored.exit_status != 0:
+                raise PreserveError(f"restoring into {where(endpoint)} failed: {_err(restored)}")
+        found = await _digests(runner, _as_user(endpoint, user, DIGEST_SCRIPT, *archive.roots))
     if missing_only:
         problems = [f"{p}: missing" for p in sorted(archive.entries) if p not in found]
     else:
@@ -262,45 +264,19 @@ def _norm(name: str) -> str:
     return name or "."
 
 
-async def _stream(
-    conn: asyncssh.SSHClientConnection, command: str, stdin: object, stdout: object
-) -> tuple[int, str]:
-    """Run ``command``; feed ``stdin`` (bytes or a binary file); copy stdout to a file."""
-    try:
-        proc = await conn.create_process(command, encoding=None)
-    except (OSError, asyncssh.Error) as exc:
-        raise TransportError(f"starting a preserve step failed: {exc}") from None
-    try:
-        if isinstance(stdin, bytes):
-            proc.stdin.write(stdin)
-        else:
-            while chunk := stdin.read(CHUNK):  # type: ignore[attr-defined]
-                proc.stdin.write(chunk)
-                await proc.stdin.drain()
-        proc.stdin.write_eof()
-        err = b""
-        if stdout is not None:
-            while chunk := await proc.stdout.read(CHUNK):
-                stdout.write(chunk)  # type: ignore[attr-defined]
-        else:
-            await proc.stdout.read()
-        err = (await proc.stderr.read())[-2000:]
-        done = await proc.wait(timeout=TIMEOUT)
-    except asyncssh.Error as exc:
-        raise TransportError(f"the connection broke while preserving paths: {exc}") from None
-    finally:
-        proc.close()
-    status = done.exit_status if done.exit_status is not None else -1
-    return status, err.decode(errors="replace").strip()
+def _err(result: RunResult) -> str:
+    return result.stderr[-2000:].decode(errors="replace").strip()
 
 
-async def _digests(conn: asyncssh.SSHClientConnection, command: str) -> dict[str, str]:
-    result = await conn.run(command, encoding=None, check=False, timeout=TIMEOUT)
+async def _digests(runner: SshRunner, command: str) -> dict[str, str]:
+    # Unbounded: one record per file, and a restored ~/src may hold a great many.
+    result = await runner.run_command(
+        command, limit=None, timeout=TIMEOUT, step="preserve: list restored paths"
+    )
     if result.exit_status != 0:
-        err = result.stderr if isinstance(result.stderr, bytes) else b""
-        raise PreserveError(f"listing the restored paths failed: {err.decode(errors='replace')}")
-    out = result.stdout if isinstance(result.stdout, bytes) else b""
-    fields = out.split(b"\0")
+        err = result.stderr.decode(errors="replace")
+        raise PreserveError(f"listing the restored paths failed: {err}")
+    fields = result.stdout.split(b"\0")
     found: dict[str, str] = {}
     for i in range(0, len(fields) - 2, 3):
         kind, value, path = (f.decode(errors="surrogateescape") for f in fields[i : i + 3])

@@ -7,6 +7,11 @@ an unchanged spec changes nothing and says so (``ProvisionReport.changed``).
 ``deliver_secrets`` runs only the secrets step: rotating or removing a value
 never reinstalls anything, and a running guest picks it up without a restart.
 
+Each step is one command of the guest transport's runner
+(:class:`sand.guest.runner.SshRunner`), its stderr merged into its stdout; what
+is provisioning's own stays here: reading the ``sand:changed`` markers out of
+that output, and scrubbing this VM's secret values out of every tail shown.
+
 Failures name their layer: TransportError when SSH itself failed (unreachable,
 refused key, changed host key, connection lost), GuestCommandError when a
 step ran and failed (its name, exit status and last output lines, with every
@@ -20,14 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import asyncssh
-
 from sand.desired.spec import DesiredVM
-from sand.errors import GuestCommandError, TransportError
+from sand.errors import GuestCommandError
 from sand.guest.endpoint import GuestEndpoint
+from sand.guest.runner import GuestTimeout, SshRunner
+from sand.guest.ssh import CONNECT_DEADLINE, connect, where
 from sand.logs import get_logger, redact
 from sand.provision.bundle import Bundle, default_bundle
-from sand.provision.ssh import CONNECT_DEADLINE, connect, where
 from sand.provision.steps import (
     SECRETS_MISSING,
     Step,
@@ -130,25 +134,15 @@ async def secrets_present(
     """
     step = check_secrets_step(vm)
     async with connect(endpoint, deadline=connect_deadline) as conn:
-        try:
-            result = await conn.run(
-                step.command(endpoint.user, vm.user),
-                stdin=asyncssh.DEVNULL,
-                stderr=asyncssh.STDOUT,
-                encoding=None,
-                check=False,
-                timeout=step.timeout,
-            )
-        except (OSError, asyncssh.Error) as exc:
-            raise TransportError(
-                f"SSH to {where(endpoint)} failed checking secrets: {exc}"
-            ) from None
+        runner = SshRunner(conn, step.name, where=where(endpoint))
+        result = await runner.run_command(
+            step.command(endpoint.user, vm.user), merge_stderr=True, timeout=step.timeout
+        )
     if result.exit_status == 0:
         return True
     if result.exit_status == SECRETS_MISSING:
         return False
-    output = result.stdout if isinstance(result.stdout, bytes) else b""
-    raise GuestCommandError(step.name, result.exit_status, _tail(output, {}))
+    raise GuestCommandError(step.name, result.exit_status, _tail(result.stdout, {}))
 
 
 async def _run(
@@ -168,8 +162,9 @@ async def _run(
         log.info("ssh.retry", attempt=attempt, reason=reason)
 
     async with connect(endpoint, deadline=connect_deadline, on_retry=retrying) as conn:
+        runner = SshRunner(conn, where=where(endpoint))
         for step in steps:
-            report = await _run_step(conn, endpoint, vm, step, values)
+            report = await _run_step(runner, endpoint, vm, step, values)
             reports.append(report)
             log.info(
                 f"{what}.step",
@@ -190,42 +185,35 @@ def _skipped(vm: DesiredVM, log: Any) -> ProvisionReport:
 
 
 async def _run_step(
-    conn: asyncssh.SSHClientConnection,
+    runner: SshRunner,
     endpoint: GuestEndpoint,
     vm: DesiredVM,
     step: Step,
     values: Mapping[str, str],
 ) -> StepReport:
     start = time.monotonic()
-    command = step.command(endpoint.user, vm.user)
     try:
-        result = await conn.run(
-            command,
-            input=step.stdin,
-            encoding=None,
-            stderr=asyncssh.STDOUT,
-            check=False,
+        # Read whole (no limit): the output is the bundle's own scripts (apt, npm),
+        # and the change markers may come anywhere in it.
+        result = await runner.run_command(
+            step.command(endpoint.user, vm.user),
+            stdin=step.stdin,
             timeout=step.timeout,
+            merge_stderr=True,
+            limit=None,
+            step=step.name,
         )
-    except asyncssh.TimeoutError as exc:
-        tail = _tail(exc.stdout, values)
+    except GuestTimeout as exc:
+        tail = _tail(exc.output, values)
         raise GuestCommandError(
             step.name, None, f"{tail}\n(no result after {step.timeout:g}s)".lstrip()
         ) from None
-    except (OSError, asyncssh.Error) as exc:
-        raise TransportError(
-            f"SSH to {where(endpoint)} failed during step {step.name!r}: {exc}"
-        ) from None
-    output = result.stdout if isinstance(result.stdout, bytes) else b""
-    if result.exit_status is None:
-        raise TransportError(
-            f"SSH to {where(endpoint)}: the connection closed before step {step.name!r} finished"
-        )
+    output = result.stdout
     if result.exit_status != 0:
         status = None if result.exit_status == -1 else result.exit_status
         tail = _tail(output, values)
         if result.exit_signal:
-            tail += f"\n(killed by signal {result.exit_signal[0]})"
+            tail += f"\n(killed by signal {result.exit_signal})"
         raise GuestCommandError(step.name, status, tail)
     text = inert(output.decode(errors="replace"))
     changes = tuple(
@@ -236,10 +224,8 @@ async def _run_step(
     return StepReport(step.name, changes, time.monotonic() - start)
 
 
-def _tail(output: bytes | str | None, values: Mapping[str, str]) -> str:
-    if output is None:
-        return ""
-    text = output.decode(errors="replace") if isinstance(output, bytes) else output
+def _tail(output: bytes, values: Mapping[str, str]) -> str:
+    text = output.decode(errors="replace")
     # Inert before the tail is cut (a lone \r is a line of its own) and before
     # redaction: a value split by escape sequences is whole again only then.
     text = inert(_scrub(text, values))

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 
 from sand.errors import GuestCommandError, SandError
+from sand.guest.runner import EXPAND, GuestRunner, failed, guest_path_arg
 from sand.refname import is_object_id
-from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
-from sand.verbs.text import one_line
+from sand.terminal import one_line
 
 MAX_COMMITS = 200
 MAX_BYTES = 300 << 20  # all file contents together; more is refused
@@ -152,7 +152,7 @@ class _Header:
 _Entry = tuple[str, str, str, bool | None]
 
 
-async def collect(runner: Runner, checkout: str, base: str) -> ChangeSet:
+async def collect(runner: GuestRunner, checkout: str, base: str) -> ChangeSet:
     """The checkout's commits that ``base`` does not have, as inert data."""
     check_sha(base)
     path = guest_path_arg(checkout)
@@ -212,7 +212,7 @@ async def collect(runner: Runner, checkout: str, base: str) -> ChangeSet:
 
 
 async def _batch(
-    runner: Runner, path: bytes, shas: list[str], kind: str, limit: int
+    runner: GuestRunner, path: bytes, shas: list[str], kind: str, limit: int
 ) -> dict[str, bytes]:
     if not shas:
         return {}

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
-from sand.verbs.target import Target, resolve
-from sand.verbs.text import one_line
+from sand.terminal import one_line
+from sand.verbs.target import Target, connect, resolve
 
 if TYPE_CHECKING:
     from sand.verbs.drupal import Issue
     from sand.verbs.forge import GitLab
-    from sand.verbs.publish import Plan
+    from sand.verbs.publish import PublishPlan
 
 _REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
 
@@ -45,7 +45,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 
 async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> int:
-    from sand.verbs.guest import connect, run_streaming
+    from sand.guest.stream import run_streaming
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
         return await run_streaming(conn, argv, raw=raw)
@@ -53,8 +53,7 @@ async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> 
 
 async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
     """The endpoint, its host key pinned first (the ssh client only checks pins)."""
-    from sand.provision.ssh import KnownHosts, host_key_alias
-    from sand.verbs.guest import connect
+    from sand.guest.ssh import KnownHosts, host_key_alias
 
     async with resolve(manifest, vm) as target:
         endpoint = target.endpoint
@@ -65,7 +64,7 @@ async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
 
 
 def run_ssh(endpoint: GuestEndpoint) -> int:
-    from sand.provision.ssh import KnownHosts, host_key_alias
+    from sand.guest.ssh import KnownHosts, host_key_alias
     from sand.verbs.shell import jump_config, ssh_argv
 
     with tempfile.TemporaryDirectory(prefix="sand-ssh-") as scratch:
@@ -99,10 +98,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
 async def _cp(
     manifest: str, src_vm: str | None, src: str, dst_vm: str | None, dst: str, recursive: bool
 ) -> int:
-    import asyncssh
-
+    from sand.guest.sftp import GuestRefused, open_sftp
     from sand.verbs.copy import download, upload
-    from sand.verbs.guest import connect, open_sftp
 
     def report(line: str) -> None:
         print(one_line(line, 4000), file=sys.stderr)  # it names guest files
@@ -123,8 +120,8 @@ async def _cp(
                 verb = "uploaded"
     except OSError as exc:
         raise UsageError(f"sand cp: {exc}") from None
-    except asyncssh.SFTPError as exc:
-        raise UsageError(f"sand cp: the guest refused: {one_line(str(exc.reason))}") from None
+    except GuestRefused as exc:
+        raise UsageError(f"sand cp: the guest refused: {one_line(exc.reason)}") from None
     print(summary.describe(verb), file=sys.stderr)
     return 0
 
@@ -134,14 +131,15 @@ def cmd_land(args: argparse.Namespace) -> int:
 
 
 async def _land(args: argparse.Namespace) -> int:
+    from sand.guest.runner import SshRunner
+    from sand.guest.ssh import where
     from sand.verbs.github import Gh
-    from sand.verbs.guest import SshRunner, connect
     from sand.verbs.land import land
     from sand.verbs.ledger import ledger_path
 
     async with resolve(args.manifest, args.vm) as target, connect(target.endpoint) as conn:
         return await land(
-            SshRunner(conn, "landing sweep"),
+            SshRunner(conn, "landing sweep", where=where(target.endpoint)),
             vm=target.vm.name,
             repo_paths=[r.path for r in target.vm.repos],
             ledger_file=ledger_path(target.project),
@@ -178,15 +176,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0 if result is not None else 1  # None: the person said no
 
 
-async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> Plan:
-    from sand.verbs.guest import SshRunner, connect
+async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> PublishPlan:
+    from sand.guest.runner import SshRunner
+    from sand.guest.ssh import where
     from sand.verbs.publish import prepare
 
     async with resolve(args.manifest, args.vm) as target:
         checkout = args.path or _only_repo(target)
         async with connect(target.endpoint) as conn:
             return await prepare(
-                SshRunner(conn, "publish"),
+                SshRunner(conn, "publish", where=where(target.endpoint)),
                 checkout,
                 issue,
                 forge,

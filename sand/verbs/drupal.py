@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 from sand.errors import SandError
 from sand.state.private import private_file_problem
+from sand.terminal import one_line
 from sand.verbs.forge import USER_AGENT, ForgeError, http_open
-from sand.verbs.text import one_line
 
 TOKEN_FILE = "drupalorg.token"
 _PROJECT = re.compile(r"^[a-z][a-z0-9_]{0,127}$")

@@ -18,7 +18,7 @@ from typing import IO, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from sand.errors import SandError
-from sand.verbs.text import one_line
+from sand.terminal import one_line
 
 MAX_RESPONSE = 8 << 20
 USER_AGENT = "sand-publish/1"

@@ -1,8 +1,8 @@
-"""GitHub on the host side of landing: remote URLs, compare URLs, the workstation's ``gh``.
+"""GitHub on the host side of landing: compare URLs and the workstation's ``gh``.
 
 ``gh`` runs with an argv array only -- never a shell -- with every value that
 came from the guest already validated (the branch by :mod:`sand.refname`,
-the repository by the strict pattern below), passed as ``--flag=value`` so no
+the repository by :mod:`sand.guest.remotes`' strict pattern), passed as ``--flag=value`` so no
 value can be read as another option, from a scratch working directory so the
 checkout sand happens to run in never becomes gh's context, and with prompts
 off: gh uses the person's own credential, which never meets the guest.
@@ -21,15 +21,9 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from sand.errors import SandError
-from sand.verbs.text import one_line, visible
+from sand.guest.remotes import Repo
+from sand.terminal import one_line, visible
 
-_OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
-_REPO = r"[A-Za-z0-9._-]{1,100}"
-_REMOTE = re.compile(
-    rf"^(?:https://(?:[^@/\s]+@)?github\.com/|ssh://git@github\.com(?::22)?/|git@github\.com:)"
-    rf"(?P<owner>{_OWNER})/(?P<repo>{_REPO})/?$",
-    re.IGNORECASE,
-)
 _PR_URL = re.compile(r"^https://github\.com/([^/\s]+/[^/\s]+)/pull/([1-9][0-9]{0,9})$")
 
 
@@ -37,16 +31,6 @@ class GhError(SandError):
     """The workstation's gh is missing, not logged in, or refused a request."""
 
     layer = "gh"
-
-
-@dataclass(frozen=True)
-class Repo:
-    owner: str
-    name: str
-
-    @property
-    def slug(self) -> str:
-        return f"{self.owner}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -61,19 +45,6 @@ class PullRequest:
 
     def to_json(self) -> dict[str, object]:
         return {"number": self.number, "state": self.state, "draft": self.draft, "url": self.url}
-
-
-def parse_remote(url: str) -> Repo | None:
-    """The GitHub repository a remote URL names, or None for anything else."""
-    m = _REMOTE.match(url.strip())
-    if m is None:
-        return None
-    name = m["repo"]
-    if name.lower().endswith(".git"):
-        name = name[:-4]
-    if name in ("", ".", "..") or name.startswith("."):
-        return None
-    return Repo(m["owner"], name)
 
 
 def compare_url(repo: Repo, branch: str) -> str:

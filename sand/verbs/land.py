@@ -1,6 +1,6 @@
 """``sand land``: a guest's checkouts as a table, and the PR metadata it moves.
 
-The guest is swept read-only (:mod:`sand.verbs.sweep`); the host then asks its
+The guest is swept read-only (:mod:`sand.guest.sweep`); the host then asks its
 own ``gh`` about pull requests, opens a draft PR (``--pr``) or shows the
 compare page (``--web``), and appends what it learnt to the landing ledger.
 Only metadata crosses: a branch name, a compare URL, a PR number and state.
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sand.errors import SandError
+from sand.guest.runner import GuestRunner
+from sand.guest.sweep import Checkout, Sweep, sweep
+from sand.terminal import one_line
 from sand.verbs import ledger
 from sand.verbs.github import Gh, GhError, PullRequest, compare_url, pr_title_and_body
-from sand.verbs.runner import Runner
-from sand.verbs.sweep import Checkout, Sweep, sweep
-from sand.verbs.text import one_line
 
 Opener = Callable[[str], bool]
 
@@ -63,7 +63,7 @@ class Row:
 
 
 async def land(
-    runner: Runner,
+    runner: GuestRunner,
     *,
     vm: str,
     repo_paths: Sequence[str],

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sand.guest.runner import GuestRunner
 from sand.refname import branch_problem
+from sand.terminal import one_line, visible
 from sand.verbs.changeset import WARN_BYTES, ChangeSet, Commit, FileAction, MissingBase, collect
 from sand.verbs.drupal import Issue, PublishRefused, branch_slug, fetch_issue_title
 from sand.verbs.forge import ForgeError, ForgeProject, GitLab
-from sand.verbs.runner import Runner
-from sand.verbs.text import one_line, visible
 
 Confirm = Callable[[str], bool]
 
@@ -52,7 +52,7 @@ class Destination:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PublishPlan:
     destination: Destination
     changes: ChangeSet
     already_published: int  # leading commits the fork branch already has
@@ -104,7 +104,7 @@ def resolve_destination(
     )  # fmt: skip
 
 
-def make_plan(dest: Destination, changes: ChangeSet, forge: GitLab) -> Plan:
+def match_fork(dest: Destination, changes: ChangeSet, forge: GitLab) -> PublishPlan:
     """Match the fork branch against the change set; refuse if it went elsewhere."""
     if not changes.commits:
         raise PublishRefused(
@@ -133,18 +133,18 @@ def make_plan(dest: Destination, changes: ChangeSet, forge: GitLab) -> Plan:
             )
     mrs = forge.open_merge_requests(dest.fork.id, dest.branch)
     url = next((one_line(str(m.get("web_url")), 500) for m in mrs if isinstance(m, dict)), None)
-    return Plan(dest, changes, done, url)
+    return PublishPlan(dest, changes, done, url)
 
 
 async def prepare(
-    runner: Runner,
+    runner: GuestRunner,
     checkout: str,
     issue: Issue,
     forge: GitLab,
     *,
     branch: str | None = None,
     target_branch: str | None = None,
-) -> Plan:
+) -> PublishPlan:
     """Read the destination (host, anonymous), then the change set (guest), then match them."""
     dest = await asyncio.to_thread(
         resolve_destination, issue, forge, branch=branch, target_branch=target_branch
@@ -157,7 +157,7 @@ async def prepare(
             f"{dest.target_branch} as it is now ({dest.target_tip[:12]}): run git fetch in the "
             f"guest (and rebase onto it), then publish again"
         ) from None
-    return await asyncio.to_thread(make_plan, dest, changes, forge)
+    return await asyncio.to_thread(match_fork, dest, changes, forge)
 
 
 def _same(remote: Any, mine: Commit) -> bool:
@@ -170,7 +170,7 @@ def _same(remote: Any, mine: Commit) -> bool:
     )
 
 
-def render(plan: Plan) -> str:
+def render_publish(plan: PublishPlan) -> str:
     """Everything a person must read before saying yes: where, then every byte of what."""
     d = plan.destination
     lines = [
@@ -220,7 +220,7 @@ def _render_action(a: FileAction) -> list[str]:
     return [head, *(f"    | {line}" for line in visible(text).split("\n"))]
 
 
-def execute(plan: Plan, forge: GitLab, out: TextIO) -> Published:
+def execute(plan: PublishPlan, forge: GitLab, out: TextIO) -> Published:
     """Write: one commit call per pending commit, then the merge request."""
     d = plan.destination
     if forge.branch_tip(d.fork.id, d.branch) != d.branch_tip:
@@ -274,7 +274,7 @@ def _action_json(a: FileAction) -> dict[str, Any]:
 
 
 def confirm_and_execute(
-    plan: Plan, token_forge: GitLab, *, out: TextIO, confirm: Confirm
+    plan: PublishPlan, token_forge: GitLab, *, out: TextIO, confirm: Confirm
 ) -> Published | None:
     """Show the plan, ask, then write; None when the person did not confirm."""
     if not plan.pending and plan.open_mr:
@@ -283,7 +283,7 @@ def confirm_and_execute(
             file=out,
         )
         return Published((), plan.open_mr)
-    out.write(render(plan))
+    out.write(render_publish(plan))
     if plan.changes.size > WARN_BYTES:
         print(f"\nwarning: this publishes {plan.changes.size} bytes of file content", file=out)
     question = (

@@ -1,7 +1,7 @@
 """``sand shell``: the system ``ssh`` for a person at a terminal, argv only.
 
 The argv carries the same stance as sand's own transport
-(:mod:`sand.provision.ssh`): only the endpoint's identity is offered
+(:mod:`sand.guest.ssh`): only the endpoint's identity is offered
 (``IdentitiesOnly``, no agent), nothing is forwarded, ``~/.ssh/config`` is not
 read for the guest (``-F``), and the host key is checked against sand's pinned
 ``known_hosts`` under the endpoint's alias -- or, for policy ``none``

@@ -1,4 +1,4 @@
-"""From a VM's name to its guest endpoint: manifest → backend → observe → endpoint.
+"""From a VM's name to its guest: manifest → backend → observe → endpoint → connection.
 
 The CLI layer of every verb is this and nothing more; the verbs themselves
 take an endpoint (or a runner), so tests can hand them a rig guest directly.
@@ -9,12 +9,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Ownership
 from sand.project import observe_all, open_session
+
+if TYPE_CHECKING:
+    from sand.guest.ssh import Connection
+
+# A person is waiting, and a verb is only for a running VM: no boot to sit out.
+CONNECT_DEADLINE = 30.0
 
 
 class VMNotReachable(SandError):
@@ -53,3 +60,12 @@ async def resolve(manifest: str, name: str) -> AsyncIterator[Target]:
         yield Target(session.project, vm, endpoint)
     finally:
         await session.close()
+
+
+@contextlib.asynccontextmanager
+async def connect(endpoint: GuestEndpoint) -> AsyncIterator[Connection]:
+    """The guest connection for a verb: sand's transport, with a person's deadline."""
+    from sand.guest.ssh import connect as guest_connect
+
+    async with guest_connect(endpoint, deadline=CONNECT_DEADLINE) as conn:
+        yield conn

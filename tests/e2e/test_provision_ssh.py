@@ -17,7 +17,7 @@ import pytest
 
 from sand.errors import TransportError
 from sand.guest.endpoint import JumpHost
-from sand.provision.ssh import KnownHosts, connect
+from sand.guest.ssh import KnownHosts, connect
 from tests.provision.e2e_helpers import endpoint
 
 if TYPE_CHECKING:

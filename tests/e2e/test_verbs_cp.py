@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sand.guest.sftp import open_sftp
 from sand.verbs.copy import CopyRefused, download, upload
-from sand.verbs.guest import connect, open_sftp
+from sand.verbs.target import connect
 from tests.verbs.rig_helpers import rig_endpoint, sh
 
 if TYPE_CHECKING:

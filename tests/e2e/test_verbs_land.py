@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sand.guest.runner import SshRunner
 from sand.verbs import ledger
 from sand.verbs.github import Gh
-from sand.verbs.guest import SshRunner, connect
 from sand.verbs.land import land
+from sand.verbs.target import connect
 from tests.verbs.helpers import GhStandin
 from tests.verbs.rig_helpers import GIT_SETUP, rig_endpoint, sh
 

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sand.guest.runner import SshRunner
 from sand.verbs.changeset import ChangeSetError
 from sand.verbs.drupal import DrupalSites, parse_issue_url
 from sand.verbs.forge import GitLab
-from sand.verbs.guest import SshRunner, connect
-from sand.verbs.publish import Plan, confirm_and_execute, prepare
+from sand.verbs.publish import PublishPlan, confirm_and_execute, prepare
+from sand.verbs.target import connect
 from tests.verbs.forge_standin import ForgeStandin
 from tests.verbs.rig_helpers import GIT_SETUP, rig_endpoint, sh
 
@@ -53,7 +54,7 @@ def forge() -> Iterator[ForgeStandin]:
         standin.stop()
 
 
-async def plan_from_guest(guest: NetnsGuest, forge: ForgeStandin) -> Plan:
+async def plan_from_guest(guest: NetnsGuest, forge: ForgeStandin) -> PublishPlan:
     issue = parse_issue_url(forge.issue_url(), DrupalSites(forge.url, forge.api))
     async with connect(rig_endpoint(guest)) as conn:
         return await prepare(SshRunner(conn, "publish"), "~/widget", issue, GitLab(forge.api))

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sand.guest.endpoint import JumpHost
-from sand.provision.ssh import KnownHosts, host_key_alias
-from sand.verbs.guest import connect, run_streaming
+from sand.guest.ssh import KnownHosts, host_key_alias
+from sand.guest.stream import run_streaming
 from sand.verbs.shell import jump_config, ssh_argv
+from sand.verbs.target import connect
 from tests.verbs.rig_helpers import rig_endpoint
 
 if TYPE_CHECKING:

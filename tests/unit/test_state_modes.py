@@ -21,8 +21,8 @@ import asyncssh
 import pytest
 
 from sand.apply.engine import ApplyResult, VMResult
+from sand.guest.ssh import KnownHosts
 from sand.plan.model import Action
-from sand.provision.ssh import KnownHosts
 from sand.state.journal import Journal
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir, state_root

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sand.verbs.runner import DEFAULT_LIMIT, RunResult, read_capped, read_tail
+from sand.guest.runner import DEFAULT_LIMIT, RunResult, read_capped, read_tail
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Agent",

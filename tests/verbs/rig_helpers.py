@@ -9,7 +9,7 @@ from typing import Any
 import asyncssh
 
 from sand.guest.endpoint import GuestEndpoint, JumpHost
-from sand.provision.ssh import KnownHosts
+from sand.guest.ssh import KnownHosts
 from tests.rig.ssh import run as rig_run
 
 

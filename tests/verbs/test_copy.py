@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sand.verbs.copy import CopyRefused, Entry, download, entry_from_mode, guest_path, upload
+from sand.guest.fs import Entry, entry_from_mode
+from sand.verbs.copy import CopyRefused, download, guest_path, upload
 
 
 class DirGuestFS:

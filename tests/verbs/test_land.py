@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sand.guest.remotes import parse_remote
 from sand.verbs import ledger
-from sand.verbs.github import Gh, GhError, compare_url, parse_remote
+from sand.verbs.github import Gh, GhError, compare_url
 from sand.verbs.land import LandRefused, land
 from tests.verbs.helpers import CannedRunner, GhStandin
 

@@ -14,12 +14,12 @@ from sand.verbs.drupal import DrupalSites, PublishRefused, parse_issue_url
 from sand.verbs.forge import DrupalOrgRefused, ForgeError, GitLab
 from sand.verbs.publish import (
     ForkMoved,
-    Plan,
     Published,
+    PublishPlan,
     confirm_and_execute,
-    make_plan,
+    match_fork,
     prepare,
-    render,
+    render_publish,
 )
 from tests.verbs.forge_standin import ForgeStandin
 from tests.verbs.helpers import LocalRunner, git
@@ -52,12 +52,14 @@ def work(repo: Path, name: str, text: str, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-async def plan_for(forge: ForgeStandin, home: Path, **kw: str) -> Plan:
+async def plan_for(forge: ForgeStandin, home: Path, **kw: str) -> PublishPlan:
     issue = parse_issue_url(forge.issue_url(), DrupalSites(forge.url, forge.api))
     return await prepare(LocalRunner(home), "~/widget", issue, GitLab(forge.api), **kw)
 
 
-def run(plan: Plan, forge: ForgeStandin, answer: bool = True) -> tuple[object, str, list[str]]:
+def run(
+    plan: PublishPlan, forge: ForgeStandin, answer: bool = True
+) -> tuple[object, str, list[str]]:
     out = io.StringIO()
     asked: list[str] = []
 
@@ -238,5 +240,5 @@ def test_binary_content_is_summarised_not_dumped(forge: ForgeStandin) -> None:
     from sand.verbs.publish import resolve_destination
 
     dest = resolve_destination(issue, GitLab(forge.api))
-    text = render(make_plan(dest, changes, GitLab(forge.api)))
+    text = render_publish(match_fork(dest, changes, GitLab(forge.api)))
     assert "x.png (5 bytes): binary, sha256 " in text

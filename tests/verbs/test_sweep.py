@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sand.errors import GuestCommandError
-from sand.verbs.github import Repo
-from sand.verbs.sweep import MAX_CHECKOUTS, parse_sweep, sweep
+from sand.guest.remotes import Repo
+from sand.guest.sweep import MAX_CHECKOUTS, parse_sweep, sweep
 from tests.verbs.helpers import CannedRunner, LocalRunner, git
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sand.verbs.text import decode, one_line, visible
+from sand.terminal import decode, one_line, visible
 
 
 def test_one_line_drops_escapes_controls_and_line_breaks() -> None:

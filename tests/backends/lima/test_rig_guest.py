@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sand.backends.lima import LimaBackend
-from sand.provision.ssh import KnownHosts, connect
+from sand.guest.ssh import KnownHosts, connect
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import one
 from tests.backends.lima.sshd_rig import Sshd, needs_sshd

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncssh
 
-from sand.provision.ssh import KnownHosts
+from sand.guest.ssh import KnownHosts
 
 
 def _key() -> asyncssh.SSHKey:
@@ -32,7 +32,7 @@ def test_pin_once_then_refuse_another_key_and_forget(tmp_path):
 
 def test_an_address_is_pinned_with_its_port_in_openssh_form(tmp_path):
     from sand.guest.endpoint import GuestEndpoint
-    from sand.provision.ssh import host_key_alias
+    from sand.guest.ssh import host_key_alias
 
     def ep(port: int, alias: str = "") -> GuestEndpoint:
         return GuestEndpoint("10.0.0.5", port, "claude", "/id", "pin", host_key_alias=alias)

@@ -8,6 +8,10 @@ checkouts are the VM's manifest repos plus a bounded ``find ~ -maxdepth 4
 a 5 s timeout, ``GIT_OPTIONAL_LOCKS=0`` so not even the index is rewritten). The
 reply is NUL-framed with a fixed number of fields per checkout; anything else
 is refused rather than guessed at.
+
+It sits below both of its readers: ``sand land`` (:mod:`sand.verbs.land`)
+shows it, and the unpushed-work guard (:mod:`sand.apply.guard`) reads it
+before a VM that may hold a person's work is deleted.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sand.errors import GuestCommandError
+from sand.guest.remotes import Repo, parse_remote
+from sand.guest.runner import EXPAND, GuestRunner, failed, guest_path_arg
 from sand.refname import branch_problem, is_object_id
-from sand.verbs.github import Repo, parse_remote
-from sand.verbs.runner import EXPAND, Runner, failed, guest_path_arg
-from sand.verbs.text import decode, one_line
+from sand.terminal import decode, one_line
 
 MAX_CHECKOUTS = 50
 _FIELDS = 14
@@ -172,7 +176,7 @@ class Sweep:
         return one_line(path, 120)
 
 
-async def sweep(runner: Runner, repo_paths: Sequence[str]) -> Sweep:
+async def sweep(runner: GuestRunner, repo_paths: Sequence[str]) -> Sweep:
     stdin = b"".join(guest_path_arg(p) for p in repo_paths)
     res = await runner.run(SWEEP_SCRIPT, stdin=stdin, limit=1 << 20, timeout=120)
     if res.exit_status != 0:

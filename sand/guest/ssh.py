@@ -33,6 +33,9 @@ from sand.secrets.files import locked, write_private
 from sand.state.paths import state_root
 from sand.state.private import read_private
 
+# What connect() yields: the verbs name it through this module, never asyncssh's.
+Connection = asyncssh.SSHClientConnection
+
 KNOWN_HOSTS_FILE = "known_hosts"
 CONNECT_DEADLINE = 180.0  # a Proxmox guest can take minutes to boot and start sshd
 ATTEMPT_TIMEOUT = 15.0
