@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities
 from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
 from sand.errors import SandError
@@ -39,8 +39,8 @@ class Session:
     def project(self) -> str:
         return self.desired.project
 
-    def policies(self) -> Mapping[str, Mapping[str, Mutability]]:
-        return {name: b.field_policy for name, b in self.backends.items()}
+    def capabilities(self) -> Mapping[str, Capabilities]:
+        return {name: b.capabilities for name, b in self.backends.items()}
 
     async def close(self) -> None:
         for backend in self.backends.values():

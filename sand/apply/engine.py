@@ -20,7 +20,7 @@ from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.observed import ObservedVM, SecretsRecord
-from sand.plan.model import Action, Plan, VMChange
+from sand.plan.model import Action, GuestAction, Plan, VMChange
 from sand.state.journal import Journal
 
 # (vm, endpoint-producing backend, observed) → provisions the guest and says which
@@ -34,7 +34,7 @@ Progress = Callable[[str, str], None]
 class VMResult:
     vm: str
     backend: str
-    action: Action
+    action: str  # the change's word, as plan output has it (VMChange.verb)
     ok: bool = True
     layer: str = ""
     error: str = ""
@@ -76,7 +76,7 @@ async def execute(
     kit = ReplaceKit(provisioner, guard, archives)
 
     async def run(change: VMChange) -> VMResult:
-        result = VMResult(change.vm, change.backend, change.action)
+        result = VMResult(change.vm, change.backend, change.verb)
         started = time.monotonic()
         async with gate:
             try:
@@ -135,13 +135,13 @@ async def _apply_one(
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
     if vm.provision and not provisioned:
-        if not change.reprovision and _rebooted(change) and _uses_secrets(vm):
+        if change.guest is GuestAction.NONE and _rebooted(change) and _uses_secrets(vm):
             # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
-            change = replace(change, secrets_only=True)
-        if change.reprovision:
+            change = replace(change, guest=GuestAction.SECRETS)
+        if change.guest is GuestAction.PROVISION:
             say(change.vm, "provisioning")
             delivered = await _reprovision_keeping(vm, backend, current, change, kit)
-        elif change.secrets_only:
+        elif change.guest is GuestAction.SECRETS:
             say(change.vm, "delivering secrets")
             delivered = await kit.provisioner(vm, backend, current, change)
     if change.action in (Action.CREATE, Action.REPLACE):

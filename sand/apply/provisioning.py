@@ -17,7 +17,7 @@ from sand.backends.protocol import Backend
 from sand.desired import DesiredState, DesiredVM
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, SecretsRecord
-from sand.plan.model import Action, Plan, VMChange
+from sand.plan.model import Action, GuestAction, Plan, VMChange
 
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
@@ -79,6 +79,7 @@ def needs_guest_check(change: VMChange, observations: Mapping[str, Observation])
     vm, current, obs = change.desired, change.observed, observations.get(change.backend)
     return (
         change.action is Action.NOOP
+        and change.guest is GuestAction.NONE
         and vm is not None
         and current is not None
         and obs is not None
@@ -135,7 +136,7 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
 
         endpoint = await backend.endpoint(vm, current)
         values = secrets.for_vm(vm)
-        if change.secrets_only and not change.reprovision:
+        if change.guest is GuestAction.SECRETS:
             await deliver_secrets(endpoint, vm, values)
         else:
             await provision(endpoint, vm, values)

@@ -61,7 +61,7 @@ async def compute_plan(
     plan = make_plan(
         desired,
         observations,
-        session.policies(),
+        session.capabilities(),
         secret_stamps=stamps,
         correct_drift=correct_drift,
         refresh_only=refresh_only,
@@ -75,7 +75,7 @@ async def compute_plan(
             plan = make_plan(
                 desired,
                 observations,
-                session.policies(),
+                session.capabilities(),
                 secret_stamps=stamps,
                 secrets_lost=lost,
                 correct_drift=correct_drift,
@@ -310,8 +310,7 @@ def report_result(plan: Plan, result: ApplyResult, seconds: float, as_json: bool
         out = {
             "plan": plan_to_json(plan),
             "results": [
-                {k: v for k, v in r.__dict__.items() if k != "observed"}
-                | {"action": r.action.value}
+                {k: v for k, v in r.__dict__.items() if k != "observed"} | {"action": r.action}
                 for r in result.results
             ],
             "ok": result.ok,

@@ -74,7 +74,7 @@ def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> di
         if d is not None and d.provision:
             provisioned = bool(o and o.marker and o.marker.guest_fingerprint == d.guest_fingerprint)
         conditions = {
-            "Synced": c.action is Action.NOOP and not c.drift,
+            "Synced": c.action is Action.NOOP and not c.acts and not c.drift,
             "Healthy": bool(o and d and o.power == d.state and not o.findings),
             "Provisioned": provisioned,
         }
@@ -82,7 +82,7 @@ def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> di
         "vm": c.vm,
         "backend": c.backend,
         "identity": c.identity,
-        "action": c.action.value,
+        "action": c.verb,
         "reasons": list(c.reasons),
         "desired": None
         if d is None

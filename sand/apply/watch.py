@@ -25,7 +25,7 @@ from sand.apply.reconcile import carry_out, mass_delete_problem, recover_and_pla
 from sand.errors import ManifestError, SandError
 from sand.logs import get_logger
 from sand.manifest import load_manifest
-from sand.plan.model import Action, Plan
+from sand.plan.model import Action, GuestAction, Plan
 from sand.plan.render import render_text
 from sand.project import open_session
 from sand.terminal import continued
@@ -137,7 +137,9 @@ class Watcher:
 
         now = time.monotonic()
         kept = tuple(
-            replace(c, action=Action.NOOP) if self.backoff.waiting(c.vm, now) else c
+            replace(c, action=Action.NOOP, guest=GuestAction.NONE)
+            if self.backoff.waiting(c.vm, now)
+            else c
             for c in plan.changes
         )
         return replace(plan, changes=kept)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities
 from sand.desired import DesiredVM
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
@@ -111,8 +111,9 @@ class Backend(Protocol):
 
     name: str
     type: str
-    # Which desired fields change in place, need a restart, or force replacement.
-    field_policy: Mapping[str, Mutability]
+    # What planning must know of this backend type: which desired fields change in
+    # place, need a restart or force replacement; whether names are unique.
+    capabilities: Capabilities
     clone_parallelism: int
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:

@@ -1,6 +1,15 @@
 """Plan layer: pure diff of desired against observed, and its renderers."""
 
-from sand.plan.model import Action, Blocker, FieldChange, Plan, Strategy, VMChange
+from sand.plan.model import Action, Blocker, FieldChange, GuestAction, Plan, Strategy, VMChange
 from sand.plan.planner import make_plan
 
-__all__ = ["Action", "Blocker", "FieldChange", "Plan", "Strategy", "VMChange", "make_plan"]
+__all__ = [
+    "Action",
+    "Blocker",
+    "FieldChange",
+    "GuestAction",
+    "Plan",
+    "Strategy",
+    "VMChange",
+    "make_plan",
+]

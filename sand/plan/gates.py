@@ -41,8 +41,6 @@ def block(change: VMChange, blockers: tuple[Blocker, ...]) -> VMChange:
         action=Action.BLOCKED,
         blocked_action=change.action,
         blockers=change.blockers + blockers,
-        reprovision=False,
-        secrets_only=False,
     )
 
 

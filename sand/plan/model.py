@@ -16,13 +16,41 @@ from sand.observed import ObservedVM
 
 
 class Action(StrEnum):
+    """What happens to the *machine*; what happens inside it is a ``GuestAction``."""
+
     CREATE = "create"
     UPDATE = "update"  # in place, possibly with a restart
-    REPROVISION = "reprovision"  # guest content changed; the machine stays
-    REPLACE = "replace"  # delete, then create
+    REPLACE = "replace"  # a new machine takes the old one's place
     DELETE = "delete"
-    NOOP = "no-op"
+    NOOP = "no-op"  # the machine stays as it is (its guest may still be reprovisioned)
     BLOCKED = "blocked"  # a change is needed but unsafe now (unknown backend, lock, protect)
+
+
+class GuestAction(StrEnum):
+    """What happens to the machine's *contents* (user, agents, repos, secrets)."""
+
+    NONE = "none"
+    SECRETS = "secrets"  # only the secrets' values changed (or a restart emptied the tmpfs)
+    PROVISION = "provision"  # run provisioning (which delivers the secrets too)
+
+
+# Which guest actions each machine action admits. A delete leaves no guest; a new
+# machine is provisioned whole or not at all. A BLOCKED change keeps the guest action
+# it would have taken (shown, never run).
+_ADMITS = {
+    Action.CREATE: {GuestAction.NONE, GuestAction.PROVISION},
+    Action.REPLACE: {GuestAction.NONE, GuestAction.PROVISION},
+    Action.DELETE: {GuestAction.NONE},
+}
+
+
+def verb(action: Action, guest: GuestAction) -> str:
+    """The word plan output uses for a change: the machine's action, except that a
+    machine kept as it is while its guest changes reads "reprovision" (the word
+    ``sand plan --json`` has always used)."""
+    if action is Action.NOOP and guest is not GuestAction.NONE:
+        return "reprovision"
+    return action.value
 
 
 @dataclass(frozen=True)
@@ -68,8 +96,7 @@ class VMChange:
     fields: tuple[FieldChange, ...] = ()
     reasons: tuple[str, ...] = ()
     drift: tuple[FieldChange, ...] = ()
-    reprovision: bool = False  # provision the guest as part of this change
-    secrets_only: bool = False  # only secrets changed: re-deliver, don't reprovision
+    guest: GuestAction = GuestAction.NONE
     # BLOCKED changes: what would have run, and everything that stops it.
     blocked_action: Action | None = None
     blockers: tuple[Blocker, ...] = ()
@@ -79,9 +106,33 @@ class VMChange:
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        admitted = _ADMITS.get(self.blocked_action or self.action)
+        if admitted is not None and self.guest not in admitted:
+            raise ValueError(f"{self.vm}: a {self.action} change cannot {self.guest} its guest")
+
     @property
     def requires_restart(self) -> bool:
         return any(f.requires_restart for f in self.fields)
+
+    @property
+    def acts(self) -> bool:
+        """Whether apply does anything for this change (BLOCKED ones never run)."""
+        if self.action is Action.BLOCKED:
+            return False
+        return self.action is not Action.NOOP or self.guest is not GuestAction.NONE
+
+    @property
+    def verb(self) -> str:
+        """The change's word in plan output: create, update, reprovision, ... ."""
+        return verb(self.action, self.guest)
+
+    @property
+    def would(self) -> str | None:
+        """What a BLOCKED change would have done, in the same words (else None)."""
+        if self.blocked_action is None:
+            return None
+        return verb(self.blocked_action, self.guest)
 
 
 @dataclass(frozen=True)
@@ -97,7 +148,7 @@ class Plan:
     recovery: tuple[RecoveryDecision, ...] = ()
 
     def actionable(self) -> list[VMChange]:
-        return [c for c in self.changes if c.action not in (Action.NOOP, Action.BLOCKED)]
+        return [c for c in self.changes if c.acts]
 
     @property
     def has_changes(self) -> bool:
@@ -115,7 +166,7 @@ class Plan:
             elif c.action is Action.REPLACE:
                 add += 1
                 destroy += 1
-            elif c.action in (Action.UPDATE, Action.REPROVISION):
+            elif c.action is Action.UPDATE or (c.acts and c.action is Action.NOOP):
                 change += 1
             elif c.action is Action.DELETE:
                 destroy += 1

@@ -24,13 +24,15 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.observed import Observation, ObservedVM, Ownership
-from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
+from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]
+# A backend that declared nothing: every field compared, none mutable in place.
+NO_CAPABILITIES = Capabilities()
 # How much later than the last delivery a boot must look before its tmpfs counts as
 # emptied: the boot time comes from one clock (the backend's, via uptime) and the
 # delivery time from another (the host that delivered).
@@ -40,7 +42,7 @@ BOOT_SKEW = 60.0
 def make_plan(
     desired: DesiredState,
     observations: Mapping[str, Observation],
-    policies: Mapping[str, Policy],
+    capabilities: Mapping[str, Capabilities],
     *,
     secret_stamps: Mapping[str, str] | None = None,
     secrets_lost: Mapping[str, str] | None = None,
@@ -60,7 +62,7 @@ def make_plan(
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
         secrets = (stamps[vm.name], lost.get(vm.name)) if vm.name in stamps else None
-        change = _plan_vm(vm, obs, policies.get(vm.backend, {}), secrets)
+        change = _plan_vm(vm, obs, capabilities.get(vm.backend, NO_CAPABILITIES), secrets)
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:
             notes.append(
@@ -99,7 +101,10 @@ def make_plan(
 
 
 def _plan_vm(
-    vm: DesiredVM, obs: Observation | None, policy: Policy, secrets: tuple[str, str | None] | None
+    vm: DesiredVM,
+    obs: Observation | None,
+    can: Capabilities,
+    secrets: tuple[str, str | None] | None,
 ) -> VMChange:
     base = partial(VMChange, vm=vm.name, backend=vm.backend, desired=vm)
     if obs is None or obs.unknown_reason:
@@ -129,7 +134,7 @@ def _plan_vm(
                 ),
             )
         squatter = [o for o in same_name if o.ownership is not Ownership.MANAGED]
-        if squatter and vm.backend_type == "lima":
+        if squatter and can.unique_names:
             owner = squatter[0].marker.backend if squatter[0].marker else ""
             if squatter[0].ownership is Ownership.OTHER_BACKEND:
                 why = f"belongs to backend {owner!r} of this project"
@@ -139,14 +144,14 @@ def _plan_vm(
                 action=Action.BLOCKED,
                 reasons=(f"an instance named {vm.name!r} exists and {why}",),
             )
-        return base(action=Action.CREATE, reprovision=vm.provision)
+        return base(action=Action.CREATE, guest=_whole(vm))
     current = managed[0]
     base = partial(base, identity=current.identity, observed=current)
     if current.lock:
         return base(
             action=Action.BLOCKED, reasons=(f"operation in progress (lock={current.lock})",)
         )
-    fields = _field_changes(vm, current, policy)
+    fields = _field_changes(vm, current, can.field_policy)
     in_sync = current.fingerprint == vm.fingerprint
     drift = fields if in_sync else ()
     security = tuple(
@@ -170,7 +175,7 @@ def _plan_vm(
             action=Action.REPLACE,
             fields=fields,
             drift=drift,
-            reprovision=vm.provision,
+            guest=_whole(vm),
             # What every backend can do; preflight downgrades it when the backend
             # cannot hold the old and the new VM at once.
             strategy=Strategy.CREATE_BEFORE_DESTROY,
@@ -185,20 +190,30 @@ def _plan_vm(
             fields=fields,
             drift=drift,
             reasons=tuple(reasons),
-            reprovision=guest_changed,
-            secrets_only=bool(deliver) and not guest_changed,
+            guest=_guest_action(guest_changed, deliver),
         )
     if guest_changed:
         return base(
-            action=Action.REPROVISION,
+            action=Action.NOOP,
+            guest=GuestAction.PROVISION,
             reasons=("guest content changed (bundle, user, agents, packages, repos or secrets)",),
-            reprovision=True,
         )
     if deliver:
-        return base(action=Action.REPROVISION, reasons=(deliver,), secrets_only=True)
+        return base(action=Action.NOOP, guest=GuestAction.SECRETS, reasons=(deliver,))
     if not in_sync:
         return base(action=Action.UPDATE, reasons=("record the converged spec",))
     return base(action=Action.NOOP)
+
+
+def _whole(vm: DesiredVM) -> GuestAction:
+    """A new machine is provisioned whole, when the VM is provisioned at all."""
+    return GuestAction.PROVISION if vm.provision else GuestAction.NONE
+
+
+def _guest_action(guest_changed: bool, deliver: str | None) -> GuestAction:
+    if guest_changed:
+        return GuestAction.PROVISION
+    return GuestAction.SECRETS if deliver else GuestAction.NONE
 
 
 def _secrets_reason(current: ObservedVM, stamp: str, lost: str | None) -> str | None:
@@ -291,8 +306,7 @@ def _report_only(change: VMChange) -> VMChange:
         change,
         action=Action.NOOP,
         fields=(),
-        reprovision=False,
-        secrets_only=False,
+        guest=GuestAction.NONE,
         strategy=None,
     )
 

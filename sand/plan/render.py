@@ -8,12 +8,12 @@ from typing import Any, TextIO
 
 from sand.backends.protocol import RecoveryDecision
 from sand.manifest.sizes import format_size
-from sand.plan.model import Action, FieldChange, Plan, Strategy, VMChange
+from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
 
 SYMBOLS = {
     Action.CREATE: "+",
     Action.UPDATE: "~",
-    Action.REPROVISION: "~",
+    Action.NOOP: "~",  # shown only when the guest changes: a reprovision
     Action.REPLACE: "-/+",
     Action.DELETE: "-",
     Action.BLOCKED: "!",
@@ -50,7 +50,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
                 )
         lines.append("")
     lines.extend(_render_recovery(plan))
-    body = [c for c in plan.changes if c.action is not Action.NOOP]
+    body = [c for c in plan.changes if c.acts or c.action is Action.BLOCKED]
     if plan.refresh_only:
         lines.append(
             "This was a refresh-only plan: drift is reported above, and nothing will change."
@@ -86,18 +86,18 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
 
 
 _THEN = {
-    Action.CREATE: "create",
-    Action.UPDATE: "update in place",
-    Action.REPROVISION: "reprovision",
-    Action.REPLACE: "replace",
-    Action.DELETE: "destroy",
+    "create": "create",
+    "update": "update in place",
+    "reprovision": "reprovision",
+    "replace": "replace",
+    "delete": "destroy",
 }
 
 
 def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
     """The "will recover: delete half-made clone 123, then create" line of a decision."""
     change = plan.change_for(decision.backend, decision.vm)
-    then = _THEN.get(change.action) if change is not None else None
+    then = _THEN.get(change.verb) if change is not None else None
     return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
 
 
@@ -117,15 +117,15 @@ def _render_recovery(plan: Plan) -> list[str]:
 def _render_change(change: VMChange, paint: Any) -> list[str]:
     symbol = SYMBOLS[change.action]
     head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
-    verb = _VERBS[change.action]
-    if change.action is Action.BLOCKED and change.blocked_action is not None:
-        verb = f"is blocked: it {_WOULD[change.blocked_action]}"
+    verb = _VERBS[change.verb]
+    if change.would is not None:
+        verb = f"is blocked: it {_WOULD[change.would]}"
     if change.action is Action.UPDATE and change.requires_restart:
         verb += " (requires restart)"
-    if change.action is Action.UPDATE and change.reprovision:
+    if change.action is Action.UPDATE and change.guest is GuestAction.PROVISION:
         verb += " and reprovisioned"
-    if change.secrets_only:
-        verb += " (secrets re-delivered)" if change.action is Action.UPDATE else ""
+    if change.action is Action.UPDATE and change.guest is GuestAction.SECRETS:
+        verb += " (secrets re-delivered)"
     out = [f"{head} {verb}"]
     for reason in change.reasons:
         out.append(f"  #   {reason}")
@@ -154,28 +154,30 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     else:
         for f in change.fields:
             out.append(f"      {paint('~', '~')} {_field_line(f)}")
-        if change.action is Action.REPROVISION or change.reprovision:
+        if change.acts and change.guest is GuestAction.PROVISION:
             out.append(f"      {paint('~', '~')} guest = (known after apply)")
     out.append("    }")
     return out
 
 
+# Keyed by VMChange.verb: the machine's action, or "reprovision" for a kept machine
+# whose guest changes.
 _VERBS = {
-    Action.CREATE: "will be created",
-    Action.UPDATE: "will be updated in place",
-    Action.REPROVISION: "will be reprovisioned",
-    Action.REPLACE: "must be replaced",
-    Action.DELETE: "will be destroyed",
-    Action.BLOCKED: "cannot be changed now",
+    "create": "will be created",
+    "update": "will be updated in place",
+    "reprovision": "will be reprovisioned",
+    "replace": "must be replaced",
+    "delete": "will be destroyed",
+    "blocked": "cannot be changed now",
 }
 _WOULD = {
-    Action.CREATE: "would be created",
-    Action.UPDATE: "would be updated in place",
-    Action.REPROVISION: "would be reprovisioned",
-    Action.REPLACE: "would be replaced",
-    Action.DELETE: "would be destroyed",
-    Action.NOOP: "needs no change",
-    Action.BLOCKED: "is blocked",
+    "create": "would be created",
+    "update": "would be updated in place",
+    "reprovision": "would be reprovisioned",
+    "replace": "would be replaced",
+    "delete": "would be destroyed",
+    "no-op": "needs no change",
+    "blocked": "is blocked",
 }
 _STRATEGY_NOTE = {
     Strategy.CREATE_BEFORE_DESTROY: "the new VM is made and provisioned before the old one "
@@ -224,15 +226,17 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             {
                 "vm": c.vm,
                 "backend": c.backend,
-                "action": c.action.value,
+                "action": c.verb,
                 "identity": c.identity,
                 "fields": fields(c.fields),
                 "drift": fields(c.drift),
                 "reasons": list(c.reasons),
-                "reprovision": c.reprovision,
-                "secrets_only": c.secrets_only,
+                # What apply does inside the guest; a blocked change does nothing.
+                "guest": (c.guest if c.acts else GuestAction.NONE).value,
+                "reprovision": c.acts and c.guest is GuestAction.PROVISION,
+                "secrets_only": c.acts and c.guest is GuestAction.SECRETS,
                 "requires_restart": c.requires_restart,
-                "blocked_action": c.blocked_action.value if c.blocked_action else None,
+                "blocked_action": c.would,
                 "blockers": [
                     {
                         "reason": b.reason,

@@ -40,7 +40,7 @@ def record_results(project: str, result: ApplyResult) -> None:
     for r in result.results:
         records[r.vm] = {
             "backend": r.backend,
-            "action": r.action.value,
+            "action": r.action,
             "ok": r.ok,
             "layer": r.layer,
             "error": redact(inert(r.error)),

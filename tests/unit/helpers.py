@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sand.backends.lima.backend import FIELD_POLICY as LIMA_FIELD_POLICY
-from sand.backends.proxmox.backend import FIELD_POLICY as PROXMOX_FIELD_POLICY
+from sand.backends.lima.backend import CAPABILITIES as LIMA_CAPABILITIES
+from sand.backends.proxmox.backend import CAPABILITIES as PROXMOX_CAPABILITIES
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 from sand.observed import Marker, Observation, ObservedVM, Ownership
@@ -37,9 +37,9 @@ vms:
     ports: [{guest: 3000, host: 3000}]
 """
 
-# The policies the backends themselves declare: the planner is tested against them.
-PVE_POLICY = PROXMOX_FIELD_POLICY
-LIMA_POLICY = LIMA_FIELD_POLICY
+# The capabilities the backends themselves declare: the planner is tested against them.
+PVE_POLICY = PROXMOX_CAPABILITIES
+LIMA_POLICY = LIMA_CAPABILITIES
 POLICIES = {"pve": PVE_POLICY, "laptop": LIMA_POLICY}
 
 

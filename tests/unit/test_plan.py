@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from sand.observed import Observation, Ownership
-from sand.plan import Action, make_plan
+from sand.plan import Action, GuestAction, make_plan
 from sand.plan.render import plan_to_json, render_text
 from tests.unit.helpers import POLICIES, converged, desired, stale_marker
 
@@ -21,6 +21,7 @@ def test_converged_fleet_is_a_noop():
     plan = make_plan(state, converged(state), POLICIES)
     assert not plan.has_changes
     assert {c.action for c in plan.changes} == {Action.NOOP}
+    assert not plan.has_changes
     assert render_text(plan).strip().endswith("No changes. Your VMs match the manifest.")
 
 
@@ -99,8 +100,8 @@ def test_guest_change_reprovisions_without_touching_the_machine():
     a = stale_marker(obs["pve"].vms[0], guest_fingerprint="older-bundle")
     obs["pve"] = Observation("pve", (a, *obs["pve"].vms[1:]))
     change = by_vm(make_plan(state, obs, POLICIES))["a"]
-    assert change.action is Action.REPROVISION
-    assert change.reprovision and not change.fields
+    assert change.action is Action.NOOP and change.guest is GuestAction.PROVISION
+    assert not change.fields and change.verb == "reprovision"
 
 
 def test_rotated_secret_redelivers_only_secrets():
@@ -112,7 +113,7 @@ def test_rotated_secret_redelivers_only_secrets():
     obs["pve"] = Observation("pve", (a, *obs["pve"].vms[1:]))
     plan = make_plan(state, obs, POLICIES, secret_stamps={"a": "1-" + "1" * 20})
     change = by_vm(plan)["a"]
-    assert change.action is Action.REPROVISION and change.secrets_only and not change.reprovision
+    assert change.action is Action.NOOP and change.guest is GuestAction.SECRETS
     assert change.reasons == ("secret values changed",)
 
 
@@ -204,7 +205,8 @@ def test_adopted_half_created_vm_is_reprovisioned():
     a = stale_marker(obs["pve"].vms[0], guest_fingerprint="")
     a = replace(a, marker=replace(a.marker, fingerprint=""))
     obs["pve"] = Observation("pve", (a, *obs["pve"].vms[1:]))
-    assert by_vm(make_plan(state, obs, POLICIES))["a"].action is Action.REPROVISION
+    change = by_vm(make_plan(state, obs, POLICIES))["a"]
+    assert change.action is Action.NOOP and change.guest is GuestAction.PROVISION
 
 
 def test_json_plan_carries_the_same_records():
@@ -234,3 +236,21 @@ def test_colour_only_when_asked():
     )
     assert "\x1b[" not in render_text(plan)
     assert "\x1b[32m+\x1b[0m" in render_text(plan, colour=True)
+
+
+def test_a_change_cannot_hold_an_impossible_guest_action():
+    # A delete leaves no guest to touch; a new machine is provisioned whole or not at all.
+    import pytest
+
+    from sand.plan.model import VMChange
+
+    with pytest.raises(ValueError, match="delete"):
+        VMChange("a", "pve", Action.DELETE, guest=GuestAction.SECRETS)
+    with pytest.raises(ValueError, match="create"):
+        VMChange("a", "pve", Action.CREATE, guest=GuestAction.SECRETS)
+    kept = VMChange("a", "pve", Action.NOOP, guest=GuestAction.SECRETS)
+    assert kept.acts and kept.verb == "reprovision"
+    blocked = VMChange(
+        "a", "pve", Action.BLOCKED, blocked_action=Action.NOOP, guest=GuestAction.PROVISION
+    )
+    assert not blocked.acts and blocked.would == "reprovision"

@@ -22,7 +22,6 @@ import pytest
 
 from sand.apply.engine import ApplyResult, VMResult
 from sand.guest.ssh import KnownHosts
-from sand.plan.model import Action
 from sand.state.journal import Journal
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir, state_root
@@ -75,7 +74,7 @@ def test_every_state_file_is_private_whatever_the_umask(state: Path, umask: int)
     assert len((project_dir("demo") / "journal.jsonl").read_text().splitlines()) == 1
     with ProjectLock(project_dir("demo") / "lock"):
         pass
-    result = ApplyResult([VMResult("dev", "laptop", Action.CREATE, ok=False, error="boom")])
+    result = ApplyResult([VMResult("dev", "laptop", "create", ok=False, error="boom")])
     record_results("demo", result)
     key = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
     assert KnownHosts().pin("lima-dev.1", key)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.lima import bases, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
@@ -41,9 +41,13 @@ FIELD_POLICY: Mapping[str, Mutability] = {
 }
 
 
+# Instance names are unique on a Lima host (a directory each).
+CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, unique_names=True)
+
+
 class LimaBackend:
     type = "lima"
-    field_policy: Mapping[str, Mutability] = FIELD_POLICY
+    capabilities = CAPABILITIES
 
     def __init__(
         self,

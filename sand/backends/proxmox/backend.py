@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle, preflight
@@ -29,9 +29,13 @@ FIELD_POLICY: Mapping[str, Mutability] = {
 }
 
 
+# PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
+CAPABILITIES = Capabilities(field_policy=FIELD_POLICY)
+
+
 class ProxmoxBackend:
     type = "proxmox"
-    field_policy = FIELD_POLICY
+    capabilities = CAPABILITIES
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx

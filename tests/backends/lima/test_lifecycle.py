@@ -141,6 +141,9 @@ async def test_field_policy() -> None:
     assert FIELD_POLICY["ports"] is Mutability.RESTART
     assert FIELD_POLICY["state"] is Mutability.IN_PLACE
     assert FIELD_POLICY["protect"] is Mutability.IN_PLACE
+    # Lima instance names are directories: unique on the host, which the planner reads.
+    assert LimaBackend.capabilities.field_policy is FIELD_POLICY
+    assert LimaBackend.capabilities.unique_names
 
 
 async def test_update_in_place_restarts_and_edits(

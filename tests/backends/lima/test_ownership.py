@@ -47,13 +47,19 @@ async def test_an_instance_another_backend_made_is_never_planned_or_touched(
         (seen,) = (await desk.observe([])).vms
         assert seen.ownership is Ownership.OTHER_BACKEND
         state = desired()
-        plan = make_plan(replace(state, vms=()), {"desk": await desk.observe([])}, {})
+        plan = make_plan(
+            replace(state, vms=()), {"desk": await desk.observe([])}, {"desk": desk.capabilities}
+        )
         assert plan.changes == ()  # nothing to prune: not desk's
         with pytest.raises(BackendError, match="other-backend"):
             await desk.delete(seen, journal)
         # The same name wanted on desk: blocked, never adopted.
         wanted = replace(state.vms[0], backend="desk")
-        plan = make_plan(replace(state, vms=(wanted,)), {"desk": await desk.observe([wanted])}, {})
+        plan = make_plan(
+            replace(state, vms=(wanted,)),
+            {"desk": await desk.observe([wanted])},
+            {"desk": desk.capabilities},
+        )
         (change,) = plan.changes
         assert change.action is Action.BLOCKED
         assert "belongs to backend 'laptop'" in change.reasons[0]
@@ -145,7 +151,7 @@ async def test_protection_an_operator_set_is_never_lifted(
     assert seen.protect and seen.operator_protected
     state = desired("  - name: vm1\n    cpus: 4\n")
     observed = {"laptop": await backend.observe(state.vms)}
-    plan = make_plan(state, observed, {"laptop": backend.field_policy})
+    plan = make_plan(state, observed, {"laptop": backend.capabilities})
     (change,) = plan.changes
     assert [f.field for f in change.fields] == ["cpus"]
     assert any("protection was set outside sand" in w for w in plan.warnings)
@@ -167,7 +173,7 @@ async def test_protection_sand_set_is_lifted_as_the_manifest_says(
     (seen,) = (await backend.observe(state.vms)).vms
     assert seen.protect and not seen.operator_protected
     observed = {"laptop": await backend.observe(state.vms)}
-    plan = make_plan(state, observed, {"laptop": backend.field_policy})
+    plan = make_plan(state, observed, {"laptop": backend.capabilities})
     (change,) = plan.changes
     assert [f.field for f in change.fields] == ["protect"]
     await backend.update(state.vms[0], seen, ["protect"], journal)

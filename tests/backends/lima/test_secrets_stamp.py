@@ -19,7 +19,7 @@ from sand.backends.factory import make_backends
 from sand.backends.lima import LimaBackend
 from sand.manifest import load_manifest
 from sand.observed import SecretsRecord
-from sand.plan import Action, make_plan
+from sand.plan import Action, GuestAction, make_plan
 from sand.project import desired_from
 from sand.secrets import Stamper
 from sand.state.journal import Journal
@@ -84,7 +84,7 @@ async def test_a_restart_behind_sands_back_shows_as_a_boot_after_the_delivery(
     booted = {vm.name: vm.booted_at for vm in obs.vms}
     assert all(b is not None and abs(b - (time.time() - HOUR)) < 5 for b in booted.values())
     stamps = {vm.name: STAMP for vm in state.vms}
-    policies = {"laptop": backend.field_policy}
+    policies = {"laptop": backend.capabilities}
     plan = make_plan(state, {"laptop": obs}, policies, secret_stamps=stamps)
     assert not plan.has_changes
 
@@ -93,8 +93,8 @@ async def test_a_restart_behind_sands_back_shows_as_a_boot_after_the_delivery(
     obs = await backend.observe(state.vms)
     plan = make_plan(state, {"laptop": obs}, policies, secret_stamps=stamps)
     changes = {c.vm: c for c in plan.changes}
-    assert changes["vm1"].action is Action.NOOP
-    assert changes["vm2"].action is Action.REPROVISION and changes["vm2"].secrets_only
+    assert changes["vm1"].action is Action.NOOP and not changes["vm1"].acts
+    assert changes["vm2"].action is Action.NOOP and changes["vm2"].guest is GuestAction.SECRETS
     assert (
         changes["vm2"]
         .reasons[0]

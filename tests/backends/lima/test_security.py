@@ -182,7 +182,7 @@ async def test_findings_plan_as_drift_that_forces_replacement(
     standin.write_yaml("vm1", dict(y, mounts=[{"location": "/", "writable": True}]))
     state = desired("  - name: vm1\n" + PORTS)
     obs = await backend.observe(state.vms)
-    plan = make_plan(state, {"laptop": obs}, {"laptop": backend.field_policy})
+    plan = make_plan(state, {"laptop": obs}, {"laptop": backend.capabilities})
     (change,) = plan.changes
     assert change.action is Action.REPLACE
     assert any(f.field == "security" for f in change.drift)
@@ -201,8 +201,9 @@ async def test_no_changes_after_create(
     for vm in state.vms:
         await backend.mark_converged(vm, await backend.create(vm, journal))
     obs = await backend.observe(state.vms)
-    plan = make_plan(state, {"laptop": obs}, {"laptop": backend.field_policy})
+    plan = make_plan(state, {"laptop": obs}, {"laptop": backend.capabilities})
     assert [c.action for c in plan.changes] == [Action.NOOP, Action.NOOP]
+    assert not plan.has_changes
 
 
 def test_lima_sizes_round_trip() -> None:

@@ -27,7 +27,7 @@ def state_of(rig: FakePveRig, vms: Sequence[dict[str, Any]], **kwargs: Any) -> D
 
 async def plan(backend: ProxmoxBackend, state: DesiredState) -> Plan:
     observation = await backend.observe(state.for_backend(backend.name))
-    return make_plan(state, {backend.name: observation}, {backend.name: backend.field_policy})
+    return make_plan(state, {backend.name: observation}, {backend.name: backend.capabilities})
 
 
 async def apply(
