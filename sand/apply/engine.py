@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
@@ -27,7 +28,6 @@ from sand.state.journal import Journal
 # secrets it delivered (None: none recorded); injected by the caller so the engine
 # does not depend on how secrets are resolved.
 Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[SecretsRecord | None]]
-Progress = Callable[[str, str], None]
 
 
 @dataclass
@@ -63,7 +63,7 @@ async def execute(
     provisioner: Provisioner,
     *,
     parallelism: int = 10,
-    progress: Progress | None = None,
+    hooks: Hooks | None = None,
     guard: Guard | None = None,
     archives: Path | None = None,
 ) -> ApplyResult:
@@ -71,7 +71,6 @@ async def execute(
     is destroyed (the CLI always passes one unless --allow-data-loss); ``archives`` is
     where ``preserve:`` paths are held while they move between guests."""
     gate = asyncio.Semaphore(max(1, parallelism))
-    say = progress or (lambda vm, step: None)
     log = get_logger()
     kit = ReplaceKit(provisioner, guard, archives)
 
@@ -79,18 +78,20 @@ async def execute(
         result = VMResult(change.vm, change.backend, change.verb)
         started = time.monotonic()
         async with gate:
+            # The clock of each VM's events starts when it gets its turn.
+            say = Steps(hooks or NoHooks(), change.vm, change.backend)
             try:
                 result.observed = await _apply_one(
                     change, backends[change.backend], journal, kit, say
                 )
-                say(change.vm, "done")
+                say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
-                say(change.vm, f"failed ({exc.layer})")
+                say(Phase.FAILED, layer=exc.layer)
                 log.error("vm failed", vm=change.vm, layer=exc.layer, error=str(exc))
             except OSError as exc:
                 result.ok, result.layer, result.error = False, "host", str(exc)
-                say(change.vm, "failed (host)")
+                say(Phase.FAILED, layer="host")
         result.seconds = time.monotonic() - started
         return result
 
@@ -100,15 +101,15 @@ async def execute(
 
 
 async def _apply_one(
-    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Progress
+    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Steps
 ) -> ObservedVM | None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
         assert current is not None
         if kit.guard is not None:
-            say(change.vm, "last look for unpushed work")
+            say(Phase.GUARDING, "last look for unpushed work")
             await kit.guard(backend, None, current, ())
-        say(change.vm, "deleting")
+        say(Phase.DELETING)
         await backend.delete(current, journal)
         return None
     assert vm is not None
@@ -119,19 +120,19 @@ async def _apply_one(
         current, delivered = await replace_vm(change, backend, journal, kit, say)
         provisioned = True
     elif change.action is Action.CREATE:
-        say(change.vm, "creating")
+        say(Phase.CREATING)
         # Each backend limits its own clone step (clone_parallelism): only the
         # clone contends for the storage lock, not the configure/start after it.
         current = await backend.create(vm, journal)
         if vm.provision:
-            say(change.vm, "provisioning")
+            say(Phase.PROVISIONING)
             delivered = await kit.provisioner(vm, backend, current, change)
             provisioned = True
             if await restore_kept(backend, vm, current, kit, say):
                 delivered = await kit.provisioner(vm, backend, current, change)
     elif change.action is Action.UPDATE and change.fields:
         assert current is not None
-        say(change.vm, "updating " + ", ".join(f.field for f in change.fields))
+        say(Phase.UPDATING, "updating " + ", ".join(f.field for f in change.fields))
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
     if vm.provision and not provisioned:
@@ -139,10 +140,10 @@ async def _apply_one(
             # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
             change = replace(change, guest=GuestAction.SECRETS)
         if change.guest is GuestAction.PROVISION:
-            say(change.vm, "provisioning")
+            say(Phase.PROVISIONING)
             delivered = await _reprovision_keeping(vm, backend, current, change, kit)
         elif change.guest is GuestAction.SECRETS:
-            say(change.vm, "delivering secrets")
+            say(Phase.DELIVERING_SECRETS)
             delivered = await kit.provisioner(vm, backend, current, change)
     if change.action in (Action.CREATE, Action.REPLACE):
         # Creates always boot (provisioning needs a running guest) and are
@@ -151,9 +152,9 @@ async def _apply_one(
             f for f, on in (("state", vm.state == "stopped"), ("protect", vm.protect)) if on
         ]
         if finishing:
-            say(change.vm, "setting " + ", ".join(finishing))
+            say(Phase.FINISHING, "setting " + ", ".join(finishing))
             current = await backend.update(vm, current, finishing, journal)
-    say(change.vm, "recording")
+    say(Phase.RECORDING)
     await backend.mark_converged(vm, current, delivered)
     return current
 

@@ -1,31 +1,26 @@
-"""The reconcile loop, once: recover → observe → plan → (confirm) → execute."""
+"""The reconcile loop, once: recover → observe → plan → (the CLI confirms) → execute.
+
+Nothing here talks to people: what a run did comes back as data (``Prepared``,
+``ApplyOutcome``) and its progress as events (``sand.apply.events``); ``sand.cli``
+prints, asks and maps the exit codes.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from sand.apply.engine import ApplyResult, execute
-from sand.apply.progress import progress_reporter
+from sand.apply.events import Hooks
 from sand.apply.provisioning import GuestSecrets, check_guests, make_provisioner
 from sand.apply.recorded import record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
 from sand.desired import DesiredState
-from sand.errors import PlanRefused
 from sand.observed import Observation
 from sand.plan import Action, Plan, make_plan
-from sand.plan.render import plan_to_json, render_text, use_colour
-from sand.project import Session, observe_all, open_session
+from sand.project import Session, observe_all
 from sand.state.records import record_results
-from sand.terminal import continued
-
-EXIT_OK, EXIT_ERROR = 0, 1
 
 
 async def compute_plan(
@@ -91,17 +86,51 @@ async def compute_plan(
     return plan
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A plan ready to be approved, with what settling the journal did first."""
+
+    plan: Plan
+    secrets: GuestSecrets
+    recovered: tuple[str, ...] = ()  # one line per journal entry the replay settled
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What an apply did: the CLI prints it and maps it to an exit code."""
+
+    plan: Plan
+    result: ApplyResult | None = None  # None: nothing ran (no changes)
+    recovered: tuple[str, ...] = ()
+    seconds: float = 0.0
+    # What backends reported while applying (e.g. a PVE task's "WARNINGS: n").
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.result is None or self.result.ok
+
+    def not_converged(self) -> list[str]:
+        """Why the fleet is not as the manifest says although nothing failed: a backend
+        nobody could observe, a VM left blocked."""
+        parts = [f"backend {b} unknown" for b in sorted(self.plan.unknown_backends)]
+        parts += [f"{c.vm} blocked" for c in self.plan.changes if c.action is Action.BLOCKED]
+        return parts
+
+    @property
+    def converged(self) -> bool:
+        return self.ok and not self.not_converged()
+
+
 async def recover_and_plan(
     session: Session,
     *,
     destroy: bool = False,
     correct_drift: bool = True,
     allow_data_loss: bool = False,
-) -> tuple[Plan, GuestSecrets]:
+) -> Prepared:
     """Settle what a crashed run left (the journal first, always), then plan."""
     recovery = await replay_journal(session.journal, session.backends)
-    for line in recovery.done:
-        print(f"Recovered: {line}", file=sys.stderr)
     secrets = GuestSecrets(session)
     plan = await compute_plan(
         session,
@@ -111,42 +140,51 @@ async def recover_and_plan(
         unsettled=recovery.failed,
         allow_data_loss=allow_data_loss,
     )
-    return plan, secrets
+    return Prepared(plan, secrets, tuple(recovery.done))
+
+
+def settle_unchanged(session: Session, prepared: Prepared) -> ApplyOutcome:
+    """Nothing to do: record what was seen (the inventory), and say so."""
+    record_inventory(session.project, session.backends, prepared.plan)
+    return ApplyOutcome(prepared.plan, recovered=prepared.recovered)
 
 
 async def carry_out(
     session: Session,
-    plan: Plan,
-    secrets: GuestSecrets,
+    prepared: Prepared,
     *,
     parallelism: int,
-    progress_mode: str,
-    as_json: bool = False,
+    hooks: Hooks | None = None,
     allow_data_loss: bool = False,
-) -> ApplyResult:
-    """Execute an approved plan, record per-VM outcomes and print the summary."""
+) -> ApplyOutcome:
+    """Execute an approved plan and record each VM's outcome."""
     from sand.apply.guard import refuse_if_holding
     from sand.state.paths import project_dir
 
+    plan = prepared.plan
     started = time.monotonic()
-    with progress_reporter(progress_mode) as say:
-        result = await execute(
-            plan,
-            session.backends,
-            session.journal,
-            make_provisioner(session, secrets),
-            parallelism=parallelism,
-            progress=say,
-            guard=None if allow_data_loss else refuse_if_holding,
-            archives=project_dir(session.project) / "preserve",
-        )
-    record_results(session.project, result)
+    result = await execute(
+        plan,
+        session.backends,
+        session.journal,
+        make_provisioner(session, prepared.secrets),
+        parallelism=parallelism,
+        hooks=hooks,
+        guard=None if allow_data_loss else refuse_if_holding,
+        archives=project_dir(session.project) / "preserve",
+    )
+    record_results(session.project, result.results)
     record_inventory(session.project, session.backends, plan, result)
     if not session.journal.pending():
         session.journal.compact()
-    report_result(plan, result, time.monotonic() - started, as_json)
-    _print_backend_warnings(session, as_json)
-    return result
+    warnings = tuple(
+        f"backend {name}: {warning}"
+        for name, backend in session.backends.items()
+        for warning in getattr(backend, "warnings", ()) or ()
+    )
+    return ApplyOutcome(
+        plan, result, prepared.recovered, time.monotonic() - started, warnings=warnings
+    )
 
 
 def mass_delete_problem(plan: Plan) -> str | None:
@@ -187,143 +225,3 @@ def mass_delete_problem(plan: Plan) -> str | None:
             f"{len(managed)} backends; {advice}"
         )
     return None
-
-
-def run_apply(
-    manifest: str | Path,
-    *,
-    auto_approve: bool,
-    parallelism: int,
-    allow_mass_delete: bool,
-    as_json: bool,
-    destroy: bool = False,
-    progress_mode: str = "auto",
-    allow_data_loss: bool = False,
-) -> int:
-    from sand.apply.planfile import read_plan_file
-
-    saved = read_plan_file(manifest)
-    if saved is not None:
-        # A saved plan was approved when it was made; it runs only if still exact.
-        manifest, auto_approve = saved["manifest"], True
-    session = open_session(manifest, lock=True)
-    return asyncio.run(
-        _apply(
-            session,
-            auto_approve,
-            parallelism,
-            allow_mass_delete,
-            as_json,
-            destroy,
-            saved,
-            "json" if as_json else progress_mode,
-            allow_data_loss,
-        )
-    )
-
-
-async def _apply(
-    session: Session,
-    auto_approve: bool,
-    parallelism: int,
-    allow_mass_delete: bool,
-    as_json: bool,
-    destroy: bool,
-    saved: dict[str, Any] | None,
-    progress_mode: str,
-    allow_data_loss: bool = False,
-) -> int:
-    try:
-        if not auto_approve and not sys.stdin.isatty():
-            raise PlanRefused(
-                "no terminal to confirm on; re-run with --auto-approve to apply unattended"
-            )
-        plan, secrets = await recover_and_plan(
-            session, destroy=destroy, allow_data_loss=allow_data_loss
-        )
-        if saved is not None:
-            from sand.apply.planfile import check_still_valid
-
-            check_still_valid(saved, session, plan)
-        if not as_json:
-            sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
-        if not plan.has_changes:
-            record_inventory(session.project, session.backends, plan)
-            if as_json:
-                print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
-            return _converged_code(plan, as_json)
-        problem = mass_delete_problem(plan)
-        if problem and not allow_mass_delete:
-            raise PlanRefused(problem)
-        if not auto_approve and not _confirm(destroy):
-            print("Apply cancelled.")
-            return EXIT_ERROR
-        result = await carry_out(
-            session,
-            plan,
-            secrets,
-            parallelism=parallelism,
-            progress_mode=progress_mode,
-            as_json=as_json,
-            allow_data_loss=allow_data_loss,
-        )
-        if not result.ok:
-            return EXIT_ERROR
-        return _converged_code(plan, as_json)
-    finally:
-        await session.close()
-
-
-def _converged_code(plan: Plan, as_json: bool) -> int:
-    """0 only when everything converged: an unknown backend or a blocked VM is not."""
-    blocked = [c for c in plan.changes if c.action is Action.BLOCKED]
-    if not plan.unknown_backends and not blocked:
-        return EXIT_OK
-    if not as_json:
-        parts = [f"backend {b} unknown" for b in sorted(plan.unknown_backends)]
-        parts += [f"{c.vm} blocked" for c in blocked]
-        print(f"Not converged: {', '.join(parts)}.", file=sys.stderr)
-    return EXIT_ERROR
-
-
-def _print_backend_warnings(session: Session, as_json: bool) -> None:
-    """Warnings backends collected while applying (e.g. a PVE task's WARNINGS: n)."""
-    if as_json:
-        return
-    for name, backend in session.backends.items():
-        for warning in getattr(backend, "warnings", ()) or ():
-            print(f"Warning: backend {name}: {warning}", file=sys.stderr)
-
-
-def _confirm(destroy: bool) -> bool:
-    what = "destroy all managed VMs" if destroy else "perform these actions"
-    print(f"\nDo you want to {what}? Only 'yes' will be accepted.")
-    try:
-        return input("  Enter a value: ").strip() == "yes"
-    except EOFError:
-        return False
-
-
-def report_result(plan: Plan, result: ApplyResult, seconds: float, as_json: bool) -> None:
-    add, chg, destroy = plan.counts()
-    if as_json:
-        out = {
-            "plan": plan_to_json(plan),
-            "results": [
-                {k: v for k, v in r.__dict__.items() if k != "observed"} | {"action": r.action}
-                for r in result.results
-            ],
-            "ok": result.ok,
-        }
-        print(json.dumps(out, indent=2, default=str))
-        return
-    failures = result.failures()
-    if not failures:
-        print(
-            f"\nApply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
-            f"({seconds:.1f}s)."
-        )
-        return
-    print(f"\nApply finished with {len(failures)} failed VM(s):")
-    for f in failures:
-        print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")

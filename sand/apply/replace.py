@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sand.apply.events import Phase, Steps
 from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[SecretsRecord | None]]
 Replaced = tuple[ObservedVM, SecretsRecord | None]  # the new VM, and what it was given
 Guard = Callable[[Backend, DesiredVM | None, ObservedVM, Sequence[str]], Awaitable[None]]
-Say = Callable[[str, str], None]
+Say = Steps  # this VM's reporter
 TEMP_SUFFIX = "-sandnew"
 
 
@@ -92,22 +93,22 @@ async def _create_first(
     delivered: SecretsRecord | None = None
     deleting = False
     try:
-        say(vm.name, f"creating the replacement as {temp}")
+        say(Phase.CREATING, f"creating the replacement as {temp}")
         # Never protected while it is only a candidate: a failure must be able to remove it
         # (protection is set at the end, as for every create).
         new = await backend.create(replace(vm, name=temp, protect=False), journal)
         journal.step(entry, "created", new=new.identity)
         delivered = await _provision(vm, backend, new, change, kit, say)
         if vm.preserve:
-            say(vm.name, "carrying preserve: paths to the replacement")
+            say(Phase.PRESERVING, "carrying preserve: paths to the replacement")
             await carry_over(backend, vm, old, new, kit, tag=entry.id)
             journal.step(entry, "preserved")
             # Re-assert the files sand itself manages over what was restored.
             delivered = await _provision(vm, backend, new, change, kit, say) or delivered
         if kit.guard is not None:
-            say(vm.name, "last look for unpushed work on the old VM")
+            say(Phase.GUARDING, "last look for unpushed work on the old VM")
             await kit.guard(backend, vm, old, vm.preserve)
-        say(vm.name, "deleting the old VM")
+        say(Phase.DELETING, "deleting the old VM")
         deleting = True
         await backend.delete(old, journal)
     except (SandError, OSError):
@@ -118,7 +119,7 @@ async def _create_first(
         if new is None:
             raise
     journal.step(entry, "old-deleted")
-    say(vm.name, f"renaming {temp} to {vm.name}")
+    say(Phase.RENAMING, f"renaming {temp} to {vm.name}")
     renamed = await backend.rename(new, vm.name, journal)
     journal.step(entry, "renamed")
     journal.finish(entry)
@@ -141,12 +142,12 @@ async def _destroy_first(
     archive = None
     try:
         if vm.preserve:
-            say(vm.name, "archiving preserve: paths on this host")
+            say(Phase.PRESERVING, "archiving preserve: paths on this host")
             archive = await _archive(backend, vm, old, kit, kept=True)
             journal.step(entry, "archived", files=archive.files)
         if kit.guard is not None:
             await kit.guard(backend, vm, old, vm.preserve)
-        say(vm.name, "deleting the old VM (the backend cannot hold both)")
+        say(Phase.DELETING, "deleting the old VM (the backend cannot hold both)")
         await backend.delete(old, journal)
     except (SandError, OSError):
         if archive is not None:
@@ -154,7 +155,7 @@ async def _destroy_first(
         journal.finish(entry, "failed")
         raise
     journal.step(entry, "old-deleted")
-    say(vm.name, "creating the replacement")
+    say(Phase.CREATING, "creating the replacement")
     new = await backend.create(replace(vm, protect=False), journal)
     journal.step(entry, "created", new=new.identity)
     delivered = await _provision(vm, backend, new, change, kit, say)
@@ -174,7 +175,7 @@ async def restore_kept(
     path = kept_archive(kit, vm.name)
     if path is None or not path.exists() or not vm.preserve:
         return False
-    say(vm.name, f"restoring preserve: paths from {path}")
+    say(Phase.PRESERVING, f"restoring preserve: paths from {path}")
     archive = Archive(path, relative_roots(vm.preserve), read_entries(path))
     await restore_in(await backend.endpoint(vm, new), vm.user, archive)
     archive.remove()
@@ -217,7 +218,7 @@ async def _provision(
 ) -> SecretsRecord | None:
     if not vm.provision:
         return None
-    say(vm.name, "provisioning the replacement")
+    say(Phase.PROVISIONING, "provisioning the replacement")
     return await kit.provisioner(vm, backend, new, change)
 
 

@@ -13,24 +13,45 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
-from sand.apply.reconcile import carry_out, mass_delete_problem, recover_and_plan
+from sand.apply.reconcile import ApplyOutcome, carry_out, mass_delete_problem, recover_and_plan
 from sand.errors import ManifestError, SandError
 from sand.logs import get_logger
 from sand.manifest import load_manifest
 from sand.plan.model import Action, GuestAction, Plan
-from sand.plan.render import render_text
 from sand.project import open_session
-from sand.terminal import continued
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
+
+
+class WatchReport(Protocol):
+    """Where a watch tells what it does; ``sand.cli.watch`` prints it."""
+
+    def note(self, text: str) -> None:
+        """A line about the watch itself (a run starts, a refusal, a failure)."""
+
+    def show_plan(self, plan: Plan) -> None:
+        """The plan of a run, before it is carried out."""
+
+    def show_outcome(self, outcome: ApplyOutcome) -> None:
+        """What a run that changed something did."""
+
+
+class Silent:
+    def note(self, text: str) -> None:
+        return None
+
+    def show_plan(self, plan: Plan) -> None:
+        return None
+
+    def show_outcome(self, outcome: ApplyOutcome) -> None:
+        return None
 
 
 @dataclass
@@ -60,6 +81,7 @@ class Watcher:
     debounce: float
     parallelism: int
     allow_mass_delete: bool
+    report: WatchReport = field(default_factory=Silent)
     backoff: Backoff = field(default_factory=Backoff)
     runs: int = 0
     last_good: str | None = None
@@ -80,61 +102,52 @@ class Watcher:
     async def reconcile(self, reason: str) -> None:
         self.runs += 1
         log = get_logger()
-        print(f"{_now()} watch: run {self.runs} ({reason})", file=sys.stderr, flush=True)
+        say = self.report.note
+        say(f"run {self.runs} ({reason})")
         try:
             text = self.manifest.read_text(encoding="utf-8")
             load_manifest(self.manifest)
             self.last_good = text
         except (ManifestError, OSError) as exc:
             # Keep the last good manifest in force: nothing is applied from a bad edit.
-            print(
-                f"{_now()} watch: manifest invalid, keeping the last good one:\n{exc}",
-                file=sys.stderr,
-                flush=True,
-            )
+            say(f"manifest invalid, keeping the last good one:\n{exc}")
             return
         try:
             session = open_session(self.manifest, lock=True, lock_wait=30.0)
         except SandError as exc:
-            print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
+            say(str(exc))
             return
         try:
             periodic = reason == "periodic"
             heal = session.loaded.manifest.self_heal
-            plan, secrets = await recover_and_plan(session, correct_drift=heal or not periodic)
-            plan = self._without_backed_off(plan)
-            sys.stdout.write(render_text(plan))
-            sys.stdout.flush()
+            prepared = await recover_and_plan(session, correct_drift=heal or not periodic)
+            for line in prepared.recovered:
+                say(f"Recovered: {line}")
+            prepared = replace(prepared, plan=self._without_backed_off(prepared.plan))
+            plan = prepared.plan
+            self.report.show_plan(plan)
             problem = mass_delete_problem(plan)
             if problem and not self.allow_mass_delete:
-                print(f"{_now()} watch: refused: {problem}", file=sys.stderr, flush=True)
+                say(f"refused: {problem}")
                 return
             if not plan.has_changes:
                 return
-            result = await carry_out(
-                session, plan, secrets, parallelism=self.parallelism, progress_mode="quiet"
-            )
-            sys.stdout.flush()
+            outcome = await carry_out(session, prepared, parallelism=self.parallelism)
+            self.report.show_outcome(outcome)
             now = time.monotonic()
-            for r in result.results:
+            for r in outcome.result.results if outcome.result else ():
                 if r.ok:
                     self.backoff.succeeded(r.vm)
                 else:
                     self.backoff.failed(r.vm, now)
-                    print(
-                        f"{_now()} watch: {r.vm} failed [{r.layer}]: {continued(r.error)}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    say(f"{r.vm} failed [{r.layer}]: {r.error}")
         except SandError as exc:
             log.error("watch run failed", error=str(exc))
-            print(f"{_now()} watch: {exc}", file=sys.stderr, flush=True)
+            say(str(exc))
         finally:
             await session.close()
 
     def _without_backed_off(self, plan: Plan) -> Plan:
-        from dataclasses import replace
-
         now = time.monotonic()
         kept = tuple(
             replace(c, action=Action.NOOP, guest=GuestAction.NONE)
@@ -207,22 +220,3 @@ class Watcher:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         stopper.cancel()
-
-
-def _now() -> str:
-    return time.strftime("%H:%M:%S")
-
-
-def watch(args: argparse.Namespace) -> int:
-    watcher = Watcher(
-        manifest=Path(args.manifest),
-        interval=args.interval,
-        debounce=args.debounce,
-        parallelism=args.parallelism,
-        allow_mass_delete=args.allow_mass_delete,
-    )
-    load_manifest(watcher.manifest)  # a bad manifest at start is an error, exit 1
-    print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(watcher.run())
-    return 0

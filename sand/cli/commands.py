@@ -1,4 +1,8 @@
-"""One function per subcommand; each returns the process exit code."""
+"""``validate``, ``schema``, ``status`` and ``doctor``: each returns the exit code.
+
+(``plan``, ``apply`` and ``destroy`` are in ``sand.cli.apply``; the per-VM verbs in
+``sand.cli.verbs``.)
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ import json
 import sys
 from typing import Any
 
-from sand.cli.main import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from sand.errors import PlanRefused
+from sand.cli.exits import EXIT_ERROR, EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -25,83 +28,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     sys.stdout.write(schema_text())
     return EXIT_OK
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from sand.apply.reconcile import compute_plan
-    from sand.plan import Action
-    from sand.plan.render import plan_to_json, render_text, use_colour
-    from sand.project import open_session
-
-    session = open_session(args.manifest, lock=False)
-
-    async def run() -> Any:
-        try:
-            return await compute_plan(
-                session, refresh_only=args.refresh_only, allow_data_loss=args.allow_data_loss
-            )
-        finally:
-            await session.close()
-
-    plan = asyncio.run(run())
-    if args.out:
-        from sand.apply.planfile import save_plan
-
-        save_plan(args.out, session, plan)
-    if args.json:
-        print(json.dumps(plan_to_json(plan), indent=2, default=str))
-    else:
-        sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
-        if args.out:
-            print(f"\nSaved the plan to {args.out}; apply it with: sand apply {args.out}")
-    if plan.unknown_backends:
-        # A plan that could not see a backend is incomplete, not "no changes".
-        return EXIT_ERROR
-    if any(c.action is Action.BLOCKED for c in plan.changes):
-        # Apply would refuse these and exit 1: a plan must not read as fine (CI gates).
-        print("Error: the plan has blocked changes (marked !); see above.", file=sys.stderr)
-        return EXIT_ERROR
-    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
-        return EXIT_CHANGES
-    return EXIT_OK
-
-
-def cmd_apply(args: argparse.Namespace) -> int:
-    if args.watch:
-        if args.allow_data_loss:
-            raise PlanRefused(
-                "--allow-data-loss is never used with --watch: a save must not destroy work"
-            )
-        from sand.apply.watch import watch
-
-        return watch(args)
-    from sand.apply.reconcile import run_apply
-
-    return run_apply(
-        args.manifest,
-        auto_approve=args.auto_approve,
-        parallelism=args.parallelism,
-        allow_mass_delete=args.allow_mass_delete,
-        as_json=args.json,
-        progress_mode="json" if args.log_format == "json" else "auto",
-        allow_data_loss=args.allow_data_loss,
-    )
-
-
-def cmd_destroy(args: argparse.Namespace) -> int:
-    from sand.apply.reconcile import run_apply
-
-    return run_apply(
-        args.manifest,
-        auto_approve=args.auto_approve,
-        parallelism=10,
-        allow_mass_delete=True,
-        as_json=False,
-        destroy=True,
-        allow_data_loss=args.allow_data_loss,
-    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -200,6 +126,3 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not findings:
             print(f"{name}: ok")
     return EXIT_ERROR if any(findings for _, findings in results) else EXIT_OK
-
-
-__all__ = ["PlanRefused"]

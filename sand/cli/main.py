@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from sand import __version__
+from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
 from sand.errors import ManifestError, SandError
-
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,9 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handler = getattr(args, "handler", None)
         if handler is None:
-            from sand.cli import commands
-
-            handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+            handler = _handler(args.command)
         return int(handler(args))
     except ManifestError as exc:
         for problem in exc.problems:
@@ -112,4 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _handler(command: str) -> Any:
+    """The function running ``command``, imported only now (so --help stays cheap)."""
+    name = "cmd_" + command.replace("-", "_")
+    if command in ("plan", "apply", "destroy"):
+        from sand.cli import apply
+
+        return getattr(apply, name)
+    from sand.cli import commands
+
+    return getattr(commands, name)

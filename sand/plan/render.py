@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-from typing import Any, TextIO
+from typing import Any
 
 from sand.backends.protocol import RecoveryDecision
 from sand.manifest.sizes import format_size
@@ -20,11 +19,6 @@ SYMBOLS = {
 }
 _COLOURS = {"+": "32", "~": "33", "-/+": "35", "-": "31", "!": "31;1"}
 _SIZE_FIELDS = {"memory", "disk"}
-
-
-def use_colour(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def render_text(plan: Plan, *, colour: bool = False) -> str:
@@ -154,7 +148,9 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     else:
         for f in change.fields:
             out.append(f"      {paint('~', '~')} {_field_line(f)}")
-        if change.acts and change.guest is GuestAction.PROVISION:
+        # A kept machine shows its guest as changing, whether provisioned or only
+        # given its secrets again.
+        if change.acts and (change.guest is GuestAction.PROVISION or change.action is Action.NOOP):
             out.append(f"      {paint('~', '~')} guest = (known after apply)")
     out.append("    }")
     return out

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sand.logs import redact
 from sand.state.paths import project_dir
 from sand.state.private import read_private, write_private_file
 from sand.terminal import inert, inert_value
 
-if TYPE_CHECKING:
-    from sand.apply.engine import ApplyResult
+
+class VMOutcome(Protocol):
+    """One VM's result as the engine reports it (``sand.apply.engine.VMResult``)."""
+
+    vm: str
+    backend: str
+    action: str
+    ok: bool
+    layer: str
+    error: str
+    seconds: float
 
 
 def _path(project: str) -> Path:
@@ -34,10 +44,10 @@ def load_records(project: str) -> dict[str, Any]:
     return inert_value(data) if isinstance(data, dict) else {}
 
 
-def record_results(project: str, result: ApplyResult) -> None:
+def record_results(project: str, results: Iterable[VMOutcome]) -> None:
     records = load_records(project)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for r in result.results:
+    for r in results:
         records[r.vm] = {
             "backend": r.backend,
             "action": r.action,

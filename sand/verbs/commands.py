@@ -207,5 +207,6 @@ def _confirm(question: str, yes: bool) -> bool:
         print(question + "yes (--yes)")
         return True
     with contextlib.suppress(EOFError):
-        return input(question).strip().lower() in ("y", "yes")
+        # The one rule of every sand prompt: only the word "yes" approves.
+        return input(question + "\n  Enter a value: ").strip() == "yes"
     return False

@@ -290,7 +290,7 @@ def confirm_and_execute(
         f"\nPublish {len(plan.pending)} commits to {plan.destination.fork.path} "
         f"{plan.destination.branch}"
         + ("" if plan.open_mr else " and open a merge request")
-        + "? [y/N] "
+        + "? Only 'yes' will be accepted."
     )
     if not confirm(question):
         print("Not confirmed; nothing was published.", file=out)

@@ -7,6 +7,7 @@ Assertions read fakepve's own state and request log, not sand's output alone.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -215,6 +216,35 @@ def test_json_logs_are_json(sand, fakepve_server):
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
     assert any(e.get("event") == "progress" and e.get("step") == "done" for e in events)
+
+
+def test_each_vm_reports_typed_phases_with_their_own_clock(sand, fakepve_server):
+    # The engine emits (vm, phase, detail, elapsed) events; the JSON view carries them.
+    proc = sand.run("--log-format", "json", "--log-level", "info", "apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    steps = [e for e in events if e.get("event") == "progress"]
+    assert steps, proc.stderr
+    by_vm: dict[str, list[dict]] = {}
+    for e in steps:
+        by_vm.setdefault(e["vm"], []).append(e)
+    for vm, seen in by_vm.items():
+        phases = [e["phase"] for e in seen]
+        assert phases[0] == "creating" and phases[-1] == "done", (vm, phases)
+        assert "recording" in phases, (vm, phases)
+        assert all(e["backend"] == "pve" for e in seen)
+        clock = [e["elapsed"] for e in seen]
+        assert clock == sorted(clock) and clock[-1] > 0, (vm, clock)
+    # The VMs the rig now holds are the ones that reported done.
+    assert sorted(by_vm) == sorted(vm.name for vm in fakepve_server.vms())
+
+
+def test_without_a_terminal_progress_is_timestamped_lines(sand, fakepve_server):
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if ": creating" in line]
+    assert lines, proc.stderr
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d \S+: creating$", line) for line in lines)
 
 
 def test_an_unreachable_backend_is_an_error_not_no_changes(sand, fakepve_server):

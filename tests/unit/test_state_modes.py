@@ -75,7 +75,7 @@ def test_every_state_file_is_private_whatever_the_umask(state: Path, umask: int)
     with ProjectLock(project_dir("demo") / "lock"):
         pass
     result = ApplyResult([VMResult("dev", "laptop", "create", ok=False, error="boom")])
-    record_results("demo", result)
+    record_results("demo", result.results)
     key = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
     assert KnownHosts().pin("lima-dev.1", key)
     ledger_append(ledger_path("demo"), [{"vm": "dev", "event": "swept"}])

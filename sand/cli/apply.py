@@ -1,0 +1,241 @@
+"""``sand plan``, ``sand apply`` and ``sand destroy``: the prompts, the summaries and
+the exit codes around the reconcile loop (which itself prints nothing)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sand.apply.reconcile import ApplyOutcome, Prepared
+from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from sand.errors import PlanRefused
+from sand.plan import Action, Plan
+from sand.plan.render import plan_to_json, render_text
+from sand.project import Session
+from sand.terminal import continued
+
+
+def use_colour(stream: Any) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    import os
+
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from sand.apply.reconcile import compute_plan
+    from sand.project import open_session
+
+    session = open_session(args.manifest, lock=False)
+
+    async def run() -> Plan:
+        try:
+            return await compute_plan(
+                session, refresh_only=args.refresh_only, allow_data_loss=args.allow_data_loss
+            )
+        finally:
+            await session.close()
+
+    plan = asyncio.run(run())
+    if args.out:
+        from sand.apply.planfile import save_plan
+
+        save_plan(args.out, session, plan)
+    if args.json:
+        print(json.dumps(plan_to_json(plan), indent=2, default=str))
+    else:
+        sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
+        if args.out:
+            print(f"\nSaved the plan to {args.out}; apply it with: sand apply {args.out}")
+    if plan.unknown_backends:
+        # A plan that could not see a backend is incomplete, not "no changes".
+        return EXIT_ERROR
+    if any(c.action is Action.BLOCKED for c in plan.changes):
+        # Apply would refuse these and exit 1: a plan must not read as fine (CI gates).
+        print("Error: the plan has blocked changes (marked !); see above.", file=sys.stderr)
+        return EXIT_ERROR
+    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    if args.watch:
+        if args.allow_data_loss:
+            raise PlanRefused(
+                "--allow-data-loss is never used with --watch: a save must not destroy work"
+            )
+        from sand.cli.watch import watch
+
+        return watch(args)
+    return run_apply(
+        args.manifest,
+        auto_approve=args.auto_approve,
+        parallelism=args.parallelism,
+        allow_mass_delete=args.allow_mass_delete,
+        as_json=args.json,
+        progress_mode="json" if args.log_format == "json" else "auto",
+        allow_data_loss=args.allow_data_loss,
+    )
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    return run_apply(
+        args.manifest,
+        auto_approve=args.auto_approve,
+        parallelism=10,
+        allow_mass_delete=True,
+        as_json=False,
+        destroy=True,
+        allow_data_loss=args.allow_data_loss,
+    )
+
+
+def run_apply(
+    manifest: str | Path,
+    *,
+    auto_approve: bool,
+    parallelism: int,
+    allow_mass_delete: bool,
+    as_json: bool,
+    destroy: bool = False,
+    progress_mode: str = "auto",
+    allow_data_loss: bool = False,
+) -> int:
+    from sand.apply.planfile import read_plan_file
+    from sand.project import open_session
+
+    saved = read_plan_file(manifest)
+    if saved is not None:
+        # A saved plan was approved when it was made; it runs only if still exact.
+        manifest, auto_approve = saved["manifest"], True
+    if not auto_approve and not sys.stdin.isatty():
+        raise PlanRefused(
+            "no terminal to confirm on; re-run with --auto-approve to apply unattended"
+        )
+    session = open_session(manifest, lock=True)
+    run = _Run(
+        session,
+        parallelism=parallelism,
+        allow_mass_delete=allow_mass_delete,
+        as_json=as_json,
+        destroy=destroy,
+        progress_mode="json" if as_json else progress_mode,
+        allow_data_loss=allow_data_loss,
+        confirm=not auto_approve,
+    )
+    return asyncio.run(run.apply(saved))
+
+
+class _Run:
+    def __init__(self, session: Session, *, confirm: bool, **options: Any) -> None:
+        self.session = session
+        self.ask = confirm
+        self.parallelism: int = options["parallelism"]
+        self.allow_mass_delete: bool = options["allow_mass_delete"]
+        self.as_json: bool = options["as_json"]
+        self.destroy: bool = options["destroy"]
+        self.progress_mode: str = options["progress_mode"]
+        self.allow_data_loss: bool = options["allow_data_loss"]
+
+    async def apply(self, saved: dict[str, Any] | None) -> int:
+        from sand.apply.reconcile import (
+            carry_out,
+            mass_delete_problem,
+            recover_and_plan,
+            settle_unchanged,
+        )
+        from sand.cli.progress import progress_view
+
+        session = self.session
+        try:
+            prepared = await recover_and_plan(
+                session, destroy=self.destroy, allow_data_loss=self.allow_data_loss
+            )
+            print_recovered(prepared)
+            plan = prepared.plan
+            if saved is not None:
+                from sand.apply.planfile import check_still_valid
+
+                check_still_valid(saved, session, plan)
+            if not self.as_json:
+                sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
+            if not plan.has_changes:
+                outcome = settle_unchanged(session, prepared)
+                if self.as_json:
+                    print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
+                return self._exit_code(outcome)
+            problem = mass_delete_problem(plan)
+            if problem and not self.allow_mass_delete:
+                raise PlanRefused(problem)
+            if self.ask and not _approved(self.destroy):
+                print("Apply cancelled.")
+                return EXIT_ERROR
+            with progress_view(self.progress_mode) as hooks:
+                outcome = await carry_out(
+                    session,
+                    prepared,
+                    parallelism=self.parallelism,
+                    hooks=hooks,
+                    allow_data_loss=self.allow_data_loss,
+                )
+            report_outcome(outcome, self.as_json)
+            return self._exit_code(outcome)
+        finally:
+            await session.close()
+
+    def _exit_code(self, outcome: ApplyOutcome) -> int:
+        """0 only when everything converged: a failure, an unknown backend or a
+        blocked VM is not."""
+        if not outcome.ok:
+            return EXIT_ERROR
+        parts = outcome.not_converged()
+        if not parts:
+            return EXIT_OK
+        if not self.as_json:
+            print(f"Not converged: {', '.join(parts)}.", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _approved(destroy: bool) -> bool:
+    from sand.cli.confirm import confirm
+
+    what = "destroy all managed VMs" if destroy else "perform these actions"
+    return confirm(f"\nDo you want to {what}? Only 'yes' will be accepted.")
+
+
+def print_recovered(prepared: Prepared) -> None:
+    for line in prepared.recovered:
+        print(f"Recovered: {line}", file=sys.stderr)
+
+
+def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
+    plan, result = outcome.plan, outcome.result
+    assert result is not None  # only called after something ran
+    if as_json:
+        out = {
+            "plan": plan_to_json(plan),
+            "results": [
+                {k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results
+            ],
+            "ok": result.ok,
+        }
+        print(json.dumps(out, indent=2, default=str))
+        return
+    failures = result.failures()
+    if not failures:
+        add, chg, destroy = plan.counts()
+        print(
+            f"\nApply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
+            f"({outcome.seconds:.1f}s)."
+        )
+    else:
+        print(f"\nApply finished with {len(failures)} failed VM(s):")
+        for f in failures:
+            print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")
+    for warning in outcome.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)

@@ -1,0 +1,67 @@
+"""The plan's text and JSON renderings, frozen: a refactor of the plan's records must
+not change a word a person or a CI pipeline reads. Regenerate on purpose with
+``SAND_UPDATE_GOLDEN=1``."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from sand.observed import Observation
+from sand.plan import Blocker, make_plan
+from sand.plan.gates import block
+from sand.plan.render import plan_to_json, render_text
+from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+
+GOLDEN = Path(__file__).parent / "golden"
+FLEET = (
+    MANIFEST
+    + """\
+  - name: d
+    memory: 4GiB
+  - name: e
+  - name: f
+"""
+)
+
+
+def every_kind_of_change():
+    state = desired(FLEET)
+    obs = converged(state)
+    pve = {vm.name: vm for vm in obs["pve"].vms}
+    a = stale_marker(pve["a"], guest_fingerprint="older-bundle")  # reprovision
+    b = replace(stale_marker(pve["b"]), memory=8 * 2**30)  # memory 8 → 16 GiB, restart
+    assert pve["d"].marker is not None
+    d = replace(pve["d"], marker=replace(pve["d"].marker, secrets="1-" + "0" * 20, secrets_at=1))
+    e = stale_marker(pve["e"], image="debian-11")  # image → replace
+    f = stale_marker(pve["f"], guest_fingerprint="older-bundle")  # reprovision, blocked
+    gone = replace(pve["a"], name="old", identity="150")  # not in the manifest: delete
+    gone = replace(gone, marker=replace(gone.marker, name="old", identity="150"))
+    obs["pve"] = Observation("pve", (a, b, d, e, f, gone))
+    obs["laptop"] = Observation("laptop", ())  # c is created
+    plan = make_plan(state, obs, POLICIES, secret_stamps={"d": "1-" + "1" * 20})
+    changes = tuple(
+        block(ch, (Blocker("template 'x' not found", "sand.yaml:9:5"),)) if ch.vm == "f" else ch
+        for ch in plan.changes
+    )
+    return replace(plan, changes=changes)
+
+
+def check(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SAND_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; diff it against {path}"
+
+
+def test_the_text_plan_keeps_its_words():
+    check("plan.txt", render_text(every_kind_of_change()))
+
+
+def test_the_json_plan_keeps_its_words():
+    data = plan_to_json(every_kind_of_change())
+    for c in data["changes"]:
+        c.pop("guest", None)  # added with the guest action; every other key as before
+    check("plan.json", json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
