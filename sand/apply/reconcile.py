@@ -32,6 +32,7 @@ async def compute_plan(
     secrets: GuestSecrets | None = None,
     unsettled: Mapping[str, str] | None = None,
     checks: bool = True,
+    guest_checks: bool = True,
     allow_data_loss: bool = False,
 ) -> Plan:
     """``unsettled``: backends whose journal replay failed, planned as unknown.
@@ -39,6 +40,10 @@ async def compute_plan(
     ``checks``: preflight the planned changes and sweep the VMs to be deleted or
     replaced for unpushed work (blocked unless ``allow_data_loss``). Off only for
     read-only views such as ``sand status``.
+
+    ``guest_checks``: ask the guests of no-op VMs whether their tmpfs still holds
+    their secrets (one SSH session each). Off for ``sand status``, which contacts a
+    guest only when asked (``--deep``, :mod:`sand.apply.health`).
 
     Journal entries still open (``sand plan`` never replays them) are folded in: what
     replaying them will do is listed first, and planned as done.
@@ -62,7 +67,7 @@ async def compute_plan(
         refresh_only=refresh_only,
         recovery=recovery,
     )
-    if stamps:
+    if stamps and guest_checks:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
         # of otherwise no-op VMs whether their tmpfs still holds what was delivered.
         lost, warnings = await check_guests(plan, observations, session.backends)

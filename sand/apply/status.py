@@ -4,6 +4,10 @@ A backend that could not be observed makes its VMs *unknown*, never absent: a
 person reading "absent" would believe the machine (and the work in it) is gone.
 Their conditions are "Unknown" (not False), the report names each such backend
 with its reason, and the command exits 1.
+
+No guest is contacted unless ``deep``: then Healthy also needs the guest's own
+checks (:mod:`sand.apply.health`) to pass, and each row's ``guest_health`` lists
+what failed (``None``: not checked).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sand.apply.health import DEEP_TIMEOUT, check_health, targets
 from sand.apply.reconcile import compute_plan
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import open_session
@@ -35,24 +40,38 @@ class StatusReport:
         }
 
 
-def status_report(manifest: str | Path) -> StatusReport:
+def status_report(
+    manifest: str | Path, *, deep: bool = False, timeout: float | None = None
+) -> StatusReport:
     session = open_session(manifest, lock=False)
 
-    async def run() -> Any:
+    async def run() -> tuple[Plan, dict[str, list[str]]]:
         try:
-            return await compute_plan(session, checks=False)
+            plan = await compute_plan(session, checks=False, guest_checks=False)
+            if not deep:
+                return plan, {}
+            todo = targets(plan, session.backends)
+            return plan, await check_health(todo, timeout=timeout or DEEP_TIMEOUT)
         finally:
             await session.close()
 
-    plan: Plan = asyncio.run(run())
+    plan, health = asyncio.run(run())
     records = load_records(session.project)
     unknown = dict(plan.unknown_backends)
-    rows = [_row(c, records.get(c.vm, {}), unknown.get(c.backend)) for c in plan.changes]
+    rows = [
+        _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm))
+        for c in plan.changes
+    ]
     rows += _recorded_but_unseen(plan, records, unknown)
     return StatusReport(rows, unknown)
 
 
-def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> dict[str, Any]:
+def _row(
+    c: VMChange,
+    record: dict[str, Any],
+    backend_unknown: str | None,
+    guest_health: list[str] | None = None,
+) -> dict[str, Any]:
     d, o = c.desired, c.observed
     observed: dict[str, Any] | None
     conditions: dict[str, Any]
@@ -75,7 +94,7 @@ def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> di
             provisioned = bool(o and o.marker and o.marker.guest_fingerprint == d.guest_fingerprint)
         conditions = {
             "Synced": c.action is Action.NOOP and not c.acts and not c.drift,
-            "Healthy": bool(o and d and o.power == d.state and not o.findings),
+            "Healthy": bool(o and d and o.power == d.state and not o.findings and not guest_health),
             "Provisioned": provisioned,
         }
     return {
@@ -98,6 +117,7 @@ def _row(c: VMChange, record: dict[str, Any], backend_unknown: str | None) -> di
         "observed": observed,
         "conditions": conditions,
         "drift": [f.field for f in c.drift],
+        "guest_health": guest_health,
         "last_reconcile": record.get("at"),
         "last_error": record.get("error") or None,
     }

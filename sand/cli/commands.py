@@ -34,7 +34,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from sand.apply.status import status_report
     from sand.terminal import continued
 
-    report = status_report(args.manifest)
+    if args.timeout is not None and not args.deep:
+        print("Error: --timeout is for --deep (the guests' own checks)", file=sys.stderr)
+        return EXIT_ERROR
+    report = status_report(args.manifest, deep=args.deep, timeout=args.timeout)
     rows = report.rows
     # A backend nobody could look at is an error, not "absent": exit 1, text or JSON.
     code = EXIT_ERROR if report.unknown_backends else EXIT_OK
@@ -48,6 +51,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         if r.get("last_error"):
             print(f"{r['vm']}: last error: {continued(r['last_error'])}")
+        for problem in r.get("guest_health") or ():
+            print(f"{r['vm']}: not healthy: {continued(problem)}")
     for backend, why in sorted(report.unknown_backends.items()):
         print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
     if code:

@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="desired vs observed, per VM")
     manifest_arg(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check each running guest over SSH (reachable, its agents installed, "
+        "its secrets on tmpfs) for Healthy; without it no guest is contacted",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="--deep: seconds each guest gets to answer (default 20)",
+    )
 
     p = sub.add_parser("doctor", help="check backend credentials and permissions")
     manifest_arg(p)
@@ -75,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verb_parsers(sub)
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

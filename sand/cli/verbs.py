@@ -21,9 +21,17 @@ def add_verb_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "shell",
         help="a shell (or one command) in a VM, as its user",
-        usage="sand shell [-f FILE] [--raw] VM [-- CMD...]",
+        usage="sand shell [-f FILE] [--new] [--raw] VM [-- CMD...]",
+        description="Without a command: attach the VM's persistent tmux session (named "
+        "after the VM; created when missing), so what runs there survives a dropped "
+        "connection. With -- CMD: run CMD alone, without tmux, and exit with its status.",
     )
     _manifest(p)
+    p.add_argument(
+        "--new",
+        action="store_true",
+        help="start a new tmux session (VM-2, VM-3, ...) instead of attaching the VM's",
+    )
     p.add_argument(
         "--raw",
         action="store_true",

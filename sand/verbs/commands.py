@@ -33,15 +33,27 @@ class UsageError(SandError):
 
 def cmd_shell(args: argparse.Namespace) -> int:
     raw = bool(getattr(args, "raw", False))
-    if args.command:
-        return asyncio.run(_shell_command(args.manifest, args.vm, list(args.command), raw))
+    new = bool(getattr(args, "new", False))
+    command = list(args.command)
+    if command and command[0] in ("--new", "--raw"):
+        # argparse hands everything after VM to the command; no guest program is
+        # called --new, so this is the option written in the wrong place.
+        raise UsageError(f"put {command[0]} before the VM: sand shell {command[0]} VM")
+    if command:
+        if new:
+            raise UsageError("--new is for the interactive shell; -- CMD runs without tmux")
+        return asyncio.run(_shell_command(args.manifest, args.vm, command, raw))
     if raw:
         raise UsageError(
             "--raw is for a command (sand shell --raw VM -- CMD); an interactive shell is "
             "your terminal talking to the guest's, byte for byte"
         )
+    from sand.verbs.shell import tmux_command
+
     endpoint = asyncio.run(_pinned_endpoint(args.manifest, args.vm))
-    return run_ssh(endpoint)
+    # The guest's tmux session is what survives a dropped connection; ssh asks for a
+    # terminal for it only when there is one here (else the guest gives a plain shell).
+    return run_ssh(endpoint, command=tmux_command(args.vm, new=new), tty=sys.stdin.isatty())
 
 
 async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> int:
@@ -63,7 +75,7 @@ async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
     return endpoint
 
 
-def run_ssh(endpoint: GuestEndpoint) -> int:
+def run_ssh(endpoint: GuestEndpoint, *, command: str | None = None, tty: bool = False) -> int:
     from sand.guest.ssh import KnownHosts, host_key_alias
     from sand.verbs.shell import jump_config, ssh_argv
 
@@ -75,7 +87,12 @@ def run_ssh(endpoint: GuestEndpoint) -> int:
             with os.fdopen(fd, "w") as fh:
                 fh.write(jump_config(endpoint.jump))
         argv = ssh_argv(
-            endpoint, known_hosts=KnownHosts().path, alias=host_key_alias(endpoint), config=config
+            endpoint,
+            known_hosts=KnownHosts().path,
+            alias=host_key_alias(endpoint),
+            config=config,
+            command=command,
+            tty=tty,
         )
         return subprocess.run(argv, check=False).returncode
 

@@ -72,7 +72,8 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
 
     {"version": "2.2.0",                  # what --version and lima-version say
      "fail": {"list": "msg",              # a command fails: "msg" for every instance,
-              "start": {"vm1": "msg"}},   #   or per instance ("*" = any)
+              "start": {"vm1": "msg"},    #   or per instance ("*" = any);
+              "version": "msg"},          #   "version": --version itself fails
      "clone_delay": 0.5,                  # seconds the new dir exists without lima.yaml
      "delete_delay": 0.5,                 # seconds between removing lima.yaml and the dir
      "start_delay": 0.0,
@@ -1376,6 +1377,8 @@ def main(argv: list[str]) -> int:
             tty = False
         cfg = load_config()
         if args.version:
+            if (broken := fault(cfg, "version")) is not None:
+                fatal(broken)
             print(f"limactl version {version(cfg)}")
             return 0
         if cfg.get("require_tty_false") and not (args.tty is False or args.yes):

@@ -47,6 +47,8 @@ PACKAGES: tuple[str, ...] = (
     "coreutils",
     "curl",
     "systemd",
+    # `sand shell` attaches a persistent tmux session (a plain shell without it).
+    "tmux",
 )
 
 # Bump when _customize() changes so cached trees are rebuilt.

@@ -70,3 +70,14 @@ def test_an_unknown_vm_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_raw_is_only_for_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["shell", "-f", str(tmp_path / "nope.yaml"), "--raw", "vm"]) == 1
     assert "--raw is for a command" in capsys.readouterr().err
+
+
+def test_new_is_only_for_the_interactive_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = str(tmp_path / "nope.yaml")  # refused before the manifest is read
+    assert main(["shell", "-f", manifest, "--new", "vm", "--", "true"]) == 1
+    assert "--new is for the interactive shell; -- CMD runs without tmux" in capsys.readouterr().err
+    # After VM, argparse would hand it to the guest as a command: refused, with the fix.
+    assert main(["shell", "-f", manifest, "vm", "--new"]) == 1
+    assert "put --new before the VM: sand shell --new VM" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,14 @@ import pytest
 from sand.errors import TransportError
 from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.verbs.commands import split_remote
-from sand.verbs.shell import jump_config, quote_config, ssh_argv
+from sand.verbs.shell import (
+    TMUX_SCRIPT,
+    jump_config,
+    quote_config,
+    session_name,
+    ssh_argv,
+    tmux_command,
+)
 
 EP = GuestEndpoint(
     host="10.0.0.5", port=2222, user="claude", identity="/keys/id", host_key_alias="lima-dev"
@@ -56,6 +64,24 @@ def test_jump_host_goes_through_a_private_config(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError):
         ssh_argv(ep, known_hosts=KH, alias="a", ssh="ssh")
+
+
+@pytest.mark.parametrize(
+    ("vm", "session"), [("dev-1", "dev-1"), ("dev.1", "dev_1"), ("a:b c", "a_b_c"), ("", "sand")]
+)
+def test_the_tmux_session_is_named_after_the_vm(vm: str, session: str) -> None:
+    # tmux reads '.' and ':' in a target as window and pane separators.
+    assert session_name(vm) == session
+
+
+def test_the_interactive_shell_asks_for_a_terminal_and_runs_the_tmux_script() -> None:
+    command = tmux_command("dev.1")
+    argv = ssh_argv(EP, known_hosts=KH, alias="lima-dev", ssh="ssh", command=command, tty=True)
+    assert argv[-8:] == ["-t", "-p", "2222", "-l", "claude", "--", "10.0.0.5", command]
+    # One word for the guest's login shell, which splits it back into exactly this.
+    assert shlex.split(command) == ["/bin/sh", "-c", TMUX_SCRIPT, "sand-shell", "dev_1", "attach"]
+    assert shlex.split(tmux_command("dev.1", new=True))[-1] == "new"
+    assert "-t" not in ssh_argv(EP, known_hosts=KH, alias="lima-dev", ssh="ssh", command=command)
 
 
 @pytest.mark.parametrize("value", ['a"b', "a\nb", ""])

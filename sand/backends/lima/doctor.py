@@ -8,8 +8,9 @@ Checked, one finding per cause:
   exactly as apply would meet it);
 * its version is at least 2.2.0: older listings fail while any instance is being cloned
   or deleted (lima-vm/lima#5236), and sand then leaves that host alone for the run;
-* ``LIMA_HOME``, when it exists, is a directory sand can write (a missing one is fine:
-  Lima creates it).
+* ``LIMA_HOME``, when it exists, is a directory sand can write; a missing one is fine
+  (Lima creates it) as long as it can be created: its nearest existing parent is a
+  directory sand can write.
 
 Nothing is changed. Remotely it is one exec of a fixed script (data only as arguments).
 """
@@ -29,11 +30,16 @@ from sand.errors import SandError
 
 TIMEOUT = 60.0
 
-# $1 = limactl. Prints "home STATE" (LIMA_HOME as the runner sets it), then "limactl
-# missing|notexec|found" and, when found, "version_rc N" and "version TEXT".
+# $1 = limactl. Prints "home STATE" (LIMA_HOME as the runner sets it: missing, i.e.
+# creatable, uncreatable, notdir, readonly or ok), then "limactl missing|notexec|found"
+# and, when found, "version_rc N" and "version TEXT".
 REMOTE_PROBE = r"""
 home=${LIMA_HOME:-$HOME/.lima}
-if [ ! -e "$home" ]; then echo "home missing"
+if [ ! -e "$home" ]; then
+  p=$home
+  while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
+  if [ -d "$p" ] && [ -w "$p" ] && [ -x "$p" ]; then echo "home missing"
+  else echo "home uncreatable"; fi
 elif [ ! -d "$home" ]; then echo "home notdir"
 elif [ -w "$home" ] && [ -x "$home" ]; then echo "home ok"
 else echo "home readonly"; fi
@@ -136,6 +142,14 @@ def _local_lima_home(configured: str | None) -> list[Finding]:
     Lima's default."""
     home = Path(configured or os.environ.get("LIMA_HOME") or Path.home() / ".lima")
     if not home.exists():
+        blocker = _cannot_create(home)
+        if blocker:
+            return [
+                Finding(
+                    "error",
+                    f"LIMA_HOME {home} does not exist and cannot be created: {blocker}",
+                )
+            ]
         return [Finding("ok", f"LIMA_HOME {home} does not exist yet (Lima creates it)")]
     if not home.is_dir():
         return [Finding("error", f"LIMA_HOME {home} is not a directory")]
@@ -148,6 +162,18 @@ def _local_lima_home(configured: str | None) -> list[Finding]:
             )
         ]
     return [Finding("ok", f"LIMA_HOME {home} is a writable directory")]
+
+
+def _cannot_create(path: Path) -> str | None:
+    """Why ``mkdir -p path`` would fail here (its nearest existing parent), or None."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable (uid {os.geteuid()})"
+    return None
 
 
 # --- a remote host ------------------------------------------------------------------------
@@ -175,6 +201,14 @@ async def _remote(runner: RemoteRunner, limactl: str) -> list[Finding]:
         findings.append(Finding("error", f"LIMA_HOME {home} on {where} is not a directory"))
     elif state == "readonly":
         findings.append(Finding("error", f"LIMA_HOME {home} on {where} is not writable"))
+    elif state == "uncreatable":
+        findings.append(
+            Finding(
+                "error",
+                f"LIMA_HOME {home} on {where} does not exist and cannot be created (its "
+                "nearest existing parent is not a writable directory)",
+            )
+        )
     found = facts.get("limactl")
     if found == "missing":
         findings.append(

@@ -136,6 +136,11 @@ class RemoteTarget:
         return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
 
 
+# Seconds for the remote Lima host to accept, answer and authenticate: a host that is
+# up does it in well under a second; one that is down or hung is said so, not waited on.
+CONNECT_TIMEOUT = 20
+
+
 class RemoteRunner:
     remote = True
 
@@ -153,7 +158,7 @@ class RemoteRunner:
             "host": t.host,
             "port": t.port,
             "known_hosts": t.known_hosts,
-            "connect_timeout": 20,
+            "connect_timeout": CONNECT_TIMEOUT,
             "keepalive_interval": 15,
             "keepalive_count_max": 8,
             "password": None,
@@ -192,9 +197,17 @@ class RemoteRunner:
                     f"keys offered: {offered}",
                     transient=False,
                 ) from None
+            except TimeoutError:
+                # A port that accepts and then says nothing (sshd hung, a firewall that
+                # swallows the handshake): the exception itself carries no words.
+                raise TransportError(
+                    f"cannot connect to the remote Lima host {self.where}: no SSH answer "
+                    f"within {CONNECT_TIMEOUT}s"
+                ) from None
             except (OSError, asyncssh.Error) as exc:
                 raise TransportError(
-                    f"cannot connect to the remote Lima host {self.where}: {exc}"
+                    f"cannot connect to the remote Lima host {self.where}: "
+                    f"{str(exc) or type(exc).__name__}"
                 ) from None
             self.connections += 1
             return self._conn

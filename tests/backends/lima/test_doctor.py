@@ -1,17 +1,21 @@
 """`sand doctor` for Lima backends, as a person runs it: one line per cause, naming the
 backend, exit 1; `NAME: ok` and exit 0 only when nothing is wrong.
 
-Local: the limactl stand-in (missing, not executable, too old) and a LIMA_HOME that is a
-file or a read-only mount. Remote: a real sshd on 127.0.0.1 (closed port, changed or
-unknown host key, no limactl on the remote PATH)."""
+Local: the limactl stand-in (missing, not executable, too old, its --version failing or
+unreadable) and a LIMA_HOME that is a file, a read-only mount, or missing where it cannot
+be created. Remote: a real sshd on 127.0.0.1 (closed port, hung sshd, changed or unknown
+host key, no known_hosts file, no limactl on the remote PATH, an old or failing limactl,
+a LIMA_HOME there that is a file or cannot be created)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +139,49 @@ def test_limactl_older_than_2_2_warns_why(tmp_path: Path, standin: StandIn) -> N
     line = only_line(res)
     assert line.startswith("laptop: warning: limactl 2.1.1 on this machine is older than 2.2.0")
     assert "being cloned or deleted" in line and "lima-vm/lima#5236" in line
+
+
+def test_a_limactl_whose_version_fails(tmp_path: Path, standin: StandIn) -> None:
+    standin.fail("version", "cannot read the embedded version")
+    m = manifest(
+        tmp_path / "sand.yaml",
+        {"type": "lima", "lima_home": "./lima", "limactl": str(standin.executable)},
+    )
+    res = doctor(m, env=books(standin))
+    assert res.returncode == 1, res.stdout + res.stderr
+    line = only_line(res)
+    assert line.startswith(
+        f"laptop: error: `{standin.executable} --version` failed on this machine (exit 1): "
+    )
+    assert "cannot read the embedded version" in line
+
+
+def test_a_limactl_version_that_cannot_be_read(tmp_path: Path, standin: StandIn) -> None:
+    standin.configure(version="HEAD-unknown")
+    m = manifest(
+        tmp_path / "sand.yaml",
+        {"type": "lima", "lima_home": "./lima", "limactl": str(standin.executable)},
+    )
+    res = doctor(m, env=books(standin))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert only_line(res) == (
+        "laptop: warning: cannot read limactl's version on this machine from "
+        "'limactl version HEAD-unknown'"
+    )
+
+
+def test_a_missing_lima_home_that_cannot_be_created(tmp_path: Path, standin: StandIn) -> None:
+    (tmp_path / "a-file").write_text("")
+    m = manifest(
+        tmp_path / "sand.yaml",
+        {"type": "lima", "lima_home": "./a-file/lima", "limactl": str(standin.executable)},
+    )
+    res = doctor(m, env=books(standin))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert only_line(res) == (
+        f"laptop: error: LIMA_HOME {tmp_path / 'a-file' / 'lima'} does not exist and cannot "
+        f"be created: {tmp_path / 'a-file'} is not a directory"
+    )
 
 
 def test_a_lima_home_that_is_a_file(tmp_path: Path, standin: StandIn) -> None:
@@ -280,3 +327,98 @@ def test_an_old_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None: 
         line
     )
     assert "lima-vm/lima#5236" in line
+
+
+@needs_sshd
+def test_a_remote_host_that_never_answers(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # sshd frozen: the kernel still accepts on its port, but no SSH banner ever comes.
+    sshd.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
+        took = time.monotonic() - start
+    finally:
+        sshd.proc.send_signal(signal.SIGCONT)
+    assert res.returncode == 1
+    assert only_line(res) == (
+        f"laptop: error: cannot connect to the remote Lima host root@127.0.0.1:{sshd.port}: "
+        "no SSH answer within 20s"
+    )
+    assert took < 40, took  # the connect timeout, not a hang
+
+
+@needs_sshd
+def test_a_missing_known_hosts_file(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    gone = tmp_path / "no-such-known_hosts"
+    res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml", known_hosts=str(gone)))
+    assert res.returncode == 1
+    line = only_line(res)
+    assert line.startswith("laptop: error: cannot verify the remote Lima host 127.0.0.1:")
+    assert f"the known_hosts file {gone} does not exist" in line
+    assert sshd.connections() == 0  # nothing was sent to an unverified host
+
+
+def remote_books(sshd: Sshd, tmp_path: Path) -> str:  # noqa: F811
+    """The remote stand-in with its config and log kept outside a LIMA_HOME these tests
+    break: a wrapper on the remote host, named as the backend's ``limactl:``."""
+    wrapper = tmp_path / "remote-limactl"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"LIMACTL_STANDIN_CONFIG='{sshd.standin.config_path}' "
+        f"LIMACTL_STANDIN_LOG='{sshd.standin.log_path}' exec '{sshd.standin.executable}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@needs_sshd
+def test_a_remote_lima_home_that_is_a_file(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    home = tmp_path / "remote-home-file"
+    home.write_text("")
+    m = remote_manifest(
+        sshd, tmp_path / "sand.yaml", lima_home=str(home), limactl=remote_books(sshd, tmp_path)
+    )
+    res = doctor(m)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert only_line(res) == (
+        f"laptop: error: LIMA_HOME {home} on root@127.0.0.1:{sshd.port} is not a directory"
+    )
+
+
+@needs_sshd
+def test_a_remote_lima_home_that_cannot_be_created(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "a-file").write_text("")
+    home = tmp_path / "a-file" / "lima"
+    m = remote_manifest(
+        sshd, tmp_path / "sand.yaml", lima_home=str(home), limactl=remote_books(sshd, tmp_path)
+    )
+    res = doctor(m)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert only_line(res) == (
+        f"laptop: error: LIMA_HOME {home} on root@127.0.0.1:{sshd.port} does not exist and "
+        "cannot be created (its nearest existing parent is not a writable directory)"
+    )
+
+
+@needs_sshd
+def test_a_missing_remote_lima_home_is_fine(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    home = tmp_path / "remote" / "not-yet"
+    m = remote_manifest(
+        sshd, tmp_path / "sand.yaml", lima_home=str(home), limactl=remote_books(sshd, tmp_path)
+    )
+    res = doctor(m)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert only_line(res) == "laptop: ok"
+    assert not home.exists()
+
+
+@needs_sshd
+def test_a_failing_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    sshd.standin.fail("version", "cannot read the embedded version")
+    res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
+    assert res.returncode == 1
+    line = only_line(res)
+    assert line.startswith(
+        f"laptop: error: `limactl --version` failed on root@127.0.0.1:{sshd.port} (exit 1): "
+    )
+    assert "cannot read the embedded version" in line

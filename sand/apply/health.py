@@ -1,0 +1,199 @@
+"""``sand status --deep``: is each running VM's guest fit for work, as declared?
+
+A listing says a VM is running; it cannot say whether the guest answers SSH,
+whether the agents the VM declares are installed, or whether its secrets are
+still on the guest's tmpfs (a reboot empties it). Those answers cost one SSH
+session per guest, so they are asked only with ``--deep``: at most
+:data:`DEEP_PARALLELISM` guests at a time, each bounded by one timeout that
+covers finding the endpoint, connecting and the check itself, so a hung guest
+costs that timeout and never the whole report.
+
+The check is one fixed script, run as the VM's user, with only validated names
+on its argv (agent names, the tmpfs file names sand derives, environment
+variable names). It prints one ``ok`` or ``missing`` per check and nothing
+else; the host words every problem from its own data, so no guest text is
+shown and no secret value is read (``grep -q`` only asks whether a variable is
+set in the file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sand.backends.protocol import Backend
+from sand.desired import DesiredVM
+from sand.errors import SandError
+from sand.guest.endpoint import GuestEndpoint
+from sand.observed import ObservedVM
+from sand.plan.model import Plan
+from sand.provision.steps import Step, guest_path, slug
+from sand.terminal import one_line
+
+if TYPE_CHECKING:
+    from sand.guest.ssh import Connection
+
+DEEP_PARALLELISM = 8
+DEEP_TIMEOUT = 20.0  # a running guest answers in well under a second
+
+# Agents are a closed set in the manifest; this is the same rule again for argv.
+_AGENT = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Checks on argv, each a kind and its words; one line "ok" or "missing" per check:
+#   agent NAME        NAME is executable where sand's agents step puts agents, or on PATH
+#   env FILE VAR      the tmpfs file FILE (relative to sand's tmpfs root) sets VAR
+#   file FILE         the tmpfs file FILE exists and is not empty (a repo token)
+# The tmpfs root is either of the two secrets.sh may choose.
+HEALTH_SCRIPT = r"""
+uid=$(id -u) || exit 1
+tmpfs() { for r in "/run/user/$uid/sand" "/dev/shm/sand-$uid"; do
+  if [ -f "$r/$1" ] && [ ! -L "$r/$1" ]; then printf '%s' "$r/$1"; return 0; fi; done; return 1; }
+say() { if "$@"; then echo ok; else echo missing; fi; }
+agent() { [ -x "/usr/local/bin/$1" ] || [ -x "/usr/bin/$1" ] || [ -x "$HOME/.local/bin/$1" ] ||
+  command -v -- "$1" >/dev/null 2>&1; }
+env_set() { f=$(tmpfs "$1") && grep -q -- "^export $2=" "$f"; }
+file_set() { f=$(tmpfs "$1") && [ -s "$f" ]; }
+while [ $# -gt 0 ]; do
+  case $1 in
+  agent) say agent "$2"; shift 2 ;;
+  env) say env_set "$2" "$3"; shift 3 ;;
+  file) say file_set "$2"; shift 2 ;;
+  *) exit 2 ;;
+  esac
+done
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing the guest must have: its words for the script, its problem if absent."""
+
+    words: tuple[str, ...]
+    missing: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running VM whose guest is to be checked."""
+
+    vm: DesiredVM
+    observed: ObservedVM
+    backend: Backend
+
+
+Probe = Callable[[Target, float], Awaitable[list[str]]]
+
+
+def guest_checks(vm: DesiredVM) -> list[Check]:
+    """What ``vm`` declares its guest holds: its agents and its secrets (by name)."""
+    if not vm.provision:
+        return []  # sand put nothing there, so nothing is expected
+    checks = []
+    for agent in sorted(set(vm.agents)):
+        if _AGENT.match(agent):
+            checks.append(Check(("agent", agent), f"agent {agent} missing"))
+    for s in sorted(vm.secrets, key=lambda s: (s.scope, s.env)):
+        if not _ENV.match(s.env):
+            continue  # provisioning refuses it; nothing was delivered to look for
+        scope = guest_path(s.scope, f"scope of secret {s.name!r}")
+        checks.append(
+            Check(
+                ("env", f"env/{slug(scope)}.sh", s.env),
+                f"secret {s.name} missing (not on the guest's tmpfs for {scope})",
+            )
+        )
+    for r in vm.repos:
+        if r.token_secret:
+            checkout = guest_path(r.path, f"path of repo {r.name!r}")
+            checks.append(
+                Check(
+                    ("file", f"git/{slug(checkout)}"),
+                    f"secret {r.token_secret} missing (the git token for {checkout})",
+                )
+            )
+    return checks
+
+
+def targets(plan: Plan, backends: Mapping[str, Backend]) -> list[Target]:
+    """The VMs a deep status looks into: declared, seen, and running."""
+    return [
+        Target(c.desired, c.observed, backends[c.backend])
+        for c in plan.changes
+        if c.desired is not None
+        and c.observed is not None
+        and c.observed.power == "running"
+        and c.backend in backends
+    ]
+
+
+async def check_health(
+    todo: Sequence[Target],
+    *,
+    timeout: float = DEEP_TIMEOUT,
+    parallelism: int = DEEP_PARALLELISM,
+    probe: Probe | None = None,
+) -> dict[str, list[str]]:
+    """VM name → its guest's problems (empty: every check passed), all VMs at once
+    but at most ``parallelism`` at a time, each within ``timeout`` seconds."""
+    run = probe or probe_guest
+    gate = asyncio.Semaphore(parallelism)
+
+    async def one(target: Target) -> tuple[str, list[str]]:
+        async with gate:
+            return target.vm.name, await run(target, timeout)
+
+    return dict(await asyncio.gather(*(one(t) for t in todo)))
+
+
+async def probe_guest(target: Target, timeout: float) -> list[str]:
+    """One guest's problems: SSH first (nothing else can be known without it), then
+    every declared agent and secret, in one read-only script."""
+    from sand.guest.ssh import ATTEMPT_TIMEOUT, connect
+
+    phase = "ssh unreachable"
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
+            left = max(0.1, timeout - (time.monotonic() - start))
+            async with connect(
+                endpoint, deadline=left, attempt_timeout=min(ATTEMPT_TIMEOUT, left)
+            ) as conn:
+                phase = "guest check"
+                return await _run_checks(conn, endpoint, target.vm)
+    except TimeoutError:
+        return [f"{phase}: no answer within {timeout:g}s"]
+    except SandError as exc:
+        return [f"{phase}: {one_line(str(exc), 300)}"]
+
+
+async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) -> list[str]:
+    from sand.guest.runner import SshRunner
+    from sand.guest.ssh import where
+
+    checks = guest_checks(vm)
+    if not checks:
+        return []
+    words = [w for c in checks for w in c.words]
+    step = Step("health", ("/bin/sh", "-c", HEALTH_SCRIPT, "sand-health", *words), False)
+    runner = SshRunner(conn, "health check", where=where(endpoint))
+    result = await runner.run_command(
+        step.command(endpoint.user, vm.user), limit=64 * len(checks), timeout=None
+    )
+    answers = result.stdout.decode(errors="replace").split()
+    if result.exit_status != 0 or len(answers) != len(checks):
+        # The guest's own words stay there: the person needs to know the check could
+        # not run (sudo refused, no /bin/sh), not what it printed.
+        return [f"guest check: could not run as {vm.user} (exit {result.exit_status})"]
+    problems = []
+    for check, answer in zip(checks, answers, strict=True):
+        if answer == "missing":
+            problems.append(check.missing)
+        elif answer != "ok":
+            return [f"guest check: could not run as {vm.user} (unexpected answer)"]
+    return problems
