@@ -82,24 +82,24 @@ def add_verb_parsers(sub: Any) -> None:
 
 
 def _shell(args: argparse.Namespace) -> int:
-    from sand.verbs.commands import cmd_shell
+    from sand.cli.verb_commands import cmd_shell
 
     return cmd_shell(args)
 
 
 def _cp(args: argparse.Namespace) -> int:
-    from sand.verbs.commands import cmd_cp
+    from sand.cli.verb_commands import cmd_cp
 
     return cmd_cp(args)
 
 
 def _land(args: argparse.Namespace) -> int:
-    from sand.verbs.commands import cmd_land
+    from sand.cli.verb_commands import cmd_land
 
     return cmd_land(args)
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from sand.verbs.commands import cmd_publish
+    from sand.cli.verb_commands import cmd_publish
 
     return cmd_publish(args)

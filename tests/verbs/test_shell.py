@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sand.cli.verb_commands import split_remote
 from sand.errors import TransportError
 from sand.guest.endpoint import GuestEndpoint, JumpHost
-from sand.verbs.commands import split_remote
 from sand.verbs.shell import (
     TMUX_SCRIPT,
     jump_config,

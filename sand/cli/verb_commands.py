@@ -1,11 +1,12 @@
 """The verbs' CLI handlers: resolve the VM, connect, call the verb, map the result
-to an exit code. Imported only when one of these subcommands runs."""
+to an exit code. Imported only when one of these subcommands runs (the parsers are
+in ``sand.cli.verbs``; the verbs themselves, which know nothing of a command line,
+in ``sand.verbs``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sand.cli.confirm import confirm
 from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.terminal import one_line
@@ -188,7 +190,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     issue = parse_issue_url(args.issue, sites)
     plan = asyncio.run(_prepare_publish(args, issue, GitLab(sites.api)))
     result = confirm_and_execute(
-        plan, GitLab(sites.api, token), out=sys.stdout, confirm=lambda q: _confirm(q, args.yes)
+        plan,
+        GitLab(sites.api, token),
+        out=sys.stdout,
+        confirm=lambda q: confirm(q, assumed=args.yes),
     )
     return 0 if result is not None else 1  # None: the person said no
 
@@ -217,13 +222,3 @@ def _only_repo(target: Target) -> str:
         listed = ", ".join(paths) or "none declared"
         raise UsageError(f"name the checkout to publish (the VM's repos: {listed})")
     return paths[0]
-
-
-def _confirm(question: str, yes: bool) -> bool:
-    if yes:
-        print(question + "yes (--yes)")
-        return True
-    with contextlib.suppress(EOFError):
-        # The one rule of every sand prompt: only the word "yes" approves.
-        return input(question + "\n  Enter a value: ").strip() == "yes"
-    return False
