@@ -78,6 +78,7 @@ class ObservedVM:
     ownership: Ownership
     power: str  # "running" | "stopped" | "unknown"
     cpus: int | None = None
+    cpu: str | None = None  # CPU type (PVE's cputype); None: not read, or none on this backend
     memory: int | None = None
     disk: int | None = None
     protect: bool = False

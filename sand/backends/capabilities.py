@@ -20,7 +20,7 @@ class Mutability(StrEnum):
 
 
 # Fields the planner compares, and whether the guest itself must be reprovisioned.
-INFRA_FIELDS = ("image", "cpus", "memory", "disk", "state", "protect", "node", "ports")
+INFRA_FIELDS = ("image", "cpus", "cpu", "memory", "disk", "state", "protect", "node", "ports")
 
 
 @dataclass(frozen=True)

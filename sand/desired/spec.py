@@ -67,6 +67,8 @@ class DesiredVM:
     secrets: tuple[DesiredSecret, ...]
     bundle_digest: str
     provision: bool = True
+    # The guest's CPU type where the backend sets one (Proxmox: its cputype), else None.
+    cpu: str | None = None
     # Guest paths kept across replace and reprovision; not in either fingerprint
     # (changing what is kept changes nothing on the machine).
     preserve: tuple[str, ...] = ()
@@ -86,16 +88,20 @@ class DesiredVM:
 
     def infra(self) -> dict[str, object]:
         """What the backend holds; compared field by field by the planner."""
-        return {
-            "image": self.image,
-            "cpus": self.cpus,
-            "memory": self.memory,
-            "disk": self.disk,
-            "state": self.state,
-            "protect": self.protect,
-            "node": self.node,
-            "ports": [asdict(p) for p in self.ports],
-        }
+        infra: dict[str, object] = {"image": self.image, "cpus": self.cpus}
+        if self.cpu is not None:
+            # Only where a backend sets it: a field that is always None would still change
+            # the fingerprint of every VM of the other backends, and re-plan them all.
+            infra["cpu"] = self.cpu
+        infra.update(
+            memory=self.memory,
+            disk=self.disk,
+            state=self.state,
+            protect=self.protect,
+            node=self.node,
+            ports=[asdict(p) for p in self.ports],
+        )
+        return infra
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
             state=vm.state or d.state or "running",
             protect=vm.protect,
             node=vm.node,
+            cpu=backend.cpu_type(vm.cpu),
             ports=tuple(sorted(DesiredPort(p.guest, p.host) for p in vm.ports)),
             user=vm.user or d.user or DEFAULT_USER,
             agents=tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS))),

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from sand.manifest import values as v
 from sand.manifest.backends import BackendConfig
+from sand.manifest.backends.proxmox_cpu import PveCpuType
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
     MEMORY_DESCRIPTION,
@@ -136,6 +137,11 @@ class VM(Strict):
     state: PowerState | None = None
     protect: bool = False
     node: PveNode | None = Field(default=None, description="Proxmox only: pin to this node.")
+    cpu: PveCpuType | None = Field(
+        default=None,
+        description="Proxmox only: the CPU type ('host', 'x86-64-v2-AES', ... or "
+        "'custom-<name>'); default the backend's cpu (host). A change restarts the VM.",
+    )
     provision: bool | None = None
     preserve: list[HomePath] | None = Field(
         default=None, description=PRESERVE_DESCRIPTION + " Replaces the default list."

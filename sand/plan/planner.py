@@ -247,6 +247,7 @@ def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[
     observed: dict[str, object] = {
         "image": (current.marker.image or None) if current.marker else None,
         "cpus": current.cpus,
+        "cpu": current.cpu,
         "memory": current.memory,
         "disk": current.disk,
         "state": current.power if current.power in ("running", "stopped") else None,
@@ -318,18 +319,19 @@ def observation_fingerprint(observations: Mapping[str, Observation]) -> str:
         obs = observations[backend]
         rows.append([backend, obs.unknown_reason or ""])
         for vm in sorted(obs.vms, key=lambda v: (v.name, v.identity)):
-            rows.append(
-                [
-                    vm.name,
-                    vm.identity,
-                    vm.ownership.value,
-                    vm.fingerprint,
-                    vm.power,
-                    vm.cpus,
-                    vm.memory,
-                    vm.disk,
-                    vm.lock,
-                    vm.protect,
-                ]
-            )
+            row: list[object] = [
+                vm.name,
+                vm.identity,
+                vm.ownership.value,
+                vm.fingerprint,
+                vm.power,
+                vm.cpus,
+                vm.memory,
+                vm.disk,
+                vm.lock,
+                vm.protect,
+            ]
+            if vm.cpu is not None:  # only where a backend reports one: other digests stay
+                row.append(vm.cpu)
+            rows.append(row)
     return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()[:32]

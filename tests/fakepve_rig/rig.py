@@ -255,6 +255,8 @@ class FakePveRig:
         kwargs.setdefault("disk", vm.disk)
         kwargs.setdefault("status", "running" if vm.state == "running" else "stopped")
         kwargs.setdefault("protection", vm.protect)
+        if vm.cpu is not None:  # the CPU type create sets (a deep read compares it)
+            kwargs["config"] = {"cpu": vm.cpu, **kwargs.get("config", {})}
         extra_tags = kwargs.pop("extra_tags", ())
         note = kwargs.pop("note", "")
         kwargs["tags"] = mk.join_tags([*mk.marker_tags(marker), *extra_tags])

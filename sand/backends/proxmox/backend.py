@@ -22,6 +22,7 @@ FIELD_POLICY: Mapping[str, Mutability] = {
     "image": Mutability.REPLACE,
     "node": Mutability.REPLACE,
     "cpus": Mutability.RESTART,
+    "cpu": Mutability.RESTART,  # the CPU type: QEMU's -cpu is fixed at start
     "memory": Mutability.RESTART,
     "disk": Mutability.GROW_ONLY,
     "state": Mutability.IN_PLACE,

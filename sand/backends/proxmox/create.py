@@ -17,7 +17,7 @@ from sand.backends.proxmox import vmops
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
+from sand.backends.proxmox.observe import DEEP, Row, classify, cpu_type_of, listing, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
@@ -189,7 +189,9 @@ async def _setup(
     track: vmops.Track = lambda upid: journal.task(entry, upid)  # noqa: E731
     config = await read_config(ctx, node, vmid)
     tags = mk.parse_tags(config.get("tags"))
-    if not (tags.complete and tags.project == ctx.project and tags.identity == str(vmid)):
+    configured = tags.complete and tags.project == ctx.project and tags.identity == str(vmid)
+    # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too.
+    if not configured or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
         await ctx.client.put(f"{path}/config", **_base_config(ctx, vm, vmid, config, pubkey))
         journal.step(entry, "configured")
         config = await read_config(ctx, node, vmid)
@@ -222,6 +224,8 @@ def _base_config(
     params: dict[str, Any] = {
         "cores": vm.cpus,
         "sockets": 1,
+        # The template's CPU type is not kept: kvm64 (PVE's default) livelocks agents.
+        "cpu": vm.cpu,
         "memory": mk.memory_mib(vm.memory),
         "net0": vmops.with_bridge(config.get("net0"), ctx.config.bridge),
         "ciuser": vm.user,

@@ -17,7 +17,9 @@ from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry, never
 
-UPDATABLE = ("cpus", "memory", "disk", "state", "protect")
+UPDATABLE = ("cpus", "cpu", "memory", "disk", "state", "protect")
+# Read by QEMU only when it starts: changed on a stopped VM.
+NEEDS_RESTART = frozenset({"cpus", "cpu", "memory"})
 
 
 def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
@@ -120,13 +122,15 @@ async def update(
         params: dict[str, Any] = {}
         if "cpus" in fields:
             params.update(cores=vm.cpus, sockets=1)
+        if "cpu" in fields and vm.cpu:
+            params["cpu"] = vm.cpu
         if "memory" in fields:
             params["memory"] = mk.memory_mib(vm.memory)
         if "protect" in fields:
             params["protection"] = 1 if vm.protect else 0
             params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
         running = was_running
-        if running and ({"cpus", "memory"} & set(fields)):
+        if running and (NEEDS_RESTART & set(fields)):
             # CPU and memory need a restart: change them on a stopped VM, so nothing is left
             # pending (PVE keeps changes to a running VM pending until its next start).
             await vmops.shutdown(ctx, node, vmid, track=track)

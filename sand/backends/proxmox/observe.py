@@ -1,8 +1,9 @@
 """Observation: one ``GET /cluster/resources?type=vm``, deep reads only where needed.
 
 A VM whose tags carry this project's marker, its own vmid and the desired
-fingerprint is settled from the listing alone. A config GET (for the
-description marker and ``protection``) happens only for VMs whose tag
+fingerprint is settled from the listing alone (what the listing cannot show, such as
+the CPU type, is vouched for by the fingerprint). A config GET (for the
+description marker, ``protection`` and ``cpu``) happens only for VMs whose tag
 fingerprint differs, that are locked, whose marker is incomplete, or that are
 unmarked but carry a desired name. The guest agent is never called here.
 """
@@ -42,6 +43,22 @@ def power_of(row: Row) -> str:
 
 def is_protected(config: Mapping[str, Any]) -> bool:
     return str(config.get("protection", "0")).lower() in ("1", "true", "yes", "on")
+
+
+# What QEMU runs when a VM's config names no CPU type (qemu-server's default).
+PVE_DEFAULT_CPU = "kvm64"
+
+
+def cpu_type_of(config: Mapping[str, Any]) -> str:
+    """The config's CPU type: ``cpu`` is ``[cputype=]<type>[,flags=...]``; flags are not
+    sand's, so only the type is compared."""
+    for part in str(config.get("cpu") or "").split(","):
+        key, eq, value = part.partition("=")
+        if not eq:
+            return key.strip() or PVE_DEFAULT_CPU
+        if key.strip() == "cputype":
+            return value.strip() or PVE_DEFAULT_CPU
+    return PVE_DEFAULT_CPU
 
 
 def classify(
@@ -90,7 +107,9 @@ def classify(
                     secrets_at=tags.secrets_at,
                     backend=ctx.name if tags.backend == mine else "",
                 )
-                return _observed(ctx, row, Ownership.MANAGED, fast, want, protect=want.protect)
+                return _observed(
+                    ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
+                )
             return DEEP
         if tags.present or name in desired:
             return DEEP
@@ -159,6 +178,7 @@ def classify(
         lock=lock,
         deep=True,
         notes=notes,
+        cpu=cpu_type_of(config),
     )
 
 
@@ -197,6 +217,7 @@ def _observed(
     lock: object = None,
     deep: bool = False,
     notes: Mapping[str, str] | None = None,
+    cpu: str | None = None,
 ) -> ObservedVM:
     vmid = str(row["vmid"])
     name = the_marker.name if the_marker and ownership is Ownership.MANAGED else row.get("name")
@@ -214,6 +235,7 @@ def _observed(
         ownership=ownership,
         power=power_of(row),
         cpus=_int(row.get("maxcpu")),
+        cpu=cpu,
         memory=mk.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
         disk=mk.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
         protect=protect,

@@ -80,6 +80,11 @@ class LimaConfig(Strict):
         return vm_image or default or "default"
 
     @staticmethod
+    def cpu_type(vm_cpu: str | None) -> str | None:
+        """Lima chooses the CPU model itself: sand sets none (``cpu`` is refused)."""
+        return None
+
+    @staticmethod
     def vm_findings(
         vm: str, at: Path, entry: dict[str, Any], backend: dict[str, Any], defaults: dict[str, Any]
     ) -> Iterator[Finding]:
@@ -88,6 +93,8 @@ class LimaConfig(Strict):
             yield at, f"VM {vm!r} has no image and defaults.image is not set"
         if entry.get("node") is not None:
             yield (*at, "node"), f"VM {vm!r}: 'node' applies only to Proxmox backends"
+        if entry.get("cpu") is not None:
+            yield (*at, "cpu"), f"VM {vm!r}: 'cpu' (the CPU type) applies only to Proxmox backends"
 
     @staticmethod
     def ownership_scope(backend: dict[str, Any], manifest_dir: str) -> OwnershipScope | None:

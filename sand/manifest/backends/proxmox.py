@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from sand.manifest.backends.proxmox_cpu import DEFAULT_CPU, PveCpuType
 from sand.manifest.fields import (
     HostName,
     LocalPath,
@@ -64,6 +65,12 @@ class ProxmoxConfig(Strict):
     identity: LocalPath = Field(
         description="SSH private key for guests; its .pub goes to cloud-init."
     )
+    cpu: PveCpuType = Field(
+        default=DEFAULT_CPU,
+        description="CPU type of every VM of this backend that does not name its own "
+        "(PVE's cputype: 'host', 'x86-64-v2-AES', ..., or 'custom-<name>'). Default host: "
+        "on PVE's own default, kvm64, Node-based agents were seen to livelock.",
+    )
     clone_parallelism: int = Field(default=2, ge=1, le=32)
 
     @model_validator(mode="after")
@@ -93,6 +100,10 @@ class ProxmoxConfig(Strict):
         """``template:<template>@<storage>``: changing either replaces the VM. A VM's own
         ``image`` names another template; ``defaults.image`` (a Lima image) does not apply."""
         return f"template:{vm_image or self.template}@{self.storage}"
+
+    def cpu_type(self, vm_cpu: str | None) -> str | None:
+        """The VM's CPU type: its own ``cpu``, else this backend's (default ``host``)."""
+        return vm_cpu or self.cpu
 
     @staticmethod
     def vm_findings(
