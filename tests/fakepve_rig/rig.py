@@ -291,6 +291,40 @@ class FakePveRig:
             if chosen:
                 self.pve.grant(token_id, template.format(**names), *chosen)
 
+    # --- images for template builds -------------------------------------------------
+
+    image_storage = "local"
+
+    def allow_image_import(self, storage: str = "local") -> None:
+        """Let a file storage hold disk images to import (``pvesm set --content ...,import``,
+        which a fresh PVE's ``local`` lacks)."""
+
+        def allow() -> None:
+            store = self.pve.storages[storage]
+            content = [c for c in str(store.get("content", "")).split(",") if c]
+            store["content"] = ",".join([*content, "import"])
+
+        self.run(allow)
+
+    def store_image(self, filename: str, *, storage: str = "local", size: int = GIB) -> None:
+        """An image already on the storage (``<storage>:import/<filename>``)."""
+        self.run(self.pve.store_file, storage, filename, size, "import")
+
+    def images(self, storage: str = "local") -> list[str]:
+        """The import volumes on a storage, as volume names (``import/<file>``)."""
+        volumes = self.run(lambda: dict(self.pve.storages[storage].get("volumes", {})))
+        return sorted(name for name, vol in volumes.items() if vol.get("content") == "import")
+
+    def grant_template_build(self, token_id: str, *, download: bool = True) -> None:
+        """What ``sand template build`` needs beyond sand's role: reading the image storage
+        and, to download, its AllocateTemplate and the node's Sys.AccessNetwork. fakepve's
+        download-url also insists on Sys.Audit and Sys.Modify on / (PVE takes either)."""
+        self.grant(token_id, f"/storage/{self.image_storage}", "Datastore.Audit")
+        if download:
+            self.grant(token_id, f"/storage/{self.image_storage}", "Datastore.AllocateTemplate")
+            self.grant(token_id, f"/nodes/{self.nodes[0]}", "Sys.AccessNetwork")
+            self.grant(token_id, "/", "Sys.Audit", "Sys.Modify")
+
     def grant(self, token_id: str, path: str, *privs: str) -> None:
         self.run(self.pve.grant, token_id, path, *privs)
 

@@ -13,6 +13,8 @@ from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
+from sand.backends.proxmox.template import TemplateResult, build
+from sand.backends.proxmox.template_request import make_request
 from sand.desired import DesiredVM
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
@@ -103,6 +105,21 @@ class ProxmoxBackend:
 
     async def doctor(self) -> DoctorReport:
         return await run_doctor(self.ctx)
+
+    async def build_template(
+        self,
+        *,
+        name: str | None = None,
+        url: str | None = None,
+        checksum: str | None = None,
+        image_storage: str | None = None,
+        node: str | None = None,
+    ) -> TemplateResult:
+        """Make (once) the template this backend clones from, from a cloud image."""
+        request = make_request(
+            self.ctx, name=name, url=url, checksum=checksum, image_storage=image_storage, node=node
+        )
+        return await build(self.ctx, request)
 
     async def close(self) -> None:
         await self.ctx.client.close()

@@ -25,6 +25,8 @@ class Timeouts:
     delete: float = 600.0
     unlock: float = 600.0  # waiting for another task's lock (clone, backup) to clear
     agent: float = 300.0  # waiting for the guest agent to report an address
+    download: float = 1800.0  # PVE downloading a cloud image (template build)
+    template: float = 600.0  # creating a VM from an image, converting it to a template
 
 
 @dataclass

@@ -18,6 +18,12 @@ The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
 journal entry that cloned it, kept on every write), read only on a deep
 (per-VM) read.
+
+A template ``sand template build`` made carries the tag ``sand-template`` and a
+block of its own (``"kind": "template"``, its name, its own vmid, the image it was
+imported from). Neither is an ownership claim: a template is never a managed VM,
+and the listing does not send it to a deep read. A clone inherits both; sand's
+clones get their own description and lose the tag at their first config write.
 Operator tags and description text are kept on every write. PVE stores tags
 lower-cased, de-duplicated and sorted, so sand writes them that way too.
 """
@@ -37,6 +43,8 @@ TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"
 BACKEND_PREFIX = "sand-backend-"
 HASHED_BACKEND_PREFIX = "sand-backend+"
+TEMPLATE_TAG = "sand-template"
+TEMPLATE_KIND = "template"
 NEW = "new"
 _IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
 SECRETS_PREFIX = "sand-secrets-"
@@ -100,7 +108,7 @@ def backend_of_tag(tag: str | None) -> str:
 
 def is_sand_tag(tag: str) -> bool:
     return (
-        tag == TOOL_TAG
+        tag in (TOOL_TAG, TEMPLATE_TAG)
         or tag.startswith((PROJECT_PREFIX, SECRETS_PREFIX, BACKEND_PREFIX, HASHED_BACKEND_PREFIX))
         or bool(_IDENTITY_TAG.match(tag))
     )
@@ -188,7 +196,7 @@ def parse_block(text: object) -> dict[str, Any] | None:
 def parse_description(text: object) -> Marker | None:
     """The marker in the description's last ```sand block, or None."""
     data = parse_block(text)
-    if data is None:
+    if data is None or data.get("kind") == TEMPLATE_KIND:
         return None
     try:
         return Marker(
@@ -236,6 +244,27 @@ def merge_description(current: object, marker: Marker, **extra: object) -> str:
     text = operator_text(current)
     block = render_block(marker, **extra)
     return f"{text}\n\n{block}" if text else block
+
+
+def render_template_block(name: str, vmid: int, source: str) -> str:
+    """The block of a template sand built: its name, its own vmid (a copy an operator
+    makes names another) and the image it was imported from."""
+    data: dict[str, object] = {
+        "tool": "sand",
+        "kind": TEMPLATE_KIND,
+        "template": name,
+        "vmid": vmid,
+        "source": source,
+    }
+    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+
+
+def parse_template_block(text: object) -> dict[str, Any] | None:
+    """The block of a template sand built, or None (none, or a VM's marker)."""
+    data = parse_block(text)
+    if data is None or data.get("kind") != TEMPLATE_KIND:
+        return None
+    return data
 
 
 # --- sizes -------------------------------------------------------------------
