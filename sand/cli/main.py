@@ -12,6 +12,7 @@ from typing import Any
 
 from sand import __version__
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
+from sand.cli.template import add_template_parser
 from sand.errors import ManifestError, SandError
 
 
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sand.cli.verbs import add_verb_parsers
 
     add_verb_parsers(sub)
+    add_template_parser(sub)
     return parser
 
 
