@@ -64,7 +64,9 @@ C | POSIX | C.utf8) ;; # built into glibc: nothing to generate
 		changed "/etc/locale.gen: $entry"
 	fi
 	if ! locale -a 2>/dev/null | grep -qxF -- "$want"; then
-		locale-gen >&2 || die "locale-gen failed for $locale"
+		# Debian's locale-gen builds what /etc/locale.gen lists (the name is
+		# ignored); Ubuntu's reads no such file and builds the name it is given.
+		locale-gen "${entry%% *}" >&2 || die "locale-gen failed for $locale"
 		locale -a 2>/dev/null | grep -qxF -- "$want" || die "locale-gen did not build $locale"
 		changed "locale $locale generated"
 	fi
