@@ -18,10 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
+from typing import get_args
 from urllib.parse import urlsplit
 
 from sand.desired.spec import DesiredVM
 from sand.errors import SandError
+from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import (
     home_path_problem,
@@ -33,7 +35,8 @@ from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.refname import branch_problem
 
 AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
-AGENTS = ("claude", "codex", "opencode", "pi")
+# The manifest's closed set, again for specs that reach provisioning another way.
+AGENTS: tuple[str, ...] = get_args(Agent)
 # Always present on a provisioned guest, whatever the VM lists: the workbench
 # an agent expects (git, tmux, a compiler and make), what sand's own steps use
 # (direnv for scoped secrets, curl and CA certificates for the upstream apt
@@ -170,7 +173,7 @@ def check_url(url: str, repo: str) -> str:
 # --- the steps ----------------------------------------------------------------------
 
 
-def check_region(vm: DesiredVM) -> tuple[str, str]:
+def check_timezone_and_locale(vm: DesiredVM) -> tuple[str, str]:
     """The VM's timezone and locale, by the manifest's rules (names fit for argv)."""
     problem = timezone_problem(vm.timezone) or locale_problem(vm.locale)
     if problem:
@@ -189,7 +192,7 @@ def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
     bad = [p for p in packages if package_problem(p)]
     if bad:
         raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
-    timezone, locale = check_region(vm)
+    timezone, locale = check_timezone_and_locale(vm)
     source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
     if source:
         agents_step = Step(
