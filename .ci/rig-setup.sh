@@ -48,6 +48,10 @@ fi
 t0=$SECONDS
 "$PYTHON" -m tests.rig.rootfs build
 t1=$SECONDS
-"$PYTHON" -m tests.rig.qemu build
+# The rootfs with sand's workbench installed, and the apt mirror of it.
+"$PYTHON" -m tests.rig.workbench build
 t2=$SECONDS
-echo "rig-setup: rootfs ready in $((t1 - t0))s, qemu image ready in $((t2 - t1))s"
+"$PYTHON" -m tests.rig.qemu build
+t3=$SECONDS
+echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \
+  "qemu image in $((t3 - t2))s"

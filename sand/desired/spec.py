@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
+from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import Manifest
 
@@ -69,6 +70,9 @@ class DesiredVM:
     provision: bool = True
     # The guest's CPU type where the backend sets one (Proxmox: its cputype), else None.
     cpu: str | None = None
+    docker: bool = False
+    locale: str = FALLBACK_LOCALE
+    timezone: str = FALLBACK_TIMEZONE
     # Guest paths kept across replace and reprovision; not in either fingerprint
     # (changing what is kept changes nothing on the machine).
     preserve: tuple[str, ...] = ()
@@ -83,6 +87,9 @@ class DesiredVM:
             "packages": list(self.packages),
             "repos": [asdict(r) for r in self.repos],
             "secrets": [asdict(s) for s in self.secrets],
+            "docker": self.docker,
+            "locale": self.locale,
+            "timezone": self.timezone,
             "bundle": self.bundle_digest,
         }
 
@@ -134,10 +141,17 @@ def _replace(vm: DesiredVM, **changes: object) -> DesiredVM:
     return replace(vm, **changes)  # type: ignore[arg-type]
 
 
-def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") -> DesiredState:
-    """Resolve defaults into one DesiredVM per manifest entry (manifest order kept)."""
+def build_desired(
+    loaded: LoadedManifest | Manifest, bundle_digest: str = "", *, host: HostLocale | None = None
+) -> DesiredState:
+    """Resolve defaults into one DesiredVM per manifest entry (manifest order kept).
+
+    ``host`` is this machine's timezone and locale, for VMs the manifest gives
+    none (read from the environment and /etc when not passed).
+    """
     m = loaded.manifest if isinstance(loaded, LoadedManifest) else loaded
     d = m.defaults
+    here = host or HostLocale.detect()
     vms: list[DesiredVM] = []
     for vm in m.vms:
         backend_name = vm.backend or d.backend or next(iter(m.backends))
@@ -178,6 +192,9 @@ def build_desired(loaded: LoadedManifest | Manifest, bundle_digest: str = "") ->
             secrets=secrets,
             bundle_digest=bundle_digest,
             provision=_first(vm.provision, d.provision, True),
+            docker=_first(vm.docker, d.docker, False),
+            locale=vm.locale or d.locale or here.locale,
+            timezone=vm.timezone or d.timezone or here.timezone,
             preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
         )
         vms.append(with_fingerprints(spec))

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from sand.manifest import values as v
+from sand.manifest.locales import LOCALE, TIMEZONE, locale_problem, timezone_problem
 from sand.manifest.names import ENV_NAME, IDENTIFIER
 from sand.manifest.sizes import DISK_RANGE, MEMORY_RANGE, SIZE_PATTERN, bounded, format_size
 from sand.refname import branch_problem
@@ -62,7 +63,7 @@ Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]
 # A Linux user name that is also an identifier: what provisioning can create.
 UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
 EnvName = Annotated[str, Field(pattern=ENV_NAME.pattern)]
-Agent = Literal["claude", "codex"]
+Agent = Literal["claude", "codex", "opencode", "pi"]
 PowerState = Literal["running", "stopped"]
 
 
@@ -101,6 +102,8 @@ PvePool = Annotated[str, rule(v.pve_pool_problem), advertise(v.PVE_POOL.pattern)
 PveBridge = Annotated[str, rule(v.pve_bridge_problem), advertise(v.PVE_BRIDGE.pattern)]
 Template = Annotated[int | str, rule(v.template_problem)]
 Image = Annotated[str, Field(min_length=1), rule(v.control_problem)]
+Timezone = Annotated[str, rule(timezone_problem), advertise(TIMEZONE.pattern)]
+Locale = Annotated[str, rule(locale_problem), advertise(LOCALE.pattern)]
 MEMORY_DESCRIPTION = (
     f"With its unit ('8GiB', '512MiB'), {format_size(MEMORY_RANGE[0])} to "
     f"{format_size(MEMORY_RANGE[1])}; default 8GiB. A bare number is refused as ambiguous."

@@ -27,6 +27,7 @@ from sand.manifest.fields import (
     HomePath,
     Identifier,
     Image,
+    Locale,
     LocalPath,
     MemorySize,
     PackageName,
@@ -35,6 +36,7 @@ from sand.manifest.fields import (
     PveNode,
     RepoUrl,
     Strict,
+    Timezone,
     UserName,
     rule,
 )
@@ -103,13 +105,29 @@ class SecretUse(Strict):
     )
 
 
+DOCKER_DESCRIPTION = (
+    "Install Docker (Debian's docker.io) and put the user in the docker group (default false)."
+)
+LOCALE_DESCRIPTION = (
+    "The guest's locale, e.g. 'en_US.UTF-8' (default: this machine's LC_ALL or LANG, "
+    "else 'C.UTF-8')."
+)
+TIMEZONE_DESCRIPTION = (
+    "The guest's IANA timezone, e.g. 'Europe/Berlin' (default: this machine's TZ, "
+    "/etc/timezone or /etc/localtime, else 'Etc/UTC')."
+)
+
+
 class Defaults(Strict):
     backend: str | None = None
     image: Image | None = None
     cpus: int | None = Field(default=None, ge=1, le=512)
     memory: MemorySize | None = Field(default=None, description=MEMORY_DESCRIPTION)
     disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION)
-    agents: list[Agent] | None = None
+    agents: list[Agent] | None = Field(
+        default=None,
+        description="Coding agents to install: claude (the default), codex, opencode, pi.",
+    )
     packages: list[PackageName] | None = None
     user: UserName | None = None
     state: PowerState | None = None
@@ -119,6 +137,9 @@ class Defaults(Strict):
         "machine, for fleets provisioned by other means.",
     )
     preserve: list[HomePath] | None = Field(default=None, description=PRESERVE_DESCRIPTION)
+    docker: bool | None = Field(default=None, description=DOCKER_DESCRIPTION)
+    locale: Locale | None = Field(default=None, description=LOCALE_DESCRIPTION)
+    timezone: Timezone | None = Field(default=None, description=TIMEZONE_DESCRIPTION)
 
 
 class VM(Strict):
@@ -146,6 +167,9 @@ class VM(Strict):
     preserve: list[HomePath] | None = Field(
         default=None, description=PRESERVE_DESCRIPTION + " Replaces the default list."
     )
+    docker: bool | None = None
+    locale: Locale | None = None
+    timezone: Timezone | None = None
 
 
 class Manifest(Strict):

@@ -18,10 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
+from typing import get_args
 from urllib.parse import urlsplit
 
 from sand.desired.spec import DesiredVM
 from sand.errors import SandError
+from sand.manifest.fields import Agent
+from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import (
     home_path_problem,
     normalise_home_path,
@@ -32,9 +35,23 @@ from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.refname import branch_problem
 
 AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
-AGENTS = ("claude", "codex")
-# Always present on a provisioned guest, whatever the VM lists.
-BASE_PACKAGES = ("direnv", "git")
+# The manifest's closed set, again for specs that reach provisioning another way.
+AGENTS: tuple[str, ...] = get_args(Agent)
+# Always present on a provisioned guest, whatever the VM lists: the workbench
+# an agent expects (git, tmux, a compiler and make), what sand's own steps use
+# (direnv for scoped secrets, curl and CA certificates for the upstream apt
+# keys), and what the locale step sets from (locales, tzdata). Node.js, npm
+# and gh come from the toolchain step, which may add upstream apt sources.
+BASE_PACKAGES = (
+    "build-essential",
+    "ca-certificates",
+    "curl",
+    "direnv",
+    "git",
+    "locales",
+    "tmux",
+    "tzdata",
+)
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -156,8 +173,16 @@ def check_url(url: str, repo: str) -> str:
 # --- the steps ----------------------------------------------------------------------
 
 
+def check_timezone_and_locale(vm: DesiredVM) -> tuple[str, str]:
+    """The VM's timezone and locale, by the manifest's rules (names fit for argv)."""
+    problem = timezone_problem(vm.timezone) or locale_problem(vm.locale)
+    if problem:
+        raise ProvisionSpecError(problem)
+    return vm.timezone, vm.locale
+
+
 def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
-    """user → packages → agents → home: everything but secrets and repos."""
+    """user → packages → toolchain → locale → agents → home: all but secrets and repos."""
     user = check_user(vm.user)
     agents = sorted(set(vm.agents))
     unknown = [a for a in agents if a not in AGENTS]
@@ -167,6 +192,7 @@ def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
     bad = [p for p in packages if package_problem(p)]
     if bad:
         raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
+    timezone, locale = check_timezone_and_locale(vm)
     source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
     if source:
         agents_step = Step(
@@ -182,6 +208,13 @@ def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
     return [
         Step("user", script("user.sh", user), True),
         Step("packages", script("packages.sh"), True, stdin=fields(packages), timeout=1800),
+        Step(
+            "toolchain",
+            script("toolchain.sh", user, "docker" if vm.docker else "no-docker"),
+            True,
+            timeout=1800,
+        ),
+        Step("locale", script("locale.sh", timezone, locale), True, timeout=600),
         agents_step,
         Step("home", script("home.sh", *agents), False),
     ]

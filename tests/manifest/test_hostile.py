@@ -230,6 +230,18 @@ CASES = [
     Case("package-option", PACKAGES, '  packages: ["--allow-unauthenticated"]\n', '"--', "'-'"),
     Case("package-shell", PACKAGES, '  packages: [jq, "jq; reboot"]\n', '"jq;', "not a Debian"),
     Case("package-upper", PACKAGES, "  packages: [Jq]\n", "Jq", "not a Debian"),
+    # --- timezone and locale: names a guest script sets, never a path or a word more
+    Case("tz-traversal", PACKAGES, PACKAGES + "  timezone: ../../etc/shadow\n", "../", "timezone"),
+    Case("tz-unknown", PACKAGES, PACKAGES + "  timezone: Mars/Olympus\n", "Mars", "tz database"),
+    Case("tz-loop", PACKAGES, PACKAGES + "  timezone: localtime\n", "localtime", "IANA name"),
+    Case("tz-posix-rule", PACKAGES, PACKAGES + "  timezone: CET-1CEST\n", "CET-1", "tz database"),
+    Case("tz-shell", PACKAGES, PACKAGES + '  timezone: "UTC; reboot"\n', '"UTC', "timezone"),
+    at_agent("    timezone: Europe/Nowhere\n", "Europe/Nowhere", "tz database", "vm-tz-unknown"),
+    Case("locale-space", PACKAGES, PACKAGES + '  locale: "de DE.UTF-8"\n', '"de', "locale name"),
+    Case("locale-option", PACKAGES, PACKAGES + '  locale: "-de_DE"\n', '"-de', "locale name"),
+    at_agent("    locale: de_DE.UTF-8 UTF-8\n", "de_DE", "'en_US.UTF-8'", "vm-locale-words"),
+    at_agent("    docker: 'yes'\n", "'yes'", "boolean", "docker-string"),
+    at_agent("    agents: [claude, gemini]\n", "gemini", "'opencode' or 'pi'", "agent-unknown"),
     # --- Proxmox identifiers (they end up in REST paths)
     Case("node-traversal", "    node: pve1\n", "    node: pve1/../..\n", "pve1/", "node name"),
     Case(

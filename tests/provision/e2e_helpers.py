@@ -43,7 +43,7 @@ def endpoint(
 def stand_in_agents(directory: Path) -> Path:
     """Executables named like the agents: what SAND_AGENT_SOURCE points at offline."""
     directory.mkdir(parents=True, exist_ok=True)
-    for agent in ("claude", "codex"):
+    for agent in ("claude", "codex", "opencode", "pi"):
         path = directory / agent
         path.write_text(f"#!/bin/sh\necho 'stand-in {agent}' \"$@\"\n")
         path.chmod(0o755)

@@ -33,7 +33,7 @@ def _vm(**kw):
 
 
 def _all_steps(vm, tmp_path):
-    for agent in ("claude", "codex"):
+    for agent in ("claude", "codex", "opencode", "pi"):
         (tmp_path / agent).write_text("#!/bin/sh\n")
     return [
         bundle_step(Bundle()),
@@ -65,13 +65,52 @@ def test_commands_run_fixed_bundle_scripts_as_root_or_as_the_user(tmp_path):
     ]  # fmt: skip
     assert shlex.split(by_name["user"].command("root", "claude"))[0] == "/bin/bash"
     assert [s.name for s in _all_steps(_vm(), tmp_path)] == [
-        "bundle", "user", "packages", "agents", "home", "secrets", "repos",
+        "bundle", "user", "packages", "toolchain", "locale", "agents", "home", "secrets",
+        "repos",
     ]  # fmt: skip
 
 
-def test_git_and_direnv_are_always_installed(tmp_path):
+def test_the_workbench_packages_are_always_installed(tmp_path):
     packages = next(s for s in _all_steps(_vm(), tmp_path) if s.name == "packages")
-    assert packages.stdin.split(b"\0") == [b"direnv", b"git", b"jq", b"end", b""]
+    assert packages.stdin.split(b"\0") == [
+        b"build-essential", b"ca-certificates", b"curl", b"direnv", b"git", b"jq",
+        b"locales", b"tmux", b"tzdata", b"end", b"",
+    ]  # fmt: skip
+
+
+def test_docker_is_installed_only_when_the_vm_opts_in(tmp_path):
+    def toolchain(vm):
+        step = next(s for s in _all_steps(vm, tmp_path) if s.name == "toolchain")
+        return shlex.split(step.command("root", "claude"))
+
+    assert toolchain(_vm())[2:] == ["claude", "no-docker"]
+    assert toolchain(_vm(docker=True))[2:] == ["claude", "docker"]
+
+
+def test_timezone_and_locale_reach_the_guest_as_checked_names(tmp_path):
+    vm = _vm(timezone="America/Argentina/Buenos_Aires", locale="de_DE.UTF-8")
+    step = next(s for s in _all_steps(vm, tmp_path) if s.name == "locale")
+    assert shlex.split(step.command("root", "claude")) == [
+        "/bin/bash", "/usr/local/lib/sand/bundle/locale.sh",
+        "America/Argentina/Buenos_Aires", "de_DE.UTF-8",
+    ]  # fmt: skip
+    assert step.as_root and step.stdin == b""
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("timezone", "../../etc/passwd"),
+        ("timezone", "Europe/Berlin; id"),
+        ("timezone", "localtime"),
+        ("timezone", "Mars/Olympus_Mons"),
+        ("locale", "de_DE.UTF-8 $(id)"),
+        ("locale", "-rf"),
+    ],
+)
+def test_a_timezone_or_locale_outside_the_rules_never_reaches_a_guest(tmp_path, field, value):
+    with pytest.raises(ProvisionSpecError):
+        _all_steps(_vm(**{field: value}), tmp_path)
 
 
 @pytest.mark.parametrize(

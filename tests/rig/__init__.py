@@ -11,6 +11,12 @@ debootstrap so they behave like the Debian guests sand provisions:
 * :class:`tests.rig.gitserver.GitServer` -- ``git http-backend`` behind HTTP
   basic auth with a token, reachable from netns guests.
 
+Guests run on the *workbench tree* (:mod:`tests.rig.workbench`): the rootfs
+with what sand installs in every guest already installed, as on a prepared
+image, because guests reach no Debian mirror. The same module serves the
+*apt mirror* of those packages (:class:`tests.rig.workbench.AptMirror`) for
+tests that prove the installs on a bare guest.
+
 Helpers: :mod:`tests.rig.ssh` (asyncssh options with the rig key and the
 pinned host key) and :class:`tests.rig.argv.ArgvWatch` (samples every
 process's argv during an operation, to prove a secret never appeared there).

@@ -150,3 +150,24 @@ def remove_tree(path: Path) -> bool:
         return False
     shutil.rmtree(path, ignore_errors=True)
     return True
+
+
+def chroot_sh(root: Path, script: str, timeout: float = 1800) -> None:
+    """Run a shell script chrooted in `root` with /proc, /sys, /dev mounted in
+    a private mount namespace (nothing to unmount if we die midway)."""
+    wrapper = (
+        'set -eu; R="$1"; shift\n'
+        'mount -t proc proc "$R/proc"\n'
+        'mount -t sysfs sysfs "$R/sys"\n'
+        'mount --rbind /dev "$R/dev"\n'
+        'exec chroot "$R" /bin/sh -euc "$0"\n'
+    )
+    run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", wrapper, script, root],
+        timeout=timeout,
+        env={
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "DEBIAN_FRONTEND": "noninteractive",
+        },
+    )

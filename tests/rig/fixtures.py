@@ -5,10 +5,19 @@
 Fixtures:
 
 ``rig_rootfs`` (session)
-    Path of the cached Debian rootfs (built on first use, ~1 min).
+    Path of the tree netns guests run on: the cached Debian rootfs with sand's
+    workbench installed (:mod:`tests.rig.workbench`; built on first use, a few
+    minutes), as on a prepared image: provisioning finds it in place.
+``bare_rootfs`` (session)
+    Path of the plain debootstrap rootfs, without the workbench.
 ``netns_guest`` (function)
-    A factory: ``make_guest(user="claude") -> NetnsGuest``, started and
-    ready for SSH; every guest it made is stopped when the test ends.
+    A factory: ``make_guest(user="claude", bare=False) -> NetnsGuest``, started
+    and ready for SSH; every guest it made is stopped when the test ends.
+    ``bare=True`` runs it on the plain rootfs (pair it with ``apt_mirror``).
+``apt_mirror`` (function)
+    A started :class:`AptMirror` serving every .deb the workbench needs on
+    top of the plain rootfs; ``guest_uses_mirror(guest, mirror)`` points a
+    guest's apt at it.
 ``git_server`` (function)
     A started :class:`GitServer` with a random token (``git_server.token``).
 ``qemu_guest`` (session)
@@ -36,6 +45,7 @@ from tests.rig.guest import NetnsGuest, cleanup_stale
 from tests.rig.qemu import REQUIRED_TOOLS as QEMU_TOOLS
 from tests.rig.qemu import QemuGuest, build_image, cleanup_stale_qemu
 from tests.rig.rootfs import ensure_rootfs
+from tests.rig.workbench import AptMirror, ensure_workbench
 
 MakeGuest = Callable[..., NetnsGuest]
 
@@ -56,7 +66,7 @@ def _unavailable(tools: tuple[str, ...]) -> None:
 
 
 @pytest.fixture(scope="session")
-def rig_rootfs() -> Path:
+def bare_rootfs() -> Path:
     _unavailable((*NETNS_TOOLS, "debootstrap"))
     # Leftovers of a crashed earlier run (only those whose owner is dead).
     cleanup_stale()
@@ -64,12 +74,18 @@ def rig_rootfs() -> Path:
     return ensure_rootfs()
 
 
+@pytest.fixture(scope="session")
+def rig_rootfs(bare_rootfs: Path) -> Path:
+    return ensure_workbench().tree
+
+
 @pytest.fixture
-def netns_guest(rig_rootfs: Path) -> Iterator[MakeGuest]:
+def netns_guest(rig_rootfs: Path, bare_rootfs: Path) -> Iterator[MakeGuest]:
     made: list[NetnsGuest] = []
 
-    def make_guest(user: str = "claude", **kwargs: object) -> NetnsGuest:
-        guest = NetnsGuest(user, rootfs=rig_rootfs, **kwargs)  # type: ignore[arg-type]
+    def make_guest(user: str = "claude", *, bare: bool = False, **kwargs: object) -> NetnsGuest:
+        rootfs = bare_rootfs if bare else rig_rootfs
+        guest = NetnsGuest(user, rootfs=rootfs, **kwargs)  # type: ignore[arg-type]
         made.append(guest)
         return guest.start()
 
@@ -82,6 +98,25 @@ def netns_guest(rig_rootfs: Path) -> Iterator[MakeGuest]:
             errors.append(e)
     if errors:
         raise errors[0]
+
+
+@pytest.fixture
+def apt_mirror(bare_rootfs: Path) -> Iterator[AptMirror]:
+    mirror = AptMirror(ensure_workbench().mirror).start()
+    try:
+        yield mirror
+    finally:
+        mirror.stop()
+
+
+def guest_uses_mirror(guest: NetnsGuest, mirror: AptMirror) -> None:
+    """The guest's apt knows this mirror and nothing else, as a real guest knows its own."""
+    guest.run_root(["rm", "-rf", "/etc/apt/sources.list.d"], check=True)
+    guest.run_root(
+        ["sh", "-c", "cat > /etc/apt/sources.list"],
+        input=mirror.sources_list().encode(),
+        check=True,
+    )
 
 
 @pytest.fixture

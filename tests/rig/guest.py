@@ -425,6 +425,10 @@ class NetnsGuest:
             hosts + f"127.0.1.1\t{self.hostname}\n{BRIDGE_ADDRESS}\tsand-rig-host\n",
         )
         write_file(r / "usr/local/sbin/sand-rig-init", _INIT_PY, mode=0o755)
+        # No init system starts services here (PID 1 runs sshd alone): a package
+        # that would start one on install (docker.io) must not try, which is
+        # what Debian's container images say the same way.
+        write_file(r / "usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode=0o755)
 
         # Fresh host key per guest: tests pin it, so a reused key would hide
         # a host-key-checking bug.

@@ -4,7 +4,9 @@ Unlike a NetnsGuest this has its own kernel and boots systemd as PID 1, so it
 is the guest to use when a test needs a real machine (services, logind-less
 but real systemd, a real block device, a reboot).
 
-The image is built once from a copy of the cached debootstrap rootfs plus
+The image is built once from a copy of the workbench tree (the cached
+debootstrap rootfs with what sand installs in every guest, see
+``tests/rig/workbench.py``) plus
 Debian's ``linux-image-amd64`` and cached next to it: ``vmlinuz``,
 ``initrd.img`` and an ext4 ``rootfs.raw`` made with ``mkfs.ext4 -d``.  Each
 guest boots the kernel directly (``-kernel/-initrd``) with a throw-away qcow2
@@ -52,6 +54,7 @@ from types import TracebackType
 from tests.rig._util import (
     RigError,
     cache_dir,
+    chroot_sh,
     file_lock,
     log,
     missing_tools,
@@ -62,7 +65,7 @@ from tests.rig._util import (
     write_file,
 )
 from tests.rig.guest import GuestProcess, _owner_alive, _proc_start_time, _set_pdeathsig
-from tests.rig.rootfs import RootfsRecipe, ensure_rootfs
+from tests.rig.workbench import ensure_workbench, workbench_dir
 
 # Added on top of the base rootfs.  systemd-sysv makes systemd /sbin/init;
 # linux-image-amd64 pulls initramfs-tools (which builds the initrd) and udev.
@@ -149,7 +152,8 @@ class QemuImage:
 
 def _image_key() -> str:
     ident = {
-        "rootfs": RootfsRecipe().key(),
+        # The workbench tree (the rootfs plus what sand installs), not the bare rootfs.
+        "workbench": workbench_dir().name,
         "packages": sorted(IMAGE_PACKAGES),
         "version": IMAGE_RECIPE_VERSION,
         "size": IMAGE_SIZE,
@@ -172,27 +176,6 @@ def _is_built(path: Path) -> bool:
     with contextlib.suppress(OSError, ValueError):
         return bool(json.loads(stamp.read_text()).get("key") == _image_key())
     return False
-
-
-def _chroot_sh(root: Path, script: str, timeout: float = 1800) -> None:
-    """Run a shell script chrooted in `root` with /proc, /sys, /dev mounted in
-    a private mount namespace (nothing to unmount if we die midway)."""
-    wrapper = (
-        'set -eu; R="$1"; shift\n'
-        'mount -t proc proc "$R/proc"\n'
-        'mount -t sysfs sysfs "$R/sys"\n'
-        'mount --rbind /dev "$R/dev"\n'
-        'exec chroot "$R" /bin/sh -euc "$0"\n'
-    )
-    run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", wrapper, script, root],
-        timeout=timeout,
-        env={
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-            "LANG": "C.UTF-8",
-            "DEBIAN_FRONTEND": "noninteractive",
-        },
-    )
 
 
 def _configure_image(tree: Path) -> None:
@@ -220,7 +203,7 @@ def _configure_image(tree: Path) -> None:
         link = tree / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")
-    _chroot_sh(tree, "systemctl enable systemd-networkd.service sand-rig-seed.service ssh.service")
+    chroot_sh(tree, "systemctl enable systemd-networkd.service sand-rig-seed.service ssh.service")
 
 
 def build_image() -> QemuImage:
@@ -228,7 +211,7 @@ def build_image() -> QemuImage:
     dest = image_dir()
     if _is_built(dest):
         return _image_in(dest)
-    rootfs = ensure_rootfs()
+    rootfs = ensure_workbench().tree
     missing = missing_tools(["mkfs.ext4", "unshare", "chroot", "cp"])
     if missing:
         raise RigError(f"missing tools: {missing}")
@@ -249,7 +232,7 @@ def build_image() -> QemuImage:
             shutil.copyfile("/etc/resolv.conf", resolv)
             log(f"installing {' '.join(IMAGE_PACKAGES)} into the image tree")
             # policy-rc.d: never start services inside the build chroot.
-            _chroot_sh(
+            chroot_sh(
                 tree,
                 "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d;"
                 " chmod 755 /usr/sbin/policy-rc.d;"

@@ -2,9 +2,10 @@
 # Step "agents" (root): install the coding agents the VM lists, remove those it
 # no longer lists. No agent credential is ever installed: you log in inside
 # the VM yourself.
-# argv: USER SOURCE AGENT...  SOURCE is "registry" (npm, else the vendor's
-#   installer) or "upload" (stdin is a tar of stand-in executables named after
-#   the agents, from SAND_AGENT_SOURCE on the host).
+# argv: USER SOURCE AGENT...  SOURCE is "registry" (npm, which the toolchain
+#   step installed; else the vendor's installer, for the agents that have one)
+#   or "upload" (stdin is a tar of stand-in executables named after the agents,
+#   from SAND_AGENT_SOURCE on the host).
 . "$(dirname -- "$0")/lib.sh"
 user=$1 source=$2
 shift 2
@@ -12,7 +13,12 @@ records=/var/lib/sand/agents
 mkdir -p -m 755 "$records"
 home=$(home_of "$user")
 
-declare -A npm_package=([claude]=@anthropic-ai/claude-code [codex]=@openai/codex)
+declare -A npm_package=(
+	[claude]=@anthropic-ai/claude-code
+	[codex]=@openai/codex
+	[opencode]=@opencode/cli
+	[pi]=@earendil-works/pi-coding-agent
+)
 declare -A installer=([claude]=https://claude.ai/install.sh [codex]=https://chatgpt.com/codex/install.sh)
 declare -A wanted=()
 for agent in "$@"; do wanted[$agent]=1; done
@@ -47,6 +53,7 @@ for agent in "$@"; do
 			put_file "$records/$agent" 644 <<<npm || true
 		else
 			# The vendor's installer puts the agent in ~/.local/bin for the user.
+			[ -n "${installer[$agent]:-}" ] || die "npm is not available to install $agent"
 			command -v curl >/dev/null 2>&1 || die "neither npm nor curl is available to install $agent"
 			as_user bash -c 'set -o pipefail; curl -fsSL "$1" | bash' sand-install "${installer[$agent]}" >&2 ||
 				die "the $agent installer (${installer[$agent]}) failed"

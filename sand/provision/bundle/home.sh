@@ -34,6 +34,8 @@ agent_file() {
 }
 agent_file claude "$files/claude-settings.json" "$HOME/.claude/settings.json"
 agent_file codex "$files/codex-config.toml" "$HOME/.codex/config.toml"
+agent_file opencode "$files/opencode.json" "$HOME/.config/opencode/opencode.json"
+agent_file pi "$files/pi-settings.json" "$HOME/.pi/agent/settings.json"
 
 # Skip Claude Code's first-run wizard (upstream issue #73). This is Claude's
 # own state file (your login lands here too), so it is only ever created.
