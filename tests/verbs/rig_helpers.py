@@ -37,5 +37,11 @@ GIT_SETUP = (
 
 async def sh(guest: Any, script: str, *, input: str | None = None) -> str:
     """Run ``script`` with bash in the guest as its user; its stdout."""
-    res = await rig_run(guest, "bash -c " + shlex.quote(script), input=input)
+    res = await rig_run(guest, "bash -c " + shlex.quote(script), input=input, check=False)
+    if res.exit_status != 0:
+        # Say what the guest said: a bare ProcessError hides why a setup step failed.
+        raise AssertionError(
+            f"guest script exited {res.exit_status}:\n{script}\n--- stderr ---\n{res.stderr}"
+            f"\n--- stdout ---\n{res.stdout}"
+        )
     return str(res.stdout)
