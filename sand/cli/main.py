@@ -36,6 +36,23 @@ def build_parser() -> argparse.ArgumentParser:
             "(or they cannot be swept); never implied by --watch",
         )
 
+    def steering_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--target",
+            action="append",
+            default=[],
+            metavar="VM",
+            help="plan and apply only this VM (repeatable); the others are left as they are",
+        )
+        p.add_argument(
+            "--replace",
+            action="append",
+            default=[],
+            metavar="VM",
+            help="replace this VM although nothing changed (repeatable); preserve: paths "
+            "are carried over",
+        )
+
     p = sub.add_parser("validate", help="check a manifest without contacting any backend")
     manifest_arg(p)
     sub.add_parser("schema", help="print the manifest's JSON Schema")
@@ -47,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
     p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
     data_loss_flag(p)
+    steering_flags(p)
 
     p = sub.add_parser("apply", help="make the VMs match the manifest")
     manifest_arg(p)
@@ -55,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallelism", type=int, default=10, metavar="N")
     p.add_argument("--allow-mass-delete", action="store_true")
     data_loss_flag(p)
+    steering_flags(p)
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
     p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
     p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")

@@ -146,6 +146,10 @@ class Plan:
     # What replaying the journal does first (entries a crashed run left), oldest first;
     # ``changes`` are planned as if it had been done. Empty after apply's own replay.
     recovery: tuple[RecoveryDecision, ...] = ()
+    # ``--target``: the only VMs planned (every other change kept as a no-op); empty: all.
+    targets: tuple[str, ...] = ()
+    # ``--replace``: VMs replaced although nothing forces it.
+    replacements: tuple[str, ...] = ()
 
     def actionable(self) -> list[VMChange]:
         return [c for c in self.changes if c.acts]
