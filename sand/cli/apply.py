@@ -92,6 +92,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    """``sand reset VM``: the VM replaced from its image, its ``preserve:`` paths carried
+    over — exactly ``sand apply --replace VM --target VM`` (same prompt, same guards)."""
+    return run_apply(
+        args.manifest,
+        auto_approve=args.auto_approve,
+        parallelism=1,
+        allow_mass_delete=False,
+        as_json=False,
+        progress_mode="json" if args.log_format == "json" else "auto",
+        allow_data_loss=args.allow_data_loss,
+        targets=[args.vm],
+        replace_vms=[args.vm],
+    )
+
+
 def cmd_destroy(args: argparse.Namespace) -> int:
     return run_apply(
         args.manifest,

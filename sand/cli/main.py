@@ -83,6 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auto-approve", action="store_true")
     data_loss_flag(p)
 
+    p = sub.add_parser(
+        "reset",
+        help="replace a VM from its image, keeping its preserve: paths "
+        "(apply --replace VM --target VM)",
+    )
+    p.add_argument("vm", metavar="VM")
+    p.add_argument(
+        "-f", "--manifest", default="sand.yaml", metavar="FILE", help="default: ./sand.yaml"
+    )
+    p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
+    data_loss_flag(p)
+
     p = sub.add_parser("status", help="desired vs observed, per VM")
     manifest_arg(p)
     p.add_argument("--json", action="store_true")
@@ -135,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
-    if command in ("plan", "apply", "destroy"):
+    if command in ("plan", "apply", "destroy", "reset"):
         from sand.cli import apply
 
         return getattr(apply, name)

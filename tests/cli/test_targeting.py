@@ -1,4 +1,4 @@
-"""``--target`` and ``--replace`` through the real command line, against
+"""``--target``, ``--replace`` and ``sand reset`` through the real command line, against
 fakepve: what PVE holds afterwards is what is checked.
 
 These VMs have no guest behind them, so the unpushed-work guard cannot sweep them;
@@ -162,6 +162,25 @@ def test_replace_names_a_vm_of_the_manifest(sand, fakepve_server):
     res = sand.run(*GO, "--replace", "nope")
     assert res.returncode == 1 and "--replace 'nope': not a VM of the manifest" in res.stderr
     assert mutations(rig) == [] and rig.vms() == []
+
+
+def test_reset_is_replace_and_target_of_one_vm(sand, fakepve_server):
+    rig = fakepve_server
+    sand.write(rig.manifest([{"name": "a", "memory": "1GiB"}, {"name": "b", "memory": "1GiB"}]))
+    assert sand.run(*GO).returncode == 0
+    (old,) = rig.vms_named("a")
+    sand.write(rig.manifest([{"name": "a", "memory": "1GiB"}, {"name": "b", "memory": "2GiB"}]))
+    unattended = sand.run("reset", "a")
+    assert unattended.returncode == 1 and "no terminal to confirm on" in unattended.stderr
+    done = sand.run("reset", "a", "-f", "sand.yaml", "--auto-approve", "--allow-data-loss")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "replacement requested with --replace" in done.stdout
+    assert "Resource targeting is in effect" in done.stdout
+    (new,) = rig.vms_named("a")
+    assert new.vmid != old.vmid and rig.vm(old.vmid) is None
+    assert memory_mib(rig, "b") == 1024  # b's own change was not made
+    missing = sand.run("reset", "nope", "--auto-approve")
+    assert missing.returncode == 1 and "not a VM of the manifest" in missing.stderr
 
 
 def test_watch_takes_no_target(sand, fakepve_server):
