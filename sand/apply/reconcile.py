@@ -14,13 +14,14 @@ from dataclasses import dataclass, field, replace
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.events import Hooks
 from sand.apply.provisioning import GuestSecrets, check_guests, make_provisioner
-from sand.apply.recorded import record_inventory
+from sand.apply.recorded import record_expired, record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
 from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import Action, Plan, make_plan
 from sand.plan.targeting import check_names, no_such_vm, steer
 from sand.project import Session, observe_all
+from sand.state.expired import load_expired
 from sand.state.records import record_results
 
 
@@ -59,6 +60,8 @@ async def compute_plan(
         session.journal, session.project, session.backends, observations, skip=unsettled or {}
     )
     stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
+    expired = load_expired(session.project)
+    now = time.time()  # one clock for both passes: a VM expires in both or in neither
     plan = make_plan(
         desired,
         observations,
@@ -67,6 +70,8 @@ async def compute_plan(
         correct_drift=correct_drift,
         refresh_only=refresh_only,
         recovery=recovery,
+        now=now,
+        expired=expired,
     )
     if stamps:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
@@ -81,6 +86,8 @@ async def compute_plan(
                 secrets_lost=lost,
                 correct_drift=correct_drift,
                 recovery=recovery,
+                now=now,
+                expired=expired,
             )
             plan = replace(plan, warnings=plan.warnings + warnings)
     # After planning the whole fleet, before the checks: only what will run is checked,
@@ -205,6 +212,7 @@ async def carry_out(
     )
     record_results(session.project, result.results)
     record_inventory(session.project, session.backends, plan, result)
+    record_expired(session.project, session.desired, plan, result)
     if not session.journal.pending():
         session.journal.compact()
     warnings = tuple(

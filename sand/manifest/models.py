@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from sand.manifest import values as v
 from sand.manifest.backends import BackendConfig
+from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
     MEMORY_DESCRIPTION,
@@ -23,6 +24,7 @@ from sand.manifest.fields import (
     Branch,
     DiskSize,
     EnvName,
+    Expires,
     HomePath,
     Identifier,
     Image,
@@ -118,6 +120,7 @@ class Defaults(Strict):
         "machine, for fleets provisioned by other means.",
     )
     preserve: list[HomePath] | None = Field(default=None, description=PRESERVE_DESCRIPTION)
+    expires: Expires | None = Field(default=None, description=EXPIRES_DESCRIPTION)
 
 
 class VM(Strict):
@@ -139,6 +142,9 @@ class VM(Strict):
     provision: bool | None = None
     preserve: list[HomePath] | None = Field(
         default=None, description=PRESERVE_DESCRIPTION + " Replaces the default list."
+    )
+    expires: Expires | None = Field(
+        default=None, description=EXPIRES_DESCRIPTION + " Replaces the default one."
     )
 
 

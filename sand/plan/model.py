@@ -103,6 +103,9 @@ class VMChange:
     strategy: Strategy | None = None  # REPLACE only
     # Set when the VM's unpushed work is covered by its preserve: paths (sweep done).
     work_preserved: tuple[str, ...] = ()
+    # When the VM's expires: passed (epoch seconds): the change deletes it, or keeps it
+    # absent. None: the VM has not expired.
+    expired_at: float | None = None
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 

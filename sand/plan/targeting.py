@@ -61,6 +61,12 @@ def with_replacements(plan: Plan, names: Collection[str]) -> Plan:
         wanted,
         "not a VM of the manifest (a VM it does not name would be destroyed, not replaced)",
     )
+    for c in plan.changes:
+        if c.vm in names and c.expired_at is not None:
+            raise PlanRefused(
+                f"--replace {c.vm!r}: it has expired ({c.reasons[0]}), so the plan deletes it "
+                "or keeps it absent; change its expires: to have it again"
+            )
     changes = tuple(
         _replacement(c) if c.vm in names and c.desired is not None else c for c in plan.changes
     )
