@@ -45,6 +45,10 @@ class Marker:
     # later one that got the same vmid or name, so a replayed journal step never acts
     # on a successor ("": unknown, not read or written by an older sand).
     incarnation: str = ""
+    # When the VM was made (epoch seconds, the creating host's clock), set once like the
+    # incarnation and kept across every write: what an ``expires:`` duration counts
+    # from. A replacement is a new VM and starts again. 0: not recorded (an older sand).
+    created_at: int = 0
 
     def to_json_dict(self) -> dict[str, str | int]:
         data: dict[str, str | int] = {
@@ -57,6 +61,8 @@ class Marker:
         }
         if self.secrets:
             data.update(secrets=self.secrets, secrets_at=self.secrets_at)
+        if self.created_at:
+            data["created_at"] = self.created_at
         return data
 
 

@@ -111,11 +111,14 @@ async def guard_plan(plan: Plan, session: Session, *, allow_data_loss: bool) -> 
     async def one(change: VMChange) -> tuple[Key, Verdict]:
         assert change.observed is not None
         async with gate:
+            # Only a replacement carries preserve: paths over; a delete (an expired VM
+            # still has its manifest entry) keeps nothing.
+            kept = change.desired.preserve if change.desired else ()
             verdict = await judge(
                 session.backends[change.backend],
                 change.desired,
                 change.observed,
-                change.desired.preserve if change.desired else (),
+                kept if change.action is Action.REPLACE else (),
             )
         return key_of(change), verdict
 

@@ -75,6 +75,20 @@ def read_plan_file(path: str | Path) -> dict[str, Any] | None:
     return data
 
 
+def saved_steering(saved: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The ``--target`` and ``--replace`` names a saved plan was made with."""
+    plan = saved.get("plan") if isinstance(saved.get("plan"), dict) else {}
+    assert isinstance(plan, dict)
+
+    def names(key: str) -> list[str]:
+        value = plan.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise PlanRefused(f"the saved plan's {key!r} is not a list of VM names; plan again")
+        return value
+
+    return names("targets"), names("replace")
+
+
 def check_still_valid(saved: dict[str, Any], session: Session, plan: Plan) -> None:
     if _sha(session.loaded.text) != saved.get("manifest_sha256"):
         raise PlanRefused(

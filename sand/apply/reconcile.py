@@ -8,18 +8,20 @@ prints, asks and maps the exit codes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.events import Hooks
 from sand.apply.provisioning import GuestSecrets, check_guests, make_provisioner
-from sand.apply.recorded import record_inventory
+from sand.apply.recorded import record_expired, record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
 from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import Action, Plan, make_plan
+from sand.plan.targeting import check_names, no_such_vm, steer
 from sand.project import Session, observe_all
+from sand.state.expired import load_expired
 from sand.state.records import record_results
 
 
@@ -34,8 +36,13 @@ async def compute_plan(
     checks: bool = True,
     guest_checks: bool = True,
     allow_data_loss: bool = False,
+    targets: Collection[str] = (),
+    replace_vms: Collection[str] = (),
 ) -> Plan:
     """``unsettled``: backends whose journal replay failed, planned as unknown.
+
+    ``targets`` (``--target``): plan only these VMs; ``replace_vms`` (``--replace``):
+    replace these although nothing forces it (``sand.plan.targeting``).
 
     ``checks``: preflight the planned changes and sweep the VMs to be deleted or
     replaced for unpushed work (blocked unless ``allow_data_loss``). Off only for
@@ -58,6 +65,8 @@ async def compute_plan(
         session.journal, session.project, session.backends, observations, skip=unsettled or {}
     )
     stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
+    expired = load_expired(session.project)
+    now = time.time()  # one clock for both passes: a VM expires in both or in neither
     plan = make_plan(
         desired,
         observations,
@@ -66,6 +75,8 @@ async def compute_plan(
         correct_drift=correct_drift,
         refresh_only=refresh_only,
         recovery=recovery,
+        now=now,
+        expired=expired,
     )
     if stamps and guest_checks:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
@@ -80,8 +91,13 @@ async def compute_plan(
                 secrets_lost=lost,
                 correct_drift=correct_drift,
                 recovery=recovery,
+                now=now,
+                expired=expired,
             )
             plan = replace(plan, warnings=plan.warnings + warnings)
+    # After planning the whole fleet, before the checks: only what will run is checked,
+    # and the mass-delete guard still counts every VM.
+    plan = steer(plan, targets=targets, replace_vms=replace_vms)
     if checks and not refresh_only and plan.has_changes:
         from sand.apply.guard import guard_plan
         from sand.apply.preflight import preflight_plan
@@ -133,8 +149,11 @@ async def recover_and_plan(
     destroy: bool = False,
     correct_drift: bool = True,
     allow_data_loss: bool = False,
+    targets: Collection[str] = (),
+    replace_vms: Collection[str] = (),
 ) -> Prepared:
     """Settle what a crashed run left (the journal first, always), then plan."""
+    await _check_names(session, targets, replace_vms)
     recovery = await replay_journal(session.journal, session.backends)
     secrets = GuestSecrets(session)
     plan = await compute_plan(
@@ -144,8 +163,26 @@ async def recover_and_plan(
         correct_drift=correct_drift,
         unsettled=recovery.failed,
         allow_data_loss=allow_data_loss,
+        targets=targets,
+        replace_vms=replace_vms,
     )
     return Prepared(plan, secrets, tuple(recovery.done))
+
+
+async def _check_names(
+    session: Session, targets: Collection[str], replace_vms: Collection[str]
+) -> None:
+    """Refuse a name no VM has before the journal replay changes anything: a VM to
+    replace must be in the manifest; a target may also be one sand manages (one it will
+    delete), which only a listing (read-only) shows."""
+    in_manifest = {vm.name for vm in session.desired.vms}
+    check_names("--replace", replace_vms, in_manifest, "not a VM of the manifest")
+    if set(targets) <= in_manifest:
+        return
+    observations = await observe_all(session.backends, session.desired)
+    managed = {o.name for obs in observations.values() for o in obs.managed()}
+    unknown = [b for b, o in observations.items() if o.unknown_reason]
+    check_names("--target", targets, in_manifest | managed, no_such_vm(session.project, unknown))
 
 
 def settle_unchanged(session: Session, prepared: Prepared) -> ApplyOutcome:
@@ -180,6 +217,7 @@ async def carry_out(
     )
     record_results(session.project, result.results)
     record_inventory(session.project, session.backends, plan, result)
+    record_expired(session.project, session.desired, plan, result)
     if not session.journal.pending():
         session.journal.compact()
     warnings = tuple(

@@ -16,9 +16,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
+from sand.desired import DesiredState
 from sand.errors import SandError
 from sand.observed import Observation, Ownership, RecordedVM
 from sand.plan.model import Action, Plan
+from sand.state.expired import ExpiredVM, load_expired, save_expired
 from sand.state.inventory import inventory_path, load_inventory, save_inventory
 
 if TYPE_CHECKING:
@@ -109,3 +111,19 @@ def record_inventory(
             )
         )
     save_inventory(project, [*kept, *fresh])
+
+
+def record_expired(project: str, desired: DesiredState, plan: Plan, result: ApplyResult) -> None:
+    """Remember the VMs this run deleted for their ``expires:``, so the next plan keeps
+    them absent (``sand.state.expired``); forget those whose ``expires:`` changed since."""
+    previous = load_expired(project)
+    expiry = {(vm.backend, vm.name): vm.expires.text for vm in desired.vms if vm.expires}
+    kept = {k: r for k, r in previous.items() if expiry.get(k) == r.expires}
+    done = {(r.backend, r.vm) for r in result.results if r.ok}
+    for c in plan.changes:
+        key = (c.backend, c.vm)
+        gone = c.action is Action.DELETE and key in done
+        if gone and c.expired_at is not None and key in expiry:
+            kept[key] = ExpiredVM(c.backend, c.vm, expiry[key], c.expired_at)
+    if kept != previous:
+        save_expired(project, kept)

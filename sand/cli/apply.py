@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     async def run() -> Plan:
         try:
             return await compute_plan(
-                session, refresh_only=args.refresh_only, allow_data_loss=args.allow_data_loss
+                session,
+                refresh_only=args.refresh_only,
+                allow_data_loss=args.allow_data_loss,
+                targets=args.target,
+                replace_vms=args.replace,
             )
         finally:
             await session.close()
@@ -69,6 +74,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise PlanRefused(
                 "--allow-data-loss is never used with --watch: a save must not destroy work"
             )
+        if args.target or args.replace:
+            raise PlanRefused("--target and --replace are for one apply, never with --watch")
         from sand.cli.watch import watch
 
         return watch(args)
@@ -80,6 +87,24 @@ def cmd_apply(args: argparse.Namespace) -> int:
         as_json=args.json,
         progress_mode="json" if args.log_format == "json" else "auto",
         allow_data_loss=args.allow_data_loss,
+        targets=args.target,
+        replace_vms=args.replace,
+    )
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """``sand reset VM``: the VM replaced from its image, its ``preserve:`` paths carried
+    over — exactly ``sand apply --replace VM --target VM`` (same prompt, same guards)."""
+    return run_apply(
+        args.manifest,
+        auto_approve=args.auto_approve,
+        parallelism=1,
+        allow_mass_delete=False,
+        as_json=False,
+        progress_mode="json" if args.log_format == "json" else "auto",
+        allow_data_loss=args.allow_data_loss,
+        targets=[args.vm],
+        replace_vms=[args.vm],
     )
 
 
@@ -105,14 +130,22 @@ def run_apply(
     destroy: bool = False,
     progress_mode: str = "auto",
     allow_data_loss: bool = False,
+    targets: Collection[str] = (),
+    replace_vms: Collection[str] = (),
 ) -> int:
-    from sand.apply.planfile import read_plan_file
+    from sand.apply.planfile import read_plan_file, saved_steering
     from sand.project import open_session
 
     saved = read_plan_file(manifest)
     if saved is not None:
-        # A saved plan was approved when it was made; it runs only if still exact.
+        # A saved plan was approved when it was made; it runs only if still exact, and
+        # it is planned again with the --target and --replace it was made with.
+        if targets or replace_vms:
+            raise PlanRefused(
+                f"{manifest} is a saved plan: it carries its own --target and --replace"
+            )
         manifest, auto_approve = saved["manifest"], True
+        targets, replace_vms = saved_steering(saved)
     if not auto_approve and not sys.stdin.isatty():
         raise PlanRefused(
             "no terminal to confirm on; re-run with --auto-approve to apply unattended"
@@ -127,6 +160,8 @@ def run_apply(
         progress_mode="json" if as_json else progress_mode,
         allow_data_loss=allow_data_loss,
         confirm=not auto_approve,
+        targets=tuple(targets),
+        replace_vms=tuple(replace_vms),
     )
     return asyncio.run(run.apply(saved))
 
@@ -141,6 +176,8 @@ class _Run:
         self.destroy: bool = options["destroy"]
         self.progress_mode: str = options["progress_mode"]
         self.allow_data_loss: bool = options["allow_data_loss"]
+        self.targets: tuple[str, ...] = options["targets"]
+        self.replace_vms: tuple[str, ...] = options["replace_vms"]
 
     async def apply(self, saved: dict[str, Any] | None) -> int:
         from sand.apply.reconcile import (
@@ -154,7 +191,11 @@ class _Run:
         session = self.session
         try:
             prepared = await recover_and_plan(
-                session, destroy=self.destroy, allow_data_loss=self.allow_data_loss
+                session,
+                destroy=self.destroy,
+                allow_data_loss=self.allow_data_loss,
+                targets=self.targets,
+                replace_vms=self.replace_vms,
             )
             print_recovered(prepared)
             plan = prepared.plan
@@ -239,3 +280,10 @@ def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
             print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")
     for warning in outcome.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
+    if plan.targets:
+        print(
+            "Warning: Applied changes may be incomplete: only "
+            f"{', '.join(plan.targets)} planned (--target); plan again without it to see "
+            "what else the manifest asks for.",
+            file=sys.stderr,
+        )

@@ -37,6 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
             "(or they cannot be swept); never implied by --watch",
         )
 
+    def steering_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--target",
+            action="append",
+            default=[],
+            metavar="VM",
+            help="plan and apply only this VM (repeatable); the others are left as they are",
+        )
+        p.add_argument(
+            "--replace",
+            action="append",
+            default=[],
+            metavar="VM",
+            help="replace this VM although nothing changed (repeatable); preserve: paths "
+            "are carried over",
+        )
+
     p = sub.add_parser("validate", help="check a manifest without contacting any backend")
     manifest_arg(p)
     sub.add_parser("schema", help="print the manifest's JSON Schema")
@@ -48,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
     p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
     data_loss_flag(p)
+    steering_flags(p)
 
     p = sub.add_parser("apply", help="make the VMs match the manifest")
     manifest_arg(p)
@@ -56,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallelism", type=int, default=10, metavar="N")
     p.add_argument("--allow-mass-delete", action="store_true")
     data_loss_flag(p)
+    steering_flags(p)
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
     p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
     p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
@@ -63,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("destroy", help="delete every VM this manifest's project manages")
     manifest_arg(p)
     p.add_argument("--auto-approve", action="store_true")
+    data_loss_flag(p)
+
+    p = sub.add_parser(
+        "reset",
+        help="replace a VM from its image, keeping its preserve: paths "
+        "(apply --replace VM --target VM)",
+    )
+    p.add_argument("vm", metavar="VM")
+    p.add_argument(
+        "-f", "--manifest", default="sand.yaml", metavar="FILE", help="default: ./sand.yaml"
+    )
+    p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
     data_loss_flag(p)
 
     p = sub.add_parser("status", help="desired vs observed, per VM")
@@ -140,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
-    if command in ("plan", "apply", "destroy"):
+    if command in ("plan", "apply", "destroy", "reset"):
         from sand.cli import apply
 
         return getattr(apply, name)

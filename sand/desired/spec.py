@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
+from sand.manifest.expiry import Expiry, parse_expiry
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import Manifest
 
@@ -76,6 +77,9 @@ class DesiredVM:
     # Guest paths kept across replace and reprovision; not in either fingerprint
     # (changing what is kept changes nothing on the machine).
     preserve: tuple[str, ...] = ()
+    # When the VM is due to be deleted (``expires:``); in neither fingerprint either: an
+    # expiry changes nothing on the machine, only when it goes.
+    expires: Expiry | None = None
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -196,6 +200,7 @@ def build_desired(
             locale=vm.locale or d.locale or here.locale,
             timezone=vm.timezone or d.timezone or here.timezone,
             preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
+            expires=_expiry(vm.expires or d.expires),
         )
         vms.append(with_fingerprints(spec))
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
@@ -204,6 +209,11 @@ def build_desired(
 def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
     """The VM's own list replaces the default one (an empty list preserves nothing)."""
     return own if own is not None else (default or [])
+
+
+def _expiry(text: str | None) -> Expiry | None:
+    """The VM's own ``expires:`` (``never`` too) wins over its defaults'."""
+    return parse_expiry(text) if text else None
 
 
 def _first(*values: bool | None) -> bool:

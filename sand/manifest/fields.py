@@ -19,6 +19,8 @@ from pydantic import (
 )
 
 from sand.manifest import values as v
+from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
+from sand.manifest.expiry import canonical as canonical_expiry
 from sand.manifest.locales import LOCALE, TIMEZONE, locale_problem, timezone_problem
 from sand.manifest.names import ENV_NAME, IDENTIFIER
 from sand.manifest.sizes import DISK_RANGE, MEMORY_RANGE, SIZE_PATTERN, bounded, format_size
@@ -57,6 +59,17 @@ DiskSize = Annotated[
     int,
     BeforeValidator(bounded("disk", *DISK_RANGE)),
     WithJsonSchema(_size_schema(DISK_RANGE)),
+]
+Expires = Annotated[
+    str,
+    BeforeValidator(canonical_expiry),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "examples": ["2026-12-01", "2026-12-01T18:00:00Z", "8h", "3d", "never"],
+            "description": EXPIRES_DESCRIPTION,
+        }
+    ),
 ]
 PortNumber = Annotated[int, Field(ge=1, le=65535)]
 Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, model_validator
 from sand.manifest import values as v
 from sand.manifest.backends import BackendConfig
 from sand.manifest.backends.proxmox_cpu import PveCpuType
+from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
     MEMORY_DESCRIPTION,
@@ -24,6 +25,7 @@ from sand.manifest.fields import (
     Branch,
     DiskSize,
     EnvName,
+    Expires,
     HomePath,
     Identifier,
     Image,
@@ -140,6 +142,7 @@ class Defaults(Strict):
     docker: bool | None = Field(default=None, description=DOCKER_DESCRIPTION)
     locale: Locale | None = Field(default=None, description=LOCALE_DESCRIPTION)
     timezone: Timezone | None = Field(default=None, description=TIMEZONE_DESCRIPTION)
+    expires: Expires | None = Field(default=None, description=EXPIRES_DESCRIPTION)
 
 
 class VM(Strict):
@@ -170,6 +173,9 @@ class VM(Strict):
     docker: bool | None = None
     locale: Locale | None = None
     timezone: Timezone | None = None
+    expires: Expires | None = Field(
+        default=None, description=EXPIRES_DESCRIPTION + " Replaces the default one."
+    )
 
 
 class Manifest(Strict):

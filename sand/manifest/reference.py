@@ -48,9 +48,19 @@ are not `https://`, `http://`, `ssh://`, `git://`, `file:///` or
 would refuse; guest paths outside `~/` or with `..`; package names that are
 not Debian's; Proxmox ids that PVE would refuse and vmids outside
 100..999999999; control characters in any path; two VM names that differ only
-in case; two repos of one VM on one checkout path; and two backends that would
-see each other's VMs as their own (one PVE host, port and pool; one Lima home).
-YAML merge keys (`<<: *base` then overrides) are fine.
+in case; two repos of one VM on one checkout path; an `expires:` that is
+neither an ISO 8601 date or date-time nor a duration (`90m`, `8h`, `3d`); and
+two backends that would see each other's VMs as their own (one PVE host, port
+and pool; one Lima home). YAML merge keys (`<<: *base` then overrides) are fine.
+
+`expires:` (a VM's, or every VM's in `defaults`): an absolute time is its
+instant (`2026-12-01` is that day's midnight, UTC; a date-time without a zone
+is UTC); a duration counts from when sand made the VM, which the VM records
+(a VM made by an older sand does not: the plan warns and deletes nothing). A
+VM past its time is planned for deletion (`expired at ...`) behind the same
+guards as any delete, and is not created again while its `expires:` says it
+has passed; change or remove `expires:` to have it back. The rules:
+[safety](safety.md#expiry).
 """
 
 

@@ -103,6 +103,9 @@ class VMChange:
     strategy: Strategy | None = None  # REPLACE only
     # Set when the VM's unpushed work is covered by its preserve: paths (sweep done).
     work_preserved: tuple[str, ...] = ()
+    # When the VM's expires: passed (epoch seconds): the change deletes it, or keeps it
+    # absent. None: the VM has not expired.
+    expired_at: float | None = None
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 
@@ -146,6 +149,10 @@ class Plan:
     # What replaying the journal does first (entries a crashed run left), oldest first;
     # ``changes`` are planned as if it had been done. Empty after apply's own replay.
     recovery: tuple[RecoveryDecision, ...] = ()
+    # ``--target``: the only VMs planned (every other change kept as a no-op); empty: all.
+    targets: tuple[str, ...] = ()
+    # ``--replace``: VMs replaced although nothing forces it.
+    replacements: tuple[str, ...] = ()
 
     def actionable(self) -> list[VMChange]:
         return [c for c in self.changes if c.acts]

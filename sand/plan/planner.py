@@ -13,7 +13,8 @@ The rules, in the order they are applied to one desired VM:
 5. equal fingerprints but observed values differ → drift ("changed outside
    sand"), corrected unless the caller only reports.
 Managed VMs that no desired entry names are deleted, unless protected,
-locked, or on a backend whose listing was untrusted.
+locked, or on a backend whose listing was untrusted. Before all of these, a VM
+past its ``expires:`` is deleted, or kept absent (``expiry.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.observed import Observation, ObservedVM, Ownership
+from sand.plan.expiry import Expired, expiry_change
 from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]
@@ -49,12 +51,17 @@ def make_plan(
     correct_drift: bool = True,
     refresh_only: bool = False,
     recovery: Sequence[RecoveryDecision] = (),
+    now: float | None = None,
+    expired: Expired | None = None,
 ) -> Plan:
     """``secret_stamps``: VM name → the stamp of its secret values now (VMs that use
     secrets); ``secrets_lost``: VM name → why its guest no longer holds them (a
     guest check found the tmpfs emptied). ``recovery``: what replaying the journal
-    does first; ``observations`` already show its outcome (a VM it removes is absent)."""
+    does first; ``observations`` already show its outcome (a VM it removes is absent).
+    ``now`` (default: the clock) and ``expired`` (this host's record of VMs deleted
+    for their ``expires:``) decide expiry."""
     stamps, lost = secret_stamps or {}, secrets_lost or {}
+    now = time.time() if now is None else now
     changes: list[VMChange] = []
     notes: list[str] = []
     wanted: set[tuple[str, str]] = set()
@@ -62,7 +69,10 @@ def make_plan(
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
         secrets = (stamps[vm.name], lost.get(vm.name)) if vm.name in stamps else None
-        change = _plan_vm(vm, obs, capabilities.get(vm.backend, NO_CAPABILITIES), secrets)
+        lapsed, note = expiry_change(vm, obs, now, expired or {})
+        if note:
+            notes.append(note)
+        change = lapsed or _plan_vm(vm, obs, capabilities.get(vm.backend, NO_CAPABILITIES), secrets)
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:
             notes.append(

@@ -213,7 +213,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             for f in items
         ]
 
-    return {
+    data: dict[str, Any] = {
         "format_version": "1",
         "project": plan.project,
         "refresh_only": plan.refresh_only,
@@ -252,3 +252,9 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
     }
+    # Only when asked for, so every other plan reads as it always has.
+    if plan.targets:
+        data["targets"] = list(plan.targets)
+    if plan.replacements:
+        data["replace"] = list(plan.replacements)
+    return data

@@ -8,6 +8,8 @@ recovery adopts only this instance, never one made later under the same name.
 
 from __future__ import annotations
 
+import time
+
 from sand.backends.lima import bases, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
@@ -67,7 +69,9 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
             await vmops.create_instance(ctx, name, body, sets)
         journal.step(entry, "created")
         sidecar = Sidecar(
-            Marker(ctx.project, name, name, fingerprint="", image=vm.image),
+            Marker(
+                ctx.project, name, name, fingerprint="", image=vm.image, created_at=int(time.time())
+            ),
             uid=uid,
             backend=ctx.name,
             protect=vm.protect,

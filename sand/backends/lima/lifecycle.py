@@ -203,8 +203,9 @@ def sidecar(
     converged: bool = False,
     secrets: SecretsRecord | None = None,
 ) -> bytes:
-    """The sidecar for ``current``: its incarnation kept, this backend's name written,
-    and the secrets stamp ``secrets`` says was delivered (None: the one it has)."""
+    """The sidecar for ``current``: its incarnation and creation time kept, this
+    backend's name written, and the secrets stamp ``secrets`` says was delivered (None:
+    the one it has)."""
     fp = current.marker.fingerprint if current.marker else ""
     gfp = current.marker.guest_fingerprint if current.marker else ""
     if secrets is None:  # nothing delivered this run: keep what the VM records
@@ -220,6 +221,7 @@ def sidecar(
             image=vm.image,
             secrets=secrets.stamp if secrets else "",
             secrets_at=secrets.delivered_at if secrets and secrets.stamp else 0,
+            created_at=current.marker.created_at if current.marker else 0,
         ),
         uid=current.details.get("uid") or new_uid(),
         backend=ctx.name,

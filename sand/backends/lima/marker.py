@@ -64,6 +64,9 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
     secrets, secrets_at = data.get("secrets"), data.get("secrets_at")
     if not isinstance(secrets, str) or not isinstance(secrets_at, int) or not secrets:
         secrets, secrets_at = "", 0  # none recorded, or not by sand: delivered again once
+    created_at = data.get("created_at")
+    if not isinstance(created_at, int) or isinstance(created_at, bool) or created_at < 0:
+        created_at = 0  # not recorded (an older sand), or not by sand
     marker = Marker(
         project=data["project"],
         name=str(data.get("name") or data["identity"]),
@@ -75,6 +78,7 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         secrets_at=secrets_at,
         backend=str(data.get("backend") or ""),
         incarnation=str(data.get("uid") or ""),
+        created_at=created_at,
     )
     protect = data.get("protect")
     return Sidecar(

@@ -9,6 +9,7 @@ someone else's VM that took the id first; then another id is tried.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from sand.backends.proxmox import marker as mk
@@ -76,9 +77,18 @@ async def _try_clone(
         project=ctx.project,
         template=str(template["vmid"]),
     )
-    # The entry's id is the VM's incarnation, kept on every later write.
+    # The entry's id is the VM's incarnation, and now its creation time: both kept on
+    # every later write.
     marker = Marker(
-        ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name, incarnation=entry.id
+        ctx.project,
+        vm.name,
+        str(vmid),
+        "",
+        "",
+        vm.image,
+        backend=ctx.name,
+        incarnation=entry.id,
+        created_at=int(time.time()),
     )
     params: dict[str, Any] = {
         "newid": vmid,

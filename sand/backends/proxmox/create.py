@@ -8,6 +8,7 @@ duplicate check, disk resize, start.
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.parse
 import weakref
 from typing import Any
@@ -220,7 +221,12 @@ async def _setup(
 def _base_config(
     ctx: Ctx, vm: DesiredVM, vmid: int, config: dict[str, Any], pubkey: str
 ) -> dict[str, Any]:
-    marker = Marker(ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name)
+    # The creation time the clone wrote into the description (now, for a clone an older
+    # sand began): the tags carry it from here on.
+    made = mk.created_at_of(mk.parse_block(config.get("description"))) or int(time.time())
+    marker = Marker(
+        ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name, created_at=made
+    )
     params: dict[str, Any] = {
         "cores": vm.cpus,
         "sockets": 1,

@@ -172,10 +172,12 @@ def _description(
 
 
 def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
-    """``marker`` as this backend writes it: its name, and the VM's incarnation kept (a
-    VM an older sand made without one gets one now, once)."""
+    """``marker`` as this backend writes it: its name, and the VM's incarnation (a VM an
+    older sand made without one gets one now, once) and creation time kept (one an older
+    sand made stays without: when it was made is not known)."""
     incarnation = marker.incarnation or str(block.get("op") or "") or uuid.uuid4().hex
-    return replace(marker, backend=ctx.name, incarnation=incarnation)
+    created_at = marker.created_at or mk.created_at_of(block)
+    return replace(marker, backend=ctx.name, incarnation=incarnation, created_at=created_at)
 
 
 async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
@@ -278,6 +280,7 @@ async def mark_converged(
                 secrets=stamp,
                 secrets_at=stamped_at if stamp else 0,
                 incarnation=incarnation,
+                created_at=mk.created_at_of(block) or found.created_at,
             ),
             block,
         )

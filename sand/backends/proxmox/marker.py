@@ -13,10 +13,13 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
                               the VM has no secrets
     sand-backend-<name>       which backend entry of the manifest made it (names that
                               are not valid tags: ``sand-backend+<hash12>``)
+    sand-created-<t>          when sand made the VM (epoch seconds), for ``expires:``
+                              durations; absent on a VM an older sand made
 
 The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
-journal entry that cloned it, kept on every write), read only on a deep
+journal entry that cloned it, kept on every write; ``created_at``, written at the
+clone and kept the same way, which the created tag mirrors), read only on a deep
 (per-VM) read.
 
 A template ``sand template build`` made carries the tag ``sand-template`` and a
@@ -48,6 +51,8 @@ TEMPLATE_KIND = "template"
 NEW = "new"
 _IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
 SECRETS_PREFIX = "sand-secrets-"
+CREATED_PREFIX = "sand-created-"
+_CREATED_TAG = re.compile(r"^sand-created-([0-9]{1,12})$")
 _SECRETS_TAG = re.compile(r"^sand-secrets-([1-9][0-9]*-[0-9a-f]{20})-([0-9]{1,12})$")
 _TAG_SPLIT = re.compile(r"[;,\s]+")
 _PVE_TAG = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$")
@@ -68,6 +73,7 @@ class TagMarker:
     secrets: str = ""  # the secrets stamp, "" when no (well-formed) tag carries one
     secrets_at: int = 0
     backend: str | None = None  # the backend tag (see backend_tag), None when absent
+    created_at: int = 0  # when sand made the VM, 0 when no (well-formed) tag says
 
     @property
     def present(self) -> bool:
@@ -109,7 +115,9 @@ def backend_of_tag(tag: str | None) -> str:
 def is_sand_tag(tag: str) -> bool:
     return (
         tag in (TOOL_TAG, TEMPLATE_TAG)
-        or tag.startswith((PROJECT_PREFIX, SECRETS_PREFIX, BACKEND_PREFIX, HASHED_BACKEND_PREFIX))
+        or tag.startswith(
+            (PROJECT_PREFIX, SECRETS_PREFIX, CREATED_PREFIX, BACKEND_PREFIX, HASHED_BACKEND_PREFIX)
+        )
         or bool(_IDENTITY_TAG.match(tag))
     )
 
@@ -117,7 +125,7 @@ def is_sand_tag(tag: str) -> bool:
 def parse_tags(value: object) -> TagMarker:
     tool = False
     project = identity = fingerprint = backend = None
-    secrets, secrets_at = "", 0
+    secrets, secrets_at, created_at = "", 0, 0
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
@@ -129,12 +137,16 @@ def parse_tags(value: object) -> TagMarker:
             stamped = _SECRETS_TAG.match(tag)
             if stamped:
                 secrets, secrets_at = stamped[1], int(stamped[2])
+        elif tag.startswith(CREATED_PREFIX):
+            made = _CREATED_TAG.match(tag)
+            if made:
+                created_at = int(made[1])
         else:
             found = _IDENTITY_TAG.match(tag)
             if found:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
-    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at, backend)
+    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at, backend, created_at)
 
 
 def claims(tags: TagMarker | None, described: Marker | None) -> list[Claim]:
@@ -158,6 +170,8 @@ def marker_tags(marker: Marker) -> list[str]:
         tags.append(f"{SECRETS_PREFIX}{marker.secrets}-{marker.secrets_at}")
     if marker.backend:
         tags.append(backend_tag(marker.backend))
+    if marker.created_at:
+        tags.append(f"{CREATED_PREFIX}{marker.created_at}")
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")
@@ -208,9 +222,18 @@ def parse_description(text: object) -> Marker | None:
             image=str(data.get("image") or ""),
             backend=str(data.get("backend") or ""),
             incarnation=str(data.get("op") or ""),
+            created_at=created_at_of(data),
         )
     except KeyError:
         return None
+
+
+def created_at_of(block: Any) -> int:
+    """The block's ``created_at`` (0 when absent or not a plain positive integer)."""
+    value = block.get("created_at") if isinstance(block, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return value
 
 
 def operator_text(text: object) -> str:
@@ -235,6 +258,8 @@ def render_block(marker: Marker, **extra: object) -> str:
         data["backend"] = marker.backend
     if marker.incarnation:
         data["op"] = marker.incarnation
+    if marker.created_at:
+        data["created_at"] = marker.created_at
     data.update((k, v) for k, v in extra.items() if v is not None)
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
 

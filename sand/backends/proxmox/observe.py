@@ -106,6 +106,7 @@ def classify(
                     secrets=tags.secrets,
                     secrets_at=tags.secrets_at,
                     backend=ctx.name if tags.backend == mine else "",
+                    created_at=tags.created_at,
                 )
                 return _observed(
                     ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
@@ -150,6 +151,8 @@ def classify(
         secrets_at=tags.secrets_at,
         backend=named_backend,
         incarnation=described.incarnation if described is not None else "",
+        # The description's (written at the clone); the tag mirrors it for the listing.
+        created_at=(described.created_at if described is not None else 0) or tags.created_at,
     )
     notes: dict[str, str] = {}
     if template and said is Ownership.MANAGED:
@@ -202,6 +205,7 @@ def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
         identity=tags.identity or "",
         fingerprint=tags.fingerprint or "",
         backend=mk.backend_of_tag(tags.backend),
+        created_at=tags.created_at,
     )
 
 

@@ -43,11 +43,14 @@ async def test_create_clones_into_the_pool_configures_and_starts(
     pub = Path(str(rig.identity) + ".pub").read_text()
     assert urllib.parse.unquote(cfg["sshkeys"]).strip() == pub.strip()
     # The template's operator tag is kept next to sand's marker, as PVE sorts them.
+    created = mk.parse_tags(cfg["tags"]).created_at
     assert cfg["tags"] == (
-        f"golden;sand;sand-{made.identity}-new;sand-backend-pve;sand-project-demo"
+        f"golden;sand;sand-{made.identity}-new;sand-backend-pve;sand-created-{created};"
+        "sand-project-demo"
     )
     described = mk.parse_description(cfg["description"])
     assert described is not None and (described.project, described.name) == ("demo", "dev")
+    assert created > 0 and described.created_at == created
     assert fake.pending == {}
     # One full clone into pool and storage; the journal saw each step.
     clones = [b for m, p, b in rig.pve.requests if m == "POST" and p.endswith("/clone")]

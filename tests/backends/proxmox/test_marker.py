@@ -147,3 +147,15 @@ def test_tags_and_description_make_claims_the_one_rule_judges_alike(
     assert judge(mk.claims(their_tags, described)) is Ownership.OTHER_BACKEND
     # Tags without a project or a vmid claim nothing (only the description speaks).
     assert mk.claims(mk.parse_tags("sand;" + mk.backend_tag(other)), None) == []
+
+
+def test_the_creation_time_is_a_tag_and_a_block_key() -> None:
+    made = Marker("demo", "web-1", "101", "", created_at=1_700_000_000)
+    assert "sand-created-1700000000" in mk.marker_tags(made)
+    assert mk.parse_tags(mk.join_tags(mk.marker_tags(made))).created_at == 1_700_000_000
+    described = mk.parse_description(mk.render_block(made))
+    assert described is not None and described.created_at == 1_700_000_000
+    # Replaced with the rest of sand's tags, never left behind as an operator's.
+    assert mk.merge_tags("sand-created-1;team-a", M) == mk.join_tags(["team-a", *mk.marker_tags(M)])
+    assert mk.parse_tags("sand-created-soon").created_at == 0
+    assert mk.created_at_of({"created_at": True}) == mk.created_at_of({"created_at": "1"}) == 0
