@@ -1,8 +1,31 @@
 """Fixtures of the three test rigs, registered once for the whole suite:
-real guests (netns sshd, qemu), fakepve, and the limactl stand-in."""
+real guests (netns sshd, qemu), fakepve, and the limactl stand-in.
+
+With ``SAND_RIG_REQUIRED`` set (``.ci/run`` sets it) no test may skip: a missing
+prerequisite fails it (:mod:`tests.required`), and the hook below turns any other
+skip into a failure too, so a CI run cannot pass by proving nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.required import rig_required
 
 pytest_plugins = [
     "tests.rig.fixtures",
     "tests.fakepve_rig.fixtures",
     "tests.limactl_standin.fixtures",
+    "pytester",  # tests/test_required.py runs pytest inside pytest
 ]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and not hasattr(report, "wasxfail") and rig_required():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped while SAND_RIG_REQUIRED is set: {reason}"

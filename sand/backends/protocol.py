@@ -5,6 +5,10 @@ Observation is read-only and cheap: one listing per backend (one
 Lima host), deep reads only for VMs whose stored fingerprint differs from the
 desired one, that are new, or that are locked. Mutations are few and explicit,
 and each is journalled by the backend *before* the call that makes it.
+
+The MUST rules on :class:`Backend` are checked once for every backend kind by
+``tests/contract/test_backend.py`` (fakepve, the limactl stand-in locally and on a
+remote host over SSH); a new backend is a new rig there and passes all of them.
 """
 
 from __future__ import annotations
@@ -107,7 +111,32 @@ class PreflightReport:
 
 @runtime_checkable
 class Backend(Protocol):
-    """A place VMs live. Implementations: ``sand.backends.proxmox``, ``sand.backends.lima``."""
+    """A place VMs live. Implementations: ``sand.backends.proxmox``, ``sand.backends.lima``.
+
+    Rules every implementation MUST keep (each names the contract test that checks it,
+    in ``tests/contract/test_backend.py``):
+
+    1. Create then observe: a VM ``create`` made is listed by the next ``observe`` of a
+       fresh backend as MANAGED, under the identity ``create`` returned, with
+       fingerprint ``""`` until ``mark_converged``; after it, with the desired
+       fingerprint, so the plan is a no-op
+       (``test_create_then_observe_then_mark_converged_plans_a_no_op``).
+    2. Delete of a missing VM succeeds: a VM already gone (deleted behind sand's back,
+       or by a delete whose answer was lost) is deleted; nothing is journalled for it.
+       A VM that is merely out of sight (it still exists) is refused, never reported
+       gone (``test_a_delete_removes_the_vm_and_a_missing_vm_is_already_deleted``).
+    3. Only managed VMs are changed: ``delete``, ``update``, ``rename`` and
+       ``mark_converged`` refuse (a :class:`~sand.errors.SandError` saying
+       "refusing") any VM whose ownership is not MANAGED — a person's VM, another
+       project's, a copy of one of ours (its marker names another identity) — and
+       change nothing on it (``test_a_vm_that_is_not_ours_is_refused_by_every_mutation``).
+    4. Every mutation is journalled before its first call; an interrupted one leaves
+       its entry open, and ``decide_recovery`` then removes what it half made (no
+       marker yet) or adopts what carries this run's marker; only the journal replay
+       settles entries (``test_recovery_of_an_interrupted_create_removes_or_adopts_it``).
+    5. A backend that cannot be read is unknown, never empty
+       (``test_a_backend_that_cannot_be_read_is_unknown_never_empty``).
+    """
 
     name: str
     type: str
@@ -117,7 +146,13 @@ class Backend(Protocol):
     clone_parallelism: int
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        """Read-only; one listing, deep reads only where fingerprints differ."""
+        """Read-only; one listing, deep reads only where fingerprints differ.
+
+        MUST NOT answer a listing it could not read or trust with an Observation that
+        reads as empty: it returns one with ``unknown_reason`` set (and no VMs), or
+        raises a :class:`~sand.errors.SandError`, which the session records as unknown.
+        An empty answer would plan every VM's re-creation and leave the real ones
+        unseen; unknown blocks every change on the backend this run."""
         ...
 
     async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
@@ -135,17 +170,27 @@ class Backend(Protocol):
         ...
 
     async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
-        """Create, configure and start (if desired) a VM; its marker has fingerprint ''."""
+        """Create, configure and start (if desired) a VM; its marker has fingerprint ''.
+
+        MUST journal the intent before the first call that makes anything, and write
+        this project's marker (naming the VM's own identity) before the VM is left
+        running, so recovery can tell a half-made VM (remove) from a made one (adopt)."""
         ...
 
     async def update(
         self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
     ) -> ObservedVM:
-        """Change ``fields`` in place (restarting when the policy says so)."""
+        """Change ``fields`` in place (restarting when the policy says so).
+
+        MUST refuse a VM that is not MANAGED, before any call that changes it."""
         ...
 
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
-        """Stop and remove a managed VM with everything it owns."""
+        """Stop and remove a managed VM with everything it owns.
+
+        MUST refuse a VM that is not MANAGED (checked again on a fresh read where the
+        backend can read it) and MUST succeed, changing nothing, when the VM is already
+        gone; a VM it cannot see but that still exists is refused."""
         ...
 
     async def mark_converged(
@@ -153,7 +198,8 @@ class Backend(Protocol):
     ) -> None:
         """Write the marker with the desired fingerprints: the VM is in sync.
 
-        ``secrets``: what this run delivered; None keeps the stamp the VM carries."""
+        ``secrets``: what this run delivered; None keeps the stamp the VM carries.
+        MUST refuse a VM that is not MANAGED: a marker is never written on another's."""
         ...
 
     async def endpoint(
@@ -168,12 +214,15 @@ class Backend(Protocol):
         """What replaying ``entry`` (left by a crashed run) would do; changes nothing.
 
         With ``wait`` (apply), tasks and processes the killed run left running are awaited
-        (bounded) first; without it (plan), such an entry is decided as WAIT."""
+        (bounded) first; without it (plan), such an entry is decided as WAIT. For an
+        interrupted create it MUST decide DELETE for a VM of this entry that carries no
+        marker yet, ADOPT for one carrying this project's marker, and MOOT for anything
+        else at that identity (never touched)."""
         ...
 
     async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
-        """Carry out ``decision`` (identity re-checked first); say what was done. Only the
-        journal replay settles the entry."""
+        """Carry out ``decision`` (identity re-checked first); say what was done. It MUST
+        NOT settle the entry: only the journal replay does, after this returns."""
         ...
 
     async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:

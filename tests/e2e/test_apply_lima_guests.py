@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.limactl_standin import StandIn
-from tests.provision.e2e_helpers import as_user, scoped_env, stand_in_agents
+from tests.provision.e2e_helpers import as_user, home_snapshot, scoped_env, stand_in_agents
 
 pytestmark = pytest.mark.e2e
 
 SECRET = "lima-canary-91c2-secret-value"
+REMOTE_TOKEN = "ghp_remoteCanary7f3e2d1c0b9a"
+# What a landing ledger record holds (sand/verbs/land.py Row.record): metadata only.
+LEDGER_METADATA = ("action", "vm", "path", "branch", "repo", "push", "compare_url", "pr")
 MANIFEST = """\
 apiVersion: sand/v1
 project: limae2e
@@ -91,21 +94,30 @@ def test_lima_apply_provisions_and_the_verbs_reach_the_guest(tmp_path, netns_gue
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "fetched" / "a.txt").read_text() == "from the guest\n"
 
-    # sand land: read-only sweep; only branch metadata reaches the host ledger.
+    # sand land: read-only sweep; only branch metadata reaches the host ledger, never the
+    # remote URL as the guest wrote it (here carrying a token).
     as_user(
         guest,
         "mkdir -p ~/src/app && cd ~/src/app && git init -q -b feature/x && "
         "git -c user.email=a@b -c user.name=A commit -q --allow-empty -m work && "
-        "git remote add origin https://github.com/acme/app.git",
+        f"git remote add origin https://x-access-token:{REMOTE_TOKEN}@github.com/acme/app.git",
     )
     proc = cli.sand("land", "dev-1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "feature/x" in proc.stdout
     ledger = tmp_path / "state" / "projects" / "limae2e" / "landing.jsonl"
-    if ledger.exists():
-        records = [json.loads(line) for line in ledger.read_text().splitlines()]
-        assert all("diff" not in r and "patch" not in r for r in records)
-        assert ledger.stat().st_mode & 0o077 == 0
+    text = ledger.read_text()  # the sweep is recorded: a missing ledger fails here
+    (record,) = [json.loads(line) for line in text.splitlines()]
+    assert set(record) == {"v", "ts", *LEDGER_METADATA}
+    assert (record["action"], record["vm"], record["branch"], record["repo"]) == (
+        "sweep",
+        "dev-1",
+        "feature/x",
+        "acme/app",
+    )
+    assert record["compare_url"] == "https://github.com/acme/app/pull/new/feature/x"
+    assert REMOTE_TOKEN not in text and REMOTE_TOKEN not in proc.stdout + proc.stderr
+    assert ledger.stat().st_mode & 0o777 == 0o600
 
 
 TWO = """\
@@ -139,6 +151,13 @@ def test_lima_secrets_lost_inside_the_guest_are_found_and_delivered_again(tmp_pa
     for name in guests:
         marker = (cli.standin.instance_dir(name) / "sand-marker.json").read_text()
         assert '"secrets": "1-' in marker and SECRET not in marker
+
+    # The guest check behind that plan is read-only: nothing on either guest moved.
+    watched = ("/home", "/run/user", "/dev/shm", "/usr/local/lib/sand")
+    before = {name: home_snapshot(g, *watched) for name, g in guests.items()}
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {name: home_snapshot(g, *watched) for name, g in guests.items()} == before
 
     # A reboot inside dev-1 (the host agent lives on, ha.pid untouched) empties its tmpfs.
     proc = guests["dev-1"].run_root(["sh", "-c", "rm -rf /run/user/*/sand /dev/shm/sand-*"])

@@ -17,13 +17,15 @@ import time
 import pytest
 
 from tests.cli.helpers import Sand
-from tests.provision.e2e_helpers import out, scoped_env, stand_in_agents
+from tests.provision.e2e_helpers import out, root, scoped_env, stand_in_agents
 from tests.rig.argv import ArgvWatch
 
 pytestmark = pytest.mark.e2e
 
 CANARY = "canary-4b1d-never-in-argv-logs-or-markers"
 ROTATED = "canary-rotated-5e2f-also-secret"
+# File systems that would bring a host directory into a guest.
+NETWORK_FS = ("9p", "virtiofs", "fuse.sshfs", "nfs", "nfs4", "cifs", "smb3")
 
 
 class AgentAnswers:
@@ -55,10 +57,10 @@ class AgentAnswers:
 
 def everything_under(path) -> str:
     chunks = []
-    for root, _dirs, files in os.walk(path):
+    for top, _dirs, files in os.walk(path):
         for name in files:
             try:
-                with open(os.path.join(root, name), "rb") as fh:
+                with open(os.path.join(top, name), "rb") as fh:
                     chunks.append(fh.read().decode(errors="replace"))
             except OSError:
                 pass
@@ -119,6 +121,17 @@ def test_apply_provisions_real_guests_and_never_leaks_the_secret(
     assert not scoped_env(g1, "~", "API_TOKEN")
     assert "hello from the forge" in out(g1, "cat ~/src/app/README.md")
     assert "stand-in claude" in out(guests["agent-2"], "bash -lc 'claude --version'")
+
+    # No mount at all: the VMs' configs share nothing of the host (no virtiofs share, no
+    # raw QEMU args that could add a -virtfs), and the bundle reached each guest over SSH.
+    for vm in rig.vms():
+        shares = [k for k in vm.config if k.startswith(("virtiofs", "args", "mp"))]
+        assert shares == [], (vm.name, shares)
+    for guest in guests.values():
+        bundle = root(guest, "find", "/usr/local/lib/sand/bundle", "-name", "secrets.sh")
+        assert bundle.strip() == "/usr/local/lib/sand/bundle/secrets.sh"
+        mounts = root(guest, "cat", "/proc/mounts").splitlines()
+        assert not [m for m in mounts if m.split()[2] in NETWORK_FS], mounts
 
     # The canary is nowhere it must not be.
     assert watch.containing(CANARY) == []

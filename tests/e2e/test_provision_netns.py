@@ -389,6 +389,9 @@ async def test_the_login_user_may_differ_from_the_provisioned_user(
     config = root(guest, "cat", "/home/agent/.codex/config.toml")
     assert 'approval_policy = "never"' in config
     assert 'sandbox_mode = "danger-full-access"' in config
+    # No credential for either agent: Codex's auth.json and Claude's credentials are absent.
+    for credential in ("~/.codex/auth.json", "~/.claude/.credentials.json"):
+        assert as_user(guest, f"test -e {credential}", user="agent").returncode != 0
     # Dropping codex from the VM removes what sand installed for it.
     await provision(endpoint(guest), replace(vm, agents=("claude",)), {"TOKEN": "value-for-agent"})
     assert as_user(guest, "test -e ~/.codex/config.toml", user="agent").returncode != 0

@@ -19,6 +19,7 @@ from sand.errors import TransportError
 from sand.guest.endpoint import JumpHost
 from sand.guest.ssh import KnownHosts, connect
 from tests.provision.e2e_helpers import endpoint
+from tests.rig.ssh import ssh_agent
 
 if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
@@ -77,12 +78,29 @@ async def test_policy_none_checks_no_host_key_and_pins_nothing(
     assert len((state_dir / "known_hosts").read_text().splitlines()) == 1
 
 
-async def test_only_the_endpoint_identity_is_offered(netns_guest: MakeGuest, tmp_path) -> None:
+async def test_only_the_endpoint_identity_is_offered(
+    netns_guest: MakeGuest, tmp_path, monkeypatch
+) -> None:
     a, b = netns_guest(), netns_guest()
-    # a's key is not authorised on b; an agent or ~/.ssh key must not rescue it.
-    with pytest.raises(TransportError) as err:
-        async with connect(replace(endpoint(b), identity=str(a.client_key_path)), deadline=1):
-            pass
+    # a's key is not authorised on b. An agent and a ~/.ssh default key both hold b's
+    # authorised key, so any key but the endpoint's would get in.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    default_key = home / ".ssh" / "id_ed25519"
+    default_key.write_bytes(b.client_key_path.read_bytes())
+    default_key.chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    with ssh_agent(tmp_path / "agent.sock", b.client_key_path) as sock:
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        # The rescue is there: a client left to its defaults (agent, ~/.ssh) gets in.
+        pinned = ([asyncssh.import_public_key(b.host_public_key)], [], [])
+        async with asyncssh.connect(
+            b.address, port=b.port, username=b.user, known_hosts=pinned, config=None
+        ) as conn:
+            assert (await _whoami(conn)).startswith(f"{b.user}\n")
+        with pytest.raises(TransportError) as err:
+            async with connect(replace(endpoint(b), identity=str(a.client_key_path)), deadline=1):
+                pass
     assert "permission denied" in str(err.value)
     missing = tmp_path / "no-such-key"
     with pytest.raises(TransportError, match="cannot load the SSH identity"):

@@ -16,6 +16,7 @@ from sand.guest.ssh import KnownHosts, host_key_alias
 from sand.guest.stream import run_streaming
 from sand.verbs.shell import jump_config, ssh_argv
 from sand.verbs.target import connect
+from tests.rig.ssh import ssh_agent
 from tests.verbs.rig_helpers import rig_endpoint
 
 if TYPE_CHECKING:
@@ -34,15 +35,42 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def ssh(
-    endpoint: GuestEndpoint, *command: str, config: Path | None = None
+    endpoint: GuestEndpoint,
+    *command: str,
+    config: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     argv = ssh_argv(
         endpoint, known_hosts=KnownHosts().path, alias=host_key_alias(endpoint), config=config
     )
     return subprocess.run(
         [*argv, *command], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
+        env=env or {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
     )  # fmt: skip
+
+
+def test_only_the_endpoints_key_is_offered_not_the_agents(
+    netns_guest: MakeGuest, tmp_path: Path
+) -> None:
+    a, b = netns_guest(), netns_guest()
+    # The agent and ~/.ssh/id_ed25519 hold b's authorised key; the endpoint names a's.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_bytes(b.client_key_path.read_bytes())
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+    wrong = replace(rig_endpoint(b), identity=str(a.client_key_path))
+    with ssh_agent(tmp_path / "agent.sock", b.client_key_path) as sock:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "SSH_AUTH_SOCK": sock}
+        # The rescue is there: the same ssh without sand's options gets in by the agent.
+        plain = subprocess.run(
+            ["ssh", "-F", "/dev/null", "-i", str(a.client_key_path), "-p", str(b.port),
+             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+             "-o", "UserKnownHostsFile=/dev/null", f"{b.user}@{b.address}", "id", "-un"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        assert (plain.returncode, plain.stdout) == (0, f"{b.user}\n"), plain.stderr
+        res = ssh(wrong, "id", "-un", env=env)
+    assert res.returncode == 255 and "Permission denied" in res.stderr, res.stderr
 
 
 def test_the_ssh_argv_reaches_the_guest_and_pins_hold(netns_guest: MakeGuest) -> None:

@@ -333,6 +333,20 @@ class FakePveRig:
         its listing is empty, while ``/cluster/nextid?vmid=`` still tells taken ids."""
         self.run(lambda: self.pve.acl.__setitem__(token_id, []))
 
+    def destroy_by_hand(self, vmid: int) -> None:
+        """Remove a VM at once, as an operator's ``qm destroy --purge`` would (its disks
+        freed, its id free again): what sand observed is then gone behind its back."""
+        from fakepve.qemu import drives_of
+
+        def destroy() -> None:
+            vm = self.pve.vm(vmid)
+            for _key, volume, _props in drives_of(vm.config):
+                self.pve._qm_free(volume)
+            self.pve.vms.remove(vm)
+            self.pve._pool_leave(vmid)
+
+        self.run(destroy)
+
     def leave_pool(self, vmid: int) -> None:
         """Take a VM out of every pool (an operator's move): a pool token no longer sees it."""
         self.run(self.pve._pool_leave, vmid)

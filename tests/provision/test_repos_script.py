@@ -21,9 +21,16 @@ from sand.desired.spec import DesiredRepo
 from sand.provision.bundle import Bundle
 from sand.provision.steps import fields, repos_step
 from tests.provision.helpers import make_vm
+from tests.required import require
 
 GIT = shutil.which("git")
-pytestmark = pytest.mark.skipif(GIT is None, reason="needs git")
+
+
+@pytest.fixture(autouse=True)
+def _git() -> None:
+    require(GIT is not None, "needs git")
+
+
 SCRIPT = Bundle().root / "repos.sh"
 ARG, END = "\x1f", "\x1e"
 

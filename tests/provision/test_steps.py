@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
 
 from sand.provision.bundle import Bundle
 from sand.provision.steps import (
+    CHECK_SECRETS,
     ProvisionSpecError,
     base_steps,
     bundle_step,
+    check_secrets_step,
     guest_path,
     repos_step,
     secrets_step,
@@ -111,6 +114,43 @@ def test_timezone_and_locale_reach_the_guest_as_checked_names(tmp_path):
 def test_a_timezone_or_locale_outside_the_rules_never_reaches_a_guest(tmp_path, field, value):
     with pytest.raises(ProvisionSpecError):
         _all_steps(_vm(**{field: value}), tmp_path)
+
+
+def test_the_secrets_check_is_a_fixed_read_only_script_over_validated_names(tmp_path):
+    # Path segments may hold '+@=,' (guest_path allows them): the names passed are slugs.
+    vm = _vm(secrets=(secret("API", "~/work/a+b@c=d,e", "API_KEY"),))
+    step = check_secrets_step(vm)
+    # As the VM's user (never root), the one fixed script, its operands file names only.
+    argv = shlex.split(step.command("debian", "claude"))
+    assert argv[:6] == ["sudo", "-n", "-H", "-u", "claude", "--"]
+    assert argv[6:9] == ["/bin/sh", "-c", CHECK_SECRETS]
+    names = argv[10:]
+    assert names and all(re.fullmatch(r"(env|git)/[A-Za-z0-9._-]+(\.sh)?", n) for n in names)
+    assert len(names) == 2  # the scope's env file and the repo token's git file
+    assert step.stdin == b""
+    # Read-only: it tests for files and exits; it writes, removes and reads no content.
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_-]*|>", CHECK_SECRETS))
+    assert words.isdisjoint({">", "rm", "mv", "cp", "touch", "mkdir", "cat", "tee", "chmod"})
+
+
+FILE_SERVERS = ("samba", "smbd", "nmbd", "smb.conf", "[homes]", "nfs-kernel-server", "exportfs")
+
+
+def test_no_step_installs_or_configures_a_file_server(tmp_path):
+    # Samba is off: upstream shares the host home over it; sand mounts no host directory
+    # (the Lima tests check the effective lima.yaml) and serves none from the guest.
+    # The packages are what the VM lists plus the workbench set (tested above); here, no
+    # step's command or input, and no file of the bundle, sets one up.
+    steps = _all_steps(_vm(), tmp_path)
+    texts = {
+        f"step {s.name}": s.command("root", "claude") + s.stdin.decode("latin-1") for s in steps
+    }
+    root = Bundle().root
+    files = [p for p in sorted(root.rglob("*")) if p.is_file()]
+    assert {p.name for p in files} >= {"packages.sh", "user.sh", "home.sh", "secrets.sh"}
+    texts.update({str(p.relative_to(root)): p.read_text(errors="replace") for p in files})
+    found = {where: w for where, text in texts.items() for w in FILE_SERVERS if w in text.lower()}
+    assert found == {}
 
 
 @pytest.mark.parametrize(

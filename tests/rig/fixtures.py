@@ -25,8 +25,9 @@ Fixtures:
     costs tens of seconds, so tests share it and must not break it).
 
 Off CI the fixtures skip with the reason when the machine can't host guests
-(not root, a tool missing).  On CI (``CI`` set) the same condition fails the
-test instead: a rig that silently skips everything there proves nothing.
+(not root, a tool missing).  With ``SAND_RIG_REQUIRED`` (``.ci/run`` sets it) or
+``CI`` set, the same condition fails the test instead: a rig that silently skips
+everything there proves nothing (:mod:`tests.required`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.required import missing
 from tests.rig._util import missing_tools
 from tests.rig.gitserver import GitServer
 from tests.rig.guest import REQUIRED_TOOLS as NETNS_TOOLS
@@ -55,14 +57,11 @@ def _unavailable(tools: tuple[str, ...]) -> None:
     if os.geteuid() != 0:
         reason = "the sand rig needs root (netns, mounts, chroot)"
     else:
-        missing = missing_tools(tools)
-        if missing:
-            reason = f"the sand rig needs {', '.join(missing)} (run .ci/rig-setup.sh)"
-    if not reason:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} -- required on CI", pytrace=False)
-    pytest.skip(reason)
+        absent = missing_tools(tools)
+        if absent:
+            reason = f"the sand rig needs {', '.join(absent)} (run .ci/rig-setup.sh)"
+    if reason:
+        missing(reason)
 
 
 @pytest.fixture(scope="session")

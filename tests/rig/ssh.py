@@ -3,7 +3,11 @@ key only (no agent, no ~/.ssh/config) and the guest's host key pinned."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,3 +65,26 @@ async def run(
     """One command over a fresh connection (tests favour clarity over reuse)."""
     async with asyncssh.connect(**connect_options(guest, user=user)) as conn:
         return await conn.run(command, input=input, check=check)
+
+
+@contextlib.contextmanager
+def ssh_agent(socket_path: Path, *keys: Path) -> Iterator[str]:
+    """A real ``ssh-agent`` holding ``keys`` (private key paths); yields its socket, for
+    SSH_AUTH_SOCK. Tests of "only the configured key is offered" need an agent that
+    holds a key the guest accepts, or they prove nothing."""
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not socket_path.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("ssh-agent did not start")
+            time.sleep(0.02)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(socket_path)}
+        for key in keys:
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True)
+        listed = subprocess.run(["ssh-add", "-L"], env=env, capture_output=True, text=True)
+        assert len(listed.stdout.splitlines()) == len(keys), listed
+        yield str(socket_path)
+    finally:
+        proc.terminate()
+        proc.wait(5)

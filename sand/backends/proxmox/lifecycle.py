@@ -38,23 +38,22 @@ def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
 
 
 async def _fresh(
-    ctx: Ctx, current: ObservedVM, want: DesiredVM | None, action: str
+    ctx: Ctx,
+    current: ObservedVM,
+    want: DesiredVM | None,
+    action: str,
+    *,
+    located: Mapping[str, Any] | None = None,
 ) -> tuple[ObservedVM, dict[str, Any], str]:
-    """Re-read the VM (never act on a stale observation) and check it may be changed."""
+    """Re-read the VM (never act on a stale observation) and check it may be changed.
+
+    ``located``: the VM's listing row read just now (a delete reads where it is first)."""
     _refuse(ctx, current, action)
     node = current.node or ""
     # Where the observation saw it: a VM not seen in this backend's pool is never ours.
     pool = current.details.get("pool")
-    if action == "delete":
-        # Nothing is undone by a delete: where the VM is now is read again (one listing).
-        row = await vmops.locate(ctx, current.identity)
-        if row is None:
-            raise ProxmoxError(
-                ctx.name,
-                f"refusing to delete VM {current.identity}: it does not exist any more"
-                " or has left pool " + repr(ctx.config.pool),
-            )
-        node, pool = str(row.get("node")), row.get("pool")
+    if located is not None:
+        node, pool = str(located.get("node")), located.get("pool")
     try:
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
     except ProxmoxError as e:
@@ -181,7 +180,20 @@ def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
 
 
 async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
-    fresh, config, node = await _fresh(ctx, current, None, "delete")
+    _refuse(ctx, current, "delete")
+    # Nothing is undone by a delete: where the VM is now is read again (one listing).
+    row = await vmops.locate(ctx, current.identity)
+    if row is None:
+        if not await vmops.id_taken(ctx, current.identity):
+            # No guest holds the vmid: the VM is already deleted (by a person, another
+            # host, or a delete whose answer was lost). What a delete wants is so.
+            return
+        raise ProxmoxError(
+            ctx.name,
+            f"refusing to delete VM {current.identity}: it still exists but has left pool "
+            f"{ctx.config.pool!r} (this backend no longer sees it)",
+        )
+    fresh, config, node = await _fresh(ctx, current, None, "delete", located=row)
     vmid = fresh.identity
     if is_protected(config):
         raise ProxmoxError(

@@ -18,13 +18,11 @@ import pytest
 from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.manifest.backends import LimaConfig, SshTarget
 from tests.limactl_standin import StandIn
+from tests.required import require
 
 SSHD = "/usr/sbin/sshd"
 
 SSHD_AVAILABLE = bool(os.path.exists(SSHD) and shutil.which("ssh-keygen") and os.geteuid() == 0)
-needs_sshd = pytest.mark.skipif(
-    not SSHD_AVAILABLE, reason="needs root, /usr/sbin/sshd and ssh-keygen"
-)
 
 
 def keygen(path: Path) -> Path:
@@ -89,6 +87,8 @@ class Sshd:
 
 @pytest.fixture
 def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
+    # The remote-Lima rig: skipped without root and sshd, except in CI, where it fails.
+    require(SSHD_AVAILABLE, "the remote Lima rig needs root, /usr/sbin/sshd and ssh-keygen")
     d = tmp_path / "sshd"
     d.mkdir()
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation dir

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.backends.lima.sshd_rig import Sshd, needs_sshd, sshd  # noqa: F401 - fixture
+from tests.backends.lima.sshd_rig import Sshd, sshd  # noqa: F401 - fixture
 from tests.limactl_standin import StandIn
+from tests.required import require
 
 
 def manifest(path: Path, backend: dict[str, Any]) -> Path:
@@ -216,8 +217,7 @@ def _can_mount_read_only(probe: Path) -> bool:
 def test_a_read_only_lima_home(tmp_path: Path, standin: StandIn) -> None:
     home = tmp_path / "ro-home"
     home.mkdir()
-    if not _can_mount_read_only(home):
-        pytest.skip("needs root and unshare to make a read-only mount")
+    require(_can_mount_read_only(home), "needs root and unshare to make a read-only mount")
     m = manifest(
         tmp_path / "sand.yaml",
         {"type": "lima", "lima_home": str(home), "limactl": str(standin.executable)},
@@ -259,14 +259,12 @@ def remote_manifest(s: Sshd, path: Path, **ssh: Any) -> Path:
     return manifest(path, backend)
 
 
-@needs_sshd
 def test_a_working_remote_lima_is_ok(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
     assert res.returncode == 0, res.stdout + res.stderr
     assert only_line(res) == "laptop: ok"
 
 
-@needs_sshd
 def test_a_remote_host_on_a_closed_port(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -279,7 +277,6 @@ def test_a_remote_host_on_a_closed_port(sshd: Sshd, tmp_path: Path) -> None:  # 
     )
 
 
-@needs_sshd
 def test_a_changed_remote_host_key(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     other = Path(f"{sshd.other_key}.pub").read_text().split()
     sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
@@ -291,7 +288,6 @@ def test_a_changed_remote_host_key(sshd: Sshd, tmp_path: Path) -> None:  # noqa:
     assert sshd.sessions() == 0  # refused before any command ran
 
 
-@needs_sshd
 def test_an_unpinned_remote_host_key(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     sshd.known_hosts.write_text("")
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
@@ -299,7 +295,6 @@ def test_an_unpinned_remote_host_key(sshd: Sshd, tmp_path: Path) -> None:  # noq
     assert f"is not in {sshd.known_hosts}: its host key is not pinned" in only_line(res)
 
 
-@needs_sshd
 def test_a_refused_remote_login(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml", identity=str(sshd.other_key)))
     assert res.returncode == 1
@@ -308,7 +303,6 @@ def test_a_refused_remote_login(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F8
     assert "was refused" in line
 
 
-@needs_sshd
 def test_no_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml", limactl="no-such-limactl"))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -317,7 +311,6 @@ def test_no_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # n
     )
 
 
-@needs_sshd
 def test_an_old_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     sshd.standin.configure(version="2.0.3")
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
@@ -329,7 +322,6 @@ def test_an_old_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None: 
     assert "lima-vm/lima#5236" in line
 
 
-@needs_sshd
 def test_a_remote_host_that_never_answers(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     # sshd frozen: the kernel still accepts on its port, but no SSH banner ever comes.
     sshd.proc.send_signal(signal.SIGSTOP)
@@ -347,7 +339,6 @@ def test_a_remote_host_that_never_answers(sshd: Sshd, tmp_path: Path) -> None:  
     assert took < 40, took  # the connect timeout, not a hang
 
 
-@needs_sshd
 def test_a_missing_known_hosts_file(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     gone = tmp_path / "no-such-known_hosts"
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml", known_hosts=str(gone)))
@@ -371,7 +362,6 @@ def remote_books(sshd: Sshd, tmp_path: Path) -> str:  # noqa: F811
     return str(wrapper)
 
 
-@needs_sshd
 def test_a_remote_lima_home_that_is_a_file(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     home = tmp_path / "remote-home-file"
     home.write_text("")
@@ -385,7 +375,6 @@ def test_a_remote_lima_home_that_is_a_file(sshd: Sshd, tmp_path: Path) -> None: 
     )
 
 
-@needs_sshd
 def test_a_remote_lima_home_that_cannot_be_created(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     (tmp_path / "a-file").write_text("")
     home = tmp_path / "a-file" / "lima"
@@ -400,7 +389,6 @@ def test_a_remote_lima_home_that_cannot_be_created(sshd: Sshd, tmp_path: Path) -
     )
 
 
-@needs_sshd
 def test_a_missing_remote_lima_home_is_fine(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     home = tmp_path / "remote" / "not-yet"
     m = remote_manifest(
@@ -412,7 +400,6 @@ def test_a_missing_remote_lima_home_is_fine(sshd: Sshd, tmp_path: Path) -> None:
     assert not home.exists()
 
 
-@needs_sshd
 def test_a_failing_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     sshd.standin.fail("version", "cannot read the embedded version")
     res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))

@@ -18,6 +18,7 @@ from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import MakeBackend, desired, one
 from tests.limactl_standin import StandIn
+from tests.required import require
 
 FIVE_VMS = "".join(f"  - name: vm{i}\n" for i in range(5))
 
@@ -284,10 +285,10 @@ async def test_journal_records_intent_before_each_mutation(
     assert create_intent["ts"] <= clone.time
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to test the refusal")
 async def test_limactl_refusing_root_is_reported(
     standin: StandIn, backend: LimaBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require(os.geteuid() == 0, "needs root to test the refusal")
     monkeypatch.setenv("LIMACTL_STANDIN_REFUSE_ROOT", "1")
     obs = await backend.observe([])
     assert obs.unknown_reason is not None and "must not run as the root user" in obs.unknown_reason

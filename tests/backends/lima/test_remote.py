@@ -18,9 +18,7 @@ from sand.errors import TransportError
 from sand.observed import Ownership
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired, one
-from tests.backends.lima.sshd_rig import Sshd, keygen, needs_sshd
-
-pytestmark = needs_sshd
+from tests.backends.lima.sshd_rig import Sshd, keygen
 
 
 async def test_create_and_observe_over_one_ssh_connection(sshd: Sshd, tmp_path: Path) -> None:

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.backends.lima.sshd_rig import Sshd, needs_sshd, sshd  # noqa: F401 - fixture
-
-pytestmark = needs_sshd
+from tests.backends.lima.sshd_rig import Sshd, sshd  # noqa: F401 - fixture
 
 
 def write_manifest(s: Sshd, path: Path, vms: list[dict[str, object]]) -> None:

@@ -13,7 +13,7 @@ from sand.backends.lima import LimaBackend
 from sand.guest.ssh import KnownHosts, connect
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import one
-from tests.backends.lima.sshd_rig import Sshd, needs_sshd
+from tests.backends.lima.sshd_rig import Sshd
 from tests.limactl_standin import StandIn
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ async def test_endpoint_reaches_the_guest(
     assert ep.host_key_alias.startswith("lima-vm1.")
 
 
-@needs_sshd
 async def test_endpoint_through_the_remote_host(
     sshd: Sshd, netns_guest: MakeGuest, tmp_path: Path
 ) -> None:

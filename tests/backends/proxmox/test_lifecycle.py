@@ -198,6 +198,40 @@ async def test_delete_stops_and_purges(
     assert journal.pending() == []
 
 
+async def test_deleting_a_vm_that_is_already_gone_succeeds(
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
+) -> None:
+    # Regression: a VM deleted behind sand's back (or by a delete whose answer was lost)
+    # was refused as "does not exist any more"; what a delete wants is already so.
+    vm = rig.desired([{"name": "tmp"}])[0]
+    made = await backend.create(vm, journal)
+    current = managed((await backend.observe([vm])).vms)["tmp"]
+    rig.destroy_by_hand(int(made.identity))
+    rig.clear_log()
+    await backend.delete(current, journal)
+    assert rig.vm(int(made.identity)) is None and rig.vms_named("tmp") == []
+    assert rig.count("DELETE") == 0 and rig.count("POST") == 0
+    # The id was checked, not guessed: the listing, then /cluster/nextid for that vmid.
+    (nextid,) = rig.requests("GET", "/cluster/nextid")
+    assert nextid.query == {"vmid": made.identity}
+    assert journal.pending() == []
+
+
+async def test_a_vm_that_left_the_pool_unseen_is_not_taken_for_gone(
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
+) -> None:
+    # The pool token no longer sees it, but its id is taken: it is not deleted, and not
+    # reported deleted either.
+    vm = rig.desired([{"name": "kept"}])[0]
+    rig.seed_managed(vm, 661)
+    current = managed((await backend.observe([])).vms)["kept"]
+    rig.leave_pool(661)
+    with pytest.raises(ProxmoxError, match="still exists but has left pool 'sand'"):
+        await backend.delete(current, journal)
+    assert rig.vm(661) is not None and rig.count("DELETE") == 0
+    assert journal.pending() == []
+
+
 async def test_nothing_but_managed_vms_is_changed_or_deleted(
     rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
 ) -> None:
