@@ -13,11 +13,11 @@ from typing import Any
 
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from sand.cli.outcome import report_outcome
 from sand.errors import PlanRefused
 from sand.plan import Action, Plan
 from sand.plan.render import plan_to_json, render_text
 from sand.project import Session
-from sand.terminal import continued
 
 
 def use_colour(stream: Any) -> bool:
@@ -252,38 +252,3 @@ def _approved(destroy: bool) -> bool:
 def print_recovered(prepared: Prepared) -> None:
     for line in prepared.recovered:
         print(f"Recovered: {line}", file=sys.stderr)
-
-
-def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
-    plan, result = outcome.plan, outcome.result
-    assert result is not None  # only called after something ran
-    if as_json:
-        out = {
-            "plan": plan_to_json(plan),
-            "results": [
-                {k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results
-            ],
-            "ok": result.ok,
-        }
-        print(json.dumps(out, indent=2, default=str))
-        return
-    failures = result.failures()
-    if not failures:
-        add, chg, destroy = plan.counts()
-        print(
-            f"\nApply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
-            f"({outcome.seconds:.1f}s)."
-        )
-    else:
-        print(f"\nApply finished with {len(failures)} failed VM(s):")
-        for f in failures:
-            print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")
-    for warning in outcome.warnings:
-        print(f"Warning: {warning}", file=sys.stderr)
-    if plan.targets:
-        print(
-            "Warning: Applied changes may be incomplete: only "
-            f"{', '.join(plan.targets)} planned (--target); plan again without it to see "
-            "what else the manifest asks for.",
-            file=sys.stderr,
-        )

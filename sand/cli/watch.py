@@ -26,7 +26,7 @@ class ConsoleReport:
         sys.stdout.flush()
 
     def show_outcome(self, outcome: ApplyOutcome) -> None:
-        from sand.cli.apply import report_outcome
+        from sand.cli.outcome import report_outcome
 
         report_outcome(outcome, as_json=False)
         sys.stdout.flush()
