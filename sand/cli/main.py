@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verb_parsers(sub)
     add_template_parser(sub)
+    p = sub.add_parser("completion", help="print a shell completion script")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
     add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
     return parser
 
@@ -112,6 +114,10 @@ def _seconds(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["__complete-vms"]:  # the shell completion's helper, not a command
+        from sand.cli.completion import print_vm_names
+
+        return print_vm_names(words[1:])
     try:
         try:
             return _main(words)
@@ -138,7 +144,7 @@ def _main(words: list[str]) -> int:
     if args.no_color:
         os.environ["NO_COLOR"] = "1"  # one switch for every place colour is decided
     json_logs = args.log_format == "json"
-    if json_logs or args.command not in ("validate", "schema"):
+    if json_logs or args.command not in ("validate", "schema", "completion"):
         from sand.logs import configure
 
         # A pipeline that asks for JSON logs wants the run's progress in them too.
@@ -193,6 +199,10 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, str]]:
 def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
+    if command == "completion":
+        from sand.cli import completion
+
+        return completion.cmd_completion
     if command in ("plan", "apply", "destroy"):
         from sand.cli import apply
 

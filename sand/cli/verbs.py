@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sand.cli.completion import VM_NAMES
+
 
 def _manifest(p: argparse.ArgumentParser) -> None:
     # -f/--file as on every command; --manifest kept for scripts written before.
@@ -24,7 +26,8 @@ def _manifest(p: argparse.ArgumentParser) -> None:
 
 
 def _vm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("vm", metavar="VM")
+    action = p.add_argument("vm", metavar="VM")
+    action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
 
 
 def add_verb_parsers(sub: Any) -> None:

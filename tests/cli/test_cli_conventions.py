@@ -35,6 +35,7 @@ def sand_env(sand: Sand, **extra: str) -> dict[str, str]:
         (["shell"], "the following arguments are required: VM"),
         (["land", "vm", "--pr", "--web"], "not allowed with argument"),
         (["template"], "the following arguments are required: ACTION"),
+        (["completion", "tcsh"], "invalid choice: 'tcsh'"),
         (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
     ],
 )
