@@ -1,13 +1,14 @@
 """Which VMs the engine is in the middle of, so Ctrl-C can say what it left.
 
-A ``Hooks`` that passes every event on to the view and remembers each VM's last
-phase until that VM is done or failed. One per process: an interrupt is reported
-by ``sand.cli.main``, far from the apply that was running.
+A ``Hooks`` that passes every event on to the view (dropping a view whose reader
+has gone) and remembers each VM's last phase until that VM is done or failed. One
+per process: an interrupt is reported by ``sand.cli.main``, far from the apply that
+was running.
 """
 
 from __future__ import annotations
 
-from sand.apply.events import Hooks, Phase, StepEvent
+from sand.apply.events import Hooks, NoHooks, Phase, StepEvent
 
 
 class InFlight:
@@ -20,7 +21,12 @@ class InFlight:
             self.phases.pop(event.vm, None)
         else:
             self.phases[event.vm] = event.phase
-        self.view.on_step(event)
+        try:
+            self.view.on_step(event)
+        except BrokenPipeError:
+            # Whoever read the progress left (`2>&1 | head`): stop showing it, but the
+            # apply goes on; the engine would count the error against the VM.
+            self.view = NoHooks()
 
 
 _current: InFlight | None = None

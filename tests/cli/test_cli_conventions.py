@@ -218,3 +218,23 @@ def test_no_color_flag_and_env_remove_colour_on_a_terminal(fleet):
     assert "\x1b[" not in plain and "f-1" in plain
     plain = on_a_terminal(sand, "plan", "-f", path, env={**env, "NO_COLOR": "1"})
     assert "\x1b[" not in plain and "f-1" in plain
+
+
+def test_progress_whose_reader_left_does_not_stop_the_apply(fleet, fakepve_server):
+    sand, path = fleet
+    read, write = os.pipe()
+    os.close(read)  # `sand apply 2>&1 | head`: the progress lines have nowhere to go
+    proc = subprocess.run(
+        [sys.executable, "-m", "sand", "apply", "-f", path, "--auto-approve"],
+        cwd=sand.workdir,
+        env=sand_env(sand),
+        stdout=subprocess.PIPE,
+        stderr=write,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    os.close(write)
+    assert proc.returncode == 0, proc.stdout
+    assert "Apply complete! Resources: 1 added" in proc.stdout
+    assert [vm.name for vm in fakepve_server.vms()] == ["f-1"]
