@@ -1,5 +1,6 @@
 """``sand completion``: the bash script, sourced in a real bash, completes the
-subcommands and the manifest's VM names; the zsh and fish scripts parse."""
+subcommands and the manifest's VM names, and so does the fish script in a real
+fish (``complete -C``); the zsh and fish scripts parse."""
 
 from __future__ import annotations
 
@@ -112,3 +113,30 @@ def test_zsh_and_fish_scripts_parse(shell_env, shell):
     path.write_text(text)
     proc = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_fish_completes_subcommands_and_vm_names(shell_env):
+    sand, bin_dir = shell_env
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed (scripts/bootstrap installs it)")
+    path = sand.workdir / "sand.fish"
+    path.write_text(script(sand, "fish"))
+    (sand.workdir / "other.yaml").write_text(sand.manifest.read_text().replace("agent-", "bot-"))
+
+    def offered(line: str) -> list[str]:
+        # fish's own `complete -C` lists what the sourced script offers for a line.
+        proc = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {path}; complete -C '{line}'"],
+            cwd=sand.workdir,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return sorted(row.split("\t")[0] for row in proc.stdout.splitlines())
+
+    assert offered("sand st") == ["status"]
+    assert offered("sand shell ") == ["agent-1", "agent-2", "web"]
+    assert offered("sand land -f other.yaml b") == ["bot-1", "bot-2"]
