@@ -80,6 +80,9 @@ def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         return
     given, flag = args.manifest, args.manifest_file
     if given is not None and flag is not None and given != flag:
-        parser.error(f"the manifest is given twice ({given} and -f {flag}): give one")
+        # Told by the subcommand's parser, so the usage shown is the one to fix.
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        owner = sub.choices.get(args.command, parser)
+        owner.error(f"the manifest is given twice ({given} and -f {flag}): give one")
     args.manifest = given or flag or DEFAULT_MANIFEST
     del args.manifest_file
