@@ -49,7 +49,17 @@ def configure(fmt: str = "console", level: str = "info", stream: TextIO | None =
 
 
 def _colour_ok() -> bool:
-    return "NO_COLOR" not in os.environ
+    return not os.environ.get("NO_COLOR")  # no-color.org: set and not empty
+
+
+def lifecycle_logger() -> Any:
+    """A logger that --log-level does not filter below info: each run's start and
+    finish events (``--log-format json``) are for pipelines, always there."""
+    import structlog
+
+    return structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.INFO)
+    ).bind(logger="sand.cli")
 
 
 def get_logger(name: str = "sand") -> Any:

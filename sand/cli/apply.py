@@ -21,10 +21,11 @@ from sand.project import Session
 
 
 def use_colour(stream: Any) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org);
+    ``--no-color`` sets it (``sand.cli.main``)."""
     import os
 
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -216,12 +217,14 @@ class _Run:
             if self.ask and not _approved(self.destroy):
                 print("Apply cancelled.")
                 return EXIT_ERROR
-            with progress_view(self.progress_mode) as hooks:
+            from sand.cli.inflight import track
+
+            with progress_view(self.progress_mode) as view:
                 outcome = await carry_out(
                     session,
                     prepared,
                     parallelism=self.parallelism,
-                    hooks=hooks,
+                    hooks=track(view),  # what Ctrl-C will say was left in progress
                     allow_data_loss=self.allow_data_loss,
                 )
             report_outcome(outcome, self.as_json)

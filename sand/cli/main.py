@@ -6,28 +6,36 @@ command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from sand import __version__
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
+from sand.cli.flags import (
+    SandParser,
+    add_global_flags,
+    add_global_flags_to_subcommands,
+    add_manifest_args,
+    resolve_manifest,
+)
 from sand.cli.template import add_template_parser
 from sand.errors import ManifestError, SandError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SandParser(
         prog="sand",
         description="Keep disposable agent dev VMs in the state a manifest declares.",
     )
     parser.add_argument("--version", action="version", version=f"sand {__version__}")
-    parser.add_argument("--log-format", choices=("console", "json"), default="console")
-    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    add_global_flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def manifest_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("manifest", nargs="?", default="sand.yaml", help="default: ./sand.yaml")
+        add_manifest_args(p)  # positional or -f/--file
 
     def data_loss_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -90,8 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(apply --replace VM --target VM)",
     )
     p.add_argument("vm", metavar="VM")
+    # -f/--file as on every command; --manifest as on the per-VM verbs.
     p.add_argument(
-        "-f", "--manifest", default="sand.yaml", metavar="FILE", help="default: ./sand.yaml"
+        "-f",
+        "--file",
+        "--manifest",
+        dest="manifest",
+        default="sand.yaml",
+        metavar="FILE",
+        help="default: ./sand.yaml",
     )
     p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
     data_loss_flag(p)
@@ -119,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verb_parsers(sub)
     add_template_parser(sub)
+    p = sub.add_parser("completion", help="print a shell completion script")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
     return parser
 
 
@@ -133,20 +151,64 @@ def _seconds(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["__complete-vms"]:  # the shell completion's helper, not a command
+        from sand.cli.completion import print_vm_names
+
+        return print_vm_names(words[1:])
+    try:
+        try:
+            return _main(words)
+        finally:
+            sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # `sand plan | head`: the reader left. No traceback; stdout goes to devnull so
+        # the interpreter's own last flush cannot fail again (as the Python docs say).
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # no real file behind stdout
+            pass
+        return EXIT_ERROR
+
+
+def _main(words: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
-    if args.command not in ("validate", "schema"):
+    resolve_manifest(parser, args)
+    if args.no_color:
+        os.environ["NO_COLOR"] = "1"  # one switch for every place colour is decided
+    json_logs = args.log_format == "json"
+    if json_logs or args.command not in ("validate", "schema", "completion"):
         from sand.logs import configure
 
-        configure(args.log_format, args.log_level)
+        # A pipeline that asks for JSON logs wants the run's progress in them too.
+        level = args.log_level or ("info" if json_logs else "warning")
+        configure(args.log_format, level)
+    if not json_logs:
+        return _run(args)[0]
+    # JSON logs are for pipelines: each run says it started and how it ended, whatever
+    # --log-level (which filters everything else).
+    from sand.logs import lifecycle_logger
+
+    log, started = lifecycle_logger(), time.monotonic()
+    log.info("command started", command=args.command, version=__version__)
+    code, error = _run(args)
+    finish = {"command": args.command, "exit_code": code}
+    log.info("command finished", **finish, seconds=round(time.monotonic() - started, 3), **error)
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[int, dict[str, str]]:
+    """The command's exit code, and the error it ended with (for the JSON log)."""
     try:
         handler = getattr(args, "handler", None)
         if handler is None:
             handler = _handler(args.command)
-        return int(handler(args))
+        return int(handler(args)), {}
     except ManifestError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -155,22 +217,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"Error: the manifest is invalid ({count} problem{'s' * (count != 1)}).",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return EXIT_ERROR, {"error": f"the manifest is invalid ({count})"}
     except SandError as exc:
         from sand.redaction import redact
         from sand.terminal import continued
 
         # str(exc) is inert; continued() also keeps a quoted line from starting a line.
-        print(f"Error: {continued(redact(str(exc)), '  ')}", file=sys.stderr)
-        return EXIT_ERROR
+        message = redact(str(exc))
+        print(f"Error: {continued(message, '  ')}", file=sys.stderr)
+        return EXIT_ERROR, {"error": message}
     except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        from sand.cli.inflight import interrupted_message
+
+        message = interrupted_message()
+        print(message, file=sys.stderr)
+        return EXIT_INTERRUPTED, {"error": message}
 
 
 def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
+    if command == "completion":
+        from sand.cli import completion
+
+        return completion.cmd_completion
     if command in ("plan", "apply", "destroy", "reset"):
         from sand.cli import apply
 

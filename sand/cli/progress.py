@@ -95,7 +95,10 @@ def _live(out: TextIO) -> Iterator[_LiveView]:
     from rich.console import Console
     from rich.live import Live
 
+    from sand.cli.apply import use_colour
+
     view = _LiveView()
-    with Live(view, console=Console(file=out), refresh_per_second=8, transient=False) as live:
+    console = Console(file=out, no_color=not use_colour(out))  # NO_COLOR, --no-color
+    with Live(view, console=console, refresh_per_second=8, transient=False) as live:
         view.live = live
         yield view

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from sand.cli.exits import EXIT_OK
+from sand.cli.flags import add_manifest_args
 
 
 def add_template_parser(sub: Any) -> None:
@@ -25,7 +26,7 @@ def add_template_parser(sub: Any) -> None:
         "sand's marker. A second run finds it and does nothing; a token lacking a "
         "privilege is refused, naming it, before anything is made.",
     )
-    b.add_argument("manifest", nargs="?", default="sand.yaml", help="default: ./sand.yaml")
+    add_manifest_args(b)
     b.add_argument("--backend", metavar="NAME", help="default: the only backend that can")
     b.add_argument("--name", metavar="NAME", help="the template's name (default: the backend's)")
     b.add_argument(

@@ -9,11 +9,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sand.cli.completion import VM_NAMES
+
 
 def _manifest(p: argparse.ArgumentParser) -> None:
+    # -f/--file as on every command; --manifest kept for scripts written before.
     p.add_argument(
-        "-f", "--manifest", default="sand.yaml", metavar="FILE", help="default: ./sand.yaml"
+        "-f",
+        "--file",
+        "--manifest",
+        dest="manifest",
+        default="sand.yaml",
+        metavar="FILE",
+        help="default: ./sand.yaml",
     )
+
+
+def _vm(p: argparse.ArgumentParser) -> None:
+    action = p.add_argument("vm", metavar="VM")
+    action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
 
 
 def add_verb_parsers(sub: Any) -> None:
@@ -38,7 +52,7 @@ def add_verb_parsers(sub: Any) -> None:
         help="pass the command's output through byte for byte (binary pipelines); by "
         "default terminal control sequences are removed from it",
     )
-    p.add_argument("vm", metavar="VM")
+    _vm(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="run this and exit")
     p.set_defaults(handler=_shell)
 
@@ -60,7 +74,7 @@ def add_verb_parsers(sub: Any) -> None:
         help="list a VM's git checkouts with push/PR state; open a draft PR with your gh",
     )
     _manifest(p)
-    p.add_argument("vm", metavar="VM")
+    _vm(p)
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout --pr/--web act on")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--pr", action="store_true", help="open a draft PR with the host's gh")
@@ -72,7 +86,7 @@ def add_verb_parsers(sub: Any) -> None:
         help="publish a VM checkout's commits to a drupal.org issue fork as a merge request",
     )
     _manifest(p)
-    p.add_argument("vm", metavar="VM")
+    _vm(p)
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout (default: the VM's repo)")
     p.add_argument("--issue", required=True, metavar="URL", help="the drupal.org issue's URL")
     p.add_argument("--branch", metavar="NAME", help="fork branch (default: NID-issue-title)")

@@ -1,0 +1,88 @@
+"""The flags every command shares, and the parser class that makes a usage error exit 1.
+
+argparse exits 2 on a usage error, but 2 is sand's "changes pending"
+(``--detailed-exitcode``): a CI gate must tell a typo from a change, so every
+parser (subparsers inherit the class) exits 1 instead, argparse's message kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from sand.cli.exits import EXIT_ERROR
+
+DEFAULT_MANIFEST = "sand.yaml"
+
+
+class SandParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def add_global_flags(p: argparse.ArgumentParser, *, on_subcommand: bool = False) -> None:
+    """``--log-format``, ``--log-level`` and ``--no-color``. On a subcommand their
+    default is SUPPRESS: unless given there, they leave the main parser's value alone
+    (so ``sand --log-format json apply`` and ``sand apply --log-format json`` agree)."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if on_subcommand else value
+
+    p.add_argument(
+        "--log-format",
+        choices=("console", "json"),
+        default=default("console"),
+        help="json: structured log lines on stderr, a start and a finish event per run",
+    )
+    p.add_argument(
+        "--log-level",
+        default=default(None),
+        help="debug, info, warning, error (default: warning; info with --log-format json)",
+    )
+    p.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default(False),
+        help="no colour anywhere (the same as NO_COLOR=1)",
+    )
+
+
+def add_global_flags_to_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand, however deep, the global flags (run once, after all
+    subcommands are registered, so a subcommand added anywhere gets them)."""
+    seen: set[int] = set()
+
+    def visit(p: argparse.ArgumentParser) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    if id(child) not in seen:
+                        seen.add(id(child))
+                        add_global_flags(child, on_subcommand=True)
+                        visit(child)
+
+    visit(parser)
+
+
+def add_manifest_args(p: argparse.ArgumentParser) -> None:
+    """The manifest as a positional (where it always was) or ``-f/--file``."""
+    p.add_argument(
+        "manifest", nargs="?", default=None, help=f"the manifest (default: ./{DEFAULT_MANIFEST})"
+    )
+    p.add_argument("-f", "--file", dest="manifest_file", metavar="MANIFEST", help="the manifest")
+
+
+def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fold ``-f`` into ``args.manifest``; both given and different is a usage error."""
+    if not hasattr(args, "manifest_file"):
+        return
+    given, flag = args.manifest, args.manifest_file
+    if given is not None and flag is not None and given != flag:
+        # Told by the subcommand's parser, so the usage shown is the one to fix.
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        owner = sub.choices.get(args.command, parser)
+        owner.error(f"the manifest is given twice ({given} and -f {flag}): give one")
+    args.manifest = given or flag or DEFAULT_MANIFEST
+    del args.manifest_file

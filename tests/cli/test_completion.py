@@ -1,0 +1,142 @@
+"""``sand completion``: the bash script, sourced in a real bash, completes the
+subcommands and the manifest's VM names, and so does the fish script in a real
+fish (``complete -C``); the zsh and fish scripts parse."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import Sand
+
+MANIFEST = {
+    "apiVersion": "sand/v1",
+    "project": "demo",
+    "backends": {"laptop": {"type": "lima"}},
+    "vms": [
+        {"name": "agent-1", "backend": "laptop", "image": "debian-13"},
+        {"name": "agent-2", "backend": "laptop", "image": "debian-13"},
+        {"name": "web", "backend": "laptop", "image": "debian-13"},
+    ],
+}
+
+
+@pytest.fixture
+def shell_env(tmp_path: Path) -> tuple[Sand, Path]:
+    """A workdir with a manifest, and a ``sand`` on PATH that is this checkout's."""
+    sand = Sand(tmp_path)
+    sand.write(MANIFEST)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "sand"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m sand "$@"\n')
+    wrapper.chmod(0o755)
+    return sand, bin_dir
+
+
+def script(sand: Sand, shell: str) -> str:
+    proc = sand.run("completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    return proc.stdout
+
+
+def bash_complete(sand: Sand, bin_dir: Path, words: list[str]) -> list[str]:
+    """What the sourced script offers for ``words`` (the last one is being typed)."""
+    path = sand.workdir / "sand.bash"
+    path.write_text(script(sand, "bash"))
+    quoted = " ".join(f"'{w}'" for w in words)
+    probe = (
+        f"source {path}\n"
+        "complete -p sand\n"
+        f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
+        'fn=$(complete -p sand | sed -E "s/.*-F ([^ ]+).*/\\1/")\n'
+        '"$fn"\n'
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        ["bash", "-c", probe],
+        cwd=sand.workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("complete ") and lines[0].endswith(" sand")
+    return sorted(line for line in lines[1:] if line)
+
+
+def test_bash_completes_subcommands(shell_env):
+    sand, bin_dir = shell_env
+    assert bash_complete(sand, bin_dir, ["sand", "s"]) == ["schema", "shell", "status"]
+    assert "completion" in bash_complete(sand, bin_dir, ["sand", ""])
+    assert "__complete-vms" not in bash_complete(sand, bin_dir, ["sand", ""])
+    assert "--auto-approve" in bash_complete(sand, bin_dir, ["sand", "apply", "--a"])
+
+
+def test_bash_completes_vm_names_from_the_manifest(shell_env):
+    sand, bin_dir = shell_env
+    assert bash_complete(sand, bin_dir, ["sand", "shell", "ag"]) == ["agent-1", "agent-2"]
+    assert bash_complete(sand, bin_dir, ["sand", "land", ""]) == ["agent-1", "agent-2", "web"]
+    # -f names another manifest: its VMs, not ./sand.yaml's.
+    other = sand.workdir / "other.yaml"
+    other.write_text(sand.manifest.read_text().replace("agent-", "bot-"))
+    words = ["sand", "shell", "-f", "other.yaml", "b"]
+    assert bash_complete(sand, bin_dir, words) == ["bot-1", "bot-2"]
+
+
+def test_an_unreadable_manifest_completes_to_nothing(shell_env):
+    sand, bin_dir = shell_env
+    sand.manifest.write_text("vms: [\n")
+    assert bash_complete(sand, bin_dir, ["sand", "shell", ""]) == []
+    proc = sand.run("__complete-vms", "sand", "shell")
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_scripts_parse(shell_env, shell):
+    sand, _ = shell_env
+    text = script(sand, shell)
+    assert "__complete-vms" in text  # VM names come from the manifest there too
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed (scripts/bootstrap installs it)")
+    path = sand.workdir / f"sand.{shell}"
+    path.write_text(text)
+    proc = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_fish_completes_subcommands_and_vm_names(shell_env):
+    sand, bin_dir = shell_env
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed (scripts/bootstrap installs it)")
+    path = sand.workdir / "sand.fish"
+    path.write_text(script(sand, "fish"))
+    (sand.workdir / "other.yaml").write_text(sand.manifest.read_text().replace("agent-", "bot-"))
+
+    def offered(line: str) -> list[str]:
+        # fish's own `complete -C` lists what the sourced script offers for a line.
+        proc = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {path}; complete -C '{line}'"],
+            cwd=sand.workdir,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return sorted(row.split("\t")[0] for row in proc.stdout.splitlines())
+
+    assert offered("sand st") == ["status"]
+    assert offered("sand shell ") == ["agent-1", "agent-2", "web"]
+    assert offered("sand land -f other.yaml b") == ["bot-1", "bot-2"]
