@@ -167,7 +167,7 @@ class _Run:
             if not plan.has_changes:
                 outcome = settle_unchanged(session, prepared)
                 if self.as_json:
-                    print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
+                    print(json.dumps(apply_json(plan, [], ok=outcome.ok), indent=2, default=str))
                 return self._exit_code(outcome)
             problem = mass_delete_problem(plan)
             if problem and not self.allow_mass_delete:
@@ -213,18 +213,26 @@ def print_recovered(prepared: Prepared) -> None:
         print(f"Recovered: {line}", file=sys.stderr)
 
 
+# Bumped only when a key is removed or changes meaning (schemas/apply.schema.json).
+APPLY_FORMAT_VERSION = "1"
+
+
+def apply_json(plan: Plan, results: list[dict[str, Any]], *, ok: bool) -> dict[str, Any]:
+    """`apply --json`'s one document: the plan that ran and one result per VM touched."""
+    return {
+        "format_version": APPLY_FORMAT_VERSION,
+        "plan": plan_to_json(plan),
+        "results": results,
+        "ok": ok,
+    }
+
+
 def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
     plan, result = outcome.plan, outcome.result
     assert result is not None  # only called after something ran
     if as_json:
-        out = {
-            "plan": plan_to_json(plan),
-            "results": [
-                {k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results
-            ],
-            "ok": result.ok,
-        }
-        print(json.dumps(out, indent=2, default=str))
+        results = [{k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results]
+        print(json.dumps(apply_json(plan, results, ok=result.ok), indent=2, default=str))
         return
     failures = result.failures()
     if not failures:
