@@ -10,27 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft7Validator
-from referencing import Registry, Resource
 
 from tests.cli.helpers import Sand
-
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-
-
-def registry() -> Registry:
-    resources = []
-    for name in ("plan", "status", "apply"):
-        doc = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-        resources.append((doc["$id"], Resource.from_contents(doc)))
-    return Registry().with_resources(resources)
-
-
-def validate(name: str, document: dict[str, Any]) -> None:
-    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-    Draft7Validator.check_schema(schema)
-    errors = sorted(Draft7Validator(schema, registry=registry()).iter_errors(document), key=str)
-    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+from tests.machine_schemas import SCHEMAS, validate
 
 
 def closed_port() -> int:
@@ -124,3 +106,16 @@ def minimal_plan() -> dict[str, Any]:
         "warnings": [],
         "recovery": [],
     }
+
+
+def test_docs_output_names_every_key_the_schemas_list():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "output.md").read_text()
+    missing = []
+    for name in ("plan", "status", "apply"):
+        schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+        nodes = [schema, *schema.get("definitions", {}).values()]
+        for node in nodes:
+            for key in node.get("properties", {}):
+                if f"`{key}`" not in doc and f"`{key}[]`" not in doc:
+                    missing.append(f"{name}: {key}")
+    assert not missing, missing

@@ -81,7 +81,7 @@ def test_the_json_status_keeps_its_words():
 
 
 def test_the_golden_documents_match_their_schemas():
-    from tests.cli.test_machine_output import validate
+    from tests.machine_schemas import validate
 
     validate("plan", json.loads(json.dumps(plan_to_json(every_kind_of_change()), default=str)))
     validate("status", json.loads((GOLDEN / "status.json").read_text()))
