@@ -82,7 +82,7 @@ class ProxmoxConfig(Strict):
     )
     verify_tls: bool = Field(
         default=True,
-        description="Check the API's TLS certificate (against ca_file, else the system's CAs).",
+        description="Check the API's TLS certificate (against ca_file when it is set).",
         examples=[False],
     )
     ca_file: LocalPath | None = Field(
