@@ -24,6 +24,8 @@ from sand.project import open_session
 from sand.state.records import load_records
 
 UNKNOWN = "Unknown"
+# Bumped only when a key is removed or changes meaning (schemas/status.schema.json).
+STATUS_FORMAT_VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class StatusReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format_version": STATUS_FORMAT_VERSION,
             "vms": self.rows,
             "unknown_backends": [
                 {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())

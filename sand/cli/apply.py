@@ -13,7 +13,7 @@ from typing import Any
 
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from sand.cli.outcome import report_outcome
+from sand.cli.outcome import apply_json, report_outcome
 from sand.errors import PlanRefused
 from sand.plan import Action, Plan
 from sand.plan.render import plan_to_json, render_text
@@ -209,7 +209,7 @@ class _Run:
             if not plan.has_changes:
                 outcome = settle_unchanged(session, prepared)
                 if self.as_json:
-                    print(json.dumps({"plan": plan_to_json(plan), "results": []}, indent=2))
+                    print(json.dumps(apply_json(plan, [], ok=outcome.ok), indent=2, default=str))
                 return self._exit_code(outcome)
             problem = mass_delete_problem(plan)
             if problem and not self.allow_mass_delete:

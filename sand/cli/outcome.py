@@ -5,24 +5,33 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from sand.apply.reconcile import ApplyOutcome
+from sand.plan import Plan
 from sand.plan.render import plan_to_json
 from sand.terminal import continued
+
+# Bumped only when a key is removed or changes meaning (schemas/apply.schema.json).
+APPLY_FORMAT_VERSION = "1"
+
+
+def apply_json(plan: Plan, results: list[dict[str, Any]], *, ok: bool) -> dict[str, Any]:
+    """`apply --json`'s one document: the plan that ran and one result per VM touched."""
+    return {
+        "format_version": APPLY_FORMAT_VERSION,
+        "plan": plan_to_json(plan),
+        "results": results,
+        "ok": ok,
+    }
 
 
 def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
     plan, result = outcome.plan, outcome.result
     assert result is not None  # only called after something ran
     if as_json:
-        out = {
-            "plan": plan_to_json(plan),
-            "results": [
-                {k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results
-            ],
-            "ok": result.ok,
-        }
-        print(json.dumps(out, indent=2, default=str))
+        results = [{k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results]
+        print(json.dumps(apply_json(plan, results, ok=result.ok), indent=2, default=str))
         return
     failures = result.failures()
     if not failures:

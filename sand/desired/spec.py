@@ -13,15 +13,19 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
+from sand.manifest.builtin import (
+    DEFAULT_AGENTS,
+    DEFAULT_CPUS,
+    DEFAULT_DISK,
+    DEFAULT_DOCKER,
+    DEFAULT_MEMORY,
+    DEFAULT_PROVISION,
+    DEFAULT_STATE,
+    DEFAULT_USER,
+)
 from sand.manifest.expiry import Expiry, parse_expiry
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import Manifest
-
-DEFAULT_CPUS = 2
-DEFAULT_MEMORY = 8 << 30
-DEFAULT_DISK = 100 << 30
-DEFAULT_USER = "claude"
-DEFAULT_AGENTS = ("claude",)
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def build_desired(
             cpus=vm.cpus or d.cpus or DEFAULT_CPUS,
             memory=vm.memory or d.memory or DEFAULT_MEMORY,
             disk=vm.disk or d.disk or DEFAULT_DISK,
-            state=vm.state or d.state or "running",
+            state=vm.state or d.state or DEFAULT_STATE,
             protect=vm.protect,
             node=vm.node,
             cpu=backend.cpu_type(vm.cpu),
@@ -195,8 +199,8 @@ def build_desired(
             repos=repos,
             secrets=secrets,
             bundle_digest=bundle_digest,
-            provision=_first(vm.provision, d.provision, True),
-            docker=_first(vm.docker, d.docker, False),
+            provision=_first(vm.provision, d.provision, DEFAULT_PROVISION),
+            docker=_first(vm.docker, d.docker, DEFAULT_DOCKER),
             locale=vm.locale or d.locale or here.locale,
             timezone=vm.timezone or d.timezone or here.timezone,
             preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),

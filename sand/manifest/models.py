@@ -59,12 +59,22 @@ def _argv_problem(argv: list[str]) -> str | None:
 class SecretSource(Strict):
     """Where a secret's value comes from on the host. Values never live in the manifest."""
 
-    file: LocalPath | None = None
-    env: EnvName | None = None
+    file: LocalPath | None = Field(
+        default=None,
+        description="A file on this machine holding the value (mode 0600 or stricter); "
+        "relative to the manifest's directory.",
+        examples=["~/.config/sand/npm.token"],
+    )
+    env: EnvName | None = Field(
+        default=None,
+        description="An environment variable of the process running sand.",
+        examples=["SAND_GITHUB_TOKEN"],
+    )
     command: Annotated[list[str], rule(_argv_problem)] | None = Field(
         default=None,
         min_length=1,
         description="An argv run on this machine (no shell); its stdout is the value.",
+        examples=[["pass", "show", "github/token"]],
     )
 
     @model_validator(mode="after")
@@ -75,17 +85,32 @@ class SecretSource(Strict):
 
 
 class Secret(Strict):
-    source: SecretSource = Field(alias="from")
+    source: SecretSource = Field(
+        alias="from",
+        description="Exactly one of file, env or command.",
+        examples=[{"env": "SAND_GITHUB_TOKEN"}],
+    )
 
 
 class Repo(Strict):
-    url: RepoUrl = Field(description=f"Clone URL: {v.ALLOWED_URLS}; no credentials in it.")
-    branch: Branch | None = None
+    url: RepoUrl = Field(
+        description=f"Clone URL: {v.ALLOWED_URLS}; no credentials in it.",
+        examples=["https://github.com/acme/webapp.git"],
+    )
+    branch: Branch | None = Field(
+        default=None,
+        description="Branch to check out (default: the remote's default branch).",
+        examples=["main"],
+    )
     path: HomePath | None = Field(
-        default=None, description="Checkout path in the guest (default: ~/src/<repo name>)."
+        default=None,
+        description="Checkout path in the guest (default: ~/src/<repo name>).",
+        examples=["~/src/webapp"],
     )
     token: str | None = Field(
-        default=None, description="Name of a secret git uses for this checkout only."
+        default=None,
+        description="Name of a secret git uses for this checkout only.",
+        examples=["GITHUB_TOKEN"],
     )
 
 
@@ -93,17 +118,21 @@ class Repo(Strict):
 
 
 class Port(Strict):
-    guest: PortNumber
-    host: PortNumber
+    guest: PortNumber = Field(description="The port inside the guest.", examples=[3000])
+    host: PortNumber = Field(description="The port on the host's 127.0.0.1.", examples=[3000])
 
 
 class SecretUse(Strict):
     """A secret placed at a guest directory: visible to processes working under it."""
 
-    name: str
-    scope: HomePath
+    name: str = Field(
+        description="A secret named under the top-level `secrets`.", examples=["GITHUB_TOKEN"]
+    )
+    scope: HomePath = Field(examples=["~/src/webapp"])
     env: EnvName | None = Field(
-        default=None, description="Environment variable name (default: the secret's name)."
+        default=None,
+        description="Environment variable name (default: the secret's name).",
+        examples=["GH_TOKEN"],
     )
 
 
@@ -114,6 +143,20 @@ LOCALE_DESCRIPTION = (
     "The guest's locale, e.g. 'en_US.UTF-8' (default: this machine's LC_ALL or LANG, "
     "else 'C.UTF-8')."
 )
+IMAGE_DEFAULT_DESCRIPTION = (
+    "The image of Lima VMs that name none (a Lima template or image URL). Proxmox VMs "
+    "clone their backend's `template`: a Proxmox VM that would take this is refused; "
+    "give it its own `image` (a template) or move `image` to the Lima VMs."
+)
+IMAGE_DESCRIPTION = (
+    "What the VM is made from: on Lima a template or image URL (default: defaults.image), "
+    "on Proxmox another template's vmid or name (default: the backend's `template`). "
+    "A change replaces the VM."
+)
+CPUS_DESCRIPTION = "Virtual CPUs, 1 to 512 (default 2)."
+PACKAGES_DESCRIPTION = "Debian packages installed in the guest beyond the workbench's own."
+USER_DESCRIPTION = "The login user sand creates in the guest (default claude)."
+STATE_DESCRIPTION = "Whether the VM is running or stopped (default running)."
 TIMEZONE_DESCRIPTION = (
     "The guest's IANA timezone, e.g. 'Europe/Berlin' (default: this machine's TZ, "
     "/etc/timezone or /etc/localtime, else 'Etc/UTC')."
@@ -121,60 +164,138 @@ TIMEZONE_DESCRIPTION = (
 
 
 class Defaults(Strict):
-    backend: str | None = None
-    image: Image | None = None
-    cpus: int | None = Field(default=None, ge=1, le=512)
-    memory: MemorySize | None = Field(default=None, description=MEMORY_DESCRIPTION)
-    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION)
+    backend: str | None = Field(
+        default=None,
+        description="The backend of VMs that name none (default: the first under `backends`).",
+        examples=["pve"],
+    )
+    image: Image | None = Field(
+        default=None,
+        description=IMAGE_DEFAULT_DESCRIPTION,
+        examples=["template://debian-12"],
+    )
+    cpus: int | None = Field(default=None, ge=1, le=512, description=CPUS_DESCRIPTION, examples=[4])
+    memory: MemorySize | None = Field(
+        default=None, description=MEMORY_DESCRIPTION, examples=["8GiB"]
+    )
+    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION, examples=["40GiB"])
     agents: list[Agent] | None = Field(
         default=None,
         description="Coding agents to install: claude (the default), codex, opencode, pi.",
+        examples=[["claude", "codex"]],
     )
-    packages: list[PackageName] | None = None
-    user: UserName | None = None
-    state: PowerState | None = None
+    packages: list[PackageName] | None = Field(
+        default=None,
+        description=PACKAGES_DESCRIPTION,
+        examples=[["postgresql-client", "jq"]],
+    )
+    user: UserName | None = Field(default=None, description=USER_DESCRIPTION, examples=["claude"])
+    state: PowerState | None = Field(
+        default=None, description=STATE_DESCRIPTION, examples=["stopped"]
+    )
     provision: bool | None = Field(
         default=None,
         description="Provision guests over SSH (default true). False: sand manages only the "
         "machine, for fleets provisioned by other means.",
+        examples=[False],
     )
-    preserve: list[HomePath] | None = Field(default=None, description=PRESERVE_DESCRIPTION)
-    docker: bool | None = Field(default=None, description=DOCKER_DESCRIPTION)
-    locale: Locale | None = Field(default=None, description=LOCALE_DESCRIPTION)
-    timezone: Timezone | None = Field(default=None, description=TIMEZONE_DESCRIPTION)
-    expires: Expires | None = Field(default=None, description=EXPIRES_DESCRIPTION)
+    preserve: list[HomePath] | None = Field(
+        default=None, description=PRESERVE_DESCRIPTION, examples=[["~/src", "~/.claude"]]
+    )
+    docker: bool | None = Field(default=None, description=DOCKER_DESCRIPTION, examples=[True])
+    locale: Locale | None = Field(
+        default=None, description=LOCALE_DESCRIPTION, examples=["en_US.UTF-8"]
+    )
+    timezone: Timezone | None = Field(
+        default=None, description=TIMEZONE_DESCRIPTION, examples=["Europe/Berlin"]
+    )
+    expires: Expires | None = Field(
+        default=None, description=EXPIRES_DESCRIPTION, examples=["8h", "2026-12-31"]
+    )
 
 
 class VM(Strict):
-    name: str = Field(min_length=1)
-    backend: str | None = None
-    image: Image | None = None
-    cpus: int | None = Field(default=None, ge=1, le=512)
-    memory: MemorySize | None = Field(default=None, description=MEMORY_DESCRIPTION)
-    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION)
-    agents: list[Agent] | None = None
-    packages: list[PackageName] | None = None
-    user: UserName | None = None
-    repos: list[str] = Field(default_factory=list)
-    secrets: list[SecretUse] = Field(default_factory=list)
-    ports: list[Port] = Field(default_factory=list)
-    state: PowerState | None = None
-    protect: bool = False
-    node: PveNode | None = Field(default=None, description="Proxmox only: pin to this node.")
+    name: str = Field(
+        min_length=1,
+        description="The VM's name, unique in the manifest (case-insensitively); each "
+        "backend type adds its own rule.",
+        examples=["agent-1"],
+    )
+    backend: str | None = Field(
+        default=None,
+        description="A name under `backends` (default: defaults.backend).",
+        examples=["laptop"],
+    )
+    image: Image | None = Field(
+        default=None, description=IMAGE_DESCRIPTION, examples=["template://ubuntu-24.04"]
+    )
+    cpus: int | None = Field(default=None, ge=1, le=512, description=CPUS_DESCRIPTION, examples=[4])
+    memory: MemorySize | None = Field(
+        default=None, description=MEMORY_DESCRIPTION, examples=["16GiB"]
+    )
+    disk: DiskSize | None = Field(default=None, description=DISK_DESCRIPTION, examples=["60GiB"])
+    agents: list[Agent] | None = Field(
+        default=None,
+        description="Coding agents to install (default: defaults.agents, else claude).",
+        examples=[["claude", "codex", "opencode", "pi"]],
+    )
+    packages: list[PackageName] | None = Field(
+        default=None, description=PACKAGES_DESCRIPTION, examples=[["ripgrep"]]
+    )
+    user: UserName | None = Field(default=None, description=USER_DESCRIPTION, examples=["claude"])
+    repos: list[str] = Field(
+        default_factory=list,
+        description="Names under the top-level `repos` to clone into this VM.",
+        examples=[["webapp"]],
+    )
+    secrets: list[SecretUse] = Field(
+        default_factory=list,
+        description="Secrets placed at guest directories.",
+        examples=[[{"name": "GITHUB_TOKEN", "scope": "~/src/webapp"}]],
+    )
+    ports: list[Port] = Field(
+        default_factory=list,
+        description="Lima only: forwards from the guest to the host's 127.0.0.1.",
+        examples=[[{"guest": 3000, "host": 3000}]],
+    )
+    state: PowerState | None = Field(
+        default=None, description=STATE_DESCRIPTION, examples=["running"]
+    )
+    protect: bool = Field(
+        default=False,
+        description="Never delete or replace this VM; a plan that would is blocked.",
+        examples=[True],
+    )
+    node: PveNode | None = Field(
+        default=None, description="Proxmox only: pin to this node.", examples=["pve1"]
+    )
     cpu: PveCpuType | None = Field(
         default=None,
         description="Proxmox only: the CPU type ('host', 'x86-64-v2-AES', ... or "
         "'custom-<name>'); default the backend's cpu (host). A change restarts the VM.",
+        examples=["x86-64-v2-AES"],
     )
-    provision: bool | None = None
+    provision: bool | None = Field(
+        default=None,
+        description="Provision this guest over SSH (default: defaults.provision, else true).",
+        examples=[False],
+    )
     preserve: list[HomePath] | None = Field(
-        default=None, description=PRESERVE_DESCRIPTION + " Replaces the default list."
+        default=None,
+        description=PRESERVE_DESCRIPTION + " Replaces the default list.",
+        examples=[["~/src"]],
     )
-    docker: bool | None = None
-    locale: Locale | None = None
-    timezone: Timezone | None = None
+    docker: bool | None = Field(default=None, description=DOCKER_DESCRIPTION, examples=[True])
+    locale: Locale | None = Field(
+        default=None, description=LOCALE_DESCRIPTION, examples=["de_DE.UTF-8"]
+    )
+    timezone: Timezone | None = Field(
+        default=None, description=TIMEZONE_DESCRIPTION, examples=["America/New_York"]
+    )
     expires: Expires | None = Field(
-        default=None, description=EXPIRES_DESCRIPTION + " Replaces the default one."
+        default=None,
+        description=EXPIRES_DESCRIPTION + " Replaces the default one.",
+        examples=["3d", "never"],
     )
 
 
@@ -186,21 +307,46 @@ class Manifest(Strict):
         strict=True,
         populate_by_name=True,
         frozen=True,
-        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+        json_schema_extra={"$schema": "http://json-schema.org/draft-07/schema#"},
         title="sand manifest",
     )
 
-    api_version: Literal["sand/v1"] = Field(alias="apiVersion")
+    api_version: Literal["sand/v1"] = Field(
+        alias="apiVersion", description="The manifest format: sand/v1.", examples=["sand/v1"]
+    )
     project: Identifier = Field(
-        description="Ownership id: sand only touches VMs it created for this project."
+        description="Ownership id: sand only touches VMs it created for this project.",
+        examples=["acme-agents"],
     )
     self_heal: bool = Field(
         default=False,
         alias="selfHeal",
         description="In watch mode, correct out-of-band changes instead of only reporting them.",
+        examples=[True],
     )
-    backends: dict[str, BackendConfig] = Field(min_length=1)
-    defaults: Defaults = Field(default_factory=Defaults)
-    secrets: dict[EnvName, Secret] = Field(default_factory=dict)
-    repos: dict[str, Repo] = Field(default_factory=dict)
-    vms: list[VM] = Field(default_factory=list)
+    backends: dict[str, BackendConfig] = Field(
+        min_length=1,
+        description="Where VMs live, by a name of your choosing; each has a `type`.",
+        examples=[{"laptop": {"type": "lima"}}],
+    )
+    defaults: Defaults = Field(
+        default_factory=Defaults,
+        description="Values every VM takes unless it sets its own.",
+        examples=[{"cpus": 2, "memory": "8GiB"}],
+    )
+    secrets: dict[EnvName, Secret] = Field(
+        default_factory=dict,
+        description="Named secrets (the name is an environment variable name); values stay "
+        "on the host.",
+        examples=[{"GITHUB_TOKEN": {"from": {"env": "SAND_GITHUB_TOKEN"}}}],
+    )
+    repos: dict[str, Repo] = Field(
+        default_factory=dict,
+        description="Repositories VMs may clone, by name.",
+        examples=[{"webapp": {"url": "https://github.com/acme/webapp.git"}}],
+    )
+    vms: list[VM] = Field(
+        default_factory=list,
+        description="The VMs; a VM left out is deleted on the next apply.",
+        examples=[[{"name": "agent-1"}]],
+    )

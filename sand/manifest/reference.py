@@ -6,13 +6,15 @@ the checked-in file differs.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
+from sand.manifest.schema import schema
+from sand.manifest.sizes import SIZE_PATTERN
 
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("Top level", m.Manifest, "The whole `sand.yaml`."),
@@ -37,8 +39,13 @@ Generated from the models in `sand/manifest/models.py` by
 `python -m sand.manifest.reference`; a test keeps it in step.
 Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a bare
 number is refused as ambiguous). Guest paths are `~` or under `~/`.
-Editors validate against `schemas/sand.schema.json` (start the file with
-`# yaml-language-server: $schema=<path>/sand.schema.json`).
+Editors validate against `schemas/sand.schema.json`, a JSON Schema in draft-07
+(start the file with `# yaml-language-server: $schema=<path>/sand.schema.json`); it
+carries each field's description, default and an example, and the rules a schema
+can state: size units, secret names, exactly one secret source, `node` xor `nodes`.
+The default of a field a VM inherits is what it gets when neither the VM nor
+`defaults` sets it. `defaults.image` is for Lima VMs: a Proxmox VM that would take
+it (one without its own `image`) is refused, as it clones its backend's `template`.
 
 `sand validate` refuses, each at its `FILE:LINE:COL`: repo URLs that start
 with `-`, use git's `<transport>::` syntax (`ext::` runs a command), carry
@@ -66,6 +73,8 @@ has passed; change or remove `expires:` to have it back. The rules:
 
 def _type(prop: dict[str, Any]) -> str:
     """A short type name from the field's JSON Schema (what editors also show)."""
+    if "allOf" in prop and len(prop["allOf"]) == 1:
+        return _type(prop["allOf"][0])
     if "$ref" in prop:
         return str(prop["$ref"]).rsplit("/", 1)[-1]
     if "const" in prop:
@@ -81,37 +90,60 @@ def _type(prop: dict[str, Any]) -> str:
     if kind == "object":
         values = prop.get("additionalProperties")
         return f"map of {_type(values)}" if isinstance(values, dict) else "map"
-    if kind == "string" and "pattern" in prop and prop.get("examples"):
-        return "size"
     return str(kind or "any")
 
 
-def _default(info: FieldInfo) -> str:
-    if info.is_required():
+def _default(prop: dict[str, Any], required: bool) -> str:
+    """The schema's default: for a field a VM inherits, what it gets when neither it nor
+    `defaults` sets one (the same table the desired state applies)."""
+    if required:
         return "required"
-    if info.default_factory is not None:
+    value = prop.get("default")
+    if value is None:
+        return "—"
+    if value in ({}, []):
         return "empty"
-    return "—" if info.default is None else f"`{info.default!r}`"
+    return f"`{_yaml(value)}`"
+
+
+def _yaml(value: Any) -> str:
+    """A value as it is written in the manifest (YAML flow style)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value).replace('"', "")
+
+
+def _example(prop: dict[str, Any]) -> str:
+    examples = prop.get("examples") or []
+    return f"`{_yaml(examples[0])}`" if examples else ""
 
 
 def _is_size(prop: dict[str, Any]) -> bool:
-    if prop.get("examples") == ["8GiB", "512MiB"]:
+    if prop.get("pattern") == SIZE_PATTERN:
         return True
     return any(_is_size(v) for v in prop.get("anyOf", []))
 
 
 def render() -> str:
+    doc = schema()
     out = [INTRO]
     for title, model, blurb in SECTIONS:
+        node = doc if model is m.Manifest else doc["definitions"][model.__name__]
         out.append(f"\n## {title}\n\n{blurb}\n")
-        out.append("| key | type | default | meaning |")
-        out.append("|---|---|---|---|")
-        props = model.model_json_schema(by_alias=True)["properties"]
+        out.append("| key | type | default | example | meaning |")
+        out.append("|---|---|---|---|---|")
+        props, required = node["properties"], set(node.get("required", ()))
         for name, info in model.model_fields.items():
             key = info.alias or name
-            meaning = (info.description or "").replace("\n", " ")
-            kind = "size" if _is_size(props[key]) else _type(props[key])
-            out.append(f"| `{key}` | {kind} | {_default(info)} | {meaning} |")
+            prop = props[key]
+            meaning = (prop.get("description") or "").replace("\n", " ").replace("|", "\\|")
+            kind = "size" if _is_size(prop) else _type(prop)
+            out.append(
+                f"| `{key}` | {kind} | {_default(prop, key in required)} | {_example(prop)} "
+                f"| {meaning} |"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -198,6 +198,11 @@ def _value(field: str, value: object) -> str:
     return json.dumps(value, default=str)
 
 
+# Bumped only when a key is removed or changes meaning; new keys keep the version.
+# schemas/plan.schema.json describes it; docs/output.md explains it.
+PLAN_FORMAT_VERSION = "1"
+
+
 def plan_to_json(plan: Plan) -> dict[str, Any]:
     add, chg, destroy = plan.counts()
 
@@ -214,7 +219,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         ]
 
     data: dict[str, Any] = {
-        "format_version": "1",
+        "format_version": PLAN_FORMAT_VERSION,
         "project": plan.project,
         "refresh_only": plan.refresh_only,
         "observed_fingerprint": plan.observed_fingerprint,
@@ -244,6 +249,9 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 ],
                 "strategy": c.strategy.value if c.strategy else None,
                 "work_preserved": list(c.work_preserved),
+                # Every field the VM is to have (what a create's text lists with `+`);
+                # None for a delete. Sizes in bytes, as in `fields`.
+                "desired": c.desired.infra() if c.desired is not None else None,
             }
             for c in plan.changes
         ],

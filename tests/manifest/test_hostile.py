@@ -44,7 +44,6 @@ backends:
       user: me
 defaults:
   backend: pve
-  image: debian-12
   memory: 4GiB
   disk: 40GiB
   packages: [jq]
@@ -61,6 +60,7 @@ repos:
 vms:
   - name: dev
     backend: laptop
+    image: debian-12
     repos: [app]
     secrets:
       - {name: TOKEN, scope: ~/src/app}
@@ -187,7 +187,12 @@ CASES = [
         "already preserved",
     ),
     # --- names one DNS name / one case-insensitive directory cannot tell apart
-    at_agent("  - name: Dev\n    backend: laptop\n", "Dev", "only in case", "name-case"),
+    at_agent(
+        "  - name: Dev\n    backend: laptop\n    image: debian-12\n",
+        "Dev",
+        "only in case",
+        "name-case",
+    ),
     at_agent("  - name: DEV\n", "DEV", "vms[0]'s 'dev'", "name-case-other-backend"),
     # --- two repos, one checkout
     Case(

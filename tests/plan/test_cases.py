@@ -71,7 +71,7 @@ BASE: dict[str, Any] = {
         },
         "laptop": {"type": "lima"},
     },
-    "defaults": {"backend": "pve", "image": "debian-12"},
+    "defaults": {"backend": "pve"},
 }
 
 # What each backend type declares: which fields change in place, with a restart or by
@@ -178,6 +178,12 @@ def observations(case: Mapping[str, Any], state: DesiredState) -> dict[str, Obse
 def desired_state(case: Mapping[str, Any]) -> DesiredState:
     manifest = {**BASE, **case.get("manifest", {})}
     manifest["defaults"] = {**BASE["defaults"], **case.get("manifest", {}).get("defaults", {})}
+    # Lima VMs need an image; Proxmox ones clone their backend's template (a
+    # defaults.image would be refused for them), so each Lima VM gets one here.
+    manifest["vms"] = [
+        {"image": "debian-12", **vm} if vm.get("backend") == "laptop" else vm
+        for vm in manifest.get("vms", [])
+    ]
     return build_desired(parse_manifest(yaml.safe_dump(manifest)), bundle_digest="bundle-v1")
 
 

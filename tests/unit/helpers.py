@@ -27,13 +27,14 @@ backends:
     type: lima
 defaults:
   backend: pve
-  image: debian-12
+  cpus: 2
 vms:
   - name: a
   - name: b
     memory: 16GiB
   - name: c
     backend: laptop
+    image: debian-12
     ports: [{guest: 3000, host: 3000}]
 """
 

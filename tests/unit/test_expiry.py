@@ -25,11 +25,7 @@ PAST_AT = 1_798_761_600.0  # its midnight, UTC
 
 def with_expiry(value: str, vm: str = "a", defaults: str = "") -> str:
     text = MANIFEST.replace(f"  - name: {vm}\n", f"  - name: {vm}\n    expires: {value}\n", 1)
-    return (
-        text.replace("  image: debian-12\n", f"  image: debian-12\n{defaults}")
-        if defaults
-        else text
-    )
+    return text.replace("defaults:\n", f"defaults:\n{defaults}", 1) if defaults else text
 
 
 def created(obs, vm: str, at: float) -> dict[str, Observation]:

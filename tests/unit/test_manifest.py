@@ -108,7 +108,7 @@ def test_every_problem_is_reported_at_once():
     text = (
         MANIFEST.replace("    memory: 16GiB", "    memroy: 16GiB")
         .replace("    backend: laptop", "    backend: nowhere")
-        .replace("  image: debian-12", "  image: debian-12\n  cpus: 0")
+        .replace("  cpus: 2\n", "  cpus: 0\n")
     )
     got = errors_of(text)
     assert len(got) == 3
@@ -118,7 +118,7 @@ def test_every_problem_is_reported_at_once():
 def test_secret_sources_take_exactly_one_kind_and_no_values():
     text = MANIFEST + "secrets:\n  TOKEN:\n    from: {env: A, file: b}\n"
     assert errors_of(text) == [
-        "m.yaml:27:11: secrets.TOKEN.from: a secret comes from exactly one of 'file', 'env' or "
+        "m.yaml:28:11: secrets.TOKEN.from: a secret comes from exactly one of 'file', 'env' or "
         "'command'"
     ]
     text = MANIFEST + "secrets:\n  TOKEN:\n    value: hunter2\n"

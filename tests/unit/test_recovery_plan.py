@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from sand.apply.reconcile import mass_delete_problem
@@ -54,6 +55,9 @@ def test_a_vm_recovery_deletes_is_planned_as_absent_and_the_plan_says_so_first()
         | {"line": "will recover: delete half-made clone 100 of a, then create"}
     ]
     assert data["summary"]["has_changes"] is True
+    from tests.machine_schemas import validate
+
+    validate("plan", json.loads(json.dumps(data, default=str)))
 
 
 def test_a_recovery_that_leaves_nothing_else_to_do_still_counts_as_pending_work():

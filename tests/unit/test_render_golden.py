@@ -69,3 +69,19 @@ def test_the_json_plan_keeps_its_words():
     assert len(data["observed_fingerprint"]) >= 16
     data["observed_fingerprint"] = "<digest>"
     check("plan.json", json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def test_the_json_status_keeps_its_words():
+    from sand.apply.status import StatusReport, _row
+
+    plan = every_kind_of_change()
+    rows = [_row(c, {"at": 1700000000.0}, None) for c in plan.changes]
+    report = StatusReport(rows, {"far": "connection refused"})
+    check("status.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def test_the_golden_documents_match_their_schemas():
+    from tests.machine_schemas import validate
+
+    validate("plan", json.loads(json.dumps(plan_to_json(every_kind_of_change()), default=str)))
+    validate("status", json.loads((GOLDEN / "status.json").read_text()))

@@ -23,6 +23,7 @@ from sand.manifest.yamlmarks import Path
 
 # Instance names become directory names and hostnames (lima-<name>).
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+CLONE_PARALLELISM = "How many VMs this backend makes at once, 1 to 32."
 # The Lima base instances sand builds and clones from; never a manifest VM.
 RESERVED_PREFIX = "sand-base"
 
@@ -30,18 +31,31 @@ RESERVED_PREFIX = "sand-base"
 class SshTarget(Strict):
     """A remote Lima host reached over SSH. Its host key is pinned (known_hosts)."""
 
-    host: HostName = Field(description="Host name or IP address (no user, scheme or port).")
-    user: SshUser | None = None
-    port: PortNumber = 22
+    host: HostName = Field(
+        description="Host name or IP address (no user, scheme or port).",
+        examples=["build-box.lan"],
+    )
+    user: SshUser | None = Field(
+        default=None,
+        description="The SSH login (default: your user name here).",
+        examples=["dev"],
+    )
+    port: PortNumber = Field(default=22, description="The SSH port.", examples=[2222])
     identity: LocalPath | None = Field(
         default=None,
         description="Private key to offer; without it the SSH agent and ssh_config identities "
         "are used (this host is yours, so sand does not restrict them).",
+        examples=["~/.ssh/id_ed25519"],
     )
-    lima_home: LocalPath = Field(default=".lima", description="LIMA_HOME on the remote host.")
+    lima_home: LocalPath = Field(
+        default=".lima",
+        description="LIMA_HOME on the remote host, relative to the login's home.",
+        examples=[".lima-sand"],
+    )
     known_hosts: LocalPath | None = Field(
         default=None,
         description="known_hosts file pinning the host's key (default: ~/.ssh/known_hosts).",
+        examples=["~/.config/sand/known_hosts"],
     )
 
 
@@ -51,15 +65,26 @@ class LimaConfig(Strict):
     TYPE: ClassVar[str] = "lima"
     TITLE: ClassVar[str] = "Lima here, or remote with `ssh`."
 
-    type: Literal["lima"]
-    ssh: SshTarget | None = None
+    type: Literal["lima"] = Field(description="Lima (limactl, 2.2.0 or later).", examples=["lima"])
+    ssh: SshTarget | None = Field(
+        default=None,
+        description="Run limactl on this remote host over SSH (default: on this machine).",
+        examples=[{"host": "build-box.lan", "user": "dev"}],
+    )
     lima_home: LocalPath | None = Field(
         default=None,
         description="LIMA_HOME for a local backend (default: Lima's own, ~/.lima); relative to "
         "the manifest's directory. Two backends on one Lima home are refused.",
+        examples=["./lima"],
     )
-    limactl: Executable = Field(default="limactl", description="The limactl executable.")
-    clone_parallelism: int = Field(default=2, ge=1, le=32)
+    limactl: Executable = Field(
+        default="limactl",
+        description="The limactl executable.",
+        examples=["/opt/homebrew/bin/limactl"],
+    )
+    clone_parallelism: int = Field(
+        default=2, ge=1, le=32, description=CLONE_PARALLELISM, examples=[4]
+    )
 
     # --- rules the rest of sand asks of a backend type ------------------------------
 

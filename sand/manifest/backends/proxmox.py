@@ -40,38 +40,74 @@ class ProxmoxConfig(Strict):
     TYPE: ClassVar[str] = "proxmox"
     TITLE: ClassVar[str] = "A Proxmox VE cluster."
 
-    type: Literal["proxmox"]
-    host: HostName = Field(
-        description="The cluster's host name or IP address (no scheme, port or credentials)."
+    type: Literal["proxmox"] = Field(
+        description="Proxmox VE, over its REST API.", examples=["proxmox"]
     )
-    port: PortNumber = 8006
-    node: PveNode | None = None
-    nodes: list[PveNode] | None = Field(default=None, min_length=1)
+    host: HostName = Field(
+        description="The cluster's host name or IP address (no scheme, port or credentials).",
+        examples=["pve.example.lan"],
+    )
+    port: PortNumber = Field(default=8006, description="The API's port.", examples=[443])
+    node: PveNode | None = Field(
+        default=None,
+        description="The one node VMs are made on. Exactly one of node or nodes.",
+        examples=["pve1"],
+    )
+    nodes: list[PveNode] | None = Field(
+        default=None,
+        min_length=1,
+        description="Nodes VMs are spread over (a VM's own `node` pins it). Exactly one of "
+        "node or nodes.",
+        examples=[["pve1", "pve2"]],
+    )
     pool: PvePool = Field(
         description="The pool sand's VMs live in; two backends on one host, port and pool are "
-        "refused (each would see the other's VMs as its own)."
+        "refused (each would see the other's VMs as its own).",
+        examples=["sand"],
     )
-    storage: PveStorage
-    bridge: PveBridge = "vmbr0"
+    storage: PveStorage = Field(
+        description="The storage VM disks are cloned onto.", examples=["local-lvm"]
+    )
+    bridge: PveBridge = Field(
+        default="vmbr0", description="The bridge VMs' network attaches to.", examples=["vmbr1"]
+    )
     template: Template = Field(
-        description="Template VM to clone: its vmid (100 to 999999999) or its name."
+        description="Template VM to clone: its vmid (100 to 999999999) or its name.",
+        examples=["debian-12-cloud", 9000],
     )
     token_file: LocalPath = Field(
         description="File holding 'user@realm!tokenid=secret'; refused unless mode is 0600 or "
-        "stricter."
+        "stricter.",
+        examples=["~/.config/sand/pve.token"],
     )
-    verify_tls: bool = True
-    ca_file: LocalPath | None = None
+    verify_tls: bool = Field(
+        default=True,
+        description="Check the API's TLS certificate (against ca_file when it is set).",
+        examples=[False],
+    )
+    ca_file: LocalPath | None = Field(
+        default=None,
+        description="The cluster's CA certificate (PVE's own: /etc/pve/pve-root-ca.pem).",
+        examples=["~/.config/sand/pve-root-ca.pem"],
+    )
     identity: LocalPath = Field(
-        description="SSH private key for guests; its .pub goes to cloud-init."
+        description="SSH private key for guests; its .pub goes to cloud-init.",
+        examples=["~/.ssh/sand_ed25519"],
     )
     cpu: PveCpuType = Field(
         default=DEFAULT_CPU,
         description="CPU type of every VM of this backend that does not name its own "
         "(PVE's cputype: 'host', 'x86-64-v2-AES', ..., or 'custom-<name>'). Default host: "
         "on PVE's own default, kvm64, Node-based agents were seen to livelock.",
+        examples=["x86-64-v2-AES"],
     )
-    clone_parallelism: int = Field(default=2, ge=1, le=32)
+    clone_parallelism: int = Field(
+        default=2,
+        ge=1,
+        le=32,
+        description="How many VMs this backend makes at once, 1 to 32.",
+        examples=[4],
+    )
 
     @model_validator(mode="after")
     def _one_placement(self) -> ProxmoxConfig:
@@ -115,6 +151,15 @@ class ProxmoxConfig(Strict):
             why = template_problem(image)
             if why:
                 yield (*at, "image"), f"a Proxmox VM's image names its template: {why}"
+        elif defaults.get("image") is not None:
+            # A Proxmox VM clones its backend's template; taking a Lima image as the
+            # template's name would be a guess, and ignoring it a silent surprise.
+            yield (
+                ("defaults", "image"),
+                f"defaults.image does not apply to Proxmox VM {vm!r}: it clones its "
+                f"backend's template ({backend.get('template')!r}); set 'image' on the Lima "
+                "VMs instead, or give this VM its own image (a template)",
+            )
         if as_list(entry.get("ports")):
             yield (
                 (*at, "ports"),
