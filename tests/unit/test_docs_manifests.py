@@ -90,3 +90,30 @@ def test_every_command_in_the_docs_parses(page: str, command: str) -> None:
         parser.parse_args(words)
     except SystemExit as exc:  # argparse's usage error
         pytest.fail(f"{page}: `{command}` is not a valid sand command line (exit {exc.code})")
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = FENCE.sub("", page.read_text())
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("page", [*PAGES, "../README.md", "safety.md", "backends/proxmox.md"])
+def test_every_local_link_of_the_newcomer_pages_resolves(page: str) -> None:
+    source = (DOCS / page).resolve()
+    broken = []
+    for target in LINK.findall(FENCE.sub("", source.read_text())):
+        if "://" in target:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (source.parent / path).resolve() if path else source
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in _anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page}: links that lead nowhere: {broken}"
