@@ -19,7 +19,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     loaded = load_manifest(args.manifest)
     m = loaded.manifest
-    print(f"{args.manifest}: valid ({len(m.vms)} VMs on {len(m.backends)} backends)")
+    vms, backends = len(m.vms), len(m.backends)
+    print(
+        f"{args.manifest}: valid ({vms} VM{'s' * (vms != 1)} on "
+        f"{backends} backend{'s' * (backends != 1)})"
+    )
     return EXIT_OK
 
 

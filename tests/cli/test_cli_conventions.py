@@ -72,7 +72,7 @@ def test_dash_f_works_for_every_command_that_takes_a_manifest(fleet, fakepve_ser
     sand, path = fleet
     assert not sand.manifest.exists()
     proc = sand.run("validate", "-f", path)
-    assert proc.returncode == 0 and "valid (1 VMs" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "valid (1 VM on" in proc.stdout, proc.stderr
     proc = sand.run("plan", "--file", path, "--json")
     assert proc.returncode == 0, proc.stderr
     assert [c["vm"] for c in json.loads(proc.stdout)["changes"]] == ["f-1"]
@@ -240,3 +240,19 @@ def test_progress_whose_reader_left_does_not_stop_the_apply(fleet, fakepve_serve
     assert proc.returncode == 0, proc.stdout
     assert "Apply complete! Resources: 1 added" in proc.stdout
     assert [vm.name for vm in fakepve_server.vms()] == ["f-1"]
+
+
+def test_validate_counts_in_words_that_agree(tmp_path):
+    manifest = tmp_path / "one.yaml"
+    manifest.write_text(
+        "apiVersion: sand/v1\nproject: demo\nbackends:\n  laptop:\n    type: lima\n"
+        "vms:\n  - name: dev\n    image: debian-12\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "sand", "validate", str(manifest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{manifest}: valid (1 VM on 1 backend)"
