@@ -22,6 +22,7 @@ from sand.cli.flags import (
     resolve_manifest,
 )
 from sand.cli.template import add_template_parser
+from sand.cli.verbs import add_verb_parsers, manifest_option
 from sand.errors import ManifestError, SandError
 
 
@@ -98,16 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(apply --replace VM --target VM)",
     )
     p.add_argument("vm", metavar="VM")
-    # -f/--file as on every command; --manifest as on the per-VM verbs.
-    p.add_argument(
-        "-f",
-        "--file",
-        "--manifest",
-        dest="manifest",
-        default="sand.yaml",
-        metavar="FILE",
-        help="default: ./sand.yaml",
-    )
+    manifest_option(p)  # a per-VM command: -f/--file/--manifest, as the verbs take it
     p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
     data_loss_flag(p)
 
@@ -129,8 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check backend credentials and permissions")
     manifest_arg(p)
-
-    from sand.cli.verbs import add_verb_parsers
 
     add_verb_parsers(sub)
     add_template_parser(sub)

@@ -12,7 +12,7 @@ from typing import Any
 from sand.cli.completion import VM_NAMES
 
 
-def _manifest(p: argparse.ArgumentParser) -> None:
+def manifest_option(p: argparse.ArgumentParser) -> None:
     # -f/--file as on every command; --manifest kept for scripts written before.
     p.add_argument(
         "-f",
@@ -40,7 +40,7 @@ def add_verb_parsers(sub: Any) -> None:
         "after the VM; created when missing), so what runs there survives a dropped "
         "connection. With -- CMD: run CMD alone, without tmux, and exit with its status.",
     )
-    _manifest(p)
+    manifest_option(p)
     p.add_argument(
         "--new",
         action="store_true",
@@ -63,7 +63,7 @@ def add_verb_parsers(sub: Any) -> None:
         description="Like cp -r: into DST when it is an existing directory, else as DST. "
         "Downloads never replace a host file and never follow guest symlinks.",
     )
-    _manifest(p)
+    manifest_option(p)
     p.add_argument("-r", "--recursive", action="store_true", help="copy directories")
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
@@ -73,7 +73,7 @@ def add_verb_parsers(sub: Any) -> None:
         "land",
         help="list a VM's git checkouts with push/PR state; open a draft PR with your gh",
     )
-    _manifest(p)
+    manifest_option(p)
     _vm(p)
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout --pr/--web act on")
     mode = p.add_mutually_exclusive_group()
@@ -85,7 +85,7 @@ def add_verb_parsers(sub: Any) -> None:
         "publish",
         help="publish a VM checkout's commits to a drupal.org issue fork as a merge request",
     )
-    _manifest(p)
+    manifest_option(p)
     _vm(p)
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout (default: the VM's repo)")
     p.add_argument("--issue", required=True, metavar="URL", help="the drupal.org issue's URL")
