@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.events import Hooks
@@ -125,7 +125,7 @@ class ApplyOutcome:
     recovered: tuple[str, ...] = ()
     seconds: float = 0.0
     # What backends reported while applying (e.g. a PVE task's "WARNINGS: n").
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

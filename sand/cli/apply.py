@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,25 +161,27 @@ def run_apply(
         destroy=destroy,
         progress_mode="json" if as_json else progress_mode,
         allow_data_loss=allow_data_loss,
-        confirm=not auto_approve,
+        ask=not auto_approve,
         targets=tuple(targets),
         replace_vms=tuple(replace_vms),
     )
     return asyncio.run(run.apply(saved))
 
 
+@dataclass(frozen=True)
 class _Run:
-    def __init__(self, session: Session, *, confirm: bool, **options: Any) -> None:
-        self.session = session
-        self.ask = confirm
-        self.parallelism: int = options["parallelism"]
-        self.allow_mass_delete: bool = options["allow_mass_delete"]
-        self.as_json: bool = options["as_json"]
-        self.destroy: bool = options["destroy"]
-        self.progress_mode: str = options["progress_mode"]
-        self.allow_data_loss: bool = options["allow_data_loss"]
-        self.targets: tuple[str, ...] = options["targets"]
-        self.replace_vms: tuple[str, ...] = options["replace_vms"]
+    """One ``sand apply``/``destroy``/``reset`` run: its options, typed once."""
+
+    session: Session
+    ask: bool  # confirm with the person before anything changes
+    parallelism: int
+    allow_mass_delete: bool
+    as_json: bool
+    destroy: bool
+    progress_mode: str
+    allow_data_loss: bool
+    targets: tuple[str, ...]
+    replace_vms: tuple[str, ...]
 
     async def apply(self, saved: dict[str, Any] | None) -> int:
         from sand.apply.reconcile import (
