@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend
@@ -81,9 +82,12 @@ async def execute(
             # The clock of each VM's events starts when it gets its turn.
             say = Steps(hooks or NoHooks(), change.vm, change.backend)
             try:
-                result.observed = await _apply_one(
-                    change, backends[change.backend], journal, kit, say
-                )
+                # What the backend and the guest say of their own steps (a bounded
+                # wait, a retry) reaches this VM's events, and only this VM's.
+                with activity.listening(say.heard):
+                    result.observed = await _apply_one(
+                        change, backends[change.backend], journal, kit, say
+                    )
                 say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)

@@ -1,10 +1,12 @@
 """What the apply engine reports while it works: typed events, never prose on a stream.
 
 The engine says *which* VM is in *which* phase, with a detail and the time since that
-VM's apply began; how that is shown (a live board on a terminal, timestamped lines,
-JSON lines, nothing) is a view in ``sand.cli``. The same events will drive the
-board of ``sand ui`` and the sync controller's metrics. (Terraform: ``Hook``, with its
-``UiHook`` and JSON hook.)
+VM's apply began. Within a phase the backends, the guest transport and provisioning say
+their own steps, with the limit of a bounded wait, and their retries (``sand.activity``);
+:class:`Steps` hears them for its VM and passes them on as events. How that is shown
+(a live board on a terminal, timestamped lines, JSON lines, nothing) is a view in
+``sand.cli``. The same events drive the board of ``sand ui`` and the sync controller's
+metrics. (Terraform: ``Hook``, with its ``UiHook`` and JSON hook.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
+
+from sand.activity import Activity, Retry
 
 
 class Phase(StrEnum):
@@ -49,9 +53,16 @@ class StepEvent:
     backend: str = ""
     layer: str = ""  # FAILED only: the layer that failed (ssh, proxmox, lima, host, ...)
     at: float = field(default_factory=time.time)
+    # The step's own timeout, when it is a bounded wait ("waiting for the guest agent",
+    # 300 s): a view shows how much of it has gone.
+    limit: float | None = None
+    # Set on an event that reports a retry within the step under way (``detail`` and
+    # ``limit`` are still that step's): "PVE 503, retry 2/5 in 1.6s".
+    retry: Retry | None = None
 
     @property
     def text(self) -> str:
+        """The step in a person's words (a retry's event: the step it happens in)."""
         if self.detail:
             return self.detail
         if self.phase is Phase.FAILED:
@@ -74,13 +85,42 @@ class NoHooks:
 
 @dataclass
 class Steps:
-    """One VM's reporter: stamps each event with the VM, its backend and the elapsed time."""
+    """One VM's reporter: stamps each event with the VM, its backend and the elapsed time.
+
+    Called by the engine for each phase; :meth:`heard` takes what the layers below say
+    within it (listen with ``sand.activity.listening(steps.heard)``)."""
 
     hooks: Hooks
     vm: str
     backend: str = ""
     started: float = field(default_factory=time.monotonic)
+    # The step under way, which a retry belongs to.
+    phase: Phase = Phase.CREATING
+    detail: str = ""
+    limit: float | None = None
 
     def __call__(self, phase: Phase, detail: str = "", *, layer: str = "") -> None:
+        self.phase, self.detail, self.limit = phase, detail, None
+        self._emit(layer=layer)
+
+    def heard(self, said: Activity) -> None:
+        if said.retry is not None:
+            self._emit(retry=said.retry)
+            return
+        self.detail, self.limit = said.text, said.limit
+        self._emit()
+
+    def _emit(self, *, layer: str = "", retry: Retry | None = None) -> None:
         elapsed = time.monotonic() - self.started
-        self.hooks.on_step(StepEvent(self.vm, phase, detail, elapsed, self.backend, layer))
+        self.hooks.on_step(
+            StepEvent(
+                self.vm,
+                self.phase,
+                self.detail,
+                elapsed,
+                self.backend,
+                layer,
+                limit=self.limit,
+                retry=retry,
+            )
+        )

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
+from sand import activity
 from sand.errors import TransportError
 from sand.guest.endpoint import GuestEndpoint, JumpHost
+from sand.retrying import Backoff, retry_async
 from sand.secrets.files import locked, write_private
 from sand.state.paths import state_root
 from sand.state.private import read_private
@@ -129,10 +130,11 @@ async def connect(
     *,
     deadline: float = CONNECT_DEADLINE,
     known_hosts: KnownHosts | None = None,
-    on_retry: Callable[[int, str], None] | None = None,
     attempt_timeout: float = ATTEMPT_TIMEOUT,
 ) -> AsyncIterator[asyncssh.SSHClientConnection]:
-    """An authenticated connection to the guest (and its jump host), closed on exit."""
+    """An authenticated connection to the guest (and its jump host), closed on exit.
+
+    Retried (``sand.retrying``, each retry said) until ``deadline`` seconds have passed."""
     if endpoint.host_key_policy not in ("pin", "none"):
         raise TransportError(
             f"unknown host-key policy {endpoint.host_key_policy!r}", transient=False
@@ -140,11 +142,12 @@ async def connect(
     key = _load_identity(endpoint.identity)
     pins = known_hosts or KnownHosts()
     alias = host_key_alias(endpoint)
-    stop = time.monotonic() + deadline
-    delay = _BACKOFF_FIRST
-    attempt = 0
-    while True:
-        attempt += 1
+    tries = 0
+    Opened = tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientConnection | None, list[Any]]
+
+    async def attempt() -> Opened:
+        nonlocal tries
+        tries += 1
         tunnel: asyncssh.SSHClientConnection | None = None
         try:
             pinned = pins.keys(alias) if endpoint.host_key_policy == "pin" else []
@@ -181,34 +184,42 @@ async def connect(
                 f"{alias!r} line from that file.",
                 transient=False,
             ) from None
-        except (OSError, asyncssh.Error) as exc:  # TimeoutError is an OSError
+        except BaseException:
             await _close(tunnel)
-            reason = _describe(exc)
-            if time.monotonic() + delay >= stop:
+            raise
+        return conn, tunnel, pinned
+
+    activity.step(f"connecting over SSH to {where(endpoint)}", limit=deadline)
+    try:
+        conn, tunnel, pinned = await retry_async(
+            attempt,
+            # A booting guest refuses for a while: come back soon, then every few seconds.
+            backoff=Backoff(
+                attempts=None, initial=_BACKOFF_FIRST, cap=_BACKOFF_MAX, deadline=deadline
+            ),
+            retryable=lambda e: isinstance(e, OSError | asyncssh.Error),  # TimeoutError too
+            layer="ssh",
+            reason=_describe,
+        )
+    except (OSError, asyncssh.Error) as exc:
+        raise TransportError(
+            f"SSH to {where(endpoint)} failed after {tries} attempts over "
+            f"{deadline:g}s: {_describe(exc)}"
+        ) from None
+    try:
+        if endpoint.host_key_policy == "pin" and not pinned:
+            server_key = conn.get_server_host_key()
+            if server_key is None or not pins.pin(alias, server_key):
                 raise TransportError(
-                    f"SSH to {where(endpoint)} failed after {attempt} attempts over "
-                    f"{deadline:g}s: {reason}"
-                ) from None
-            if on_retry is not None:
-                on_retry(attempt, reason)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF_MAX)
-            continue
-        try:
-            if endpoint.host_key_policy == "pin" and not pinned:
-                server_key = conn.get_server_host_key()
-                if server_key is None or not pins.pin(alias, server_key):
-                    raise TransportError(
-                        f"SSH to {where(endpoint)}: another run pinned a different host key "
-                        f"for {alias!r} in {pins.path} while this one connected",
-                        transient=False,
-                    )
-            yield conn
-        finally:
-            conn.close()
-            await conn.wait_closed()
-            await _close(tunnel)
-        return
+                    f"SSH to {where(endpoint)}: another run pinned a different host key "
+                    f"for {alias!r} in {pins.path} while this one connected",
+                    transient=False,
+                )
+        yield conn
+    finally:
+        conn.close()
+        await conn.wait_closed()
+        await _close(tunnel)
 
 
 async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sand import activity
 from sand.desired.spec import DesiredVM
 from sand.errors import GuestCommandError
 from sand.guest.endpoint import GuestEndpoint
@@ -158,10 +159,7 @@ async def _run(
     start = time.monotonic()
     reports: list[StepReport] = []
 
-    def retrying(attempt: int, reason: str) -> None:
-        log.info("ssh.retry", attempt=attempt, reason=reason)
-
-    async with connect(endpoint, deadline=connect_deadline, on_retry=retrying) as conn:
+    async with connect(endpoint, deadline=connect_deadline) as conn:
         runner = SshRunner(conn, where=where(endpoint))
         for step in steps:
             report = await _run_step(runner, endpoint, vm, step, values)
@@ -192,6 +190,7 @@ async def _run_step(
     values: Mapping[str, str],
 ) -> StepReport:
     start = time.monotonic()
+    activity.step(f"provisioning: {step.name}", limit=step.timeout)
     try:
         # Read whole (no limit): the output is the bundle's own scripts (apt, npm),
         # and the change markers may come anywhere in it.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import asyncssh
 import pytest
 
+from sand.activity import Activity, listening
 from sand.errors import TransportError
 from sand.guest.endpoint import JumpHost
 from sand.guest.ssh import KnownHosts, connect
@@ -162,8 +163,14 @@ async def test_connecting_retries_until_a_booting_guest_answers(netns_guest: Mak
     opener = asyncio.create_task(open_later())
     target = replace(endpoint(guest), host="127.0.0.1", port=port)
     start = time.monotonic()
-    async with connect(target, deadline=20, on_retry=lambda n, why: retries.append(why)) as conn:
-        await _whoami(conn)
+
+    def heard(said: Activity) -> None:
+        if said.retry is not None:
+            retries.append(said.retry.reason)
+
+    with listening(heard):
+        async with connect(target, deadline=20) as conn:
+            await _whoami(conn)
     elapsed = time.monotonic() - start
     server = await opener
     server.close()

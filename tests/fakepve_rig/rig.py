@@ -526,7 +526,8 @@ class FakePveRig:
         """sand's backend for this fake; ``fast`` shrinks retry, poll and wait times."""
         from sand.backends.proxmox import make_proxmox_backend
         from sand.backends.proxmox.backend import ProxmoxBackend
-        from sand.backends.proxmox.client import PollPolicy, RetryPolicy
+        from sand.backends.proxmox.client import PollPolicy
+        from sand.retrying import Backoff
 
         backend = make_proxmox_backend(
             name, self.backend_config(**overrides), project=project, manifest_dir=self.workdir
@@ -534,7 +535,7 @@ class FakePveRig:
         assert isinstance(backend, ProxmoxBackend)
         if fast:
             ctx = backend.ctx
-            ctx.client.retry = RetryPolicy(attempts=4, initial=0.01, factor=2.0, cap=0.05)
+            ctx.client.retry = Backoff(attempts=4, initial=0.01, factor=2.0, cap=0.05)
             ctx.client.poll = PollPolicy(initial=0.01, factor=1.5, cap=0.05)
             ctx.client.http_timeout = 5.0
             ctx.agent_poll = (0.01, 0.05)

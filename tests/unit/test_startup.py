@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("proxmoxer", "asyncssh", "requests", "aiohttp", "watchfiles", "rich")
+HEAVY = ("proxmoxer", "asyncssh", "requests", "aiohttp", "watchfiles", "rich", "tenacity")
 
 PROBE = """
 import sys

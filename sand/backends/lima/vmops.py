@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sand import activity
 from sand.backends.lima import scripts
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.runner import Completed
@@ -34,11 +35,15 @@ def error(ctx: Ctx, res: Completed, what: str, hint: str = "") -> BackendError:
 async def limactl(
     ctx: Ctx, *args: str, stdin: bytes | None = None, timeout: float | None = None
 ) -> Completed:
-    """Run ``limactl ARGS``; a failure raises, worded without the ``--set`` values."""
+    """Run ``limactl ARGS``; a failure raises, worded without the ``--set`` values.
+    A call given its own ``timeout`` is a long one (create, clone, stop, delete): it is
+    said as a step with that limit."""
     wait = ctx.timeouts.short if timeout is None else timeout
+    shown = " ".join(a for a in args if not a.startswith("--set=") and len(a) < 80)
+    if timeout is not None:
+        activity.step(f"limactl {shown}", limit=wait)
     res = await ctx.runner.run(argv(ctx, *args), stdin=stdin, timeout=wait)
     if not res.ok:
-        shown = " ".join(a for a in args if not a.startswith("--set=") and len(a) < 80)
         raise error(ctx, res, f"limactl {shown}")
     return res
 
@@ -75,6 +80,7 @@ async def create_instance(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -
 
 
 async def start(ctx: Ctx, name: str) -> None:
+    activity.step(f"limactl start {name}", limit=ctx.timeouts.start)
     res = await ctx.runner.run(argv(ctx, "start", name), timeout=ctx.timeouts.start)
     if res.ok:
         return

@@ -3,7 +3,8 @@
 proxmoxer (requests) is synchronous, so every call runs in a worker thread via
 ``asyncio.to_thread``. Transient failures (5xx other than PVE's definite
 refusals, connection errors, timeouts, lock timeouts, no quorum) are retried
-with exponential backoff and a cap; 401/403 never are. Every error is a
+with jittered exponential backoff (``sand.retrying``), each retry said to whoever
+watches ("PVE 503, retry 2/5 in 1.6s"); 401/403 never are. Every error is a
 :class:`ProxmoxError` naming the backend, the call and PVE's reason, and
 classified here, once (``kind``: see ``errors.py``), so no caller reads PVE's text.
 """
@@ -23,9 +24,11 @@ import proxmoxer
 import requests
 import structlog
 
+from sand import activity
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError, classify_answer, classify_task
 from sand.backends.proxmox.token import ApiToken, read_token
 from sand.manifest.values import hostname_problem
+from sand.retrying import Backoff, retry_async
 from sand.terminal import one_line
 
 log = structlog.get_logger("sand.proxmox")
@@ -41,19 +44,6 @@ def _check_path(backend: str, path: str) -> None:
     segments = path.strip("/").split("/")
     if not all(_PATH_SEGMENT.match(s) for s in segments):
         raise ProxmoxError(backend, f"refusing API path {path!r}: a segment is not a PVE name")
-
-
-@dataclass
-class RetryPolicy:
-    """Attempts per request and the backoff between them (seconds, doubling, capped)."""
-
-    attempts: int = 6
-    initial: float = 0.5
-    factor: float = 2.0
-    cap: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.cap, self.initial * self.factor**attempt))
 
 
 @dataclass
@@ -80,7 +70,7 @@ class PveClient:
     token_file: Path
     verify: bool | str = True  # False, True, or a CA bundle path
     http_timeout: float = 15.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: Backoff = field(default_factory=Backoff)  # tries per request, the first included
     poll: PollPolicy = field(default_factory=PollPolicy)
     requests: int = 0  # API requests sent (attempts included)
     warnings: list[str] = field(default_factory=list)  # task WARNINGS, newest last
@@ -209,29 +199,39 @@ class PveClient:
     ) -> Any:
         """One API call, retried while the failure is transient."""
         _check_path(self.backend, path)
-        attempts = self.retry.attempts if retry else 1
-        for attempt in range(attempts):
+        backoff = self.retry if retry else Backoff(attempts=1)
+        sent = 0
+
+        async def once() -> Any:
+            nonlocal sent
+            sent += 1
             self.requests += 1
             try:
                 return await asyncio.to_thread(self._sync, method, path.strip("/"), params or {})
             except ProxmoxError as e:
-                e.attempts = attempt + 1
-                if not e.transient or attempt + 1 >= attempts:
-                    if e.transient and attempts > 1:
-                        final = ProxmoxError(
-                            self.backend,
-                            f"{e.detail} (gave up after {attempts} attempts)",
-                            transient=True,
-                            status=e.status,
-                            kind=e.kind,
-                        )
-                        final.attempts = attempts
-                        raise final from None
-                    raise
-                delay = self.retry.delay(attempt)
-                log.debug("proxmox.retry", backend=self.backend, error=str(e), delay=delay)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+                e.attempts = sent
+                raise
+
+        try:
+            return await retry_async(
+                once,
+                backoff=backoff,
+                retryable=lambda e: isinstance(e, ProxmoxError) and e.transient,
+                layer="proxmox",
+                reason=_retry_reason,
+            )
+        except ProxmoxError as e:
+            if not (e.transient and sent > 1):
+                raise
+            final = ProxmoxError(
+                self.backend,
+                f"{e.detail} (gave up after {sent} attempts)",
+                transient=True,
+                status=e.status,
+                kind=e.kind,
+            )
+            final.attempts = sent
+            raise final from None
 
     async def get(self, path: str, **params: Any) -> Any:
         return await self.request("GET", path, params)
@@ -282,6 +282,7 @@ class PveClient:
     async def wait(self, upid: str, *, what: str, timeout: float) -> TaskResult:
         """Poll a task until it stops; OK and ``WARNINGS: n`` succeed, anything else raises."""
         node = upid.split(":")[1] if upid.count(":") >= 2 else ""
+        activity.step(what, limit=timeout)
         deadline = time.monotonic() + timeout
         delay = 0.0
         while True:
@@ -338,6 +339,15 @@ def _form(value: Any) -> Any:
     if isinstance(value, bool):
         return 1 if value else 0
     return value
+
+
+def _retry_reason(e: BaseException) -> str:
+    """A failed request in a few words: "PVE 503", "PVE unreachable"."""
+    if not isinstance(e, ProxmoxError):
+        return type(e).__name__
+    if e.status:
+        return f"PVE {e.status}"
+    return "PVE unreachable" if e.kind is ErrorKind.UNREACHABLE else f"PVE {e.kind.value}"
 
 
 def _short(e: BaseException) -> str:

@@ -8,10 +8,11 @@ someone else's VM that took the id first; then another id is tried.
 
 from __future__ import annotations
 
-import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
+from sand import activity
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
@@ -19,6 +20,7 @@ from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, read_config
 from sand.desired import DesiredVM
 from sand.observed import Marker
+from sand.retrying import retry_async
 from sand.state.journal import Journal, JournalEntry
 
 ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave
@@ -36,7 +38,10 @@ async def clone(
     (step ``cloned``)."""
     # The id is asked for only once a clone slot is ours: PVE reserves nothing,
     # so creates queued behind the slot limit would all be handed the same id.
-    async with ctx.clone_slots:
+    slots = ctx.clone_slots
+    if slots.locked():
+        activity.step(f"waiting for a clone slot ({ctx.config.clone_parallelism} at a time)")
+    async with slots:
         return await _allocate_and_clone(ctx, vm, template, node, storage, journal)
 
 
@@ -124,26 +129,33 @@ async def _clone_task(
     tnode, tvmid = str(template.get("node")), template["vmid"]
     path = f"{vmops.vm_path(tnode, tvmid)}/clone"
     what = f"clone of template {tvmid} to VM {vmid}"
-    for attempt in range(CLONE_ATTEMPTS):
+
+    async def clone() -> None:
         try:
             await ctx.client.task(
                 "POST", path, params, what=what, timeout=ctx.timeouts.clone, on_upid=track
             )
-            return
         except ProxmoxError as e:
-            if e.kind is ErrorKind.EXISTS:
-                # Only a request sent again after a lost answer can meet our own clone.
-                if e.attempts > 1 and await _made_by(ctx, vmid, op):
-                    return  # our earlier attempt landed: its clone is done
-                raise _Taken() from None
-            # A task that ended on lock contention is retried here (the client has
-            # already retried failed requests; a task still running at the deadline is not
-            # started again).
-            retry = e.upid is not None and e.kind is ErrorKind.TRANSIENT
-            if retry and attempt + 1 < CLONE_ATTEMPTS:
-                await asyncio.sleep(ctx.client.retry.delay(attempt))
-                continue
-            raise
+            if e.kind is not ErrorKind.EXISTS:
+                raise
+            # Only a request sent again after a lost answer can meet our own clone.
+            if e.attempts > 1 and await _made_by(ctx, vmid, op):
+                return  # our earlier attempt landed: its clone is done
+            raise _Taken() from None
+
+    def lock_contention(e: BaseException) -> bool:
+        # A task that ended on lock contention is tried again here (the client has
+        # already retried failed requests; a task still running at the deadline is not
+        # started again: it has a UPID but is no TRANSIENT failure).
+        return isinstance(e, ProxmoxError) and e.upid is not None and e.kind is ErrorKind.TRANSIENT
+
+    await retry_async(
+        clone,
+        backoff=replace(ctx.client.retry, attempts=CLONE_ATTEMPTS),
+        retryable=lock_contention,
+        layer="proxmox",
+        reason=lambda e: "clone task failed (storage lock)",
+    )
 
 
 async def _made_by(ctx: Ctx, vmid: int, op: str) -> bool:

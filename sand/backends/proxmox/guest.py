@@ -12,6 +12,7 @@ import ipaddress
 import time
 from typing import Any
 
+from sand import activity
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
@@ -55,6 +56,7 @@ async def endpoint(
         raise ProxmoxError(ctx.name, f"VM {vmid} ({name}) has no net0 MAC address to look up")
     path = f"{vmops.vm_path(node, vmid)}/agent/network-get-interfaces"
     patience = ctx.timeouts.agent if wait is None else wait
+    activity.step("waiting for the guest agent to report an address", limit=patience)
     deadline = time.monotonic() + patience
     delay, cap = ctx.agent_poll
     while True:

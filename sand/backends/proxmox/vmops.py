@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sand import activity
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -120,11 +121,15 @@ async def wait_unlocked(ctx: Ctx, node: str, vmid: str | int, *, why: str) -> di
     """Wait (bounded) for another task's lock on the VM to clear; returns its config."""
     deadline = time.monotonic() + ctx.timeouts.unlock
     delay, cap = ctx.unlock_poll
+    said = False
     while True:
         status = await read_status(ctx, node, vmid)
         lock = status.get("lock")
         if not lock:
             return await read_config(ctx, node, vmid)
+        if not said:
+            activity.step(f"waiting for VM {vmid}'s {lock} lock", limit=ctx.timeouts.unlock)
+            said = True
         if time.monotonic() + delay > deadline:
             raise ProxmoxError(
                 ctx.name,

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from sand.backends.proxmox.backend import ProxmoxBackend
-from sand.backends.proxmox.client import RetryPolicy
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.plan.model import Action
+from sand.retrying import Backoff
 from sand.state.journal import Journal
 from tests.backends.proxmox.helpers import apply, managed, plan, state_of
 from tests.fakepve_rig.rig import FakePveRig
@@ -29,7 +29,7 @@ async def assert_converged(rig: FakePveRig, backend: ProxmoxBackend, entries: li
 
 async def test_a_flaky_network_is_retried_through(rig: FakePveRig, journal: Journal) -> None:
     backend = rig.make_backend()
-    backend.ctx.client.retry = RetryPolicy(attempts=12, initial=0.005, cap=0.02)
+    backend.ctx.client.retry = Backoff(attempts=12, initial=0.005, cap=0.02)
     rig.run(rig.pve.flaky_network, drop_rate=0.2)
     rig.run(rig.pve._random.seed, 1234)
     _, result = await apply(backend, state_of(rig, FLEET), journal)
@@ -42,7 +42,7 @@ async def test_a_flaky_network_is_retried_through(rig: FakePveRig, journal: Jour
 async def test_hanging_requests_time_out_and_are_retried(rig: FakePveRig, journal: Journal) -> None:
     backend = rig.make_backend()
     backend.ctx.client.http_timeout = 0.3
-    backend.ctx.client.retry = RetryPolicy(attempts=10, initial=0.005, cap=0.02)
+    backend.ctx.client.retry = Backoff(attempts=10, initial=0.005, cap=0.02)
     rig.run(rig.pve.flaky_network, hang_rate=0.1, hang_secs=1)
     rig.run(rig.pve._random.seed, 99)
     entries = FLEET[:2]
@@ -175,7 +175,7 @@ async def test_a_locked_vm_is_left_alone_until_unlocked(
 @pytest.mark.fakepve_rig(time_scale=0.01)
 async def test_a_busy_config_lock_is_waited_out(rig: FakePveRig, journal: Journal) -> None:
     backend = rig.make_backend()
-    backend.ctx.client.retry = RetryPolicy(attempts=10, initial=0.02, cap=0.1)
+    backend.ctx.client.retry = Backoff(attempts=10, initial=0.02, cap=0.1)
     entries = [{"name": "dev-0", "memory": "2GiB"}]
     rig.seed_managed(rig.desired(entries)[0], 100, status="stopped", config={})
     entries = [{"name": "dev-0", "memory": "4GiB", "state": "stopped"}]

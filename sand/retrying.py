@@ -1,0 +1,91 @@
+"""Trying again what failed for a passing reason: jittered exponential backoff.
+
+The schedule and the loop are tenacity's; what is worth another try is sand's own rule,
+given by each caller (a PVE 503 is, a 403 never; a refused SSH connection is while a
+guest boots, a changed host key never). Every retry is said (``sand.activity``), so a
+person watching an apply sees "PVE 503, retry 2/5 in 1.6s" instead of a frozen line.
+
+The n-th retry waits a random time between half and all of
+``min(cap, initial * factor ** (n - 1))`` ("equal jitter"): never less than half the
+step, so a struggling server gets its breathing room, and spread, so the ten VMs of
+one apply do not come back in the same instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+import tenacity
+
+from sand.activity import Retry, retrying
+
+T = TypeVar("T")
+log = structlog.get_logger("sand.retry")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How often and how patiently to try: ``attempts`` tries in all (the first
+    included), or, with ``attempts=None``, until ``deadline`` seconds from the first
+    try (no retry starts whose wait would end past it)."""
+
+    attempts: int | None = 6
+    initial: float = 0.5
+    factor: float = 2.0
+    cap: float = 8.0
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.attempts is None and self.deadline is None:
+            raise ValueError("a backoff needs attempts or a deadline")
+
+    def longest(self, retry: int) -> float:
+        """The longest wait before retry number ``retry`` (1 is the first)."""
+        return float(min(self.cap, self.initial * self.factor ** (retry - 1)))
+
+    def _wait(self) -> tenacity.wait.wait_base:
+        half = {"multiplier": self.initial / 2, "exp_base": self.factor, "max": self.cap / 2}
+        return tenacity.wait_exponential(**half) + tenacity.wait_random_exponential(**half)
+
+    def _stop(self) -> tenacity.stop.stop_base:
+        stops: list[tenacity.stop.stop_base] = []
+        if self.attempts is not None:
+            stops.append(tenacity.stop_after_attempt(self.attempts))
+        if self.deadline is not None:
+            stops.append(tenacity.stop_before_delay(self.deadline))
+        return tenacity.stop_any(*stops)
+
+
+async def retry_async(
+    call: Callable[[], Awaitable[T]],
+    *,
+    backoff: Backoff,
+    retryable: Callable[[BaseException], bool],
+    layer: str,
+    reason: Callable[[BaseException], str],
+) -> T:
+    """``call()`` until it succeeds, fails for good, or the backoff is spent; then its
+    last exception propagates unchanged (the caller says what giving up means).
+    ``reason`` turns a failure into the short words a retry is shown with."""
+    retries = None if backoff.attempts is None else backoff.attempts - 1
+
+    def announce(state: tenacity.RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        delay = state.upcoming_sleep
+        said = reason(failure) if failure is not None else "failed"
+        log.debug("retry", layer=layer, reason=said, attempt=state.attempt_number, delay=delay)
+        retrying(Retry(layer, said, state.attempt_number, retries, delay, backoff.deadline))
+
+    async for attempt in tenacity.AsyncRetrying(
+        stop=backoff._stop(),
+        wait=backoff._wait(),
+        retry=tenacity.retry_if_exception(retryable),
+        before_sleep=announce,
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity returns or raises")
