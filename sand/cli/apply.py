@@ -14,7 +14,7 @@ from typing import Any
 
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from sand.cli.outcome import apply_json, report_outcome
+from sand.cli.outcome import report_outcome
 from sand.errors import PlanRefused
 from sand.plan import Action, Plan
 from sand.plan.render import plan_to_json, render_text
@@ -87,7 +87,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         allow_mass_delete=args.allow_mass_delete,
         as_json=args.json,
-        progress_mode="json" if args.log_format == "json" else "auto",
+        progress_mode="log" if args.log_format == "json" else "auto",
         allow_data_loss=args.allow_data_loss,
         targets=args.target,
         replace_vms=args.replace,
@@ -103,7 +103,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         parallelism=1,
         allow_mass_delete=False,
         as_json=False,
-        progress_mode="json" if args.log_format == "json" else "auto",
+        progress_mode="log" if args.log_format == "json" else "auto",
         allow_data_loss=args.allow_data_loss,
         targets=[args.vm],
         replace_vms=[args.vm],
@@ -207,12 +207,18 @@ class _Run:
                 from sand.apply.planfile import check_still_valid
 
                 check_still_valid(saved, session, plan)
-            if not self.as_json:
+            if self.as_json:
+                # The stream's first line: the plan about to run (the last: its outcome).
+                from sand.cli.progress import write_json_line
+
+                body = {"plan": plan_to_json(plan), "recovered": list(prepared.recovered)}
+                write_json_line(sys.stdout, "plan", body)
+            else:
                 sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
             if not plan.has_changes:
                 outcome = settle_unchanged(session, prepared)
                 if self.as_json:
-                    print(json.dumps(apply_json(plan, [], ok=outcome.ok), indent=2, default=str))
+                    report_outcome(outcome, as_json=True)
                 return self._exit_code(outcome)
             problem = mass_delete_problem(plan)
             if problem and not self.allow_mass_delete:

@@ -1,38 +1,47 @@
-"""What an apply did, told to a person (or as one JSON document): used by
-``sand apply`` and by each run of ``sand apply --watch``."""
+"""What an apply did, told to a person (or as the last line of ``apply --json``): used
+by ``sand apply`` and by each run of ``sand apply --watch``."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from sand.apply.reconcile import ApplyOutcome
-from sand.plan import Plan
-from sand.plan.render import plan_to_json
+from sand.cli.progress import write_json_line
+from sand.redaction import redact
 from sand.terminal import continued
 
-# Bumped only when a key is removed or changes meaning (schemas/apply.schema.json).
-APPLY_FORMAT_VERSION = "1"
 
-
-def apply_json(plan: Plan, results: list[dict[str, Any]], *, ok: bool) -> dict[str, Any]:
-    """`apply --json`'s one document: the plan that ran and one result per VM touched."""
+def outcome_record(outcome: ApplyOutcome) -> dict[str, Any]:
+    """The last line of ``apply --json``: one result per VM acted on and how it ended."""
+    results = outcome.result.results if outcome.result is not None else []
     return {
-        "format_version": APPLY_FORMAT_VERSION,
-        "plan": plan_to_json(plan),
-        "results": results,
-        "ok": ok,
+        "results": [
+            {
+                "vm": r.vm,
+                "backend": r.backend,
+                "action": r.action,
+                "ok": r.ok,
+                "layer": r.layer,
+                "error": redact(r.error),
+                "seconds": round(r.seconds, 3),
+            }
+            for r in results
+        ],
+        "ok": outcome.ok,
+        "converged": outcome.converged,
+        "not_converged": outcome.not_converged(),
+        "seconds": round(outcome.seconds, 3),
+        "warnings": [redact(w) for w in outcome.warnings],
     }
 
 
 def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
+    if as_json:
+        write_json_line(sys.stdout, "outcome", outcome_record(outcome))
+        return
     plan, result = outcome.plan, outcome.result
     assert result is not None  # only called after something ran
-    if as_json:
-        results = [{k: v for k, v in r.__dict__.items() if k != "observed"} for r in result.results]
-        print(json.dumps(apply_json(plan, results, ok=result.ok), indent=2, default=str))
-        return
     failures = result.failures()
     if not failures:
         add, chg, destroy = plan.counts()

@@ -1,31 +1,152 @@
-"""Views of the engine's events: a live line per VM on a terminal (rich), plain
-timestamped lines otherwise, structured log events with ``--log-format json``."""
+"""Views of the engine's events.
+
+- live: a line per VM on a terminal (rich): its step, that step's own clock and, for a
+  bounded wait, its limit ("waiting for the guest agent  45s / 300s"), a retry with its
+  countdown; the clocks run between events (rich redraws on its own thread).
+- lines: one timestamped line per step, for logs, CI and pipes, and a "still ..." line
+  for a step that has said nothing for a while, so a quiet minute is not mistaken for
+  a hang (Terraform's "Still creating... [10s elapsed]").
+- json: each event one JSON object on a line (``apply --json``; schemas/apply.schema.json).
+- log: each event a structured log event (``--log-format json`` puts them on stderr).
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from sand.apply.events import Hooks, NoHooks, Phase, StepEvent
 from sand.redaction import redact
 
+# Bumped only when a key is removed or changes meaning (schemas/apply.schema.json).
+APPLY_FORMAT_VERSION = "2"
+HEARTBEAT = 10.0  # seconds a step may be quiet before the line view says it is still going
+
+
+def event_record(event: StepEvent) -> dict[str, Any]:
+    """An event as the JSON views print it (and schemas/apply.schema.json describes)."""
+    record: dict[str, Any] = {
+        "vm": event.vm,
+        "backend": event.backend,
+        "phase": event.phase.value,
+        "step": redact(event.text),
+        "elapsed": round(event.elapsed, 3),
+        "at": stamp(event.at, precise=True),
+    }
+    if event.limit is not None:
+        record["limit"] = event.limit
+    if event.layer:
+        record["layer"] = event.layer
+    if event.retry is not None:
+        r = event.retry
+        record["retry"] = {
+            "layer": r.layer,
+            "reason": redact(r.reason),
+            "attempt": r.attempt,
+            "attempts": r.attempts,
+            "delay": round(r.delay, 3),
+        }
+    return record
+
+
+def stamp(at: float, *, precise: bool = False) -> str:
+    """Wall time: local and to the second for people, UTC to the millisecond for JSON."""
+    if precise:
+        return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at))
+
+
+def clock(took: float, limit: float | None) -> str:
+    """A step's clock: "12.3s", or against its limit "45s / 300s"."""
+    if limit is None:
+        return f"{took:5.1f}s"
+    return f"{took:3.0f}s / {limit:.0f}s"
+
 
 class LineView:
-    """One timestamped line per step: for logs, CI and pipes."""
+    """One timestamped line per event; a step quiet for ``heartbeat`` seconds gets a
+    "still ..." line (from a thread of its own, so a blocked event loop shows too)."""
+
+    def __init__(self, out: TextIO, *, heartbeat: float = HEARTBEAT) -> None:
+        self.out = out
+        self.heartbeat = heartbeat
+        self.lock = threading.Lock()
+        # Per VM in progress: its last event, when its step began, when a line was last
+        # printed for it.
+        self.steps: dict[str, tuple[StepEvent, float, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on_step(self, event: StepEvent) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if event.retry is not None:
+                text = event.retry.text
+            else:
+                text = event.text + (f" (limit {event.limit:.0f}s)" if event.limit else "")
+            self._print(event.at, event.vm, text)
+            if event.phase.final:
+                self.steps.pop(event.vm, None)
+                return
+            began = now
+            if event.retry is not None and event.vm in self.steps:
+                began = self.steps[event.vm][1]  # a retry is within the step under way
+            self.steps[event.vm] = (event, began, now)
+
+    def _print(self, at: float, vm: str, text: str) -> None:
+        print(f"{stamp(at)} {vm}: {redact(text)}", file=self.out, flush=True)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name="sand-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self.heartbeat / 4)):
+            now = time.monotonic()
+            with self.lock:
+                for vm, (event, began, said) in list(self.steps.items()):
+                    if now - said < self.heartbeat:
+                        continue
+                    took = now - began
+                    of = f" of {event.limit:.0f}s" if event.limit else ""
+                    try:
+                        self._print(time.time(), vm, f"still {event.text} [{took:.0f}s{of}]")
+                    except (BrokenPipeError, ValueError):  # the reader left, or closed
+                        return
+                    self.steps[vm] = (event, began, now)
+
+
+class JsonLinesView:
+    """Each event as one JSON object on a line: ``{"format_version", "type": "step" |
+    "retry", ...}`` (the first and last lines of ``apply --json`` are its plan and its
+    outcome, written by ``sand.cli.apply``)."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
     def on_step(self, event: StepEvent) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(event.at))
-        print(f"{stamp} {event.vm}: {redact(event.text)}", file=self.out, flush=True)
+        kind = "retry" if event.retry is not None else "step"
+        write_json_line(self.out, kind, event_record(event))
+
+
+def write_json_line(out: TextIO, kind: str, body: dict[str, Any]) -> None:
+    line = {"format_version": APPLY_FORMAT_VERSION, "type": kind, **body}
+    print(json.dumps(line, default=str, separators=(",", ":")), file=out, flush=True)
 
 
 class LogView:
-    """Each step as a structured log event (``--log-format json`` puts them on stderr)."""
+    """Each event as a structured log event (``--log-format json`` puts them on stderr)."""
 
     def __init__(self) -> None:
         from sand.logs import get_logger
@@ -33,59 +154,81 @@ class LogView:
         self.log = get_logger("sand.progress")
 
     def on_step(self, event: StepEvent) -> None:
-        self.log.info(
-            "progress",
-            vm=event.vm,
-            backend=event.backend,
-            phase=event.phase.value,
-            step=redact(event.text),
-            elapsed=round(event.elapsed, 3),
-        )
+        record = event_record(event)
+        del record["at"]  # the log line has its own timestamp
+        self.log.info("retry" if event.retry is not None else "progress", **record)
 
 
 @contextmanager
 def progress_view(mode: str, stream: TextIO | None = None) -> Iterator[Hooks]:
-    """``mode``: "auto" (live on a TTY, else lines), "live", "lines", "json" or "quiet"."""
+    """``mode``: "auto" (live on a TTY, else lines), "live", "lines", "json" (JSON
+    lines on stdout), "log" (structured log events) or "quiet"."""
     out = stream or sys.stderr
     if mode == "auto":
         mode = "live" if out.isatty() else "lines"
     if mode == "quiet":
         yield NoHooks()
     elif mode == "json":
+        yield JsonLinesView(stream or sys.stdout)
+    elif mode == "log":
         yield LogView()
     elif mode == "live":
         with _live(out) as view:
             yield view
     else:
-        yield LineView(out)
+        lines = LineView(out)
+        lines.start()
+        try:
+            yield lines
+        finally:
+            lines.stop()
 
 
 class _LiveView:
-    """Per VM: its current step and how long that step has taken; the clock keeps
-    running between events (rich refreshes the table on its own)."""
+    """Per VM: its current step, that step's clock (against its limit when it has one)
+    and a retry counting down; the total at the bottom. The clocks keep running between
+    events: rich redraws from its own thread, calling ``__rich__``."""
 
     def __init__(self) -> None:
+        # Per VM: its last step event, when that step began, the retry under way and
+        # when it was announced.
         self.steps: dict[str, tuple[StepEvent, float]] = {}
+        self.retries: dict[str, tuple[StepEvent, float]] = {}
         self.started = time.monotonic()
         self.live: Any = None
 
     def on_step(self, event: StepEvent) -> None:
-        self.steps[event.vm] = (event, time.monotonic())
+        now = time.monotonic()
+        if event.retry is not None:
+            self.retries[event.vm] = (event, now)
+        else:
+            self.retries.pop(event.vm, None)
+            self.steps[event.vm] = (event, now)
         if self.live is not None:
             self.live.update(self)
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         grid = Table.grid(padding=(0, 2))
         now = time.monotonic()
-        for vm, (event, since) in self.steps.items():
+        for vm, (event, since) in list(self.steps.items()):
             mark = {Phase.DONE: "[green]✓[/]", Phase.FAILED: "[red]✗[/]"}.get(
                 event.phase, "[yellow]…[/]"
             )
             # A finished VM's clock stops at its last step.
             took = event.elapsed if event.phase.final else now - since
-            grid.add_row(mark, vm, redact(event.text), f"{took:5.1f}s")
+            text = Text(redact(event.text))
+            retry = self.retries.get(vm)
+            if retry is not None and retry[0].retry is not None:
+                r = retry[0].retry
+                left = max(0.0, r.delay - (now - retry[1]))
+                of = f"/{r.attempts}" if r.attempts else ""
+                said = f" — {redact(r.reason)}, retry {r.attempt}{of} in {left:.1f}s"
+                text.append(said, style="yellow")
+            limit = None if event.phase.final else event.limit
+            grid.add_row(mark, vm, text, clock(took, limit))
         grid.add_row("", "", "", f"total {now - self.started:5.1f}s")
         return grid
 

@@ -36,6 +36,17 @@ def run_json(sand: Sand, *args: str, expect: int) -> dict[str, Any]:
     return data
 
 
+def run_json_lines(sand: Sand, *args: str, expect: int) -> list[dict[str, Any]]:
+    """``apply --json``: one JSON object per line, each valid against its schema."""
+    proc = sand.run(*args)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    for line in lines:
+        assert line["format_version"] == "2"
+        validate("apply", line)
+    return lines
+
+
 def test_every_machine_document_matches_its_schema_through_a_fleet_life(sand, fakepve_server):
     plan = run_json(sand, "plan", "--json", "--detailed-exitcode", expect=2)
     validate("plan", plan)
@@ -46,15 +57,21 @@ def test_every_machine_document_matches_its_schema_through_a_fleet_life(sand, fa
     assert {"image", "cpus", "memory", "disk", "state"} <= set(web2["desired"])
     validate("status", run_json(sand, "status", "--json", expect=0))
 
-    applied = run_json(sand, "apply", "--auto-approve", "--json", expect=0)
-    validate("apply", applied)
-    assert applied["ok"] and sorted(r["vm"] for r in applied["results"]) == ["web-1", "web-2"]
+    applied = run_json_lines(sand, "apply", "--auto-approve", "--json", expect=0)
+    assert applied[0]["type"] == "plan" and applied[0]["plan"]["summary"]["add"] == 2
+    outcome = applied[-1]
+    assert outcome["type"] == "outcome" and outcome["ok"] and outcome["converged"]
+    assert sorted(r["vm"] for r in outcome["results"]) == ["web-1", "web-2"]
+    assert {e["vm"] for e in applied if e["type"] == "step" and e["phase"] == "done"} == {
+        "web-1",
+        "web-2",
+    }
     assert sorted(vm.name for vm in fakepve_server.vms()) == ["web-1", "web-2"]
 
     validate("status", run_json(sand, "status", "--json", expect=0))
-    nothing = run_json(sand, "apply", "--auto-approve", "--json", expect=0)
-    validate("apply", nothing)
-    assert nothing["results"] == [] and nothing["ok"] is True
+    nothing = run_json_lines(sand, "apply", "--auto-approve", "--json", expect=0)
+    assert [e["type"] for e in nothing] == ["plan", "outcome"]
+    assert nothing[-1]["results"] == [] and nothing[-1]["ok"] is True
 
     # An update and a blocked delete: web-1 grows, web-2 leaves the manifest (and
     # nobody can look for unpushed work in it: the guard blocks, exit 1).
@@ -92,6 +109,23 @@ def test_the_schemas_reject_what_sand_never_prints():
     bad["changes"] = [{"vm": "a"}]
     with pytest.raises(AssertionError):
         validate("plan", bad)
+    # An apply line is exactly one of its kinds.
+    step = {
+        "format_version": "2",
+        "type": "step",
+        "vm": "a",
+        "backend": "pve",
+        "phase": "creating",
+        "step": "creating",
+        "elapsed": 0.1,
+        "at": "2026-12-03T15:00:00.000+00:00",
+    }
+    validate("apply", step)
+    for wrong in ({"type": "outcome"}, {"phase": "napping"}, {"limit": -1}, {"elapsed": "1s"}):
+        with pytest.raises(AssertionError):
+            validate("apply", {**step, **wrong})
+    with pytest.raises(AssertionError):
+        validate("apply", {**step, "retry": {"layer": "proxmox", "reason": "PVE 503"}})
 
 
 def minimal_plan() -> dict[str, Any]:
