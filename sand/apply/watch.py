@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from sand.apply.events import Hooks, NoHooks
 from sand.apply.reconcile import ApplyOutcome, carry_out, mass_delete_problem, recover_and_plan
 from sand.errors import ManifestError, SandError
 from sand.logs import get_logger
@@ -82,6 +83,7 @@ class Watcher:
     parallelism: int
     allow_mass_delete: bool
     report: WatchReport = field(default_factory=Silent)
+    hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
     backoff: Backoff = field(default_factory=Backoff)
     runs: int = 0
     last_good: str | None = None
@@ -132,7 +134,9 @@ class Watcher:
                 return
             if not plan.has_changes:
                 return
-            outcome = await carry_out(session, prepared, parallelism=self.parallelism)
+            outcome = await carry_out(
+                session, prepared, parallelism=self.parallelism, hooks=self.hooks
+            )
             self.report.show_outcome(outcome)
             now = time.monotonic()
             for r in outcome.result.results if outcome.result else ():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -33,21 +32,33 @@ class ConsoleReport:
 
 
 def watch(args: argparse.Namespace) -> int:
+    """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
+    ``sand.cli.main``, which names what was left in progress and exits 130."""
     from sand.apply.watch import Watcher
+    from sand.cli.inflight import track
+    from sand.cli.progress import progress_view
     from sand.manifest import load_manifest
 
-    watcher = Watcher(
-        manifest=Path(args.manifest),
-        interval=args.interval,
-        debounce=args.debounce,
-        parallelism=args.parallelism,
-        allow_mass_delete=args.allow_mass_delete,
-        report=ConsoleReport(),
-    )
-    load_manifest(watcher.manifest)  # a bad manifest at start is an error, exit 1
+    load_manifest(Path(args.manifest))  # a bad manifest at start is an error, exit 1
     print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(watcher.run())
+    # Plain lines, not a live view: a watch's runs interleave with its notes.
+    with progress_view("log" if args.log_format == "json" else "lines") as view:
+        inflight = track(view)
+        watcher = Watcher(
+            manifest=Path(args.manifest),
+            interval=args.interval,
+            debounce=args.debounce,
+            parallelism=args.parallelism,
+            allow_mass_delete=args.allow_mass_delete,
+            report=ConsoleReport(),
+            hooks=inflight,
+        )
+        try:
+            asyncio.run(watcher.run())
+        except KeyboardInterrupt:
+            if inflight.phases:
+                raise
+            print(f"{_now()} watch: stopped", file=sys.stderr)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -173,3 +174,36 @@ def test_self_heal_corrects_drift(tmp_path, fakepve_server):
         w.wait_for(lambda: int(rig.vm(vmid).config["cores"]) == 2, timeout=60)
     finally:
         w.stop()
+
+
+def test_watch_shows_each_runs_progress_and_ctrl_c_between_runs_exits_0(watched):
+    _sand, start = watched
+    w = start()
+    # The first run's progress reached stderr as timestamped lines.
+    assert any(re.search(r"\d\d:\d\d:\d\d w-1: done$", line.rstrip()) for line in w.err), w.err
+    # Ctrl-C between runs: a watch is meant to be stopped so, exit 0.
+    w.proc.send_signal(signal.SIGINT)
+    assert w.proc.wait(timeout=30) == 0
+    w.wait_for(lambda: any("watch: stopped" in line for line in w.err))
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+def test_ctrl_c_during_a_watch_run_exits_130_naming_the_vm(tmp_path, fakepve_server):
+    sand = Sand(tmp_path)
+    sand.write(fakepve_server.manifest([{"name": "w-2"}]))
+    fakepve_server.set_task_secs("qmclone", 30.0)
+    w = Watch(sand, "--debounce", "0.3")
+    try:
+        w.wait_for(lambda: bool(fakepve_server.vms()))  # the clone has begun
+        w.wait_for(lambda: any("clone of template" in line for line in w.err))
+        w.proc.send_signal(signal.SIGINT)
+        assert w.proc.wait(timeout=60) == 130
+        w.wait_for(lambda: any("Interrupted: w-2 was creating" in line for line in w.err))
+        assert not any("Traceback" in line for line in w.err)
+    finally:
+        w.stop()
+    # What the message promises: the next apply settles it.
+    fakepve_server.set_task_secs("qmclone", 0.0)
+    again = sand.run("apply", "--auto-approve")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [vm.name for vm in fakepve_server.vms()] == ["w-2"]
