@@ -20,7 +20,7 @@ from typing import Any
 from sand.apply.health import DEEP_TIMEOUT, check_health, targets
 from sand.apply.reconcile import compute_plan
 from sand.plan.model import Action, Plan, VMChange
-from sand.project import open_session
+from sand.project import Session, open_session
 from sand.state.records import load_records
 
 UNKNOWN = "Unknown"
@@ -50,7 +50,7 @@ def status_report(
 
     async def run() -> tuple[Plan, dict[str, list[str]]]:
         try:
-            plan = await compute_plan(session, checks=False, guest_checks=False)
+            plan = await status_plan(session)
             if not deep:
                 return plan, {}
             todo = targets(plan, session.backends)
@@ -59,7 +59,23 @@ def status_report(
             await session.close()
 
     plan, health = asyncio.run(run())
-    records = load_records(session.project)
+    return status_from(plan, load_records(session.project), health)
+
+
+async def status_plan(session: Session) -> Plan:
+    """The plan a status is read from: one listing per backend, as ``sand plan``'s no-op,
+    with no preflight, no unpushed-work sweep and no guest contacted (read-only views:
+    ``sand status``, the board of ``sand ui``)."""
+    return await compute_plan(session, checks=False, guest_checks=False)
+
+
+def status_from(
+    plan: Plan, records: dict[str, Any], health: dict[str, list[str]] | None = None
+) -> StatusReport:
+    """One row per VM of ``plan`` (and per VM last recorded on a backend nobody could
+    observe), with its conditions; ``records``: the last apply's results
+    (:func:`sand.state.records.load_records`); ``health``: ``--deep``'s findings."""
+    health = health or {}
     unknown = dict(plan.unknown_backends)
     rows = [
         _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm))
