@@ -21,10 +21,15 @@ _COLOURS = {"+": "32", "~": "33", "-/+": "35", "-": "31", "!": "31;1"}
 _SIZE_FIELDS = {"memory", "disk"}
 
 
-def render_text(plan: Plan, *, colour: bool = False) -> str:
+def _painter(colour: bool) -> Any:
     def paint(symbol: str, text: str) -> str:
         return f"\x1b[{_COLOURS[symbol]}m{text}\x1b[0m" if colour else text
 
+    return paint
+
+
+def render_text(plan: Plan, *, colour: bool = False) -> str:
+    paint = _painter(colour)
     lines: list[str] = []
     for backend, why in sorted(plan.unknown_backends.items()):
         lines.append(f"Warning: backend {backend!r} is unknown this run: {why}")
@@ -37,11 +42,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
         lines.append("Note: Objects have changed outside of sand")
         lines.append("")
         for change in drifted:
-            lines.append(f"  # {change.vm} ({change.backend}) has changed outside of sand")
-            for f in change.drift:
-                lines.append(
-                    f"      {f.field}: {_value(f.field, f.after)} -> {_value(f.field, f.before)}"
-                )
+            lines.extend(render_drift(change))
         lines.append("")
     lines.extend(_render_recovery(plan))
     body = [c for c in plan.changes if c.acts or c.action is Action.BLOCKED]
@@ -106,6 +107,24 @@ def _render_recovery(plan: Plan) -> list[str]:
         lines.append(f"  # {d.vm} ({d.backend}, {d.identity}) {recovery_line(plan, d)}")
     lines.append("")
     return lines
+
+
+def render_drift(change: VMChange) -> list[str]:
+    """What changed outside of sand on this VM, as the plan's "Note:" block lists it."""
+    if not change.drift:
+        return []
+    lines = [f"  # {change.vm} ({change.backend}) has changed outside of sand"]
+    for f in change.drift:
+        lines.append(f"      {f.field}: {_value(f.field, f.after)} -> {_value(f.field, f.before)}")
+    return lines
+
+
+def render_change(change: VMChange, *, colour: bool = False) -> str:
+    """One VM's change exactly as :func:`render_text` shows it inside a plan (the board
+    of ``sand ui`` shows the selected VM's); a change that does nothing reads so."""
+    if not change.acts and change.action is not Action.BLOCKED:
+        return f"  # {change.vm} ({change.backend}) needs no change\n"
+    return "\n".join(_render_change(change, _painter(colour))) + "\n"
 
 
 def _render_change(change: VMChange, paint: Any) -> list[str]:
