@@ -255,10 +255,9 @@ class _Run:
 
 
 def _approved(destroy: bool) -> bool:
-    from sand.cli.confirm import confirm
+    from sand.cli.confirm import apply_question, confirm
 
-    what = "destroy all managed VMs" if destroy else "perform these actions"
-    return confirm(f"\nDo you want to {what}? Only 'yes' will be accepted.")
+    return confirm("\n" + apply_question(destroy))
 
 
 def print_recovered(prepared: Prepared) -> None:
