@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from sand.cli.confirm import confirm
 from sand.errors import SandError
@@ -52,7 +52,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
         )
     from sand.verbs.shell import tmux_command
 
-    endpoint = asyncio.run(_pinned_endpoint(args.manifest, args.vm))
+    endpoint = asyncio.run(pinned_endpoint(args.manifest, args.vm))
     # The guest's tmux session is what survives a dropped connection; ssh asks for a
     # terminal for it only when there is one here (else the guest gives a plain shell).
     return run_ssh(endpoint, command=tmux_command(args.vm, new=new), tty=sys.stdin.isatty())
@@ -65,7 +65,7 @@ async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> 
         return await run_streaming(conn, argv, raw=raw)
 
 
-async def _pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
+async def pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
     """The endpoint, its host key pinned first (the ssh client only checks pins)."""
     from sand.guest.ssh import KnownHosts, host_key_alias
 
@@ -150,22 +150,37 @@ def cmd_land(args: argparse.Namespace) -> int:
 
 
 async def _land(args: argparse.Namespace) -> int:
+    return await land_vm(args.manifest, args.vm, path=args.path, open_pr=args.pr, web=args.web)
+
+
+async def land_vm(
+    manifest: str,
+    vm: str,
+    *,
+    path: str | None = None,
+    open_pr: bool = False,
+    web: bool = False,
+    out: TextIO = sys.stdout,
+) -> int:
+    """``sand land VM``: the guest's checkouts swept and told to ``out`` (the board of
+    ``sand ui`` passes its own), the ledger appended."""
     from sand.guest.runner import SshRunner
     from sand.guest.ssh import where
     from sand.verbs.github import Gh
     from sand.verbs.land import land
     from sand.verbs.ledger import ledger_path
 
-    async with resolve(args.manifest, args.vm) as target, connect(target.endpoint) as conn:
+    async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
         return await land(
             SshRunner(conn, "landing sweep", where=where(target.endpoint)),
             vm=target.vm.name,
             repo_paths=[r.path for r in target.vm.repos],
             ledger_file=ledger_path(target.project),
             gh=Gh.find(),
-            path=args.path,
-            open_pr=args.pr,
-            web=args.web,
+            path=path,
+            open_pr=open_pr,
+            web=web,
+            out=out,
         )
 
 
