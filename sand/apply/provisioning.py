@@ -22,6 +22,7 @@ from sand.plan.model import Action, GuestAction, Plan, VMChange
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
     from sand.project import Session
+    from sand.provision.provisioner import ProvisionReport
     from sand.secrets import SecretValue
     from sand.secrets.stamp import Stamper
 
@@ -133,14 +134,34 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
         vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange
     ) -> SecretsRecord:
         from sand.provision import deliver_secrets, provision
+        from sand.state.provlog import record_provision_log
 
-        endpoint = await backend.endpoint(vm, current)
-        values = secrets.for_vm(vm)
-        if change.guest is GuestAction.SECRETS:
-            await deliver_secrets(endpoint, vm, values)
-        else:
-            await provision(endpoint, vm, values)
+        only_secrets = change.guest is GuestAction.SECRETS
+        what = "deliver secrets" if only_secrets else "provision"
+        try:
+            endpoint = await backend.endpoint(vm, current)
+            values = secrets.for_vm(vm)
+            if only_secrets:
+                report = await deliver_secrets(endpoint, vm, values)
+            else:
+                report = await provision(endpoint, vm, values)
+        except SandError as exc:
+            # The error already carries the failing step's tail, redacted (provisioner).
+            failed = f"[{exc.layer}] {exc}".splitlines()
+            record_provision_log(session.project, vm.name, what, False, failed)
+            raise
+        record_provision_log(session.project, vm.name, what, True, log_lines(report))
         # After the delivery finished: a boot before this instant cannot have emptied it.
         return secrets.delivered(vm)
 
     return provision_vm
+
+
+def log_lines(report: ProvisionReport) -> list[str]:
+    """A provisioning report as the lines of the VM's last provisioning log."""
+    lines = [f"{report.changed} step(s) changed something ({report.seconds:.1f}s)"]
+    for step in report.steps:
+        said = f"{len(step.changes)} change(s)" if step.changes else "unchanged"
+        lines.append(f"  {step.name}: {said} ({step.seconds:.1f}s)")
+        lines.extend(f"    {change}" for change in step.changes)
+    return lines
