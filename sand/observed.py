@@ -103,6 +103,10 @@ class ObservedVM:
     # When the guest last (re)started, epoch seconds, as far as the listing tells
     # (PVE: now - uptime; Lima: the host agent's start); None when it cannot.
     booted_at: float | None = None
+    # Where a person reaches the guest, as far as the listing tells (Lima: its SSH
+    # forward, "127.0.0.1:60022", with the remote host named); None when only the
+    # guest itself could say (Proxmox: its guest agent, one request per VM).
+    address: str | None = None
 
     @property
     def fingerprint(self) -> str:

@@ -183,7 +183,16 @@ def observed(
         details=details,
         # A (re)start by limactl restarts the host agent; it writes ha.pid as it starts.
         booted_at=agent_started if inst.power == "running" else None,
+        address=_address(ctx, inst),
     )
+
+
+def _address(ctx: Ctx, inst: LimaInstance) -> str | None:
+    """The instance's SSH forward while it runs; on a remote Lima host, there."""
+    if inst.power != "running" or not inst.ssh_local_port:
+        return None
+    where = f" on {ctx.runner.where}" if ctx.runner.remote else ""
+    return f"{inst.ssh_address}:{inst.ssh_local_port}{where}"
 
 
 async def inspect(ctx: Ctx, *names: str) -> dict[str, Inspected]:
