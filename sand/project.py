@@ -18,7 +18,7 @@ from sand.desired import DesiredState, build_desired
 from sand.errors import SandError
 from sand.manifest import LoadedManifest, load_manifest
 from sand.observed import Observation
-from sand.state.journal import Journal
+from sand.state.journal import Journal, journal_path
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir
 
@@ -33,7 +33,7 @@ class Session:
 
     def __post_init__(self) -> None:
         # One journal per session: every operation and the replay write through it.
-        self.journal = Journal(project_dir(self.desired.project) / "journal.jsonl")
+        self.journal = Journal(journal_path(self.desired.project))
 
     @property
     def project(self) -> str:

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from sand.errors import SandError
+from sand.state.paths import project_dir
 from sand.state.private import open_private, write_private_file
+
+
+def journal_path(project: str) -> Path:
+    """The project's journal file, in its state dir."""
+    return project_dir(project) / "journal.jsonl"
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,20 @@ class Journal:
             elif key in open_entries:
                 del open_entries[key]
         return [PendingEntry.of(r, s, t) for r, s, t in open_entries.values()]
+
+    def entries_for(self, vm: str, limit: int = 8) -> list[dict[str, Any]]:
+        """The last ``limit`` records of operations on ``vm`` still in the file, oldest
+        first, for a person to read (``sand ui``). Compaction keeps only open entries,
+        so after a clean run there are none: nothing of that VM is in flight."""
+        ids: set[str] = set()
+        found: list[dict[str, Any]] = []
+        for record in self._records():
+            key = str(record.get("id"))
+            if record.get("phase") == "intent" and record.get("vm") == vm:
+                ids.add(key)
+            if key in ids:
+                found.append(record)
+        return found[-limit:]
 
     def compact(self) -> None:
         """Rewrite the file keeping only open entries (called when nothing is in flight)."""
