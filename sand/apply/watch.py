@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -101,7 +102,8 @@ class Watcher:
                 files.add((p if p.is_absolute() else self.manifest.parent / p).resolve())
         return files
 
-    async def reconcile(self, reason: str) -> None:
+    async def reconcile(self, reason: str, *, targets: Collection[str] = ()) -> None:
+        """One run: plan (only ``targets`` when given, as ``--target``) and apply."""
         self.runs += 1
         log = get_logger()
         say = self.report.note
@@ -122,7 +124,9 @@ class Watcher:
         try:
             periodic = reason == "periodic"
             heal = session.loaded.manifest.self_heal
-            prepared = await recover_and_plan(session, correct_drift=heal or not periodic)
+            prepared = await recover_and_plan(
+                session, correct_drift=heal or not periodic, targets=targets
+            )
             for line in prepared.recovered:
                 say(f"Recovered: {line}")
             prepared = replace(prepared, plan=self._without_backed_off(prepared.plan))
