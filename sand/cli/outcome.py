@@ -40,25 +40,33 @@ def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
     if as_json:
         write_json_line(sys.stdout, "outcome", outcome_record(outcome))
         return
+    said, warnings = outcome_text(outcome)
+    print("\n" + said)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+
+
+def outcome_text(outcome: ApplyOutcome) -> tuple[str, list[str]]:
+    """What an apply that ran did, in sand apply's words: the summary (one line, or the
+    failed VMs each on its own), and the warnings that go to stderr."""
     plan, result = outcome.plan, outcome.result
     assert result is not None  # only called after something ran
     failures = result.failures()
     if not failures:
         add, chg, destroy = plan.counts()
-        print(
-            f"\nApply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
+        said = (
+            f"Apply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
             f"({outcome.seconds:.1f}s)."
         )
     else:
-        print(f"\nApply finished with {len(failures)} failed VM(s):")
+        said = f"Apply finished with {len(failures)} failed VM(s):"
         for f in failures:
-            print(f"  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}")
-    for warning in outcome.warnings:
-        print(f"Warning: {warning}", file=sys.stderr)
+            said += f"\n  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}"
+    warnings = [f"Warning: {warning}" for warning in outcome.warnings]
     if plan.targets:
-        print(
+        warnings.append(
             "Warning: Applied changes may be incomplete: only "
             f"{', '.join(plan.targets)} planned (--target); plan again without it to see "
-            "what else the manifest asks for.",
-            file=sys.stderr,
+            "what else the manifest asks for."
         )
+    return said, warnings
