@@ -119,6 +119,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="--deep: seconds each guest gets to answer (default 20)",
     )
 
+    p = sub.add_parser("ui", help="a live board of the fleet: status, plan, apply, shell, land")
+    manifest_arg(p)
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="re-observe every S seconds (one listing per backend; default 30)",
+    )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="re-plan on every manifest save and show drift as it is found; drift is "
+        "corrected only with selfHeal: true",
+    )
+
     p = sub.add_parser("doctor", help="check backend credentials and permissions")
     manifest_arg(p)
 
@@ -235,6 +251,10 @@ def _handler(command: str) -> Any:
         from sand.cli import apply
 
         return getattr(apply, name)
+    if command == "ui":
+        from sand.cli.ui import cmd_ui  # Textual is imported by this command only
+
+        return cmd_ui
     from sand.cli import commands
 
     return getattr(commands, name)

@@ -1,0 +1,73 @@
+"""``sand ui``: a live board of the fleet (Textual, imported only here).
+
+The manifest is read first, outside the board: a bad one is the usual located error
+and exit 1, before the terminal is taken over. The board then draws at once and
+observes off the UI thread. Leaving it (q, Ctrl-C, or a crash Textual reports) gives
+the terminal back as it was; an apply still running is stopped where it is, waited
+for briefly, and what it left is said as ``sand apply``'s Ctrl-C says it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+
+# How long quitting waits for an apply it stopped to close its session and journal.
+APPLY_GRACE = 30.0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from sand.manifest import load_manifest
+
+    manifest = Path(args.manifest)
+    load_manifest(manifest)  # ManifestError: FILE:LINE:COL, exit 1, screen untouched
+    if args.interval <= 0:
+        print("Error: --interval must be a number of seconds above 0", file=sys.stderr)
+        return EXIT_ERROR
+    return run_board(manifest, interval=args.interval, watch=args.watch)
+
+
+def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
+    import signal
+
+    from sand.cli.ui.app import Board
+    from sand.cli.ui.fleet import Fleet
+    from sand.cli.ui.watching import BoardWatch
+
+    watcher = None
+    if watch:
+        watcher = BoardWatch(
+            manifest=manifest,
+            interval=interval,
+            debounce=0.5,  # apply --watch's default
+            parallelism=10,
+            allow_mass_delete=False,
+        )
+    board = Board(Fleet(manifest), interval=interval, watch=watcher)
+
+    def terminate(_signum: int, _frame: object) -> None:
+        # A SIGTERM or SIGHUP (the SSH session dropped) ends the board as q does, so
+        # the terminal is restored and an apply is stopped where the journal can see.
+        board.call_later(board.leave, EXIT_INTERRUPTED)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminate)
+    try:
+        board.run()
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        board.jobs.stop()
+        thread = board.jobs.apply_thread
+        if thread is not None and thread.is_alive():
+            thread.join(APPLY_GRACE)
+    code = board.return_code if board.return_code is not None else board.exit_code
+    if code == EXIT_INTERRUPTED or board.jobs.was_stopped_mid_apply:
+        from sand.cli.inflight import interrupted_message
+
+        print(interrupted_message(), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK if code in (None, 0) else int(code)

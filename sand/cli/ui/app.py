@@ -1,0 +1,302 @@
+"""``sand ui``: the board. Draws the model's rows, binds the keys, and runs everything
+that reaches the world on threads of its own (:mod:`sand.cli.ui.work`), so no backend,
+however slow or large, holds a key press.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable, Footer, Input, Static
+
+from sand.apply.events import StepEvent
+from sand.cli.ui import work
+from sand.cli.ui.detail import Detail, detail_text
+from sand.cli.ui.fleet import Fleet, Snapshot
+from sand.cli.ui.model import COLUMNS, Activity, BoardRow, board_rows, shown, summary
+from sand.cli.ui.screens import KEYS, TextScreen
+from sand.plan.model import Plan
+
+
+@dataclass
+class BoardState:
+    """What the board knows: the last snapshot, the newest plan, live activity."""
+
+    snapshot: Snapshot | None = None
+    rows: list[BoardRow] = field(default_factory=list)
+    plan: Plan | None = None  # the newest plan (a refresh's, or p's)
+    plan_kind: str = "status"
+    activity: dict[str, Activity] = field(default_factory=dict)
+    landing: dict[str, str] = field(default_factory=dict)
+    filter: str = ""
+    error: str = ""
+
+
+class Board(App[int]):
+    TITLE = "sand ui"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    #title { height: 1; background: $panel; padding: 0 1; }
+    #table { height: 1fr; min-height: 5; }
+    #detail { height: 45%; border-top: solid $accent; padding: 0 1; }
+    #status { height: 1; padding: 0 1; background: $panel; }
+    #filter { dock: bottom; display: none; }
+    #filter.open { display: block; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "plan", "plan"),
+        Binding("a", "apply", "apply"),
+        Binding("s", "shell", "shell"),
+        Binding("l", "land", "land"),
+        Binding("r", "refresh", "refresh"),
+        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit_board", "quit"),
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
+        Binding("escape", "clear_filter", show=False),
+        Binding("j", "cursor_down", show=False),
+        Binding("k", "cursor_up", show=False),
+    ]
+
+    def __init__(self, fleet: Fleet, *, interval: float = 30.0, watch: Any = None) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.interval = interval
+        self.watch_runner = watch  # a sand.cli.ui.watching.BoardWatch, or None
+        self.state = BoardState()
+        self.jobs = work.Jobs(self)
+        self.exit_code = 0
+
+    # --- layout ------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"sand ui · {shown(self.fleet.manifest, 60)} · observing…", id="title")
+        table: DataTable[str] = DataTable(id="table", cursor_type="row", zebra_stripes=True)
+        yield table
+        with VerticalScroll(id="detail"):
+            yield Static("", markup=False, id="detail-text")
+        yield Static("", markup=False, id="status")
+        yield Input(placeholder="filter: words that must all match (Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#table", DataTable)
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        self.set_interval(1.0, self._tick)  # the apply's clocks and the title's "ago"
+        if self.watch_runner is not None:
+            self.watch_runner.start(self)  # it observes on start and every --interval
+        else:
+            self.action_refresh()
+            self.set_interval(self.interval, self.action_refresh)
+
+    # --- what arrives from the workers ----------------------------------------------
+
+    def on_call(self, message: work.Call) -> None:
+        message.fn()
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        s = self.state
+        s.snapshot, s.error = snapshot, ""
+        if not self.jobs.applying and snapshot.taken > self.jobs.apply_finished:
+            s.activity.clear()  # the last apply's results are in the records now
+        s.rows = board_rows(snapshot.report.rows, snapshot.plan)
+        if s.plan is None or s.plan_kind == "status" or snapshot.taken > self._plan_taken:
+            s.plan, s.plan_kind = snapshot.plan, "status"
+        self._redraw_rows()
+
+    _plan_taken: float = 0.0
+
+    def show_plan(self, plan: Plan, kind: str = "plan") -> None:
+        self.state.plan, self.state.plan_kind = plan, kind
+        self._plan_taken = time.time()
+        self._redraw_detail()
+
+    def show_step(self, event: StepEvent) -> None:
+        self.state.activity[event.vm] = Activity(event, time.monotonic())
+        self._redraw_activity(event.vm)
+
+    def say(self, text: str) -> None:
+        self.query_one("#status", Static).update(shown(text, 300))
+
+    def show_error(self, text: str) -> None:
+        self.state.error = shown(text, 300)
+        self.say(f"Error: {text}")
+        self._redraw_title()
+
+    def show_landing(self, vm: str, text: str) -> None:
+        self.state.landing[vm] = text
+        self._redraw_detail()
+
+    # --- drawing -------------------------------------------------------------------
+
+    def visible_rows(self) -> list[BoardRow]:
+        return [r for r in self.state.rows if r.matches(self.state.filter)]
+
+    def _redraw_rows(self) -> None:
+        table = self.query_one("#table", DataTable)
+        selected = self.selected_vm()
+        now = time.time()
+        table.clear()
+        rows = self.visible_rows()
+        table.add_rows(r.cells(now, self.state.activity.get(r.vm)) for r in rows)
+        # add_rows keys rows by position; the model keeps the order, so the index maps back.
+        for index, row in enumerate(rows):
+            if row.vm == selected:
+                table.move_cursor(row=index, animate=False)
+                break
+        self._redraw_title()
+        self._redraw_detail()
+
+    def _redraw_activity(self, vm: str) -> None:
+        table = self.query_one("#table", DataTable)
+        rows = self.visible_rows()
+        index = next((i for i, r in enumerate(rows) if r.vm == vm), None)
+        if index is None:
+            return
+        cells = rows[index].cells(time.time(), self.state.activity.get(vm))
+        table.update_cell_at(Coordinate(index, len(COLUMNS) - 1), cells[-1])
+        if vm == self.selected_vm():
+            self._redraw_detail()
+
+    def _redraw_title(self) -> None:
+        s = self.state
+        parts = [f"sand ui · {shown(self.fleet.manifest, 40)}"]
+        if s.snapshot is not None:
+            parts.append(summary(s.rows))
+            ago = max(0, int(time.time() - s.snapshot.taken))
+            parts.append(f"observed {ago}s ago in {s.snapshot.seconds:.1f}s")
+        else:
+            parts.append("observing…")
+        if s.filter:
+            parts.append(f"filter: {shown(s.filter, 30)}")
+        if s.error:
+            parts.append("refresh failed (see below)")
+        self.query_one("#title", Static).update(" · ".join(parts))
+
+    def _redraw_detail(self) -> None:
+        row = self.selected_row()
+        pane = self.query_one("#detail-text", Static)
+        if row is None:
+            pane.update("(no VM selected)" if self.state.rows else "")
+            return
+        from sand.cli.ui.work import read_detail_files
+
+        plan = self.state.plan
+        change = plan.change_for(row.backend, row.vm) if plan is not None else None
+        project = plan.project if plan is not None else None
+        journal, provlog = read_detail_files(project, row.vm)
+        detail = Detail(
+            row,
+            change=change,
+            plan_kind=self.state.plan_kind,
+            journal=journal,
+            provision_log=provlog,
+            landing=self.state.landing.get(row.vm),
+            activity=self.state.activity.get(row.vm),
+        )
+        pane.update(detail_text(detail))
+
+    def _tick(self) -> None:
+        if self.jobs.applying:
+            for vm in list(self.state.activity):
+                self._redraw_activity(vm)
+        self._redraw_title()
+
+    def selected_row(self) -> BoardRow | None:
+        table = self.query_one("#table", DataTable)
+        rows = self.visible_rows()
+        if not rows or table.cursor_row < 0 or table.cursor_row >= len(rows):
+            return None
+        return rows[table.cursor_row]
+
+    def selected_vm(self) -> str | None:
+        row = self.selected_row()
+        return row.vm if row is not None else None
+
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._redraw_detail()
+
+    # --- keys ------------------------------------------------------------------------
+
+    def action_refresh(self) -> None:
+        self.jobs.refresh()
+
+    def action_plan(self) -> None:
+        self.jobs.plan()
+
+    def action_apply(self) -> None:
+        self.jobs.apply()
+
+    def action_land(self) -> None:
+        vm = self.selected_vm()
+        if vm is None:
+            self.say("no VM selected")
+            return
+        self.jobs.land(vm)
+
+    def action_shell(self) -> None:
+        vm = self.selected_vm()
+        if vm is None:
+            self.say("no VM selected")
+            return
+        self.jobs.shell(vm)
+
+    def action_help(self) -> None:
+        self.push_screen(TextScreen("help", KEYS))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("open")
+        box.value = self.state.filter
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.state.filter = event.value
+            self._redraw_rows()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.remove_class("open")
+            self.query_one("#table", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("open")
+        box.value = ""
+        self.state.filter = ""
+        self._redraw_rows()
+        self.query_one("#table", DataTable).focus()
+
+    def action_cursor_down(self) -> None:
+        self.query_one("#table", DataTable).action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.query_one("#table", DataTable).action_cursor_up()
+
+    def action_quit_board(self) -> None:
+        if self.jobs.applying and not self.jobs.leaving:
+            self.jobs.leaving = True
+            self.say(
+                "An apply is running: q again stops it where it is (the journal keeps what "
+                "it left; the next sand apply settles it)."
+            )
+            return
+        self.leave(0)
+
+    def action_interrupt(self) -> None:
+        self.leave(130)
+
+    def leave(self, code: int) -> None:
+        self.exit_code = code
+        self.jobs.stop()
+        if self.watch_runner is not None:
+            self.watch_runner.stop()
+        self.exit(code)

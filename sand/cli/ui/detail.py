@@ -1,0 +1,87 @@
+"""The detail pane of the selected VM, as text: its planned change exactly as the plan
+renders it, its journal entries still on file, its last provisioning log, and its
+repos' landing state as ``sand land`` reports it (after ``l``).
+
+Built from data only (the readers of the host's state files are passed in by the
+app), so it is tested without a terminal; every line passes the model's inert and
+redacting filter before it is shown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sand.cli.ui.model import Activity, BoardRow, shown
+from sand.plan.model import VMChange
+from sand.plan.render import render_change, render_drift
+
+
+@dataclass(frozen=True)
+class Detail:
+    row: BoardRow
+    change: VMChange | None = None  # from the newest plan (a refresh's, or p's)
+    plan_kind: str = "status"  # "status": a refresh's read-only plan; "plan": p's
+    journal: Sequence[Mapping[str, Any]] = ()
+    provision_log: Sequence[str] = ()
+    landing: str | None = None  # sand land's table, once swept with l
+    activity: Activity | None = None
+
+
+def detail_text(d: Detail, width: int = 78) -> str:
+    r = d.row
+    lines = [f"{r.vm} on {r.backend} — {r.sync}" + (f": {r.why}" if r.why else "")]
+    if r.unobservable:
+        lines.append("  this VM's backend could not be observed: what it holds is unknown")
+    if d.activity is not None:
+        lines.append(f"  now: {d.activity.text(time.monotonic())}")
+    if r.last:
+        lines.append(f"  last apply: {r.last}")
+    lines += ["", _heading("planned change", d.plan_kind)]
+    if d.change is None:
+        lines.append("  (not in the last plan)")
+    else:
+        lines += ["  " + shown(x, width) for x in render_change(d.change).splitlines()]
+        lines += ["  " + shown(x, width) for x in render_drift(d.change)]
+    lines += ["", "journal (entries on file; a clean run leaves none):"]
+    lines += [f"  {line}" for line in journal_lines(d.journal)] or ["  (none: nothing in flight)"]
+    lines += ["", "last provisioning log:"]
+    lines += [f"  {shown(x, width)}" for x in d.provision_log] or ["  (none kept on this host)"]
+    lines += ["", "landing (what sand land reports):"]
+    if d.landing is None:
+        lines.append("  press l to sweep the guest's checkouts")
+    else:
+        lines += [f"  {shown(x, width)}" for x in d.landing.splitlines()] or ["  (nothing)"]
+    return "\n".join(lines)
+
+
+def _heading(title: str, kind: str) -> str:
+    source = "p's plan" if kind == "plan" else "the last refresh, unchecked: p plans in full"
+    return f"{title} ({source}):"
+
+
+def journal_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Journal records as lines: when, which operation, which step or outcome."""
+    ops: dict[str, str] = {}
+    out: list[str] = []
+    for rec in records:
+        key = str(rec.get("id", ""))
+        stamp = _clock(rec.get("ts"))
+        phase = str(rec.get("phase", "?"))
+        if phase == "intent":
+            ops[key] = f"{rec.get('op', '?')} {rec.get('identity', '')}".strip()
+            out.append(shown(f"{stamp} {ops[key]}: begun"))
+        elif phase == "step":
+            out.append(shown(f"{stamp} {ops.get(key, '?')}: {rec.get('step', '?')}"))
+        else:
+            out.append(shown(f"{stamp} {ops.get(key, '?')}: {phase}"))
+    return out
+
+
+def _clock(ts: object) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts)))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"

@@ -1,0 +1,128 @@
+"""The board's reach into the world: observe, plan, apply, land, and the shell's endpoint.
+
+Each call here runs off the UI thread (a worker thread with its own event loop), so a
+slow backend never holds a key press; none of it knows about the screen. It reuses
+the CLI's own pieces: ``sand status``'s rows (:func:`sand.apply.status.status_from`),
+``sand plan``'s plan (:func:`sand.apply.reconcile.compute_plan`), ``sand apply``'s
+recover, mass-delete guard, approval and carry-out, ``sand land``'s sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sand.apply.events import Hooks
+from sand.apply.reconcile import ApplyOutcome
+from sand.apply.status import StatusReport
+from sand.errors import SandError
+from sand.plan.model import Plan
+
+if TYPE_CHECKING:
+    from sand.guest.endpoint import GuestEndpoint
+
+# (the plan, why it may not run or None) -> approved? The board asks in a dialog.
+Ask = Callable[[Plan, str | None], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One observation of the fleet: the read-only plan, ``sand status``'s report of it,
+    when it was taken and how long it took."""
+
+    plan: Plan
+    report: StatusReport
+    taken: float = field(default_factory=time.time)
+    seconds: float = 0.0
+
+
+@dataclass
+class Fleet:
+    manifest: Path
+
+    def observe(self) -> Snapshot:
+        """The fleet now, within ``sand plan``'s budget: one listing per backend, no
+        guest contacted, nothing changed."""
+        return asyncio.run(self.observe_async())
+
+    async def observe_async(self) -> Snapshot:
+        from sand.apply.status import status_from, status_plan
+        from sand.project import open_session
+        from sand.state.records import load_records
+
+        started = time.monotonic()
+        session = open_session(self.manifest, lock=False)
+        try:
+            plan = await status_plan(session)
+        finally:
+            await session.close()
+        report = status_from(plan, load_records(session.project))
+        return Snapshot(plan, report, seconds=time.monotonic() - started)
+
+    def plan(self) -> Plan:
+        """What ``sand plan`` shows: preflighted, swept for unpushed work, read-only."""
+        return asyncio.run(self.plan_async())
+
+    async def plan_async(self) -> Plan:
+        from sand.apply.reconcile import compute_plan
+        from sand.project import open_session
+
+        session = open_session(self.manifest, lock=False)
+        try:
+            return await compute_plan(session)
+        finally:
+            await session.close()
+
+    async def apply(
+        self, ask: Ask, hooks: Hooks, note: Callable[[str], None]
+    ) -> ApplyOutcome | None:
+        """``sand apply`` without its flags: the journal settled, the plan shown and
+        approved with ``yes`` (``ask``), the mass-delete and unpushed-work guards in
+        force (the board has no --allow-mass-delete or --allow-data-loss), the engine's
+        events to ``hooks``. None: nothing ran (not approved, or refused)."""
+        from sand.apply.reconcile import (
+            carry_out,
+            mass_delete_problem,
+            recover_and_plan,
+            settle_unchanged,
+        )
+        from sand.project import open_session
+
+        session = open_session(self.manifest, lock=True)
+        try:
+            prepared = await recover_and_plan(session)
+            for line in prepared.recovered:
+                note(f"Recovered: {line}")
+            plan = prepared.plan
+            if not plan.has_changes:
+                await ask(plan, None)  # shown, nothing to approve
+                return settle_unchanged(session, prepared)
+            problem = mass_delete_problem(plan)
+            approved = await ask(plan, problem)
+            if problem or not approved:
+                return None
+            return await carry_out(session, prepared, parallelism=10, hooks=hooks)
+        finally:
+            await session.close()
+
+    def land(self, vm: str) -> str:
+        """What ``sand land VM`` prints: the guest's checkouts, swept read-only."""
+        from sand.cli.verb_commands import land_vm
+
+        out = io.StringIO()
+        try:
+            asyncio.run(land_vm(str(self.manifest), vm, out=out))
+        except SandError as exc:
+            return out.getvalue() + f"Error: {exc}\n"
+        return out.getvalue()
+
+    def endpoint(self, vm: str) -> GuestEndpoint:
+        """The guest endpoint ``sand shell VM`` hands to ssh (its host key pinned)."""
+        from sand.cli.verb_commands import pinned_endpoint
+
+        return asyncio.run(pinned_endpoint(str(self.manifest), vm))

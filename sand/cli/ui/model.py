@@ -1,0 +1,215 @@
+"""The board's rows, as plain data: what ``sand status`` computes, one row per VM, and
+what the engine is doing to it while an apply runs. No terminal is needed to build or
+test any of it; ``sand.cli.ui.app`` only draws these.
+
+Every string that reaches the screen passes :func:`shown`: made inert (no terminal
+control from a guest or a hand-edited state file) and redacted (every secret value
+this process resolved), a safety net behind the rule that nothing puts a value there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sand.apply.events import Phase, StepEvent
+from sand.plan.model import Plan, VMChange
+from sand.redaction import redact
+from sand.terminal import one_line
+
+# The address, the longest cell, goes last: at 80 columns the rest stays in view.
+COLUMNS = ("VM", "BACKEND", "SYNC", "HEALTH", "PROV", "POWER", "AGE", "LAST APPLY", "ADDRESS")
+
+
+def shown(text: object, limit: int = 200) -> str:
+    """``text`` fit for the board: one inert, redacted line of at most ``limit``."""
+    return one_line(redact(str(text)), limit)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What an apply under way is doing to one VM (the engine's last event for it)."""
+
+    event: StepEvent
+    received: float  # time.monotonic() when it arrived: the step's clock runs from here
+
+    def text(self, now: float) -> str:
+        """"creating 3.2s", "✓ done 14.0s", "✗ failed (ssh) 2.1s": the step and how long
+        this VM's apply has taken (its clock stops at the last event)."""
+        e = self.event
+        took = e.elapsed if e.phase.final else e.elapsed + max(0.0, now - self.received)
+        mark = {Phase.DONE: "✓ ", Phase.FAILED: "✗ "}.get(e.phase, "")
+        return f"{mark}{step_words(e)} {took:.1f}s"
+
+
+def step_words(event: StepEvent) -> str:
+    """An event in a person's words, with its wait or retry when the engine gives one."""
+    words = event.text
+    limit = getattr(event, "limit", None)  # seconds a wait may last (engine permitting)
+    if limit:
+        words += f" {event.elapsed:.0f}s / {float(limit):.0f}s"
+    retry = getattr(event, "retry", None)
+    if retry is not None:
+        layer = getattr(retry, "layer", "") or ""
+        reason = getattr(retry, "reason", "") or "retry"
+        attempt, attempts = getattr(retry, "attempt", "?"), getattr(retry, "attempts", "?")
+        delay = getattr(retry, "delay", None)
+        after = f" in {float(delay):.1f}s" if delay is not None else ""
+        who = f"{layer} " if layer else ""
+        words += f" ({who}{reason}, retry {attempt}/{attempts}{after})"
+    return shown(words, 120)
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    """One VM as the board shows it: ``sand status``'s row, read for people."""
+
+    vm: str
+    backend: str
+    sync: str  # Synced | OutOfSync | Unknown
+    why: str  # what is out of sync, or why it is unknown ("" when Synced)
+    health: str  # Healthy | Unhealthy | Unknown
+    provisioned: str  # yes | no | n/a | Unknown
+    power: str  # running | stopped | absent | unknown
+    address: str
+    created_at: float | None  # epoch seconds the VM was made (its marker), None: not known
+    last: str  # the last apply's result for it, "" when none is recorded
+    last_ok: bool | None
+    last_at: float | None  # when (epoch seconds)
+    unobservable: bool  # its backend could not be observed this time
+
+    def cells(self, now: float, activity: Activity | None = None) -> tuple[str, ...]:
+        """The table's cells; the sync reason and the last result in short (the detail
+        pane has them whole)."""
+        sync = f"{self.sync} ({self.short_why})" if self.short_why else self.sync
+        last = activity.text(time.monotonic()) if activity else self.last_short(now)
+        return (
+            self.vm,
+            self.backend,
+            sync,
+            self.health,
+            self.provisioned,
+            self.power,
+            age(self.created_at, now),
+            shown(last, 40),
+            self.address or "-",
+        )
+
+    @property
+    def short_why(self) -> str:
+        if self.unobservable:
+            return "backend not observed"
+        return self.why.split(";")[0].split(":")[0].strip()[:24] if self.why else ""
+
+    def last_short(self, now: float) -> str:
+        if self.last_at is None:
+            return "-"
+        verdict = "ok" if self.last_ok else "failed"
+        return f"{verdict} {age(self.last_at, now)} ago"
+
+    def matches(self, text: str) -> bool:
+        """The filter (``/``): every word appears somewhere in the row, any case."""
+        hay = " ".join((self.vm, self.backend, self.sync, self.why, self.power)).lower()
+        return all(word in hay for word in text.lower().split())
+
+
+def board_rows(report_rows: Sequence[Mapping[str, Any]], plan: Plan) -> list[BoardRow]:
+    """``sand status``'s rows (:func:`sand.apply.status.status_from`) for the board,
+    each with what only the plan's observation holds (address, creation time)."""
+    return [_board_row(r, plan.change_for(str(r["backend"]), str(r["vm"]))) for r in report_rows]
+
+
+def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
+    conditions = r.get("conditions") or {}
+    observed = r.get("observed")
+    unknown = isinstance(observed, dict) and observed.get("power") == "unknown"
+    o = change.observed if change is not None else None
+    return BoardRow(
+        vm=shown(r["vm"], 64),
+        backend=shown(r["backend"], 32),
+        sync=_sync(conditions.get("Synced")),
+        why=_why(r, unknown),
+        health=_condition(conditions.get("Healthy"), "Healthy", "Unhealthy"),
+        provisioned=_condition(conditions.get("Provisioned"), "yes", "no"),
+        power="absent" if observed is None else shown(observed.get("power", "?"), 16),
+        address=shown(o.address, 48) if o is not None and o.address else "",
+        created_at=float(o.marker.created_at) if o and o.marker and o.marker.created_at else None,
+        last=_last(r),
+        last_ok=None if not r.get("last_reconcile") else not r.get("last_error"),
+        last_at=_epoch(r.get("last_reconcile")),
+        unobservable=unknown,
+    )
+
+
+def _sync(value: object) -> str:
+    if value is True:
+        return "Synced"
+    if value is False:
+        return "OutOfSync"
+    return "Unknown"
+
+
+def _condition(value: object, yes: str, no: str) -> str:
+    if value is True:
+        return yes
+    if value is False:
+        return no
+    return str(value)  # "Unknown", "n/a"
+
+
+def _why(r: Mapping[str, Any], unknown: bool) -> str:
+    if unknown:
+        reason = (r.get("observed") or {}).get("reason") or "not observed"
+        return shown(f"backend {r['backend']} not observed ({reason})", 120)
+    conditions = r.get("conditions") or {}
+    if conditions.get("Synced") is True:
+        return ""
+    action, reasons, drift = r.get("action"), r.get("reasons") or [], r.get("drift") or []
+    parts = []
+    if action and action != "no-op":
+        parts.append(str(action))
+    if drift:
+        parts.append("drift: " + ", ".join(str(d) for d in drift))
+    if reasons:
+        parts.append(str(reasons[0]))
+    return shown("; ".join(parts), 120)
+
+
+def _last(r: Mapping[str, Any]) -> str:
+    at = r.get("last_reconcile")
+    if not at:
+        return ""
+    error = r.get("last_error")
+    verdict = f"failed: {error}" if error else "ok"
+    return shown(f"{verdict} ({at})", 120)
+
+
+def _epoch(stamp: object) -> float | None:
+    """A records timestamp ("2026-01-02T03:04:05Z", UTC) as epoch seconds."""
+    import calendar
+
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def age(created_at: float | None, now: float) -> str:
+    """A VM's age in its largest unit: 42s, 5m, 3h, 2d; "-" when not known."""
+    if created_at is None:
+        return "-"
+    seconds = max(0, int(now - created_at))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def summary(rows: Iterable[BoardRow]) -> str:
+    """The count line under the title: "12 VMs · 10 Synced · 1 OutOfSync · 1 Unknown"."""
+    rows = list(rows)
+    counts = {s: sum(1 for r in rows if r.sync == s) for s in ("Synced", "OutOfSync", "Unknown")}
+    vms = f"{len(rows)} VM{'s' * (len(rows) != 1)}"
+    return " · ".join([vms, *(f"{n} {s}" for s, n in counts.items() if n)])

@@ -1,0 +1,273 @@
+"""The board's jobs, each on a thread of its own with its own event loop: a refresh, a
+plan, an apply, a land sweep, the shell's endpoint. The UI thread only starts them and
+draws what they send back (posted as messages, never a blocking call), so a refresh of
+a thousand VMs or a backend that hangs leaves every key working.
+
+A refresh is single-flight: asked for while one runs, it runs once more after it, however
+often it was asked. One apply at a time. Threads are daemons: quitting never waits for
+an observation; an apply is cancelled where it is (as Ctrl-C does to ``sand apply``,
+its journal entries stay open for the next apply) and waited for, briefly, by
+:func:`sand.cli.ui.run_board`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+from sand.apply.events import StepEvent
+from sand.errors import SandError
+from sand.plan.model import Plan
+
+if TYPE_CHECKING:
+    from sand.cli.ui.app import Board
+
+
+class Call(Message):
+    """A function for the UI thread to run (posted from a job's thread)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        super().__init__()
+        self.fn = fn
+
+
+class BoardHooks:
+    """The engine's events, onto the board: its rows update as each step arrives."""
+
+    def __init__(self, jobs: Jobs) -> None:
+        self.jobs = jobs
+
+    def on_step(self, event: StepEvent) -> None:
+        self.jobs.post(lambda: self.jobs.board.show_step(event))
+
+
+class Jobs:
+    def __init__(self, board: Board) -> None:
+        self.board = board
+        self.refreshing = False
+        self.refresh_again = False
+        self.applying = False
+        self.leaving = False  # q pressed once during an apply
+        self.was_stopped_mid_apply = False
+        self.apply_finished = 0.0  # time.time() when the last apply ended
+        self.apply_thread: threading.Thread | None = None
+        self._apply_loop: asyncio.AbstractEventLoop | None = None
+        self._apply_task: asyncio.Task[Any] | None = None
+        self._answer: concurrent.futures.Future[bool] | None = None
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the UI thread soon; dropped once the board has closed."""
+        with contextlib.suppress(RuntimeError):  # the board's loop closed: nobody to tell
+            self.board.post_message(Call(fn))
+
+    def spawn(self, name: str, fn: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=fn, name=f"sand-ui-{name}", daemon=True)
+        thread.start()
+        return thread
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        text = str(exc) if isinstance(exc, SandError) else f"{type(exc).__name__}: {exc}"
+        self.post(lambda: self.board.show_error(f"{what}: {text}"))
+
+    # --- refresh -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        if self.refreshing:
+            self.refresh_again = True
+            return
+        self.refreshing = True
+        self.spawn("refresh", self._refresh)
+
+    def _refresh(self) -> None:
+        try:
+            snapshot = self.board.fleet.observe()
+            self.post(lambda: self.board.show_snapshot(snapshot))
+        except Exception as exc:  # a bug or a fault: shown on the board, never a crash
+            self.failed("refresh", exc)
+        finally:
+            self.post(self._refreshed)
+
+    def _refreshed(self) -> None:
+        self.refreshing = False
+        if self.refresh_again:
+            self.refresh_again = False
+            self.refresh()
+
+    # --- plan ----------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        self.board.say("planning (as sand plan: preflight and unpushed-work sweep)…")
+
+        def run() -> None:
+            try:
+                plan = self.board.fleet.plan()
+            except Exception as exc:
+                self.failed("plan", exc)
+                return
+            self.post(lambda: self._planned(plan))
+
+        self.spawn("plan", run)
+
+    def _planned(self, plan: Plan) -> None:
+        from sand.cli.ui.screens import TextScreen
+        from sand.plan.render import render_text
+
+        self.board.show_plan(plan)
+        self.board.say("planned; the detail pane shows the selected VM's change")
+        self.board.push_screen(TextScreen("plan", render_text(plan)))
+
+    # --- apply ---------------------------------------------------------------------------
+
+    def apply(self) -> None:
+        if self.applying:
+            self.board.say("an apply is already running")
+            return
+        self.applying, self.leaving = True, False
+        self.board.state.activity.clear()
+        self.board.say("settling the journal and planning (as sand apply)…")
+        self.apply_thread = self.spawn("apply", self._apply)
+
+    def _apply(self) -> None:
+        from sand.cli.inflight import track
+
+        hooks = track(BoardHooks(self))  # what quitting mid-apply will say was left
+
+        async def run() -> Any:
+            self._apply_loop = asyncio.get_running_loop()
+            self._apply_task = asyncio.current_task()
+            return await self.board.fleet.apply(self._ask, hooks, self._note)
+
+        try:
+            outcome = asyncio.run(run())
+        except asyncio.CancelledError:
+            self.post(lambda: self.board.say("apply stopped; the next sand apply settles it"))
+        except Exception as exc:
+            self.failed("apply", exc)
+        else:
+            self.post(lambda: self._applied(outcome))
+        finally:
+            self._apply_loop = self._apply_task = None
+            self.post(self._apply_ended)
+
+    async def _ask(self, plan: Plan, refusal: str | None) -> bool:
+        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._answer = answer
+        self.post(lambda: self._confirm(plan, refusal, answer))
+        try:
+            return await asyncio.wrap_future(answer)
+        finally:
+            self._answer = None
+
+    def _confirm(
+        self, plan: Plan, refusal: str | None, answer: concurrent.futures.Future[bool]
+    ) -> None:
+        from sand.cli.ui.screens import ConfirmScreen
+        from sand.plan.render import render_text
+
+        def done(approved: bool | None) -> None:
+            if not answer.done():
+                answer.set_result(bool(approved))
+
+        self.board.show_plan(plan, "plan")
+        screen = ConfirmScreen(render_text(plan), refusal, plan.has_changes)
+        self.board.push_screen(screen, done)
+
+    def _note(self, text: str) -> None:
+        self.post(lambda: self.board.say(text))
+
+    def _applied(self, outcome: Any) -> None:
+        if outcome is None:
+            self.board.say("Apply cancelled.")
+        elif outcome.result is None:
+            self.board.say("No changes. Your VMs match the manifest.")
+        else:
+            from sand.cli.outcome import outcome_text
+
+            said, warnings = outcome_text(outcome)
+            self.board.say(" ".join([said.replace("\n", " "), *warnings]))
+
+    def _apply_ended(self) -> None:
+        self.applying, self.leaving = False, False
+        self.apply_finished = time.time()
+        self.refresh()
+
+    # --- land, shell -----------------------------------------------------------------------
+
+    def land(self, vm: str) -> None:
+        self.board.say(f"sweeping {vm}'s checkouts (read-only)…")
+
+        def run() -> None:
+            text = self.board.fleet.land(vm)
+            self.post(lambda: self._landed(vm, text))
+
+        self.spawn("land", run)
+
+    def _landed(self, vm: str, text: str) -> None:
+        self.board.show_landing(vm, text)
+        self.board.say(f"swept {vm}: its landing state is in the detail pane")
+
+    def shell(self, vm: str) -> None:
+        self.board.say(f"connecting to {vm}…")
+
+        def run() -> None:
+            try:
+                endpoint = self.board.fleet.endpoint(vm)
+            except Exception as exc:
+                self.failed(f"shell {vm}", exc)
+                return
+            self.post(lambda: self._attach(vm, endpoint))
+
+        self.spawn("shell", run)
+
+    def _attach(self, vm: str, endpoint: Any) -> None:
+        from textual.app import SuspendNotSupported
+
+        from sand.cli.verb_commands import run_ssh
+        from sand.verbs.shell import tmux_command
+
+        try:
+            with self.board.suspend():
+                code = run_ssh(endpoint, command=tmux_command(vm), tty=True)
+        except SuspendNotSupported:
+            self.board.say("the shell needs a terminal to hand over; run sand shell " + vm)
+            return
+        except SandError as exc:
+            self.board.show_error(f"shell {vm}: {exc}")
+            return
+        self.board.say(f"back from {vm}'s shell (exit {code})")
+        self.refresh()
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The board is closing: an open question is answered no, an apply cancelled."""
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_result(False)
+        loop, task = self._apply_loop, self._apply_task
+        if loop is not None and task is not None:
+            self.was_stopped_mid_apply = True
+            loop.call_soon_threadsafe(task.cancel)
+
+
+def read_detail_files(
+    project: str | None, vm: str
+) -> tuple[Sequence[Mapping[str, Any]], Sequence[str]]:
+    """The selected VM's journal entries and last provisioning log (local files, small)."""
+    if project is None:
+        return (), ()
+    from sand.state.journal import Journal, journal_path
+    from sand.state.provlog import load_provision_log
+
+    try:
+        return Journal(journal_path(project)).entries_for(vm), load_provision_log(project, vm)
+    except (OSError, SandError):
+        return (), ()
