@@ -19,7 +19,7 @@ from sand.apply.events import StepEvent
 from sand.cli.ui import work
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.fleet import Fleet, Snapshot
-from sand.cli.ui.model import COLUMNS, Activity, BoardRow, board_rows, shown, summary
+from sand.cli.ui.model import COLUMNS, LAST_COLUMN, Activity, BoardRow, board_rows, shown, summary
 from sand.cli.ui.screens import KEYS, TextScreen
 from sand.plan.model import Plan
 
@@ -161,7 +161,8 @@ class Board(App[int]):
         if index is None:
             return
         cells = rows[index].cells(time.time(), self.state.activity.get(vm))
-        table.update_cell_at(Coordinate(index, len(COLUMNS) - 1), cells[-1])
+        column = COLUMNS.index(LAST_COLUMN)
+        table.update_cell_at(Coordinate(index, column), cells[column])
         if vm == self.selected_vm():
             self._redraw_detail()
 

@@ -20,6 +20,7 @@ from sand.redaction import redact
 from sand.terminal import one_line
 
 # The address, the longest cell, goes last: at 80 columns the rest stays in view.
+LAST_COLUMN = "LAST APPLY"  # also what an apply under way is doing to the VM
 COLUMNS = ("VM", "BACKEND", "SYNC", "HEALTH", "PROV", "POWER", "AGE", "LAST APPLY", "ADDRESS")
 
 

@@ -73,6 +73,7 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen > #ask { height: auto; padding: 0 1; }
     ConfirmScreen > Input { width: 100%; }
     """
+    AUTO_FOCUS = "#answer"  # the person types the answer; nothing else takes a key
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "cancel", "cancel"),
     ]
