@@ -297,7 +297,11 @@ class Board(App[int]):
 
     def leave(self, code: int) -> None:
         self.exit_code = code
+        self.exit(code)
+
+    def on_unmount(self) -> None:
+        # However the board ends: an open question is answered no, an apply is stopped
+        # where it is, the watch ends.
         self.jobs.stop()
         if self.watch_runner is not None:
             self.watch_runner.stop()
-        self.exit(code)

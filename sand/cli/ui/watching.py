@@ -73,6 +73,7 @@ class BoardWatch(Watcher):
     async def reconcile(self, reason: str, *, targets: Any = ()) -> None:
         from sand.manifest import load_manifest
 
+        self.runs += 1
         jobs = self.board.jobs
         try:
             heal = load_manifest(self.manifest).manifest.self_heal
