@@ -154,9 +154,7 @@ async def test_a_vm_that_cannot_be_swept_for_work_is_not_deleted(
     assert sorted(v.name for v in rig.vms()) == ["drop", "keep"]
 
 
-async def test_rows_of_a_backend_nobody_can_observe_say_so(
-    sand: Sand, fakepve_server: Any
-) -> None:
+async def test_rows_of_a_backend_nobody_can_observe_say_so(sand: Sand, fakepve_server: Any) -> None:
     rig = fakepve_server
     sand.write(rig.manifest([{"name": "web-1"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
@@ -165,7 +163,7 @@ async def test_rows_of_a_backend_nobody_can_observe_say_so(
     async with app.run_test(size=SIZE) as pilot:
         await observed(pilot, app)
         row = rows(app)["web-1"]
-        assert row["SYNC"] == "Unknown (backend not observed)"
+        assert row["SYNC"] == "Unknown (backend)"
         assert row["POWER"] == "unknown" and row["HEALTH"] == "Unknown"
         assert "absent" not in " ".join(row.values())
         assert "could not be observed" in detail(app)
@@ -235,4 +233,3 @@ async def test_keys_work_while_a_refresh_hangs(sand: Sand, fakepve_server: Any) 
         server.close()
         for conn in held:
             conn.close()
-

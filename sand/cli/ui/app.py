@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -145,7 +146,7 @@ class Board(App[int]):
         now = time.time()
         table.clear()
         rows = self.visible_rows()
-        table.add_rows(r.cells(now, self.state.activity.get(r.vm)) for r in rows)
+        table.add_rows(_painted(r, r.cells(now, self.state.activity.get(r.vm))) for r in rows)
         # add_rows keys rows by position; the model keeps the order, so the index maps back.
         for index, row in enumerate(rows):
             if row.vm == selected:
@@ -162,7 +163,7 @@ class Board(App[int]):
             return
         cells = rows[index].cells(time.time(), self.state.activity.get(vm))
         column = COLUMNS.index(LAST_COLUMN)
-        table.update_cell_at(Coordinate(index, column), cells[column])
+        table.update_cell_at(Coordinate(index, column), cells[column], update_width=True)
         if vm == self.selected_vm():
             self._redraw_detail()
 
@@ -305,3 +306,16 @@ class Board(App[int]):
         self.jobs.stop()
         if self.watch_runner is not None:
             self.watch_runner.stop()
+
+
+# Colour says at a glance what the words say in full (NO_COLOR turns it to grey).
+_SYNC_STYLE = {"Synced": "green", "OutOfSync": "yellow", "Unknown": "red"}
+_HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "red", "Unknown": "red"}
+
+
+def _painted(row: BoardRow, cells: tuple[str, ...]) -> list[str | Text]:
+    styles = {"SYNC": _SYNC_STYLE.get(row.sync, ""), "HEALTH": _HEALTH_STYLE.get(row.health, "")}
+    return [
+        Text(c, style=styles[col]) if styles.get(col) else c
+        for col, c in zip(COLUMNS, cells, strict=True)
+    ]

@@ -33,12 +33,14 @@ class Detail:
 def detail_text(d: Detail, width: int = 78) -> str:
     r = d.row
     lines = [f"{r.vm} on {r.backend} — {r.sync}" + (f": {r.why}" if r.why else "")]
+    if r.address:
+        lines.append(f"  reached at {r.address}")
     if r.unobservable:
         lines.append("  this VM's backend could not be observed: what it holds is unknown")
     if d.activity is not None:
         lines.append(f"  now: {d.activity.text(time.monotonic())}")
-    if r.last:
-        lines.append(f"  last apply: {r.last}")
+    if r.last_at is not None:
+        lines.append(f"  last apply: {r.last_whole(time.time())}")
     lines += ["", _heading("planned change", d.plan_kind)]
     if d.change is None:
         lines.append("  (not in the last plan)")

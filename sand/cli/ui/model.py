@@ -19,9 +19,10 @@ from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
 from sand.terminal import one_line
 
-# The address, the longest cell, goes last: at 80 columns the rest stays in view.
+# What changes while you watch comes first; at 80 columns the backend and the address
+# (the longest cell) are a scroll away, and the detail pane names both.
 LAST_COLUMN = "LAST APPLY"  # also what an apply under way is doing to the VM
-COLUMNS = ("VM", "BACKEND", "SYNC", "HEALTH", "PROV", "POWER", "AGE", "LAST APPLY", "ADDRESS")
+COLUMNS = ("VM", "SYNC", "HEALTH", "PROV", "POWER", "LAST APPLY", "AGE", "BACKEND", "ADDRESS")
 
 
 def shown(text: object, limit: int = 200) -> str:
@@ -37,7 +38,7 @@ class Activity:
     received: float  # time.monotonic() when it arrived: the step's clock runs from here
 
     def text(self, now: float) -> str:
-        """"creating 3.2s", "✓ done 14.0s", "✗ failed (ssh) 2.1s": the step and how long
+        """ "creating 3.2s", "✓ done 14.0s", "✗ failed (ssh) 2.1s": the step and how long
         this VM's apply has taken (its clock stops at the last event)."""
         e = self.event
         took = e.elapsed if e.phase.final else e.elapsed + max(0.0, now - self.received)
@@ -76,7 +77,7 @@ class BoardRow:
     power: str  # running | stopped | absent | unknown
     address: str
     created_at: float | None  # epoch seconds the VM was made (its marker), None: not known
-    last: str  # the last apply's result for it, "" when none is recorded
+    last_error: str  # the last apply's error for it ("" when it went well or none ran)
     last_ok: bool | None
     last_at: float | None  # when (epoch seconds)
     unobservable: bool  # its backend could not be observed this time
@@ -86,29 +87,36 @@ class BoardRow:
         pane has them whole)."""
         sync = f"{self.sync} ({self.short_why})" if self.short_why else self.sync
         last = activity.text(time.monotonic()) if activity else self.last_short(now)
-        return (
-            self.vm,
-            self.backend,
-            sync,
-            self.health,
-            self.provisioned,
-            self.power,
-            age(self.created_at, now),
-            shown(last, 40),
-            self.address or "-",
-        )
+        cells = {
+            "VM": self.vm,
+            "SYNC": sync,
+            "HEALTH": self.health,
+            "PROV": self.provisioned,
+            "POWER": self.power,
+            "LAST APPLY": shown(last, 40),
+            "AGE": age(self.created_at, now),
+            "BACKEND": self.backend,
+            "ADDRESS": self.address or "-",
+        }
+        return tuple(cells[c] for c in COLUMNS)
 
     @property
     def short_why(self) -> str:
         if self.unobservable:
-            return "backend not observed"
+            return "backend"
         return self.why.split(";")[0].split(":")[0].strip()[:24] if self.why else ""
 
     def last_short(self, now: float) -> str:
+        """ "ok 5m ago", "failed 2h ago"; "-" when no apply of it is recorded here."""
         if self.last_at is None:
             return "-"
         verdict = "ok" if self.last_ok else "failed"
         return f"{verdict} {age(self.last_at, now)} ago"
+
+    def last_whole(self, now: float) -> str:
+        """The last apply's result with its error, for the detail pane."""
+        said = self.last_short(now)
+        return f"{said}: {self.last_error}" if self.last_error else said
 
     def matches(self, text: str) -> bool:
         """The filter (``/``): every word appears somewhere in the row, any case."""
@@ -137,7 +145,7 @@ def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
         power="absent" if observed is None else shown(observed.get("power", "?"), 16),
         address=shown(o.address, 48) if o is not None and o.address else "",
         created_at=float(o.marker.created_at) if o and o.marker and o.marker.created_at else None,
-        last=_last(r),
+        last_error=shown(r.get("last_error") or "", 300),
         last_ok=None if not r.get("last_reconcile") else not r.get("last_error"),
         last_at=_epoch(r.get("last_reconcile")),
         unobservable=unknown,
@@ -176,15 +184,6 @@ def _why(r: Mapping[str, Any], unknown: bool) -> str:
     if reasons:
         parts.append(str(reasons[0]))
     return shown("; ".join(parts), 120)
-
-
-def _last(r: Mapping[str, Any]) -> str:
-    at = r.get("last_reconcile")
-    if not at:
-        return ""
-    error = r.get("last_error")
-    verdict = f"failed: {error}" if error else "ok"
-    return shown(f"{verdict} ({at})", 120)
 
 
 def _epoch(stamp: object) -> float | None:

@@ -1,0 +1,90 @@
+"""SVG snapshots of the board's main screens at 80x24 (pytest-textual-snapshot): the
+fleet, a VM's detail, the help, a plan, the apply question, an apply's results in the
+rows, the filter, and the board under NO_COLOR. The fleet is fixed (tests/cli/ui_fixed.py)
+so a picture changes only when the drawing does; update them with
+``pytest tests/cli/test_ui_snapshots.py --snapshot-update`` and look at the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from sand.apply.events import Phase, StepEvent
+from sand.cli.ui.app import Board
+from tests.cli.ui_fixed import FixedFleet
+
+SIZE = (80, 24)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FixedFleet:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    return FixedFleet(tmp_path)
+
+
+async def drawn(pilot: Pilot[Any]) -> None:
+    app = pilot.app
+    assert isinstance(app, Board)
+    for _ in range(200):
+        if app.state.snapshot is not None:
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.1)
+
+
+def test_the_fleet(fleet: FixedFleet, snap_compare: Any) -> None:
+    assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=drawn)
+
+
+def test_a_vm_out_of_sync_in_detail(fleet: FixedFleet, snap_compare: Any) -> None:
+    assert snap_compare(Board(fleet), press=["j"], terminal_size=SIZE, run_before=drawn)
+
+
+def test_the_help(fleet: FixedFleet, snap_compare: Any) -> None:
+    assert snap_compare(Board(fleet), press=["question_mark"], terminal_size=SIZE,
+                        run_before=drawn)  # fmt: skip
+
+
+def test_a_plan(fleet: FixedFleet, snap_compare: Any) -> None:
+    async def planned(pilot: Pilot[Any]) -> None:
+        await drawn(pilot)
+        await pilot.press("p")
+        await pilot.pause(0.3)
+
+    assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=planned)
+
+
+def test_the_apply_question(fleet: FixedFleet, snap_compare: Any) -> None:
+    async def asked(pilot: Pilot[Any]) -> None:
+        await drawn(pilot)
+        await pilot.press("a")
+        await pilot.pause(0.3)
+
+    assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=asked)
+
+
+def test_an_apply_in_the_rows(fleet: FixedFleet, snap_compare: Any) -> None:
+    async def stepped(pilot: Pilot[Any]) -> None:
+        await drawn(pilot)
+        app = pilot.app
+        assert isinstance(app, Board)
+        app.show_step(StepEvent("agent-2", Phase.DONE, elapsed=14.0, backend="laptop"))
+        app.show_step(StepEvent("agent-3", Phase.FAILED, elapsed=2.1, layer="ssh"))
+        await pilot.pause(0.1)
+
+    assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=stepped)
+
+
+def test_the_filter(fleet: FixedFleet, snap_compare: Any) -> None:
+    press = ["slash", "a", "g", "e", "n", "t", "space", "o", "u", "t"]
+    assert snap_compare(Board(fleet), press=press, terminal_size=SIZE, run_before=drawn)
+
+
+def test_no_color(fleet: FixedFleet, snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=drawn)
