@@ -30,11 +30,15 @@ CANARY = "canary-ui-0b7d5e1f-never-on-screen"
 def plant(project: str, vm: str) -> None:
     """The canary where only a leak would carry it: sand's own host files."""
     records = project_dir(project) / "last-apply.json"
-    records.write_text(
-        json.dumps({vm: {"backend": "pve", "action": "create", "ok": False,
-                         "error": f"guest said {CANARY}\x1b]0;owned\x07", "layer": "guest",
-                         "at": "2026-01-01T00:00:00Z"}})  # fmt: skip
-    )
+    record = {
+        "backend": "pve",
+        "action": "create",
+        "ok": False,
+        "error": f"guest said {CANARY}\x1b]0;owned\x07",
+        "layer": "guest",
+        "at": "2026-01-01T00:00:00Z",
+    }
+    records.write_text(json.dumps({vm: record}))
     record_provision_log(project, vm, "provision", False, ["ok so far"])
     logs = project_dir(project) / "provision-log.json"
     data = json.loads(logs.read_text())

@@ -49,11 +49,12 @@ def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
     board = Board(Fleet(manifest), interval=interval, watch=watcher)
 
     def terminate(_signum: int, _frame: object) -> None:
-        # A SIGTERM or SIGHUP (the SSH session dropped) ends the board as q does, so
-        # the terminal is restored and an apply is stopped where the journal can see.
+        # A SIGTERM, a SIGHUP (the SSH session dropped) or a SIGINT from outside (the
+        # terminal's own Ctrl-C is a key here) ends the board as Ctrl-C does: the
+        # terminal restored, an apply stopped where the journal can see it.
         board.call_later(board.leave, EXIT_INTERRUPTED)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, terminate)
     try:
         board.run()

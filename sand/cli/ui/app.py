@@ -298,7 +298,7 @@ class Board(App[int]):
 
     def leave(self, code: int) -> None:
         self.exit_code = code
-        self.exit(code)
+        self.exit(code, return_code=code)
 
     def on_unmount(self) -> None:
         # However the board ends: an open question is answered no, an apply is stopped

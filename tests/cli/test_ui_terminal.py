@@ -1,0 +1,147 @@
+"""`sand ui` on a real pseudo-terminal of 80x24, as a person over SSH runs it: it draws
+the fleet, and however it ends (q, Ctrl-C, SIGTERM, the SSH session's SIGHUP, or a bug
+raising inside the board) the terminal is given back as it was: the same termios
+modes, the alternate screen left, the cursor shown, mouse reporting off. A bad
+manifest is the usual located error, before the screen is touched."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.test_shell_tmux import Terminal
+from tests.limactl_standin import StandIn
+
+ROWS, COLS = 24, 80
+BROKEN = "import sand.cli.ui.app as app\napp.Board.action_help = lambda self: 1 / 0\n"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, limactl_standin: StandIn) -> tuple[Path, dict[str, str]]:
+    standin = limactl_standin
+    manifest = tmp_path / "sand.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "sand/v1",
+                "project": "tty",
+                "backends": {"laptop": {"type": "lima", "lima_home": str(standin.lima_home)}},
+                "defaults": {"image": "debian-12", "provision": False},
+                "vms": [{"name": "dev-1"}, {"name": "dev-2"}],
+            }
+        )
+    )
+    env = {**os.environ, "SAND_STATE_DIR": str(tmp_path / "state"), "TERM": "xterm-256color"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env.pop("NO_COLOR", None)
+    return manifest, env
+
+
+def launch(manifest: Path, env: dict[str, str], *, prelude: str = "") -> Terminal:
+    program = f"{prelude}import sys\nfrom sand.cli.main import main\nsys.exit(main())\n"
+    argv = [sys.executable, "-c", program, "ui", "-f", str(manifest)]
+    term = Terminal(argv, env=env, cwd=manifest.parent)
+    import fcntl
+    import struct
+
+    fcntl.ioctl(term.master, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+    return term
+
+
+def end(term: Terminal, timeout: float = 20.0) -> int:
+    """Wait for the board to exit, reading all it wrote; the terminal stays open."""
+    stop = time.monotonic() + timeout
+    while term.proc.poll() is None and time.monotonic() < stop:
+        term._read(0.1)
+    while select.select([term.master], [], [], 0.2)[0] and term._read(0):
+        pass
+    return term.proc.wait(timeout=5)
+
+
+def modes(term: Terminal) -> list[object]:
+    return termios.tcgetattr(term.master)
+
+
+def assert_given_back(term: Terminal, before: list[object]) -> None:
+    out = bytes(term.output)
+    try:
+        assert modes(term) == before, "the terminal's modes were not restored"
+    finally:
+        term.close()
+    entered = out.rfind(b"\x1b[?1049h")
+    assert entered >= 0, out[:400]
+    tail = out[entered:]
+    assert b"\x1b[?1049l" in tail  # the alternate screen left: the shell's screen is back
+    assert b"\x1b[?25h" in tail  # the cursor shown again
+    assert b"\x1b[?1000l" in tail  # mouse reporting off
+
+
+def drawn(term: Terminal) -> None:
+    term.expect(b"dev-2", timeout=30)  # a row of the first observation
+    term.expect(b"quit", timeout=5)  # the footer
+
+
+def test_q_leaves_and_the_terminal_is_as_it_was(fleet: tuple[Path, dict[str, str]]) -> None:
+    manifest, env = fleet
+    term = launch(manifest, env)
+    before = modes(term)
+    drawn(term)
+    term.type("q")
+    assert end(term) == 0
+    assert_given_back(term, before)
+
+
+def test_ctrl_c_leaves_with_130(fleet: tuple[Path, dict[str, str]]) -> None:
+    manifest, env = fleet
+    term = launch(manifest, env)
+    before = modes(term)
+    drawn(term)
+    term.type("\x03")
+    assert end(term) == 130
+    assert_given_back(term, before)
+    assert b"Interrupted." in bytes(term.output)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_ends_the_board_cleanly(
+    fleet: tuple[Path, dict[str, str]], sig: signal.Signals
+) -> None:
+    manifest, env = fleet
+    term = launch(manifest, env)
+    before = modes(term)
+    drawn(term)
+    os.kill(term.proc.pid, sig)
+    assert end(term) == 130
+    assert_given_back(term, before)
+
+
+def test_a_crash_inside_the_board_gives_the_terminal_back(
+    fleet: tuple[Path, dict[str, str]],
+) -> None:
+    manifest, env = fleet
+    term = launch(manifest, env, prelude=BROKEN)
+    before = modes(term)
+    drawn(term)
+    term.type("?")  # the help key now raises ZeroDivisionError
+    assert end(term) == 1
+    assert_given_back(term, before)
+    assert b"ZeroDivisionError" in bytes(term.output)
+
+
+def test_a_bad_manifest_is_a_located_error_before_the_screen_is_touched(
+    fleet: tuple[Path, dict[str, str]],
+) -> None:
+    manifest, env = fleet
+    manifest.write_text("apiVersion: sand/v1\nproject: tty\nvms: [{name: a, cpus: lots}]\n")
+    term = launch(manifest, env)
+    assert end(term) == 1
+    out = bytes(term.output)
+    assert b"sand.yaml:3:" in out and b"\x1b[?1049h" not in out
