@@ -10,6 +10,7 @@ for briefly, and what it left is said as ``sand apply``'s Ctrl-C says it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,11 +24,26 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from sand.manifest import load_manifest
 
     manifest = Path(args.manifest)
-    load_manifest(manifest)  # ManifestError: FILE:LINE:COL, exit 1, screen untouched
+    loaded = load_manifest(manifest)  # ManifestError: FILE:LINE:COL, exit 1, screen untouched
     if args.interval <= 0:
         print("Error: --interval must be a number of seconds above 0", file=sys.stderr)
         return EXIT_ERROR
+    log_to_file(loaded.manifest.project, args.log_format, args.log_level)
     return run_board(manifest, interval=args.interval, watch=args.watch)
+
+
+def log_to_file(project: str, fmt: str, level: str | None) -> Path:
+    """The run's log lines go to ``ui.log`` in the project's state dir (0600, redacted
+    as every log is): on stderr they would be written across the board."""
+    from sand.logs import configure
+    from sand.state.paths import project_dir
+    from sand.state.private import PRIVATE_FILE
+
+    path = project_dir(project) / "ui.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+    os.fchmod(fd, PRIVATE_FILE)
+    configure(fmt, level or "info", stream=os.fdopen(fd, "a", encoding="utf-8", buffering=1))
+    return path
 
 
 def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
