@@ -1,0 +1,82 @@
+"""The board's rows and detail as plain data, without a terminal: what `sand status`
+says of each VM, read for the board (the fixed fleet of tests/cli/ui_fixed.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sand.apply.events import Phase, StepEvent
+from sand.cli.ui.detail import Detail, detail_text, journal_lines
+from sand.cli.ui.model import Activity, BoardRow, age, board_rows, summary
+from sand.redaction import register_secret
+from tests.cli.ui_fixed import FixedFleet
+
+
+@pytest.fixture
+def rows(tmp_path: Path) -> dict[str, BoardRow]:
+    snapshot = FixedFleet(tmp_path).observe()
+    return {r.vm: r for r in board_rows(snapshot.report.rows, snapshot.plan)}
+
+
+def test_each_vm_reads_as_status_says(rows: dict[str, BoardRow]) -> None:
+    now = time.time()
+    synced, resized, absent, drifted, unknown = (
+        rows[n] for n in ("agent-1", "agent-2", "agent-3", "review", "gpu-1")
+    )
+    assert (synced.sync, synced.why, synced.power, synced.address) == (
+        "Synced", "", "running", "127.0.0.1:60022"
+    )  # fmt: skip
+    assert synced.last_short(now) == "ok 5m ago" and age(synced.created_at, now) == "3h"
+    assert resized.sync == "OutOfSync" and resized.short_why == "update"
+    assert absent.power == "absent" and absent.short_why == "create"
+    assert "drift: cpus" in drifted.why
+    assert drifted.last_whole(now) == "failed 5m ago: ssh: guest did not answer"
+    assert unknown.unobservable and unknown.sync == "Unknown" and unknown.power == "unknown"
+    assert "limactl list failed" in unknown.why
+    assert summary(rows.values()) == "5 VMs · 1 Synced · 3 OutOfSync · 1 Unknown"
+
+
+def test_the_filter_wants_every_word(rows: dict[str, BoardRow]) -> None:
+    matching = [vm for vm, r in rows.items() if r.matches("laptop OUTOFSYNC")]
+    assert matching == ["agent-2", "agent-3", "review"]
+    assert [vm for vm, r in rows.items() if r.matches("")] == list(rows)
+
+
+def test_an_apply_step_runs_its_clock_until_it_ends() -> None:
+    running = Activity(StepEvent("a", Phase.PROVISIONING, elapsed=2.0), time.monotonic() - 1)
+    assert running.text(time.monotonic()).startswith("provisioning 3.0")
+    done = Activity(StepEvent("a", Phase.DONE, elapsed=4.5), time.monotonic() - 100)
+    assert done.text(time.monotonic()) == "✓ done 4.5s"
+    failed = Activity(StepEvent("a", Phase.FAILED, elapsed=1.0, layer="ssh"), 0.0)
+    assert failed.text(time.monotonic()) == "✗ failed (ssh) 1.0s"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"), [(None, "-"), (5, "5s"), (59, "59s"), (61, "1m"), (7200, "2h")]
+)
+def test_age(seconds: float | None, said: str) -> None:
+    now = 1_000_000.0
+    assert age(None if seconds is None else now - seconds, now) == said
+
+
+def test_the_detail_is_inert_and_redacted(rows: dict[str, BoardRow]) -> None:
+    register_secret("detail-canary-4411")
+    journal = [
+        {"id": "e1", "phase": "intent", "op": "create", "identity": "101", "ts": 0},
+        {"id": "e1", "phase": "step", "step": "cloned detail-canary-4411\x1b[2J", "ts": 1},
+        {"id": "e1", "phase": "failed", "ts": 2},
+    ]
+    text = detail_text(
+        Detail(rows["agent-2"], journal=journal, provision_log=["\x1b]0;x\x07apt ok"])
+    )
+    assert "detail-canary-4411" not in text and "\x1b" not in text
+    assert "create 101: cloned [redacted]" in text and "create 101: failed" in text
+    assert "press l to sweep" in text and "(not in the last plan)" in text
+    assert [line.split(" ", 2)[2] for line in journal_lines(journal)] == [
+        "create 101: begun",
+        "create 101: cloned [redacted]",
+        "create 101: failed",
+    ]
