@@ -27,6 +27,7 @@ SECTIONS = [
     ("preflight cost of a plan with N creates (fakepve)", "bench.preflight_cost", "rows"),
     ("create throughput (fakepve, scaled task time)", "bench.create_throughput", "rows"),
     ("watch save-to-plan latency", "bench.watch_latency", "rows"),
+    ("sand ui: first frame on 200 VMs, keys during 1000-VM refreshes", "bench.ui_board", "rows"),
 ]
 
 

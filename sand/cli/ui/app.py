@@ -6,22 +6,31 @@ however slow or large, holds a key press.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Input, Static
 
 from sand.apply.events import StepEvent
 from sand.cli.ui import work
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.fleet import Fleet, Snapshot
-from sand.cli.ui.model import COLUMNS, LAST_COLUMN, Activity, BoardRow, board_rows, shown, summary
+from sand.cli.ui.model import (
+    COLUMNS,
+    LAST_COLUMN,
+    Activity,
+    BoardRow,
+    painted,
+    shown,
+    summary,
+)
 from sand.cli.ui.screens import KEYS, TextScreen
+from sand.cli.ui.table import RowsView
 from sand.plan.model import Plan
 
 
@@ -90,12 +99,18 @@ class Board(App[int]):
         table = self.query_one("#table", DataTable)
         for column in COLUMNS:
             table.add_column(column, key=column)
+        # Between chunks the board goes idle (the table measures what it was given then)
+        # and handles the keys that came meanwhile.
+        self.rows_view = RowsView(table, self._soon)
         self.set_interval(1.0, self._tick)  # the apply's clocks and the title's "ago"
         if self.watch_runner is not None:
             self.watch_runner.start(self)  # it observes on start and every --interval
         else:
             self.action_refresh()
             self.set_interval(self.interval, self.action_refresh)
+
+    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
+        self.set_timer(0.005, partial(fn, *args))
 
     # --- what arrives from the workers ----------------------------------------------
 
@@ -107,7 +122,7 @@ class Board(App[int]):
         s.snapshot, s.error = snapshot, ""
         if not self.jobs.applying and snapshot.taken > self.jobs.apply_finished:
             s.activity.clear()  # the last apply's results are in the records now
-        s.rows = board_rows(snapshot.report.rows, snapshot.plan)
+        s.rows = snapshot.rows
         if s.plan is None or s.plan_kind == "status" or snapshot.taken > self._plan_taken:
             s.plan, s.plan_kind = snapshot.plan, "status"
         self._redraw_rows()
@@ -138,32 +153,34 @@ class Board(App[int]):
     # --- drawing -------------------------------------------------------------------
 
     def visible_rows(self) -> list[BoardRow]:
+        if not self.state.filter:
+            return self.state.rows
         return [r for r in self.state.rows if r.matches(self.state.filter)]
 
     def _redraw_rows(self) -> None:
-        table = self.query_one("#table", DataTable)
-        selected = self.selected_vm()
-        now = time.time()
-        table.clear()
+        now, activity = time.time(), self.state.activity
         rows = self.visible_rows()
-        table.add_rows(_painted(r, r.cells(now, self.state.activity.get(r.vm))) for r in rows)
-        # add_rows keys rows by position; the model keeps the order, so the index maps back.
-        for index, row in enumerate(rows):
-            if row.vm == selected:
-                table.move_cursor(row=index, animate=False)
-                break
+        made = self.state.snapshot.cells if self.state.snapshot is not None else {}
+        # The refresh painted every row off this thread; only rows an apply is acting
+        # on (or none painted yet) are painted here.
+        cells = [
+            made[r.vm]
+            if r.vm in made and r.vm not in activity
+            else painted(r, now, activity.get(r.vm))
+            for r in rows
+        ]
+        self.rows_view.show([r.vm for r in rows], cells, self.selected_vm())
         self._redraw_title()
         self._redraw_detail()
 
     def _redraw_activity(self, vm: str) -> None:
-        table = self.query_one("#table", DataTable)
         rows = self.visible_rows()
         index = next((i for i, r in enumerate(rows) if r.vm == vm), None)
         if index is None:
             return
-        cells = rows[index].cells(time.time(), self.state.activity.get(vm))
+        cells = painted(rows[index], time.time(), self.state.activity.get(vm))
         column = COLUMNS.index(LAST_COLUMN)
-        table.update_cell_at(Coordinate(index, column), cells[column], update_width=True)
+        self.rows_view.set_cell(index, column, cells[column])
         if vm == self.selected_vm():
             self._redraw_detail()
 
@@ -306,16 +323,3 @@ class Board(App[int]):
         self.jobs.stop()
         if self.watch_runner is not None:
             self.watch_runner.stop()
-
-
-# Colour says at a glance what the words say in full (NO_COLOR turns it to grey).
-_SYNC_STYLE = {"Synced": "green", "OutOfSync": "yellow", "Unknown": "red"}
-_HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "red", "Unknown": "red"}
-
-
-def _painted(row: BoardRow, cells: tuple[str, ...]) -> list[str | Text]:
-    styles = {"SYNC": _SYNC_STYLE.get(row.sync, ""), "HEALTH": _HEALTH_STYLE.get(row.health, "")}
-    return [
-        Text(c, style=styles[col]) if styles.get(col) else c
-        for col, c in zip(COLUMNS, cells, strict=True)
-    ]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome
 from sand.apply.status import StatusReport
+from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
 from sand.plan.model import Plan
 
@@ -33,12 +34,20 @@ Ask = Callable[[Plan, str | None], Awaitable[bool]]
 @dataclass(frozen=True)
 class Snapshot:
     """One observation of the fleet: the read-only plan, ``sand status``'s report of it,
-    when it was taken and how long it took."""
+    when it was taken and how long it took, and the board's rows of it (built where the
+    snapshot is made, off the UI thread)."""
 
     plan: Plan
     report: StatusReport
     taken: float = field(default_factory=time.time)
     seconds: float = 0.0
+    rows: list[BoardRow] = field(init=False, compare=False, repr=False)
+    cells: dict[str, tuple[Cell, ...]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rows = board_rows(self.report.rows, self.plan)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "cells", {r.vm: painted(r, self.taken) for r in rows})
 
 
 @dataclass

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.style import Style
+from rich.text import Text
+
 from sand.apply.events import Phase, StepEvent
 from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
@@ -127,7 +130,8 @@ class BoardRow:
 def board_rows(report_rows: Sequence[Mapping[str, Any]], plan: Plan) -> list[BoardRow]:
     """``sand status``'s rows (:func:`sand.apply.status.status_from`) for the board,
     each with what only the plan's observation holds (address, creation time)."""
-    return [_board_row(r, plan.change_for(str(r["backend"]), str(r["vm"]))) for r in report_rows]
+    changes = {(c.backend, c.vm): c for c in plan.changes}  # one pass: a fleet is big
+    return [_board_row(r, changes.get((str(r["backend"]), str(r["vm"])))) for r in report_rows]
 
 
 def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
@@ -213,3 +217,27 @@ def summary(rows: Iterable[BoardRow]) -> str:
     counts = {s: sum(1 for r in rows if r.sync == s) for s in ("Synced", "OutOfSync", "Unknown")}
     vms = f"{len(rows)} VM{'s' * (len(rows) != 1)}"
     return " · ".join([vms, *(f"{n} {s}" for s, n in counts.items() if n)])
+
+
+# Colour says at a glance what the words say in full (NO_COLOR turns it to grey).
+# Parsed once: a style named afresh per cell costs more than the cell (1000 rows).
+_GREEN, _YELLOW, _RED = Style(color="green"), Style(color="yellow"), Style(color="red")
+_SYNC_STYLE = {"Synced": _GREEN, "OutOfSync": _YELLOW, "Unknown": _RED}
+_HEALTH_STYLE = {"Healthy": _GREEN, "Unhealthy": _RED, "Unknown": _RED}
+_SYNC, _HEALTH = COLUMNS.index("SYNC"), COLUMNS.index("HEALTH")
+
+Cell = str | Text
+
+
+def painted(row: BoardRow, now: float, activity: Activity | None = None) -> tuple[Cell, ...]:
+    """The row's cells as rich Text, SYNC and HEALTH coloured by their word. Never a
+    plain string: the table would read one as markup ("[redacted]" would vanish as an
+    unknown tag), and parse it each time it measured the row."""
+    cells = [Text(c) for c in row.cells(now, activity)]
+    for column, style in (
+        (_SYNC, _SYNC_STYLE.get(row.sync)),
+        (_HEALTH, _HEALTH_STYLE.get(row.health)),
+    ):
+        if style is not None:
+            cells[column].stylize(style)
+    return tuple(cells)
