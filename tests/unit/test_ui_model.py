@@ -4,13 +4,15 @@ says of each VM, read for the board (the fixed fleet of tests/cli/ui_fixed.py)."
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
 from sand.cli.ui.detail import Detail, detail_text, journal_lines
-from sand.cli.ui.model import Activity, BoardRow, age, board_rows, summary
+from sand.cli.ui.model import BoardRow, age, board_rows, next_activity, summary
 from sand.redaction import register_secret
 from tests.cli.ui_fixed import FixedFleet
 
@@ -45,13 +47,29 @@ def test_the_filter_wants_every_word(rows: dict[str, BoardRow]) -> None:
     assert [vm for vm, r in rows.items() if r.matches("")] == list(rows)
 
 
-def test_an_apply_step_runs_its_clock_until_it_ends() -> None:
-    running = Activity(StepEvent("a", Phase.PROVISIONING, elapsed=2.0), time.monotonic() - 1)
-    assert running.text(time.monotonic()).startswith("provisioning 3.0")
-    done = Activity(StepEvent("a", Phase.DONE, elapsed=4.5), time.monotonic() - 100)
-    assert done.text(time.monotonic()) == "✓ done 4.5s"
-    failed = Activity(StepEvent("a", Phase.FAILED, elapsed=1.0, layer="ssh"), 0.0)
-    assert failed.text(time.monotonic()) == "✗ failed (ssh) 1.0s"
+def test_an_apply_step_runs_its_own_clock_until_the_vm_is_done() -> None:
+    now = time.monotonic()
+    step = next_activity(None, StepEvent("a", Phase.PROVISIONING, elapsed=20.0), now - 3)
+    assert step.text(now) == "provisioning 3.0s"  # the step's own time, not the VM's
+    done = next_activity(step, StepEvent("a", Phase.DONE, elapsed=24.5), now)
+    assert done.text(now + 100) == "✓ done 24.5s"  # the VM's whole apply, clock stopped
+    failed = next_activity(step, StepEvent("a", Phase.FAILED, elapsed=1.0, layer="ssh"), now)
+    assert failed.text(now) == "✗ failed (ssh) 1.0s"
+
+
+def test_a_bounded_wait_and_a_retry_within_it() -> None:
+    now = time.monotonic()
+    wait = StepEvent("a", Phase.CREATING, "waiting for the guest agent", limit=300.0)
+    step = next_activity(None, wait, now - 45)
+    assert step.text(now) == "waiting for the guest agent 45s / 300s"
+    retry = replace(wait, retry=Retry("proxmox", "PVE 503", 2, 5, delay=1.6))
+    retrying = next_activity(step, retry, now)
+    assert retrying.text(now) == (
+        "waiting for the guest agent 45s / 300s — PVE 503, retry 2/5 in 1.6s"
+    )
+    assert retrying.text(now + 1.0).endswith("retry 2/5 in 0.6s")  # counting down
+    later = next_activity(retrying, StepEvent("a", Phase.PROVISIONING), now + 2)
+    assert later.text(now + 2) == "provisioning 0.0s"  # a new step: no retry, new clock
 
 
 @pytest.mark.parametrize(

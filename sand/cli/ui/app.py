@@ -25,6 +25,7 @@ from sand.cli.ui.model import (
     LAST_COLUMN,
     Activity,
     BoardRow,
+    next_activity,
     painted,
     shown,
     summary,
@@ -135,7 +136,8 @@ class Board(App[int]):
         self._redraw_detail()
 
     def show_step(self, event: StepEvent) -> None:
-        self.state.activity[event.vm] = Activity(event, time.monotonic())
+        before = self.state.activity.get(event.vm)
+        self.state.activity[event.vm] = next_activity(before, event, time.monotonic())
         self._redraw_activity(event.vm)
 
     def say(self, text: str) -> None:

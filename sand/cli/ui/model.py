@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.style import Style
@@ -35,36 +35,41 @@ def shown(text: object, limit: int = 200) -> str:
 
 @dataclass(frozen=True)
 class Activity:
-    """What an apply under way is doing to one VM (the engine's last event for it)."""
+    """What an apply under way is doing to one VM: its step (the engine's last event for
+    it, and when that step began) and a retry within that step, counting down."""
 
     event: StepEvent
-    received: float  # time.monotonic() when it arrived: the step's clock runs from here
+    began: float  # time.monotonic() when the step began: its own clock runs from here
+    retry: StepEvent | None = None  # the last retry announced within the step
+    retry_at: float = 0.0
 
     def text(self, now: float) -> str:
-        """ "creating 3.2s", "✓ done 14.0s", "✗ failed (ssh) 2.1s": the step and how long
-        this VM's apply has taken (its clock stops at the last event)."""
+        """ "creating 3.2s", "waiting for the guest agent 45s / 300s — PVE 503, retry 2/5
+        in 1.6s", "✓ done 14.0s": the step with its own clock (against its limit when it
+        is a bounded wait); a final one with the time the VM's whole apply took."""
         e = self.event
-        took = e.elapsed if e.phase.final else e.elapsed + max(0.0, now - self.received)
-        mark = {Phase.DONE: "✓ ", Phase.FAILED: "✗ "}.get(e.phase, "")
-        return f"{mark}{step_words(e)} {took:.1f}s"
+        if e.phase.final:
+            mark = "✓" if e.phase is Phase.DONE else "✗"
+            return f"{mark} {shown(e.text, 80)} {e.elapsed:.1f}s"
+        took = max(0.0, now - self.began)
+        clock = f"{took:.0f}s / {e.limit:.0f}s" if e.limit else f"{took:.1f}s"
+        said = f"{shown(e.text, 80)} {clock}"
+        r = self.retry.retry if self.retry is not None else None
+        if r is not None:
+            left = max(0.0, r.delay - (now - self.retry_at))
+            of = f"/{r.attempts}" if r.attempts else ""
+            said += f" — {shown(r.reason, 60)}, retry {r.attempt}{of} in {left:.1f}s"
+        return said
 
 
-def step_words(event: StepEvent) -> str:
-    """An event in a person's words, with its wait or retry when the engine gives one."""
-    words = event.text
-    limit = getattr(event, "limit", None)  # seconds a wait may last (engine permitting)
-    if limit:
-        words += f" {event.elapsed:.0f}s / {float(limit):.0f}s"
-    retry = getattr(event, "retry", None)
-    if retry is not None:
-        layer = getattr(retry, "layer", "") or ""
-        reason = getattr(retry, "reason", "") or "retry"
-        attempt, attempts = getattr(retry, "attempt", "?"), getattr(retry, "attempts", "?")
-        delay = getattr(retry, "delay", None)
-        after = f" in {float(delay):.1f}s" if delay is not None else ""
-        who = f"{layer} " if layer else ""
-        words += f" ({who}{reason}, retry {attempt}/{attempts}{after})"
-    return shown(words, 120)
+def next_activity(before: Activity | None, event: StepEvent, now: float) -> Activity:
+    """A VM's activity once ``event`` arrived: a retry belongs to the step under way; any
+    other event is a new step, whose clock starts now."""
+    if event.retry is not None and before is not None and not before.event.phase.final:
+        return replace(before, retry=event, retry_at=now)
+    if event.retry is not None:
+        return Activity(event, now, retry=event, retry_at=now)
+    return Activity(event, now)
 
 
 @dataclass(frozen=True)
