@@ -134,6 +134,28 @@ async def test_p_plans_as_sand_plan_and_a_yes_changes_proxmox(
         assert rows(app)["web-1"]["SYNC"] == "Synced"
 
 
+async def test_a_refresh_costs_one_listing(sand: Sand, fakepve_server: Any) -> None:
+    rig = fakepve_server
+    sand.write(rig.manifest([{"name": f"web-{i}"} for i in range(5)]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        assert {r["SYNC"] for r in rows(app).values()} == {"Synced"}
+        rig.clear_log()
+        taken = app.state.snapshot.taken if app.state.snapshot else 0.0
+        await pilot.press("r")
+        await until(pilot, lambda: app.state.snapshot and app.state.snapshot.taken > taken, "r")
+        assert [(r.method, r.path) for r in rig.log] == [("GET", "/cluster/resources")]
+
+
+def test_without_a_terminal_it_says_what_to_use(sand: Sand, limactl_standin: StandIn) -> None:
+    sand.write(lima_manifest(limactl_standin, "dev-1"))
+    proc = sand.run("ui")  # stdin and stdout are pipes here
+    assert proc.returncode == 1
+    assert "sand ui needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
+
+
 async def test_a_vm_that_cannot_be_swept_for_work_is_not_deleted(
     sand: Sand, fakepve_server: Any
 ) -> None:

@@ -25,8 +25,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     manifest = Path(args.manifest)
     loaded = load_manifest(manifest)  # ManifestError: FILE:LINE:COL, exit 1, screen untouched
-    if args.interval <= 0:
-        print("Error: --interval must be a number of seconds above 0", file=sys.stderr)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(
+            "Error: sand ui needs a terminal; for a script, use sand status --json or sand plan",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     log_to_file(loaded.manifest.project, args.log_format, args.log_level)
     return run_board(manifest, interval=args.interval, watch=args.watch)
