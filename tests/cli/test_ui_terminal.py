@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import sys
 import termios
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -145,3 +147,36 @@ def test_a_bad_manifest_is_a_located_error_before_the_screen_is_touched(
     assert end(term) == 1
     out = bytes(term.output)
     assert b"sand.yaml:3:" in out and b"\x1b[?1049h" not in out
+
+
+@pytest.mark.fakepve_rig(time_scale=1.0)
+def test_quitting_mid_apply_stops_it_where_the_journal_sees_it(
+    tmp_path: Path, fakepve_server: Any
+) -> None:
+    rig = fakepve_server
+    rig.set_task_secs("qmclone", 8.0)  # the clone is still running when we leave
+    manifest = tmp_path / "sand.yaml"
+    manifest.write_text(yaml.safe_dump(rig.manifest([{"name": "web-1"}])))
+    env = {**os.environ, "SAND_STATE_DIR": str(tmp_path / "state"), "TERM": "xterm-256color"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    term = launch(manifest, env)
+    before = modes(term)
+    term.expect(b"web-1", timeout=30)
+    term.type("a")
+    term.expect(b"Only 'yes' will be accepted", timeout=60)
+    term.type("yes\r")
+    term.expect(b"clon", timeout=60)  # the row follows the engine into the clone
+    term.type("q")
+    term.expect(b"q again stops it", timeout=10)
+    term.type("q")
+    assert end(term, 60) == 130
+    assert_given_back(term, before)
+    out = bytes(term.output)
+    assert b"Interrupted: web-1 was creating" in out and b"(journal)" in out
+    # The next apply settles what was left: one VM, not two.
+    proc = subprocess.run(
+        [sys.executable, "-m", "sand", "apply", "--auto-approve", "-f", str(manifest)],
+        env={**env, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [v.name for v in rig.vms()] == ["web-1"]
