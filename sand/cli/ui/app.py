@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -20,6 +20,7 @@ from sand.apply.events import StepEvent
 from sand.cli.ui import work
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.fleet import Fleet, Snapshot
+from sand.cli.ui.keys import BINDINGS, KeyActions
 from sand.cli.ui.model import (
     COLUMNS,
     LAST_COLUMN,
@@ -30,7 +31,6 @@ from sand.cli.ui.model import (
     shown,
     summary,
 )
-from sand.cli.ui.screens import KEYS, TextScreen
 from sand.cli.ui.table import RowsView
 from sand.plan.model import Plan
 
@@ -43,13 +43,14 @@ class BoardState:
     rows: list[BoardRow] = field(default_factory=list)
     plan: Plan | None = None  # the newest plan (a refresh's, or p's)
     plan_kind: str = "status"
+    plan_taken: float = 0.0  # when p (or a watch) planned last: a newer refresh wins
     activity: dict[str, Activity] = field(default_factory=dict)
     landing: dict[str, str] = field(default_factory=dict)
     filter: str = ""
     error: str = ""
 
 
-class Board(App[int]):
+class Board(KeyActions, App[int]):
     TITLE = "sand ui"
     ENABLE_COMMAND_PALETTE = False
     CSS = """
@@ -60,20 +61,7 @@ class Board(App[int]):
     #filter { dock: bottom; display: none; }
     #filter.open { display: block; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "plan", "plan"),
-        Binding("a", "apply", "apply"),
-        Binding("s", "shell", "shell"),
-        Binding("l", "land", "land"),
-        Binding("r", "refresh", "refresh"),
-        Binding("slash", "filter", "filter", key_display="/"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit_board", "quit"),
-        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
-        Binding("escape", "clear_filter", show=False),
-        Binding("j", "cursor_down", show=False),
-        Binding("k", "cursor_up", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
     def __init__(self, fleet: Fleet, *, interval: float = 30.0, watch: Any = None) -> None:
         super().__init__()
@@ -124,15 +112,13 @@ class Board(App[int]):
         if not self.jobs.applying and snapshot.taken > self.jobs.apply_finished:
             s.activity.clear()  # the last apply's results are in the records now
         s.rows = snapshot.rows
-        if s.plan is None or s.plan_kind == "status" or snapshot.taken > self._plan_taken:
+        if s.plan is None or s.plan_kind == "status" or snapshot.taken > s.plan_taken:
             s.plan, s.plan_kind = snapshot.plan, "status"
         self._redraw_rows()
 
-    _plan_taken: float = 0.0
-
     def show_plan(self, plan: Plan, kind: str = "plan") -> None:
         self.state.plan, self.state.plan_kind = plan, kind
-        self._plan_taken = time.time()
+        self.state.plan_taken = time.time()
         self._redraw_detail()
 
     def show_step(self, event: StepEvent) -> None:
@@ -243,77 +229,6 @@ class Board(App[int]):
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._redraw_detail()
-
-    # --- keys ------------------------------------------------------------------------
-
-    def action_refresh(self) -> None:
-        self.jobs.refresh()
-
-    def action_plan(self) -> None:
-        self.jobs.plan()
-
-    def action_apply(self) -> None:
-        self.jobs.apply()
-
-    def action_land(self) -> None:
-        vm = self.selected_vm()
-        if vm is None:
-            self.say("no VM selected")
-            return
-        self.jobs.land(vm)
-
-    def action_shell(self) -> None:
-        vm = self.selected_vm()
-        if vm is None:
-            self.say("no VM selected")
-            return
-        self.jobs.shell(vm)
-
-    def action_help(self) -> None:
-        self.push_screen(TextScreen("help", KEYS))
-
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.add_class("open")
-        box.value = self.state.filter
-        box.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "filter":
-            self.state.filter = event.value
-            self._redraw_rows()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            event.input.remove_class("open")
-            self.query_one("#table", DataTable).focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("open")
-        box.value = ""
-        self.state.filter = ""
-        self._redraw_rows()
-        self.query_one("#table", DataTable).focus()
-
-    def action_cursor_down(self) -> None:
-        self.query_one("#table", DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one("#table", DataTable).action_cursor_up()
-
-    def action_quit_board(self) -> None:
-        if self.jobs.applying and not self.jobs.leaving:
-            self.jobs.leaving = True
-            self.say(
-                "An apply is running: q again stops it where it is (the journal keeps what "
-                "it left; the next sand apply settles it)."
-            )
-            return
-        self.leave(0)
-
-    def action_interrupt(self) -> None:
-        self.leave(130)
 
     def leave(self, code: int) -> None:
         self.exit_code = code
