@@ -7,11 +7,12 @@ converged fakepve fleet; the clock runs from spawning the process to the first
 frame (the board's title on the terminal) and, beside it, to the first row of the
 first observation. Target: first frame within 1 s on 200 VMs.
 
-Key latency: the board (Textual's headless pilot, in this process) over a converged
+Key latency: the board (Textual's headless pilot, in a process of its own) over a converged
 fakepve fleet, with a key sent every 20 ms from another thread (j, k, ...; as a
-terminal sends them) for as long as three refreshes take (the one at start, whose
-rows are all new, and two more), each key timed from being sent until its handler
-ran. The refresh runs on its own thread; the UI thread only draws its rows, a chunk
+terminal sends them) through the first observation (whose thousand rows are all new
+to the table) and then five refreshes back to back, each key timed from being sent
+until its handler ran; the two periods are reported apart. The refresh runs in the
+board's observer process (as in sand ui); the UI thread only draws its rows, a chunk
 at a time. Target: no key waits on a refresh.
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+REFRESHES = 5  # refreshes after the first, back to back, while keys are sent
 sys.path.insert(0, str(ROOT))
 
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
@@ -121,8 +123,10 @@ async def _press_during_refreshes(manifest: Path) -> dict[str, Any]:
 
     from sand.cli.ui.app import Board
     from sand.cli.ui.fleet import Fleet
+    from sand.cli.ui.observer import Observer
 
-    app = Board(Fleet(manifest), interval=3600)
+    observer = Observer(manifest)  # as sand ui observes: in a child process
+    app = Board(Fleet(manifest, observer=observer), interval=3600)
     sent: list[float] = []
     handled: list[float] = []
     refresh_seconds: list[float] = []
@@ -160,27 +164,46 @@ async def _press_during_refreshes(manifest: Path) -> dict[str, Any]:
 
         thread = threading.Thread(target=typist, daemon=True)
         thread.start()
-        asked = 1
-        while len(draws) < 3:
-            if not app.jobs.refreshing and len(draws) == asked:
-                app.action_refresh()
-                asked += 1
+        table = app.query_one("#table")
+        while app.state.snapshot is None or table.row_count < len(app.state.rows):  # type: ignore[attr-defined]
             await asyncio.sleep(0.01)
-        await pilot.pause(0.3)  # the last rows drawn, in chunks
+        first_done = time.perf_counter()  # the first observation drawn, all its rows
+        for n in range(2, REFRESHES + 2):
+            app.action_refresh()
+            while len(draws) < n or app.jobs.refreshing:
+                await asyncio.sleep(0.01)
+        await pilot.pause(0.3)
         stop.set()
         thread.join()
         await pilot.pause(0.3)
-        rows = app.query_one("#table").row_count  # type: ignore[attr-defined]
-    latencies = sorted(h - s for s, h in zip(sent, handled, strict=False))
+        rows = table.row_count  # type: ignore[attr-defined]
+    observer.close()
+    pairs = list(zip(sent, handled, strict=False))
+    first = sorted(h - s for s, h in pairs if s < first_done)
+    later = sorted(h - s for s, h in pairs if s >= first_done)
+    return {
+        "first": _stats(first),
+        "later": _stats(later),
+        "refresh": statistics.median(refresh_seconds[1:] or refresh_seconds),
+        "draw": max(draws),
+        "rows": rows,
+    }
+
+
+def _stats(latencies: list[float]) -> dict[str, float]:
     return {
         "presses": len(latencies),
         "median": statistics.median(latencies),
         "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "max": latencies[-1],
-        "refresh": statistics.median(refresh_seconds),
-        "draw": max(draws),
-        "rows": rows,
     }
+
+
+def _said(stats: dict[str, float]) -> str:
+    return (
+        f"{stats['presses']:.0f} keys: median {stats['median'] * 1000:.0f} ms, "
+        f"p99 {stats['p99'] * 1000:.0f} ms, max {stats['max'] * 1000:.0f} ms"
+    )
 
 
 def rows(
@@ -195,11 +218,11 @@ def rows(
         ),
         ("  first rows drawn", f"{f['rows'] * 1000:.0f} ms (the first observation done)"),
         (
-            f"keys during refreshes of {refresh_vms} VMs",
-            f"{k['presses']} presses: median {k['median'] * 1000:.0f} ms, "
-            f"p99 {k['p99'] * 1000:.0f} ms, max {k['max'] * 1000:.0f} ms",
+            f"keys during {REFRESHES} refreshes of {refresh_vms} VMs",
+            _said(k["later"]),
         ),
-        ("  one refresh (off the UI thread)", f"{k['refresh'] * 1000:.0f} ms"),
+        ("  ... during the first observation and its rows", _said(k["first"])),
+        ("  one refresh (observer process)", f"{k['refresh'] * 1000:.0f} ms"),
         (f"  handing {k['rows']} rows to the table", f"{k['draw'] * 1000:.0f} ms at most"),
     ]
 
@@ -217,7 +240,7 @@ def main() -> int:
         print(json.dumps(asyncio.run(_press_during_refreshes(Path(args.keys_child)))))
         return 0
     for key, value in rows(args.first_frame_vms, args.refresh_vms, args.runs):
-        print(f"{key:44} {value}")
+        print(f"{key:48} {value}")
     return 0
 
 

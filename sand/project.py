@@ -56,11 +56,19 @@ def desired_from(loaded: LoadedManifest) -> DesiredState:
     return build_desired(loaded, bundle_digest=bundle_digest())
 
 
-def open_session(path: str | Path, *, lock: bool, lock_wait: float = 0.0) -> Session:
-    """Load and validate the manifest, build backends; take the project lock if asked."""
+def open_session(
+    path: str | Path,
+    *,
+    lock: bool,
+    lock_wait: float = 0.0,
+    loaded: LoadedManifest | None = None,
+) -> Session:
+    """Load and validate the manifest, build backends; take the project lock if asked.
+    ``loaded``: the manifest at ``path`` as already loaded (by a caller that knows the
+    file has not changed since)."""
     from sand.backends.factory import make_backends
 
-    loaded = load_manifest(path)
+    loaded = loaded if loaded is not None else load_manifest(path)
     desired = desired_from(loaded)
     session = Session(loaded, desired)
     if lock:

@@ -180,3 +180,45 @@ def test_quitting_mid_apply_stops_it_where_the_journal_sees_it(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [v.name for v in rig.vms()] == ["web-1"]
+
+
+def test_the_real_board_shows_no_secret_value(tmp_path: Path, fakepve_server: Any) -> None:
+    """As test_ui_safety, through sand ui itself: its observations run in a child
+    process, and what the board reads on its own (the journal, the provisioning log)
+    is redacted with the values it resolved too."""
+    from tests.cli.test_ui_safety import CANARY, plant
+
+    rig = fakepve_server
+    scoped = [{"name": "API_TOKEN", "scope": "~/work"}]
+    data = rig.manifest(
+        [{"name": "agent-1", "secrets": scoped}],
+        defaults={"provision": True},
+        identity=str(rig.identity),
+    )
+    data["secrets"] = {"API_TOKEN": {"from": {"env": "SAND_TEST_UI_SECRET"}}}
+    manifest = tmp_path / "sand.yaml"
+    manifest.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "SAND_STATE_DIR": str(tmp_path / "state"), "TERM": "xterm-256color"}
+    env.update(SAND_TEST_UI_SECRET=CANARY, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    old = os.environ.get("SAND_STATE_DIR")
+    os.environ["SAND_STATE_DIR"] = env["SAND_STATE_DIR"]
+    try:
+        plant("demo", "agent-1")
+    finally:
+        if old is None:
+            del os.environ["SAND_STATE_DIR"]
+        else:
+            os.environ["SAND_STATE_DIR"] = old
+    term = launch(manifest, env)
+    before = modes(term)
+    term.expect(b"agent-1", timeout=30)
+    term.expect(b"[redacted]", timeout=30)
+    term.type("p")
+    term.expect(b"will be created", timeout=60)
+    term.type("\x1b")
+    time.sleep(0.5)
+    term.type("q")
+    assert end(term) == 0
+    assert_given_back(term, before)
+    out = bytes(term.output)
+    assert CANARY.encode() not in out and CANARY[:16].encode() not in out

@@ -31,8 +31,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    log_to_file(loaded.manifest.project, args.log_format, args.log_level)
-    return run_board(manifest, interval=args.interval, watch=args.watch)
+    log = log_to_file(loaded.manifest.project, args.log_format, args.log_level)
+    return run_board(manifest, interval=args.interval, watch=args.watch, log=log)
 
 
 def log_to_file(project: str, fmt: str, level: str | None) -> Path:
@@ -49,11 +49,12 @@ def log_to_file(project: str, fmt: str, level: str | None) -> Path:
     return path
 
 
-def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
+def run_board(manifest: Path, *, interval: float, watch: bool, log: Path | None = None) -> int:
     import signal
 
     from sand.cli.ui.app import Board
     from sand.cli.ui.fleet import Fleet
+    from sand.cli.ui.observer import Observer
     from sand.cli.ui.watching import BoardWatch
 
     watcher = None
@@ -65,7 +66,10 @@ def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
             parallelism=10,
             allow_mass_delete=False,
         )
-    board = Board(Fleet(manifest), interval=interval, watch=watcher)
+    # Observations run in a child process: their work never shares the interpreter
+    # lock with the keys (sand.cli.ui.observer).
+    observer = Observer(manifest, log=log)
+    board = Board(Fleet(manifest, observer=observer), interval=interval, watch=watcher)
 
     def terminate(_signum: int, _frame: object) -> None:
         # A SIGTERM, a SIGHUP (the SSH session dropped) or a SIGINT from outside (the
@@ -81,6 +85,7 @@ def run_board(manifest: Path, *, interval: float, watch: bool) -> int:
         if watcher is not None:
             watcher.stop()
         board.jobs.stop()
+        observer.close()
         thread = board.jobs.apply_thread
         if thread is not None and thread.is_alive():
             thread.join(APPLY_GRACE)

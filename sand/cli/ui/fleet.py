@@ -25,7 +25,9 @@ from sand.errors import SandError
 from sand.plan.model import Plan
 
 if TYPE_CHECKING:
+    from sand.cli.ui.observer import Observer
     from sand.guest.endpoint import GuestEndpoint
+    from sand.manifest import LoadedManifest
 
 # (the plan, why it may not run or None) -> approved? The board asks in a dialog.
 Ask = Callable[[Plan, str | None], Awaitable[bool]]
@@ -53,11 +55,53 @@ class Snapshot:
 @dataclass
 class Fleet:
     manifest: Path
+    # The manifest as last loaded, and the file's identity then: a refresh of an
+    # unchanged file reuses it (validating a big manifest holds the GIL, and with it
+    # the keys, for tens of milliseconds).
+    _loaded: tuple[tuple[int, int, int], LoadedManifest] | None = field(default=None, repr=False)
+    # Observe in a child process (sand ui itself); None: on the calling thread (tests).
+    observer: Observer | None = None
+    _primed: LoadedManifest | None = field(default=None, repr=False)
+
+    def loaded(self) -> LoadedManifest | None:
+        """The manifest, loaded again only when the file changed (None: load it)."""
+        from sand.manifest import load_manifest
+
+        try:
+            st = self.manifest.stat()
+        except OSError:
+            return None  # let open_session say what is wrong with the path
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._loaded is None or self._loaded[0] != key:
+            self._loaded = (key, load_manifest(self.manifest))
+        return self._loaded[1]
 
     def observe(self) -> Snapshot:
         """The fleet now, within ``sand plan``'s budget: one listing per backend, no
         guest contacted, nothing changed."""
-        return asyncio.run(self.observe_async())
+        if self.observer is None:
+            return asyncio.run(self.observe_async())
+        self.prime_redaction()
+        return self.observer.observe()
+
+    def prime_redaction(self) -> None:
+        """Resolve here, once per manifest, the secret values an observation resolves (a
+        child process's resolving registers them there only): what this process reads
+        and shows itself (journal, provisioning log) is redacted with them too."""
+        loaded = self.loaded()
+        if loaded is None or loaded is self._primed:
+            return
+        from sand.apply.provisioning import GuestSecrets
+        from sand.project import open_session
+
+        session = open_session(self.manifest, lock=False, loaded=loaded)
+        try:
+            GuestSecrets(session).stamps(session.desired)
+        except SandError:
+            pass  # the observation reports what could not be resolved
+        finally:
+            asyncio.run(session.close())
+        self._primed = loaded
 
     async def observe_async(self) -> Snapshot:
         from sand.apply.status import status_from, status_plan
@@ -65,7 +109,7 @@ class Fleet:
         from sand.state.records import load_records
 
         started = time.monotonic()
-        session = open_session(self.manifest, lock=False)
+        session = open_session(self.manifest, lock=False, loaded=self.loaded())
         try:
             plan = await status_plan(session)
         finally:

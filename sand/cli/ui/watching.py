@@ -84,7 +84,7 @@ class BoardWatch(Watcher):
             return
         fleet = self.board.fleet
         try:
-            snapshot = await fleet.observe_async()
+            snapshot = await asyncio.to_thread(fleet.observe)
         except SandError as exc:
             jobs.failed(f"watch ({reason})", exc)
             return
