@@ -8,6 +8,7 @@ every backend at once, one listing each.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,16 @@ def desired_from(loaded: LoadedManifest) -> DesiredState:
     return build_desired(loaded, bundle_digest=bundle_digest())
 
 
-def open_session(path: str | Path, *, lock: bool, lock_wait: float = 0.0) -> Session:
-    """Load and validate the manifest, build backends; take the project lock if asked."""
+def open_session(
+    path: str | Path, *, lock: bool, lock_wait: float = 0.0, host_dir: Path | None = None
+) -> Session:
+    """Load and validate the manifest, build backends; take the project lock if asked.
+    ``host_dir``: where the manifest's relative host paths point (default: beside it)."""
     from sand.backends.factory import make_backends
 
     loaded = load_manifest(path)
+    if host_dir is not None:
+        loaded = dataclasses.replace(loaded, host_dir=host_dir)
     desired = desired_from(loaded)
     session = Session(loaded, desired)
     if lock:

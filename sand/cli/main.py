@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-mass-delete", action="store_true")
     data_loss_flag(p)
     steering_flags(p)
+    p.add_argument(
+        "--lease-wait",
+        type=_seconds_or_zero,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds while another applier holds the project's lease "
+        "(default 0: fail at once, naming it)",
+    )
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
     p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
     p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
@@ -137,6 +145,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
     return value
 
 
