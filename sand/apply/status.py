@@ -13,12 +13,15 @@ what failed (``None``: not checked).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sand.apply.health import DEEP_TIMEOUT, check_health, targets
 from sand.apply.reconcile import compute_plan
+from sand.backends.protocol import Backend
+from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import open_session
 from sand.state.records import load_records
@@ -32,6 +35,9 @@ STATUS_FORMAT_VERSION = "1"
 class StatusReport:
     rows: list[dict[str, Any]]
     unknown_backends: dict[str, str] = field(default_factory=dict)
+    # Per backend, its one-writer lease as stored (``LeaseRecord.to_status``): who
+    # holds it now, or who last applied. Backends whose lease was never taken: none.
+    leases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +46,7 @@ class StatusReport:
             "unknown_backends": [
                 {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())
             ],
+            "leases": self.leases,
         }
 
 
@@ -48,17 +55,18 @@ def status_report(
 ) -> StatusReport:
     session = open_session(manifest, lock=False)
 
-    async def run() -> tuple[Plan, dict[str, list[str]]]:
+    async def run() -> tuple[Plan, dict[str, list[str]], list[dict[str, Any]]]:
         try:
             plan = await compute_plan(session, checks=False, guest_checks=False)
+            leases = await _leases(session.backends, plan)
             if not deep:
-                return plan, {}
+                return plan, {}, leases
             todo = targets(plan, session.backends)
-            return plan, await check_health(todo, timeout=timeout or DEEP_TIMEOUT)
+            return plan, await check_health(todo, timeout=timeout or DEEP_TIMEOUT), leases
         finally:
             await session.close()
 
-    plan, health = asyncio.run(run())
+    plan, health, leases = asyncio.run(run())
     records = load_records(session.project)
     unknown = dict(plan.unknown_backends)
     rows = [
@@ -66,7 +74,22 @@ def status_report(
         for c in plan.changes
     ]
     rows += _recorded_but_unseen(plan, records, unknown)
-    return StatusReport(rows, unknown)
+    return StatusReport(rows, unknown, leases)
+
+
+async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:
+    """Each observable backend's lease record (read-only; one read each)."""
+    names = sorted(n for n in backends if n not in plan.unknown_backends)
+
+    async def one(name: str) -> dict[str, Any] | None:
+        try:
+            record = await backends[name].lease_record()
+        except SandError:
+            return None  # the lease is a courtesy here: the VMs are what status is for
+        return record.to_status(name) if record is not None else None
+
+    found = await asyncio.gather(*(one(n) for n in names))
+    return [f for f in found if f is not None]
 
 
 def _row(
