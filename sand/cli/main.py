@@ -21,6 +21,7 @@ from sand.cli.flags import (
     add_manifest_args,
     resolve_manifest,
 )
+from sand.cli.sync import add_sync_parser
 from sand.cli.template import add_template_parser
 from sand.cli.verbs import add_verb_parsers, manifest_option
 from sand.errors import ManifestError, SandError
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verb_parsers(sub)
     add_template_parser(sub)
+    add_sync_parser(sub)
     p = sub.add_parser("completion", help="print a shell completion script")
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
     add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
