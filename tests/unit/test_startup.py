@@ -7,7 +7,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("proxmoxer", "asyncssh", "requests", "aiohttp", "watchfiles", "rich", "tenacity")
+HEAVY = (
+    "proxmoxer",
+    "asyncssh",
+    "requests",
+    "aiohttp",
+    "watchfiles",
+    "rich",
+    "tenacity",
+    "prometheus_client",
+)
 
 PROBE = """
 import sys
