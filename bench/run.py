@@ -27,6 +27,8 @@ SECTIONS = [
     ("preflight cost of a plan with N creates (fakepve)", "bench.preflight_cost", "rows"),
     ("create throughput (fakepve, scaled task time)", "bench.create_throughput", "rows"),
     ("watch save-to-plan latency", "bench.watch_latency", "rows"),
+    ("sand sync: push-to-apply-start latency, webhook vs polling", "bench.sync_latency", "rows"),
+    ("one-writer lease: requests per apply on Proxmox (fakepve)", "bench.lease_cost", "rows"),
 ]
 
 
