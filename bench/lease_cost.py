@@ -77,7 +77,8 @@ def rows(sizes: tuple[int, ...] = (1, 10, 50)) -> list[tuple[str, str]]:
         result.append(
             (
                 f"N={n}: lease requests (of all)",
-                f"first apply {made[0]} ({made[1]}; it makes the lease object), "
+                f"first apply {made[0]} ({made[1]}; making the object once also costs a "
+                "nextid and two listings), "
                 f"change all {changed[0]} ({changed[1]}), no-op {noop[0]} ({noop[1]}); "
                 "target ≤ 3, 0 for a no-op",
             )

@@ -259,6 +259,10 @@ class _Run:
         prepared, again = await leased(leases, prepared, plan)
         if again:
             print_recovered(prepared)
+            if saved is not None:
+                from sand.apply.planfile import check_still_valid
+
+                check_still_valid(saved, session, prepared.plan)  # another wrote: stale?
             if (self.ask or saved is not None) and not same_changes(plan_seen, prepared.plan):
                 # What was approved is not what would run: a person decides again.
                 raise PlanRefused(
