@@ -7,10 +7,17 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.errors import PlanRefused
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from sand.apply.sync import Syncer
+    from sand.cli.hooks import HookServer
+    from sand.cli.metrics import PrometheusMetrics
 
 
 def add_sync_parser(sub: Any) -> None:
@@ -100,11 +107,12 @@ def _secret(path: str) -> bytes:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     import asyncio
-    import signal
 
     from sand.apply.gitmirror import GitMirror
     from sand.apply.sync import START, NoMetrics, Syncer, SyncMetrics
     from sand.apply.unattended import Reconciler
+    from sand.cli.inflight import track
+    from sand.cli.progress import progress_view
     from sand.cli.watch import ConsoleReport, _now
 
     _check(args)
@@ -113,59 +121,76 @@ def cmd_sync(args: argparse.Namespace) -> int:
     secret = _secret(args.webhook_secret_file) if args.webhook_secret_file else b""
     token = Path(args.token_file).expanduser() if args.token_file else None
     mirror = GitMirror(args.repo, args.branch, token_file=token)
-    report = ConsoleReport("sync")
     metrics: SyncMetrics = NoMetrics()
     prometheus = None
     if metrics_at is not None:
         from sand.cli.metrics import PrometheusMetrics
 
         metrics = prometheus = PrometheusMetrics()
-    reconciler = Reconciler(
-        parallelism=args.parallelism,
-        allow_mass_delete=args.allow_mass_delete,
-        command="sync",
-        report=report,
-        lease_wait=args.lease_wait,
-    )
     host_dir = Path(args.host_dir or ".").expanduser().resolve()
-    syncer = Syncer(mirror, args.path, host_dir, reconciler, metrics)
-    where = f"{args.repo} ({args.branch or 'default branch'}, {args.path})"
+    # Each run's progress as plain lines, as a watch's: runs interleave with notes.
+    with progress_view("log" if args.log_format == "json" else "lines") as view:
+        inflight = track(view)
+        reconciler = Reconciler(
+            parallelism=args.parallelism,
+            allow_mass_delete=args.allow_mass_delete,
+            command="sync",
+            report=ConsoleReport("sync"),
+            hooks=inflight,
+            lease_wait=args.lease_wait,
+        )
+        syncer = Syncer(mirror, args.path, host_dir, reconciler, metrics)
+        if args.once:
+            result = asyncio.run(syncer.check(START))
+            failed = syncer.head_rejected or result is None or not result.ok
+            return EXIT_ERROR if failed else EXIT_OK
+        where = f"{args.repo} ({args.branch or 'default branch'}, {args.path})"
+        serving = _Serving(syncer, args, hooks_at, metrics_at, secret, prometheus)
+        try:
+            asyncio.run(serving.run(where))
+        except KeyboardInterrupt:
+            if inflight.phases:
+                raise  # during a run: sand.cli.main names what it left, exits 130
+            print(f"{_now()} sync: stopped", file=sys.stderr)
+    return EXIT_OK
 
-    if args.once:
-        result = asyncio.run(syncer.check(START))
-        if syncer.head_rejected or result is None or not result.ok:
-            return EXIT_ERROR
-        return EXIT_OK
 
-    async def serve() -> None:
+class _Serving:
+    """The long-running sync: its listener and metrics server around the loop."""
+
+    def __init__(
+        self,
+        syncer: Syncer,
+        args: argparse.Namespace,
+        hooks_at: tuple[str, int] | None,
+        metrics_at: tuple[str, int] | None,
+        secret: bytes,
+        prometheus: PrometheusMetrics | None,
+    ) -> None:
+        self.syncer = syncer
+        self.args = args
+        self.hooks_at = hooks_at
+        self.metrics_at = metrics_at
+        self.secret = secret
+        self.prometheus = prometheus
+
+    async def run(self, where: str) -> None:
+        import asyncio
+        import signal
+
+        from sand.cli.watch import _now
+
+        args = self.args
         loop = asyncio.get_running_loop()
         stop, poke = asyncio.Event(), asyncio.Event()
         with contextlib.suppress(NotImplementedError):
+            # systemd's stop: the same as Ctrl-C between runs, a clean end.
             loop.add_signal_handler(signal.SIGTERM, stop.set)
-        hooks = None
-        if hooks_at is not None:
-            from sand.cli.hooks import HookServer
-
-            def refused(address: str) -> None:
-                report.note(f"webhook from {address} refused: bad or missing signature")
-                metrics.failed("webhook")
-
-            # Called on the listener's threads: each hands over to the loop.
-            def on_poke() -> None:
-                loop.call_soon_threadsafe(poke.set)
-
-            def on_refused(address: str) -> None:
-                loop.call_soon_threadsafe(refused, address)
-
-            try:
-                hooks = HookServer(hooks_at, secret, on_poke, on_refused).start()
-            except OSError as exc:
-                raise PlanRefused(f"--listen {args.listen}: {exc.strerror}") from None
-            print(f"{_now()} sync: webhook on http://{args.listen}/hooks/git", file=sys.stderr)
+        hooks = self._listen(loop, poke) if self.hooks_at is not None else None
         try:
-            if prometheus is not None and metrics_at is not None:
+            if self.prometheus is not None and self.metrics_at is not None:
                 try:
-                    prometheus.serve(*metrics_at)
+                    self.prometheus.serve(*self.metrics_at)
                 except OSError as exc:
                     raise PlanRefused(f"--metrics {args.metrics}: {exc.strerror}") from None
                 print(f"{_now()} sync: metrics on http://{args.metrics}/metrics", file=sys.stderr)
@@ -174,13 +199,34 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            await syncer.run(args.interval, stop, poke)
+            await self.syncer.run(args.interval, stop, poke)
         finally:
             if hooks is not None:
                 hooks.stop()
-            if prometheus is not None:
-                prometheus.stop()
+            if self.prometheus is not None:
+                self.prometheus.stop()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
-    return EXIT_OK
+    def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> HookServer:
+        from sand.cli.hooks import HookServer
+        from sand.cli.watch import _now
+
+        report, metrics = self.syncer.reconciler.report, self.syncer.metrics
+        assert self.hooks_at is not None
+
+        def refused(address: str) -> None:
+            report.note(f"webhook from {address} refused: bad or missing signature")
+            metrics.failed("webhook")
+
+        # Called on the listener's threads: each hands over to the loop.
+        def on_poke() -> None:
+            loop.call_soon_threadsafe(poke.set)
+
+        def on_refused(address: str) -> None:
+            loop.call_soon_threadsafe(refused, address)
+
+        try:
+            server = HookServer(self.hooks_at, self.secret, on_poke, on_refused).start()
+        except OSError as exc:
+            raise PlanRefused(f"--listen {self.args.listen}: {exc.strerror}") from None
+        print(f"{_now()} sync: webhook on http://{self.args.listen}/hooks/git", file=sys.stderr)
+        return server
