@@ -144,9 +144,11 @@ class Backend(Protocol):
        exactly one wins; after a release the next is granted
        (``test_a_second_taker_waits_then_is_told_who_holds_the_lease``,
        ``test_of_two_takers_at_once_exactly_one_wins``).
-    7. A lease expires: one whose holder was killed (kill -9) is granted to the next
-       taker once its ttl (and a little grace) has passed, and that grant is not fresh
-       (``test_the_lease_of_a_killed_holder_expires``).
+    7. A lease expires: one whose holder was killed (kill -9) on another host is granted
+       to the next taker once its ttl (and a little grace) has passed, and that grant is
+       not fresh; one killed on this host is granted at once
+       (``test_the_lease_of_a_killed_holder_expires``,
+       ``test_a_holder_killed_on_this_host_is_seen_gone_at_once``).
     8. A grant is fresh only when nobody else held the lease since this backend's last
        ``observe``; the lease is no VM (no listing shows it) and taking it changes none
        (``test_a_grant_is_fresh_only_when_nobody_wrote_since_the_observation``).

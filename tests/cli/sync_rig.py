@@ -65,7 +65,13 @@ class Repo:
 class SyncProcess:
     """``sand sync`` in a process of its own, with its own state dir."""
 
-    def __init__(self, workdir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wrap: tuple[str, ...] = (),
+    ) -> None:
         self.workdir = workdir
         self.state_dir = workdir / "state"
         full_env = {
@@ -76,7 +82,7 @@ class SyncProcess:
         }
         self.argv = [sys.executable, "-m", "sand", "sync", *args]
         self.proc = subprocess.Popen(
-            self.argv,
+            [*wrap, *self.argv],
             cwd=workdir,
             env=full_env,
             stdout=subprocess.PIPE,
@@ -133,3 +139,12 @@ class SyncProcess:
 
 def git_available() -> bool:
     return shutil.which("git") is not None
+
+
+# A process of its own pid namespace (root): its pids mean nothing to the test's, as a
+# process on another host. SIGKILL to unshare kills it too (--kill-child).
+OTHER_HOST = ("unshare", "--pid", "--kill-child", "--mount-proc")
+
+
+def can_be_another_host() -> bool:
+    return os.geteuid() == 0 and shutil.which("unshare") is not None

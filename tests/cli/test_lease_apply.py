@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -44,25 +46,40 @@ def test_apply_can_wait_for_a_busy_lease(sand: Sand, fakepve_server) -> None:
     rig = fakepve_server
     sand.write(rig.manifest([{"name": "n-1"}]))
     other = rig.make_backend()
+    held, release = threading.Event(), threading.Event()
 
-    async def hold(seconds: float) -> None:
+    async def hold() -> None:
         async with other.lease(LeaseHolder.here(command="elsewhere"), ttl=30):
-            await asyncio.sleep(seconds)
+            held.set()
+            await asyncio.to_thread(release.wait, 120)
         await other.close()
 
-    holder = threading.Thread(target=asyncio.run, args=(hold(3.0),))
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
     holder.start()
-    time.sleep(1.0)
+    assert held.wait(30)
     try:
         refused = sand.run("apply", "--auto-approve")
         assert refused.returncode == 1 and "is being applied by" in refused.stderr
         assert rig.vms() == []
-        started = time.monotonic()
-        waited = sand.run("apply", "--auto-approve", "--lease-wait", "30")
-        assert waited.returncode == 0, waited.stderr
-        assert "Waiting for the lease: project demo is being applied by" in waited.stderr
-        assert time.monotonic() - started >= 0.5 and [vm.name for vm in rig.vms()] == ["n-1"]
+        env = {**os.environ, "SAND_STATE_DIR": str(sand.state_dir), "NO_COLOR": "1"}
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "sand", "apply", "--auto-approve", "--lease-wait", "60"],
+            cwd=sand.workdir,
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        assert waiting.stderr is not None
+        first = waiting.stderr.readline()  # it says so, and waits
+        assert first.startswith("Waiting for the lease: project demo is being applied by")
+        time.sleep(1.0)
+        assert rig.vms() == [] and waiting.poll() is None
+        release.set()
+        assert waiting.wait(60) == 0, waiting.stderr.read()
+        assert [vm.name for vm in rig.vms()] == ["n-1"]
     finally:
+        release.set()
         holder.join(30)
 
 

@@ -18,9 +18,8 @@ import yaml
 
 from tests.cli.sync_rig import Repo, SyncProcess, free_port, git_available, private_file
 from tests.fakepve_rig.rig import FakePveRig
+from tests.required import require
 from tests.rig.gitserver import GitServer
-
-pytestmark = pytest.mark.skipif(not git_available(), reason="git is not installed")
 
 GIT_TOKEN = "git-canary-token-5d1c9e"  # never to be seen anywhere but the git server
 HOOK_SECRET = "hook-secret-8c2f61a7"
@@ -38,6 +37,7 @@ def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, obje
 
 @pytest.fixture
 def git() -> GitServer:
+    require(git_available(), "git is not installed")
     with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
         yield server
 

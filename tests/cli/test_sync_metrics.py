@@ -9,13 +9,13 @@ import pytest
 
 from tests.cli.sync_rig import Repo, free_port, git_available
 from tests.cli.test_sync import GIT_TOKEN, start_sync, vm_manifest
+from tests.required import require
 from tests.rig.gitserver import GitServer
-
-pytestmark = pytest.mark.skipif(not git_available(), reason="git is not installed")
 
 
 @pytest.fixture
 def git():
+    require(git_available(), "git is not installed")
     with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
         yield server
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -33,6 +35,7 @@ from sand.project import observe_all
 from sand.state.journal import Journal
 from tests.contract.conftest import MakeBackend
 from tests.contract.rigs import BOX, ContractRig
+from tests.required import require
 
 
 def plan_words(
@@ -314,20 +317,31 @@ async def test_of_two_takers_at_once_exactly_one_wins(
     assert sorted(outcomes) == ["busy", "won"]
 
 
-async def test_the_lease_of_a_killed_holder_expires(
-    far: ContractRig, backend_of: MakeBackend, tmp_path: Path
-) -> None:
+def _hold_elsewhere(
+    far: ContractRig, tmp_path: Path, ttl: float, *, own_pids: bool
+) -> subprocess.Popen[str]:
+    """A process holding the lease; with ``own_pids`` in a pid namespace of its own,
+    so its pids mean nothing here (as on another host)."""
     manifest = tmp_path / "hold.json"
     manifest.write_text(json.dumps(far.manifest([])))
-    ttl = 3.0
+    wrap = ["unshare", "--pid", "--kill-child", "--mount-proc"] if own_pids else []
     holder = subprocess.Popen(
-        [sys.executable, "-m", "tests.contract.hold_lease", str(manifest), str(ttl)],
+        [*wrap, sys.executable, "-m", "tests.contract.hold_lease", str(manifest), str(ttl)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
     )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+async def test_the_lease_of_a_killed_holder_expires(
+    far: ContractRig, backend_of: MakeBackend, tmp_path: Path
+) -> None:
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare")
+    ttl = 3.0
+    holder = _hold_elsewhere(far, tmp_path, ttl, own_pids=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(LeaseBusy):
             async with backend_of().lease(_holder("too early"), ttl=ttl):
                 pass
@@ -344,6 +358,17 @@ async def test_the_lease_of_a_killed_holder_expires(
     finally:
         holder.kill()
         holder.wait(10)
+
+
+async def test_a_holder_killed_on_this_host_is_seen_gone_at_once(
+    far: ContractRig, backend_of: MakeBackend, tmp_path: Path
+) -> None:
+    # What a person does after kill -9 of their own apply: run it again, at once.
+    holder = _hold_elsewhere(far, tmp_path, 60.0, own_pids=False)
+    holder.kill()
+    holder.wait(10)
+    async with backend_of().lease(_holder("again"), ttl=60, wait=0) as grant:
+        assert grant.fresh  # this backend never observed
 
 
 async def test_a_grant_is_fresh_only_when_nobody_wrote_since_the_observation(
