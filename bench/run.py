@@ -28,6 +28,8 @@ SECTIONS = [
     ("create throughput (fakepve, scaled task time)", "bench.create_throughput", "rows"),
     ("watch save-to-plan latency", "bench.watch_latency", "rows"),
     ("sand ui: first frame on 200 VMs, keys during 1000-VM refreshes", "bench.ui_board", "rows"),
+    ("sand sync: push-to-apply-start latency, webhook vs polling", "bench.sync_latency", "rows"),
+    ("one-writer lease: requests per apply on Proxmox (fakepve)", "bench.lease_cost", "rows"),
 ]
 
 

@@ -8,6 +8,7 @@ every backend at once, one listing each.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +63,17 @@ def open_session(
     lock: bool,
     lock_wait: float = 0.0,
     loaded: LoadedManifest | None = None,
+    host_dir: Path | None = None,
 ) -> Session:
     """Load and validate the manifest, build backends; take the project lock if asked.
     ``loaded``: the manifest at ``path`` as already loaded (by a caller that knows the
-    file has not changed since)."""
+    file has not changed since); ``host_dir``: where the manifest's relative host paths
+    point (default: beside it)."""
     from sand.backends.factory import make_backends
 
     loaded = loaded if loaded is not None else load_manifest(path)
+    if host_dir is not None:
+        loaded = dataclasses.replace(loaded, host_dir=host_dir)
     desired = desired_from(loaded)
     session = Session(loaded, desired)
     if lock:

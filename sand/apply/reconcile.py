@@ -8,7 +8,7 @@ prints, asks and maps the exit codes.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from sand.apply.engine import ApplyResult, execute
@@ -151,9 +151,15 @@ async def recover_and_plan(
     allow_data_loss: bool = False,
     targets: Collection[str] = (),
     replace_vms: Collection[str] = (),
+    before_replay: Callable[[], Awaitable[None]] | None = None,
 ) -> Prepared:
-    """Settle what a crashed run left (the journal first, always), then plan."""
+    """Settle what a crashed run left (the journal first, always), then plan.
+
+    ``before_replay``: awaited first when the journal holds entries to replay (a
+    replay changes backends: the run takes their leases there)."""
     await _check_names(session, targets, replace_vms)
+    if before_replay is not None and session.journal.pending():
+        await before_replay()
     recovery = await replay_journal(session.journal, session.backends)
     secrets = GuestSecrets(session)
     plan = await compute_plan(

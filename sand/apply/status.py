@@ -13,12 +13,15 @@ what failed (``None``: not checked).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sand.apply.health import DEEP_TIMEOUT, check_health, targets
 from sand.apply.reconcile import compute_plan
+from sand.backends.protocol import Backend
+from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import Session, open_session
 from sand.state.records import load_records
@@ -32,6 +35,9 @@ STATUS_FORMAT_VERSION = "1"
 class StatusReport:
     rows: list[dict[str, Any]]
     unknown_backends: dict[str, str] = field(default_factory=dict)
+    # Per backend, its one-writer lease as stored (``LeaseRecord.to_status``): who
+    # holds it now, or who last applied. Backends whose lease was never taken: none.
+    leases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +46,7 @@ class StatusReport:
             "unknown_backends": [
                 {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())
             ],
+            "leases": self.leases,
         }
 
 
@@ -48,18 +55,19 @@ def status_report(
 ) -> StatusReport:
     session = open_session(manifest, lock=False)
 
-    async def run() -> tuple[Plan, dict[str, list[str]]]:
+    async def run() -> tuple[Plan, dict[str, list[str]], list[dict[str, Any]]]:
         try:
             plan = await status_plan(session)
+            leases = await _leases(session.backends, plan)
             if not deep:
-                return plan, {}
+                return plan, {}, leases
             todo = targets(plan, session.backends)
-            return plan, await check_health(todo, timeout=timeout or DEEP_TIMEOUT)
+            return plan, await check_health(todo, timeout=timeout or DEEP_TIMEOUT), leases
         finally:
             await session.close()
 
-    plan, health = asyncio.run(run())
-    return status_from(plan, load_records(session.project), health)
+    plan, health, leases = asyncio.run(run())
+    return status_from(plan, load_records(session.project), health, leases)
 
 
 async def status_plan(session: Session) -> Plan:
@@ -70,11 +78,15 @@ async def status_plan(session: Session) -> Plan:
 
 
 def status_from(
-    plan: Plan, records: dict[str, Any], health: dict[str, list[str]] | None = None
+    plan: Plan,
+    records: dict[str, Any],
+    health: dict[str, list[str]] | None = None,
+    leases: list[dict[str, Any]] | None = None,
 ) -> StatusReport:
     """One row per VM of ``plan`` (and per VM last recorded on a backend nobody could
     observe), with its conditions; ``records``: the last apply's results
-    (:func:`sand.state.records.load_records`); ``health``: ``--deep``'s findings."""
+    (:func:`sand.state.records.load_records`); ``health``: ``--deep``'s findings;
+    ``leases``: each backend's one-writer lease as stored."""
     health = health or {}
     unknown = dict(plan.unknown_backends)
     rows = [
@@ -82,7 +94,22 @@ def status_from(
         for c in plan.changes
     ]
     rows += _recorded_but_unseen(plan, records, unknown)
-    return StatusReport(rows, unknown)
+    return StatusReport(rows, unknown, leases or [])
+
+
+async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:
+    """Each observable backend's lease record (read-only; one read each)."""
+    names = sorted(n for n in backends if n not in plan.unknown_backends)
+
+    async def one(name: str) -> dict[str, Any] | None:
+        try:
+            record = await backends[name].lease_record()
+        except SandError:
+            return None  # the lease is a courtesy here: the VMs are what status is for
+        return record.to_status(name) if record is not None else None
+
+    found = await asyncio.gather(*(one(n) for n in names))
+    return [f for f in found if f is not None]
 
 
 def _row(

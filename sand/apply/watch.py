@@ -9,71 +9,27 @@
 - An invalid edit is reported and the last good manifest stays in force.
 - A VM that keeps failing is retried with exponential backoff (1 s doubling,
   5 min cap) instead of on every tick.
+
+Each run is one :class:`sand.apply.unattended.Reconciler` run (``sand sync`` makes
+the same ones): it takes the project's leases before it changes anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from sand.apply.events import Hooks, NoHooks
-from sand.apply.reconcile import ApplyOutcome, carry_out, mass_delete_problem, recover_and_plan
-from sand.errors import ManifestError, SandError
-from sand.logs import get_logger
+from sand.apply.unattended import PERIODIC, Backoff, Reconciler, RunReport, Silent
+from sand.errors import ManifestError
 from sand.manifest import load_manifest
-from sand.plan.model import Action, GuestAction, Plan
-from sand.project import open_session
 
-BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
-
-
-class WatchReport(Protocol):
-    """Where a watch tells what it does; ``sand.cli.watch`` prints it."""
-
-    def note(self, text: str) -> None:
-        """A line about the watch itself (a run starts, a refusal, a failure)."""
-
-    def show_plan(self, plan: Plan) -> None:
-        """The plan of a run, before it is carried out."""
-
-    def show_outcome(self, outcome: ApplyOutcome) -> None:
-        """What a run that changed something did."""
-
-
-class Silent:
-    def note(self, text: str) -> None:
-        return None
-
-    def show_plan(self, plan: Plan) -> None:
-        return None
-
-    def show_outcome(self, outcome: ApplyOutcome) -> None:
-        return None
-
-
-@dataclass
-class Backoff:
-    """Per-VM retry schedule after failures."""
-
-    failures: dict[str, int] = field(default_factory=dict)
-    not_before: dict[str, float] = field(default_factory=dict)
-
-    def failed(self, vm: str, now: float) -> None:
-        n = self.failures.get(vm, 0) + 1
-        self.failures[vm] = n
-        self.not_before[vm] = now + min(BACKOFF_CAP, BACKOFF_START * 2 ** (n - 1))
-
-    def succeeded(self, vm: str) -> None:
-        self.failures.pop(vm, None)
-        self.not_before.pop(vm, None)
-
-    def waiting(self, vm: str, now: float) -> bool:
-        return self.not_before.get(vm, 0.0) > now
+# The report a watch prints to (kept under its old name).
+WatchReport = RunReport
+__all__ = ["Backoff", "Silent", "WatchReport", "Watcher"]
 
 
 @dataclass
@@ -83,7 +39,7 @@ class Watcher:
     debounce: float
     parallelism: int
     allow_mass_delete: bool
-    report: WatchReport = field(default_factory=Silent)
+    report: RunReport = field(default_factory=Silent)
     hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
     backoff: Backoff = field(default_factory=Backoff)
     runs: int = 0
@@ -105,7 +61,6 @@ class Watcher:
     async def reconcile(self, reason: str, *, targets: Collection[str] = ()) -> None:
         """One run: plan (only ``targets`` when given, as ``--target``) and apply."""
         self.runs += 1
-        log = get_logger()
         say = self.report.note
         say(f"run {self.runs} ({reason})")
         try:
@@ -116,54 +71,15 @@ class Watcher:
             # Keep the last good manifest in force: nothing is applied from a bad edit.
             say(f"manifest invalid, keeping the last good one:\n{exc}")
             return
-        try:
-            session = open_session(self.manifest, lock=True, lock_wait=30.0)
-        except SandError as exc:
-            say(str(exc))
-            return
-        try:
-            periodic = reason == "periodic"
-            heal = session.loaded.manifest.self_heal
-            prepared = await recover_and_plan(
-                session, correct_drift=heal or not periodic, targets=targets
-            )
-            for line in prepared.recovered:
-                say(f"Recovered: {line}")
-            prepared = replace(prepared, plan=self._without_backed_off(prepared.plan))
-            plan = prepared.plan
-            self.report.show_plan(plan)
-            problem = mass_delete_problem(plan)
-            if problem and not self.allow_mass_delete:
-                say(f"refused: {problem}")
-                return
-            if not plan.has_changes:
-                return
-            outcome = await carry_out(
-                session, prepared, parallelism=self.parallelism, hooks=self.hooks
-            )
-            self.report.show_outcome(outcome)
-            now = time.monotonic()
-            for r in outcome.result.results if outcome.result else ():
-                if r.ok:
-                    self.backoff.succeeded(r.vm)
-                else:
-                    self.backoff.failed(r.vm, now)
-                    say(f"{r.vm} failed [{r.layer}]: {r.error}")
-        except SandError as exc:
-            log.error("watch run failed", error=str(exc))
-            say(str(exc))
-        finally:
-            await session.close()
-
-    def _without_backed_off(self, plan: Plan) -> Plan:
-        now = time.monotonic()
-        kept = tuple(
-            replace(c, action=Action.NOOP, guest=GuestAction.NONE)
-            if self.backoff.waiting(c.vm, now)
-            else c
-            for c in plan.changes
+        reconciler = Reconciler(
+            parallelism=self.parallelism,
+            allow_mass_delete=self.allow_mass_delete,
+            command="watch",
+            report=self.report,
+            hooks=self.hooks,
+            backoff=self.backoff,
         )
-        return replace(plan, changes=kept)
+        await reconciler.run(self.manifest, reason, targets=targets)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         from watchfiles import awatch
@@ -204,7 +120,7 @@ class Watcher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.interval)
                 if not stop.is_set():
-                    reasons.append("periodic")
+                    reasons.append(PERIODIC)
                     wake.set()
 
         async def loop() -> None:

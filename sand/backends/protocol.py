@@ -13,12 +13,14 @@ remote host over SSH); a new backend is a new rig there and passes all of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sand.backends.capabilities import Capabilities
+from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord
 from sand.desired import DesiredVM
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
@@ -136,6 +138,20 @@ class Backend(Protocol):
        settles entries (``test_recovery_of_an_interrupted_create_removes_or_adopts_it``).
     5. A backend that cannot be read is unknown, never empty
        (``test_a_backend_that_cannot_be_read_is_unknown_never_empty``).
+    6. One writer per project: while one holder (any process, any host) holds a
+       project's ``lease``, another waits for it and then fails with
+       :class:`~sand.backends.lease.LeaseBusy` naming the holder; of two takers at once
+       exactly one wins; after a release the next is granted
+       (``test_a_second_taker_waits_then_is_told_who_holds_the_lease``,
+       ``test_of_two_takers_at_once_exactly_one_wins``).
+    7. A lease expires: one whose holder was killed (kill -9) on another host is granted
+       to the next taker once its ttl (and a little grace) has passed, and that grant is
+       not fresh; one killed on this host is granted at once
+       (``test_the_lease_of_a_killed_holder_expires``,
+       ``test_a_holder_killed_on_this_host_is_seen_gone_at_once``).
+    8. A grant is fresh only when nobody else held the lease since this backend's last
+       ``observe``; the lease is no VM (no listing shows it) and taking it changes none
+       (``test_a_grant_is_fresh_only_when_nobody_wrote_since_the_observation``).
     """
 
     name: str
@@ -228,6 +244,27 @@ class Backend(Protocol):
     async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
         """For recorded VMs the listing did not show, checked by id: identity → None when
         confirmed gone, else why it is believed to still exist."""
+        ...
+
+    def lease(
+        self,
+        holder: LeaseHolder,
+        *,
+        ttl: float,
+        wait: float = 0.0,
+        on_wait: Callable[[LeaseBusy], None] | None = None,
+    ) -> AbstractAsyncContextManager[LeaseGrant]:
+        """Hold this project's lease on this backend for the body (see
+        :mod:`sand.backends.lease`): taken before the first change, renewed while held,
+        released at the end. A busy one is waited for up to ``wait`` seconds.
+
+        MUST NOT cost a no-op run anything: nothing of it is read or written until it
+        is taken, and ``observe`` stays one listing."""
+        ...
+
+    async def lease_record(self) -> LeaseRecord | None:
+        """Read-only: the project's lease as stored (None: never taken), for ``sand
+        status``."""
         ...
 
     async def close(self) -> None: ...

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
@@ -19,6 +19,10 @@ from sand.errors import PlanRefused
 from sand.plan import Action, Plan
 from sand.plan.render import plan_to_json, render_text
 from sand.project import Session
+
+if TYPE_CHECKING:
+    from sand.apply.lease import ProjectLeases
+    from sand.backends.lease import LeaseBusy
 
 
 def use_colour(stream: Any) -> bool:
@@ -91,6 +95,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         allow_data_loss=args.allow_data_loss,
         targets=args.target,
         replace_vms=args.replace,
+        lease_wait=args.lease_wait,
     )
 
 
@@ -107,6 +112,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         allow_data_loss=args.allow_data_loss,
         targets=[args.vm],
         replace_vms=[args.vm],
+        command="reset",
     )
 
 
@@ -119,6 +125,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
         as_json=False,
         destroy=True,
         allow_data_loss=args.allow_data_loss,
+        command="destroy",
     )
 
 
@@ -134,6 +141,8 @@ def run_apply(
     allow_data_loss: bool = False,
     targets: Collection[str] = (),
     replace_vms: Collection[str] = (),
+    command: str = "apply",
+    lease_wait: float = 0.0,
 ) -> int:
     from sand.apply.planfile import read_plan_file, saved_steering
     from sand.project import open_session
@@ -164,6 +173,8 @@ def run_apply(
         ask=not auto_approve,
         targets=tuple(targets),
         replace_vms=tuple(replace_vms),
+        command=command,
+        lease_wait=lease_wait,
     )
     return asyncio.run(run.apply(saved))
 
@@ -182,8 +193,23 @@ class _Run:
     allow_data_loss: bool
     targets: tuple[str, ...]
     replace_vms: tuple[str, ...]
+    command: str = "apply"  # what the lease names
+    lease_wait: float = 0.0  # seconds to wait for another applier's lease
 
     async def apply(self, saved: dict[str, Any] | None) -> int:
+        from sand.apply.lease import ProjectLeases
+        from sand.backends.lease import LeaseHolder
+
+        holder = LeaseHolder.here(command=self.command)
+        leases = ProjectLeases(self.session, holder, wait=self.lease_wait, on_wait=_waiting)
+        try:
+            async with leases:
+                return await self._apply(saved, leases)
+        finally:
+            await self.session.close()
+
+    async def _apply(self, saved: dict[str, Any] | None, leases: ProjectLeases) -> int:
+        from sand.apply.lease import leased, same_changes
         from sand.apply.reconcile import (
             carry_out,
             mass_delete_problem,
@@ -193,53 +219,76 @@ class _Run:
         from sand.cli.progress import progress_view
 
         session = self.session
-        try:
-            prepared = await recover_and_plan(
+
+        async def plan() -> Prepared:
+            return await recover_and_plan(
                 session,
                 destroy=self.destroy,
                 allow_data_loss=self.allow_data_loss,
                 targets=self.targets,
                 replace_vms=self.replace_vms,
+                before_replay=leases.for_replay,
             )
+
+        prepared = await plan()
+        print_recovered(prepared)
+        plan_seen = prepared.plan
+        if saved is not None:
+            from sand.apply.planfile import check_still_valid
+
+            check_still_valid(saved, session, plan_seen)
+        if self.as_json:
+            # The stream's first line: the plan about to run (the last: its outcome).
+            from sand.cli.progress import write_json_line
+
+            body = {"plan": plan_to_json(plan_seen), "recovered": list(prepared.recovered)}
+            write_json_line(sys.stdout, "plan", body)
+        else:
+            sys.stdout.write(render_text(plan_seen, colour=use_colour(sys.stdout)))
+        if not plan_seen.has_changes:
+            outcome = settle_unchanged(session, prepared)
+            if self.as_json:
+                report_outcome(outcome, as_json=True)
+            return self._exit_code(outcome)
+        problem = mass_delete_problem(plan_seen)
+        if problem and not self.allow_mass_delete:
+            raise PlanRefused(problem)
+        if self.ask and not _approved(self.destroy):
+            print("Apply cancelled.")
+            return EXIT_ERROR
+        prepared, again = await leased(leases, prepared, plan)
+        if again:
             print_recovered(prepared)
-            plan = prepared.plan
             if saved is not None:
                 from sand.apply.planfile import check_still_valid
 
-                check_still_valid(saved, session, plan)
-            if self.as_json:
-                # The stream's first line: the plan about to run (the last: its outcome).
-                from sand.cli.progress import write_json_line
-
-                body = {"plan": plan_to_json(plan), "recovered": list(prepared.recovered)}
-                write_json_line(sys.stdout, "plan", body)
-            else:
-                sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
-            if not plan.has_changes:
-                outcome = settle_unchanged(session, prepared)
-                if self.as_json:
-                    report_outcome(outcome, as_json=True)
-                return self._exit_code(outcome)
-            problem = mass_delete_problem(plan)
+                check_still_valid(saved, session, prepared.plan)  # another wrote: stale?
+            if (self.ask or saved is not None) and not same_changes(plan_seen, prepared.plan):
+                # What was approved is not what would run: a person decides again.
+                raise PlanRefused(
+                    "another applier changed the VMs since this plan was made; nothing was "
+                    "done: run sand apply again to see the plan as it is now"
+                )
+            problem = mass_delete_problem(prepared.plan)
             if problem and not self.allow_mass_delete:
                 raise PlanRefused(problem)
-            if self.ask and not _approved(self.destroy):
-                print("Apply cancelled.")
-                return EXIT_ERROR
-            from sand.cli.inflight import track
+            if not self.as_json and not same_changes(plan_seen, prepared.plan):
+                print("\nAnother applier changed the VMs meanwhile; the plan now:\n")
+                sys.stdout.write(render_text(prepared.plan, colour=use_colour(sys.stdout)))
+            if not prepared.plan.has_changes:
+                return self._exit_code(settle_unchanged(session, prepared))
+        from sand.cli.inflight import track
 
-            with progress_view(self.progress_mode) as view:
-                outcome = await carry_out(
-                    session,
-                    prepared,
-                    parallelism=self.parallelism,
-                    hooks=track(view),  # what Ctrl-C will say was left in progress
-                    allow_data_loss=self.allow_data_loss,
-                )
-            report_outcome(outcome, self.as_json)
-            return self._exit_code(outcome)
-        finally:
-            await session.close()
+        with progress_view(self.progress_mode) as view:
+            outcome = await carry_out(
+                session,
+                prepared,
+                parallelism=self.parallelism,
+                hooks=track(view),  # what Ctrl-C will say was left in progress
+                allow_data_loss=self.allow_data_loss,
+            )
+        report_outcome(outcome, self.as_json)
+        return self._exit_code(outcome)
 
     def _exit_code(self, outcome: ApplyOutcome) -> int:
         """0 only when everything converged: a failure, an unknown backend or a
@@ -258,6 +307,10 @@ def _approved(destroy: bool) -> bool:
     from sand.cli.confirm import apply_question, confirm
 
     return confirm("\n" + apply_question(destroy))
+
+
+def _waiting(busy: LeaseBusy) -> None:
+    print(f"Waiting for the lease: {busy}", file=sys.stderr, flush=True)
 
 
 def print_recovered(prepared: Prepared) -> None:

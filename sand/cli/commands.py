@@ -57,11 +57,29 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r['vm']}: last error: {continued(r['last_error'])}")
         for problem in r.get("guest_health") or ():
             print(f"{r['vm']}: not healthy: {continued(problem)}")
+    for lease in report.leases:
+        print(_lease_line(lease))
     for backend, why in sorted(report.unknown_backends.items()):
         print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
     if code:
         print("Run `sand doctor` to check the unknown backends.", file=sys.stderr)
     return code
+
+
+def _lease_line(lease: dict[str, Any]) -> str:
+    from sand.terminal import one_line
+
+    h = lease["holder"]
+    who = f"{h['host']} (pid {h['pid']}" + (
+        f", revision {h['revision'][:12]}" if h["revision"] else ""
+    )
+    who = one_line(who + ")")
+    if lease["held"]:
+        return (
+            f"Lease on {lease['backend']}: being applied by {who} since {lease['since']} "
+            f"(expires {lease['expires']} unless renewed)"
+        )
+    return f"Lease on {lease['backend']}: free; last applied by {who}, until {lease['since']}"
 
 
 def _observed_cell(observed: dict[str, Any] | None) -> str:

@@ -21,6 +21,7 @@ from sand.cli.flags import (
     add_manifest_args,
     resolve_manifest,
 )
+from sand.cli.sync import add_sync_parser
 from sand.cli.template import add_template_parser
 from sand.cli.verbs import add_verb_parsers, manifest_option
 from sand.errors import ManifestError, SandError
@@ -84,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-mass-delete", action="store_true")
     data_loss_flag(p)
     steering_flags(p)
+    p.add_argument(
+        "--lease-wait",
+        type=_seconds_or_zero,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds while another applier holds the project's lease "
+        "(default 0: fail at once, naming it)",
+    )
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
     p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
     p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
@@ -140,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verb_parsers(sub)
     add_template_parser(sub)
+    add_sync_parser(sub)
     p = sub.add_parser("completion", help="print a shell completion script")
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
     add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
@@ -153,6 +163,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
     return value
 
 

@@ -15,10 +15,13 @@ from sand.terminal import continued
 
 
 class ConsoleReport:
-    """Watch notes on stderr, timestamped; each run's plan on stdout."""
+    """Notes on stderr, timestamped (``watch:``, ``sync:``); each run's plan on stdout."""
+
+    def __init__(self, who: str = "watch") -> None:
+        self.who = who
 
     def note(self, text: str) -> None:
-        print(f"{_now()} watch: {continued(text)}", file=sys.stderr, flush=True)
+        print(f"{_now()} {self.who}: {continued(text)}", file=sys.stderr, flush=True)
 
     def show_plan(self, plan: Plan) -> None:
         sys.stdout.write(render_text(plan))

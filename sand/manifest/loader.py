@@ -27,10 +27,14 @@ class LoadedManifest:
     text: str
     # Where every key and value stood, so later layers (preflight) can point at a field.
     marks: MarkedData | None = field(default=None, compare=False, repr=False)
+    # Where relative host paths in it (token_file, identity, secret files) are found,
+    # when not beside it: ``sand sync`` reads a manifest out of a git revision, and
+    # the files it names come from the host, never from the repository.
+    host_dir: FsPath | None = field(default=None, compare=False)
 
     @property
     def directory(self) -> FsPath:
-        return self.path.parent
+        return self.host_dir if self.host_dir is not None else self.path.parent
 
 
 def load_manifest(path: str | FsPath) -> LoadedManifest:

@@ -92,9 +92,10 @@ def test_plan_while_the_killed_runs_clone_still_runs_says_apply_waits(tmp_path, 
         intent("create"),
         delay=0.3,
     )
+    (cloning,) = rig.vms()  # the clone the killed run started goes on in PVE
     proc = sand.run("plan")
-    assert "web-1 (pve, 100) will recover: wait for " in proc.stdout, proc.stdout
-    assert rig.vm(100) is not None and rig.vm(100).lock == "clone"
+    assert f"web-1 (pve, {cloning.vmid}) will recover: wait for " in proc.stdout, proc.stdout
+    assert rig.vm(cloning.vmid) is not None and rig.vm(cloning.vmid).lock == "clone"
     rig.set_task_secs("qmclone", 0.0)
     proc = sand.run("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr

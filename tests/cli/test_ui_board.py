@@ -255,3 +255,29 @@ async def test_keys_work_while_a_refresh_hangs(sand: Sand, fakepve_server: Any) 
         server.close()
         for conn in held:
             conn.close()
+
+
+async def test_a_yes_while_another_applier_holds_the_lease_changes_nothing(
+    sand: Sand, fakepve_server: Any
+) -> None:
+    import asyncio
+
+    from sand.backends.lease import LeaseHolder
+
+    rig = fakepve_server
+    sand.write(rig.manifest([{"name": "web-1"}]))
+    other = rig.make_backend()
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        async with other.lease(LeaseHolder.here(command="elsewhere"), ttl=30):
+            await pilot.press("a")
+            await answer(pilot, app, "yes")
+            await until(pilot, lambda: "is being applied by" in status(app), "the refusal")
+            assert rig.vms() == []  # one writer: the board wrote nothing
+        await other.close()
+        await asyncio.sleep(0)
+        await pilot.press("a")
+        await answer(pilot, app, "yes")
+        await applied(pilot, app)
+        assert [vm.name for vm in rig.vms()] == ["web-1"]

@@ -11,7 +11,12 @@ and the plan in the words ``sand plan --json`` prints.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -19,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from sand.backends.lease import LeaseBusy, LeaseHolder, grace
 from sand.backends.protocol import Backend, RecoveryAction
 from sand.desired import DesiredState
 from sand.errors import SandError
@@ -29,6 +35,7 @@ from sand.project import observe_all
 from sand.state.journal import Journal
 from tests.contract.conftest import MakeBackend
 from tests.contract.rigs import BOX, ContractRig
+from tests.required import require
 
 
 def plan_words(
@@ -248,3 +255,134 @@ async def test_a_backend_that_cannot_be_read_is_unknown_never_empty(
             if outage.end is not None:
                 outage.end()
     assert journal.pending() == []
+
+
+# --- the lease: one writer per project -------------------------------------------------
+
+
+def _holder(command: str) -> LeaseHolder:
+    return LeaseHolder.here(command=command)
+
+
+async def test_a_second_taker_waits_then_is_told_who_holds_the_lease(
+    far: ContractRig, backend_of: MakeBackend
+) -> None:
+    first, second = _holder("first"), _holder("second")
+    before = far.snapshot()
+    async with backend_of().lease(first, ttl=30):
+        started = time.monotonic()
+        waited: list[LeaseBusy] = []
+        with pytest.raises(LeaseBusy) as busy:
+            async with backend_of().lease(second, ttl=30, wait=1.5, on_wait=waited.append):
+                raise AssertionError("a second holder was let in")
+        assert time.monotonic() - started >= 1.4  # it waited before giving up
+        assert len(waited) == 1  # and said so once
+        said = str(busy.value)
+        assert said.startswith(f"project demo is being applied by {first.host} (pid {first.pid}")
+        assert " since 20" in said and BOX in said
+        record = await backend_of().lease_record()
+        assert record is not None and record.held() and record.holder == first
+    # Released: the next taker is let in at once.
+    async with backend_of().lease(second, ttl=30) as grant:
+        record = await backend_of().lease_record()
+        assert record is not None and record.holder == second
+        assert grant.fresh  # this backend never observed: what it sees now is under the lease
+    record = await backend_of().lease_record()
+    assert record is not None and not record.held()
+    # The lease is no VM: nothing a listing shows (or the far side holds as a VM) changed.
+    assert far.names() == []
+    seen = await backend_of().observe([])
+    assert seen.vms == () and seen.requests == 1
+    assert {k: v for k, v in far.snapshot().items() if k in before} == before
+
+
+async def test_of_two_takers_at_once_exactly_one_wins(
+    far: ContractRig, backend_of: MakeBackend
+) -> None:
+    async with backend_of().lease(_holder("earlier"), ttl=30):
+        pass  # the lease's place exists; the race is for the lease itself
+    outcomes: list[str] = []
+    done = asyncio.Event()
+
+    async def attempt(holder: LeaseHolder) -> None:
+        try:
+            async with backend_of().lease(holder, ttl=30, wait=0):
+                outcomes.append("won")
+                await asyncio.wait_for(done.wait(), 30)
+        except LeaseBusy:
+            outcomes.append("busy")
+            done.set()
+
+    await asyncio.gather(attempt(_holder("a")), attempt(_holder("b")))
+    assert sorted(outcomes) == ["busy", "won"]
+
+
+def _hold_elsewhere(
+    far: ContractRig, tmp_path: Path, ttl: float, *, own_pids: bool
+) -> subprocess.Popen[str]:
+    """A process holding the lease; with ``own_pids`` in a pid namespace of its own,
+    so its pids mean nothing here (as on another host)."""
+    manifest = tmp_path / "hold.json"
+    manifest.write_text(json.dumps(far.manifest([])))
+    wrap = ["unshare", "--pid", "--kill-child", "--mount-proc"] if own_pids else []
+    holder = subprocess.Popen(
+        [*wrap, sys.executable, "-m", "tests.contract.hold_lease", str(manifest), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+async def test_the_lease_of_a_killed_holder_expires(
+    far: ContractRig, backend_of: MakeBackend, tmp_path: Path
+) -> None:
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare")
+    ttl = 3.0
+    holder = _hold_elsewhere(far, tmp_path, ttl, own_pids=True)
+    try:
+        with pytest.raises(LeaseBusy):
+            async with backend_of().lease(_holder("too early"), ttl=ttl):
+                pass
+        holder.kill()  # SIGKILL: no release, no goodbye
+        holder.wait(10)
+        killed = time.monotonic()
+        taker = backend_of()
+        await taker.observe([])
+        async with taker.lease(_holder("next"), ttl=ttl, wait=30) as grant:
+            waited = time.monotonic() - killed
+            # The dead holder's lease was in force when this backend observed.
+            assert not grant.fresh
+        assert waited <= ttl + grace(ttl) + 3.0
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+async def test_a_holder_killed_on_this_host_is_seen_gone_at_once(
+    far: ContractRig, backend_of: MakeBackend, tmp_path: Path
+) -> None:
+    # What a person does after kill -9 of their own apply: run it again, at once.
+    holder = _hold_elsewhere(far, tmp_path, 60.0, own_pids=False)
+    holder.kill()
+    holder.wait(10)
+    async with backend_of().lease(_holder("again"), ttl=60, wait=0) as grant:
+        assert grant.fresh  # this backend never observed
+
+
+async def test_a_grant_is_fresh_only_when_nobody_wrote_since_the_observation(
+    far: ContractRig, backend_of: MakeBackend
+) -> None:
+    async with backend_of().lease(_holder("setup"), ttl=30):
+        pass
+    quiet = backend_of()
+    await quiet.observe([])
+    async with quiet.lease(_holder("quiet"), ttl=30) as grant:
+        assert grant.fresh
+    late = backend_of()
+    await late.observe([])
+    async with backend_of().lease(_holder("meanwhile"), ttl=30):
+        pass  # another applier came and went after `late` observed
+    async with late.lease(_holder("late"), ttl=30) as grant:
+        assert not grant.fresh

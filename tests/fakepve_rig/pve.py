@@ -7,8 +7,8 @@
 * ``task_warnings``: make a task end ``WARNINGS: n`` with ``WARN:`` log lines.
 * ``task_failures``: make the next task(s) of a type end ``TASK ERROR: <message>``
   before doing anything (a failed clone is cleaned up, as PVE does).
-* a request log with query strings and answer status, outermost middleware, so
-  a dropped connection is logged too.
+* a request log with query strings, answer status and the token id that sent it,
+  outermost middleware, so a dropped connection is logged too.
 """
 
 from __future__ import annotations
@@ -35,10 +35,19 @@ class Request:
     status: int = 0  # 0: the connection was dropped
     at: float = 0.0  # when the answer was sent (time.time())
     took: float = 0.0  # seconds from arrival to answer (a hung request shows here)
+    token: str = ""  # the API token's id (user@realm!name) that sent it, never its secret
 
     def __str__(self) -> str:
         q = "&".join(f"{k}={v}" for k, v in self.query.items())
         return f"{self.method} {self.path}{'?' + q if q else ''} -> {self.status}"
+
+
+def _token_id(header: str) -> str:
+    """``PVEAPIToken=user@realm!name=secret`` → ``user@realm!name``."""
+    scheme, _, value = header.partition("=")
+    if scheme.strip() != "PVEAPIToken":
+        return ""
+    return value.rpartition("=")[0]
 
 
 def _bytes(text: str) -> int:
@@ -66,10 +75,13 @@ class RigPve(FakePve):  # type: ignore[misc]
             path = request.path[len(API) :] if request.path.startswith(API) else request.path
             query = dict(request.query)
             start = time.time()
+            token = _token_id(request.headers.get("Authorization", ""))
 
             def done(status: int) -> None:
                 now = time.time()
-                self.log.append(Request(request.method, path, query, status, now, now - start))
+                self.log.append(
+                    Request(request.method, path, query, status, now, now - start, token)
+                )
 
             try:
                 response: web.StreamResponse = await handler(request)

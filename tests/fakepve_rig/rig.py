@@ -60,6 +60,10 @@ SAND_PRIVILEGES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _is_lease(vm: FakeVm) -> bool:
+    return "sand-lease" in str(vm.config.get("tags") or "").split(";")
+
+
 def _mac(vmid: int, n: int = 0) -> str:
     return f"BC:24:11:{(vmid >> 8) & 0xFF:02X}:{vmid & 0xFF:02X}:{n:02X}"
 
@@ -451,7 +455,14 @@ class FakePveRig:
         return self.run(self.pve.vm, vmid)
 
     def vms(self) -> list[FakeVm]:
-        return self.run(lambda: [vm for vm in self.pve.vms if not vm.template])
+        """The VMs, without templates and sand's lease objects (no VM of anybody's)."""
+        return self.run(
+            lambda: [vm for vm in self.pve.vms if not vm.template and not _is_lease(vm)]
+        )
+
+    def lease_vms(self) -> list[FakeVm]:
+        """sand's lease objects (``sand.backends.proxmox.lease``)."""
+        return self.run(lambda: [vm for vm in self.pve.vms if _is_lease(vm)])
 
     def vms_named(self, name: str) -> list[FakeVm]:
         return [vm for vm in self.vms() if vm.name == name]

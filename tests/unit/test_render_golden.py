@@ -75,8 +75,14 @@ def test_the_json_status_keeps_its_words():
     from sand.apply.status import StatusReport, _row
 
     plan = every_kind_of_change()
+    from sand.backends.lease import HELD, LeaseHolder, LeaseRecord
+
     rows = [_row(c, {"at": 1700000000.0}, None) for c in plan.changes]
-    report = StatusReport(rows, {"far": "connection refused"})
+    holder = LeaseHolder("ci-runner-3", 4121, "3f2a9c41d0e7" * 3, "sync", nonce="n")
+    lease = LeaseRecord("demo", holder, HELD, 7, 1700000000.0, 1700000060.0, 60.0)
+    report = StatusReport(
+        rows, {"far": "connection refused"}, [lease.to_status("near", now=1700000010.0)]
+    )
     check("status.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
 
 

@@ -16,6 +16,7 @@ HEAVY = (
     "rich",
     "tenacity",
     "textual",
+    "prometheus_client",
 )
 
 PROBE = """

@@ -10,10 +10,12 @@ Every mutating limactl call is journalled first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import bases, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
@@ -21,6 +23,7 @@ from sand.backends.lima import recover as recover_mod
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.doctor import DoctorReport
 from sand.backends.lima.doctor import doctor as run_doctor
+from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.preflight import preflight as run_preflight
 from sand.backends.lima.runner import HostRunner
@@ -126,6 +129,27 @@ class LimaBackend:
 
     async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
         return await recover_mod.vanished(self.ctx, [r.identity for r in recorded])
+
+    def lease(
+        self,
+        holder: LeaseHolder,
+        *,
+        ttl: float,
+        wait: float = 0.0,
+        on_wait: Callable[[LeaseBusy], None] | None = None,
+    ) -> AbstractAsyncContextManager[LeaseGrant]:
+        return keep(
+            LimaLease(self.ctx, holder, ttl),
+            project=self.ctx.project,
+            backend=self.name,
+            ttl=ttl,
+            wait=wait,
+            poll=min(1.0, ttl / 4),
+            on_wait=on_wait,
+        )
+
+    async def lease_record(self) -> LeaseRecord | None:
+        return await read_lease(self.ctx)
 
     async def doctor(self) -> DoctorReport:
         return await run_doctor(self.ctx)

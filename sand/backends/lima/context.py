@@ -55,6 +55,9 @@ class Ctx:
     base_users: dict[str, int] = field(default_factory=dict)  # base name -> desired VMs
     base_stamps: dict[str, BaseStamp] = field(default_factory=dict)  # as last listed
     local_keys: dict[str, str] = field(default_factory=dict)  # remote path -> local copy
+    # This project's lease record as the last listing showed it ("" none; None: not
+    # observed yet): a lease taken later is fresh only if it still reads the same.
+    lease_seen: str | None = None
 
     def __post_init__(self) -> None:
         # Clones copy the base's disk; more than a few at once only contend for I/O.

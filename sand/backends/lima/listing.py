@@ -114,6 +114,7 @@ class Frames:
     list_stdout: bytes = b""
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
     host_agent_started: dict[str, float] = field(default_factory=dict)  # instance -> epoch
+    leases: dict[str, bytes] = field(default_factory=dict)  # project -> its lease record
 
 
 def iter_frames(data: bytes, what: str = "the observe script") -> Iterator[tuple[str, str, bytes]]:
@@ -149,6 +150,8 @@ def parse_frames(data: bytes) -> Frames:
             frames.files[(inst, fname)] = body
         elif kind == "hastart" and body.strip().isdigit():
             frames.host_agent_started[key] = float(body.strip())
+        elif kind == "lease":
+            frames.leases[key] = body
     if frames.list_rc is None:
         raise ListingError("the observe script printed no listing")
     return frames

@@ -81,6 +81,7 @@ async def observe(ctx: Ctx) -> Observation:
     except ListingError as exc:
         return _unknown(ctx, f"{exc} (on {ctx.runner.where})", warnings)
     ctx.seen = {inst.name for inst in instances}
+    ctx.lease_seen = frames.leases.get(ctx.project, b"").decode(errors="replace").strip()
     vms: list[ObservedVM] = []
     unreadable: list[str] = []
     ctx.base_stamps = {}

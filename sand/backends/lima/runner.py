@@ -50,6 +50,21 @@ class Completed:
         return "\n".join(text.splitlines()[-lines:])
 
 
+class HeldProcess(Protocol):
+    """A command left running on the Lima host (the lease holder): lines in, lines out.
+    When sand dies, its end of stdin closes and the command sees EOF."""
+
+    async def readline(self, timeout: float) -> bytes:
+        """The next line (b"" at EOF); a TransportError after ``timeout`` seconds."""
+        ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def close(self) -> None:
+        """EOF on its stdin, then wait a moment for it to end (killed if it does not)."""
+        ...
+
+
 class HostRunner(Protocol):
     where: str  # for messages: "this machine" or "user@host:port"
     remote: bool
@@ -62,6 +77,10 @@ class HostRunner(Protocol):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Completed: ...
+
+    async def start(self, argv: Sequence[str]) -> HeldProcess:
+        """Start a command that keeps running, its stdin and stdout piped to sand."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -118,8 +137,61 @@ class LocalRunner:
             ) from None
         return Completed(tuple(argv), proc.returncode or 0, out, err)
 
+    async def start(self, argv: Sequence[str]) -> HeldProcess:
+        env = dict(os.environ)
+        if self.lima_home is not None:
+            env["LIMA_HOME"] = self.lima_home
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendError(f"cannot run {argv[0]!r}: {exc}", backend=self.backend) from None
+        return _LocalProcess(proc, self.where)
+
     async def close(self) -> None:
         return None
+
+
+class _LocalProcess:
+    def __init__(self, proc: asyncio.subprocess.Process, where: str) -> None:
+        self.proc = proc
+        self.where = where
+
+    async def readline(self, timeout: float) -> bytes:
+        assert self.proc.stdout is not None
+        try:
+            return await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            raise TransportError(f"no answer within {timeout:.0f}s on {self.where}") from None
+
+    async def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise TransportError(f"the process on {self.where} is gone: {exc}") from None
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except TimeoutError:
+            self._kill()
+        except asyncio.CancelledError:
+            self._kill()
+            raise
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -275,12 +347,63 @@ class RemoteRunner:
         code = result.exit_status if result.exit_status is not None else -1
         return Completed(tuple(argv), code, out, err)
 
+    async def start(self, argv: Sequence[str]) -> HeldProcess:
+        import asyncssh
+
+        conn = await self._connection()
+        try:
+            proc = await conn.create_process(self.command_line(argv), encoding=None)
+        except (OSError, asyncssh.Error) as exc:
+            self._conn = None
+            raise TransportError(
+                f"SSH to the remote Lima host {self.where} failed: {exc}"
+            ) from None
+        return _RemoteProcess(proc, self.where)
+
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
             with contextlib.suppress(Exception):
                 await conn.wait_closed()
+
+
+class _RemoteProcess:
+    """One exec channel of the shared connection: closing the connection (or sand
+    dying, which closes it) ends the remote command's stdin."""
+
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes], where: str) -> None:
+        self.proc = proc
+        self.where = where
+
+    async def readline(self, timeout: float) -> bytes:
+        import asyncssh
+
+        try:
+            return bytes(await asyncio.wait_for(self.proc.stdout.readline(), timeout))
+        except TimeoutError:
+            raise TransportError(f"no answer within {timeout:.0f}s on {self.where}") from None
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(f"SSH to {self.where} failed: {exc}") from None
+
+    async def write(self, data: bytes) -> None:
+        import asyncssh
+
+        try:
+            self.proc.stdin.write(data)
+            await self.proc.stdin.drain()
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(f"SSH to {self.where} failed: {exc}") from None
+
+    async def close(self) -> None:
+        import asyncssh
+
+        with contextlib.suppress(OSError, asyncssh.Error):
+            self.proc.stdin.write_eof()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except (OSError, asyncssh.Error, TimeoutError):
+            self.proc.close()
 
 
 def _show(argv: Sequence[str]) -> str:

@@ -62,6 +62,14 @@ for n do
   t=$(stat -c %Y -- "$p" 2>/dev/null || stat -f %m -- "$p" 2>/dev/null) || continue
   frame hastart "$n" "$t"
 done
+for f in "$home"/_sand/lease-*.json; do
+  [ -f "$f" ] || continue
+  n=${f##*/lease-}
+  n=${n%.json}
+  case $n in ''|*[!a-z0-9-]*) continue ;; esac
+  c=$(cat -- "$f" 2>/dev/null) || continue
+  frame lease "$n" "$c"
+done
 exit 0
 """
 
@@ -148,6 +156,63 @@ exit 0
 """
 
 
+# The project's lease on the Lima host (``lease.py``): $1 = take or peek, $2 = project,
+# $3 = ttl seconds. Perl, not sh: an flock(2) held for as long as the holder lives is
+# what it needs, macOS has no flock(1), and perl is on every macOS and Debian
+# (perl-base is Essential). The lock file is _sand/lease-PROJECT.lock under LIMA_HOME
+# (Lima skips names starting with "_"); the record, written only by the holder, is
+# lease-PROJECT.json beside it. Prints "busy RECORD" (another holds the lock) or "free
+# RECORD" (peek) and ends; or "taken RECORD" and then serves its holder line by line:
+# "write JSON" (the new record, written atomically) and "renew" answer "ok". It ends,
+# and the kernel frees the lock, at EOF (the holder is gone: sand ended or was killed,
+# or its SSH connection dropped) or when no line came for ttl seconds.
+LEASE = r"""
+use strict; use warnings; use Fcntl qw(:flock O_RDWR O_CREAT);
+my ($mode, $project, $ttl) = @ARGV;
+$| = 1;
+umask 077;
+my $home = $ENV{LIMA_HOME} || "$ENV{HOME}/.lima";
+-d $home or mkdir($home, 0755) or die "sand: cannot make $home: $!\n";
+my $dir = "$home/_sand";
+-d $dir or mkdir($dir, 0700) or die "sand: cannot make $dir: $!\n";
+my $info = "$dir/lease-$project.json";
+sysopen(my $lock, "$dir/lease-$project.lock", O_RDWR | O_CREAT, 0600)
+  or die "sand: cannot open the lease lock in $dir: $!\n";
+sub record {
+  open(my $in, '<', $info) or return '';
+  local $/;
+  my $text = <$in> // '';
+  $text =~ s/[\r\n]+/ /g;
+  return $text;
+}
+if (!flock($lock, LOCK_EX | LOCK_NB)) { print "busy ", record(), "\n"; exit 0; }
+if ($mode ne 'take') { print "free ", record(), "\n"; exit 0; }
+print "taken ", record(), "\n";
+while (1) {
+  my $line = eval {
+    local $SIG{ALRM} = sub { die "expired\n" };
+    alarm $ttl;
+    my $got = <STDIN>;
+    alarm 0;
+    $got;
+  };
+  exit 0 unless defined $line;
+  chomp $line;
+  if ($line =~ /^write (.+)$/) {
+    open(my $out, '>', "$info.tmp") or die "sand: cannot write $info.tmp: $!\n";
+    print $out $1;
+    close($out) or die "sand: cannot write $info.tmp: $!\n";
+    rename("$info.tmp", $info) or die "sand: cannot replace $info: $!\n";
+    print "ok\n";
+  } elsif ($line eq 'renew') {
+    print "ok\n";
+  } else {
+    exit 0;
+  }
+}
+"""
+
+
 def sh(script: str, name: str, *args: str) -> list[str]:
     """argv for ``sh -c SCRIPT NAME ARGS...`` ($0 is NAME, $1.. are ARGS)."""
     return ["sh", "-c", script, name, *args]
@@ -177,6 +242,12 @@ def read_file_argv(path: str) -> list[str]:
 
 def processes_argv() -> list[str]:
     return sh(PROCESSES, "sand-processes")
+
+
+def lease_argv(mode: str, project: str, ttl: float) -> list[str]:
+    if mode not in ("take", "peek"):
+        raise ValueError(mode)
+    return ["perl", "-e", LEASE, mode, project, str(max(1, round(ttl)))]
 
 
 def tail_argv(instance: str, filename: str, lines: int = 20) -> list[str]:

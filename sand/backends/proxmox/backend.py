@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import guest, lifecycle, preflight
@@ -13,6 +15,7 @@ from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
+from sand.backends.proxmox.lease import ProxmoxLease, read_lease
 from sand.backends.proxmox.template import TemplateResult, build
 from sand.backends.proxmox.template_request import make_request
 from sand.desired import DesiredVM
@@ -102,6 +105,27 @@ class ProxmoxBackend:
 
     async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
         return await recover_mod.vanished(self.ctx, recorded)
+
+    def lease(
+        self,
+        holder: LeaseHolder,
+        *,
+        ttl: float,
+        wait: float = 0.0,
+        on_wait: Callable[[LeaseBusy], None] | None = None,
+    ) -> AbstractAsyncContextManager[LeaseGrant]:
+        return keep(
+            ProxmoxLease(self.ctx, holder, ttl),
+            project=self.ctx.project,
+            backend=self.name,
+            ttl=ttl,
+            wait=wait,
+            poll=min(1.0, ttl / 4),
+            on_wait=on_wait,
+        )
+
+    async def lease_record(self) -> LeaseRecord | None:
+        return await read_lease(self.ctx)
 
     async def doctor(self) -> DoctorReport:
         return await run_doctor(self.ctx)

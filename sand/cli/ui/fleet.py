@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sand.apply.events import Hooks
-from sand.apply.reconcile import ApplyOutcome
+from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.status import StatusReport
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
@@ -138,28 +138,46 @@ class Fleet:
         approved with ``yes`` (``ask``), the mass-delete and unpushed-work guards in
         force (the board has no --allow-mass-delete or --allow-data-loss), the engine's
         events to ``hooks``. None: nothing ran (not approved, or refused)."""
+        from sand.apply.lease import ProjectLeases, leased, same_changes
         from sand.apply.reconcile import (
             carry_out,
             mass_delete_problem,
             recover_and_plan,
             settle_unchanged,
         )
+        from sand.backends.lease import LeaseHolder
         from sand.project import open_session
 
         session = open_session(self.manifest, lock=True)
+        # One writer per project, as `sand apply`: the lease is taken before the first
+        # change (a journal replay, or the approved plan), never to look.
+        leases = ProjectLeases(session, LeaseHolder.here(command="ui"))
         try:
-            prepared = await recover_and_plan(session)
-            for line in prepared.recovered:
-                note(f"Recovered: {line}")
-            plan = prepared.plan
-            if not plan.has_changes:
-                await ask(plan, None)  # shown, nothing to approve
-                return settle_unchanged(session, prepared)
-            problem = mass_delete_problem(plan)
-            approved = await ask(plan, problem)
-            if problem or not approved:
-                return None
-            return await carry_out(session, prepared, parallelism=10, hooks=hooks)
+            async with leases:
+
+                async def plan_now() -> Prepared:
+                    return await recover_and_plan(session, before_replay=leases.for_replay)
+
+                prepared = await plan_now()
+                for line in prepared.recovered:
+                    note(f"Recovered: {line}")
+                plan = prepared.plan
+                if not plan.has_changes:
+                    await ask(plan, None)  # shown, nothing to approve
+                    return settle_unchanged(session, prepared)
+                problem = mass_delete_problem(plan)
+                approved = await ask(plan, problem)
+                if problem or not approved:
+                    return None
+                prepared, again = await leased(leases, prepared, plan_now)
+                if again and not same_changes(plan, prepared.plan):
+                    # What was approved is not what would run: a person decides again.
+                    note(
+                        "another applier changed the VMs since this plan was made; nothing "
+                        "was done: press a to see the plan as it is now"
+                    )
+                    return None
+                return await carry_out(session, prepared, parallelism=10, hooks=hooks)
         finally:
             await session.close()
 

@@ -1,0 +1,117 @@
+"""``sand sync``: time from a pushed commit to the start of its apply, with a webhook
+and with polling.
+
+    python bench/sync_latency.py [--commits 5] [--interval 5]
+
+A real git smart-HTTP server (``git http-backend``, token-protected, on 127.0.0.1) holds
+the manifest; ``sand sync`` runs as a process against fakepve. Each commit changes one
+VM's CPU count; the clock starts when ``git push`` returns and stops when the sync says
+"applying revision <it>". Webhook: a signed ``POST /hooks/git`` is sent right after the
+push (``--interval`` 3600, so only the hook can wake it). Polling: no hook, ``--interval``
+seconds between fetches, so the expected latency is about half of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import random
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.cli.sync_rig import Repo, SyncProcess, free_port, private_file  # noqa: E402
+from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
+from tests.rig.gitserver import GitServer  # noqa: E402
+
+SECRET = "bench-hook-secret"
+
+
+def _poke(port: int) -> None:
+    body = b'{"ref": "refs/heads/main"}'
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/hooks/git",
+        data=body,
+        headers={"X-Hub-Signature-256": signature},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 202
+
+
+def measure(commits: int, *, webhook: bool, interval: float) -> list[float]:
+    from fakepve.certs import make_cert
+
+    with tempfile.TemporaryDirectory() as tmp, GitServer("bench-token", host="127.0.0.1") as git:
+        work = Path(tmp)
+        pki = make_cert(tmp, hosts=("127.0.0.1",))[:2]
+        rig = FakePveRig(pki, work / "pve")
+        repo = Repo(git, "fleet", rig.manifest([{"name": "l-1"}]))
+        token = private_file(work / "git.token", "bench-token")
+        args = ["--repo", repo.url, "--token-file", str(token)]
+        port = free_port()
+        if webhook:
+            secret = private_file(work / "hook.secret", SECRET)
+            args += ["--interval", "3600", "--listen", f"127.0.0.1:{port}"]
+            args += ["--webhook-secret-file", str(secret)]
+        else:
+            args += ["--interval", str(interval)]
+        (work / "sync").mkdir()
+        sync = SyncProcess(work / "sync", *args)
+        latencies = []
+        try:
+            sync.wait_for(lambda: sync.said("applied (converged)"))
+            for n in range(1, commits + 1):
+                # Polling: pushed at a random point between two fetches, as people push.
+                time.sleep(0.3 if webhook else random.uniform(0.3, interval + 0.3))
+                sha = repo.push(rig.manifest([{"name": "l-1", "cpus": 1 + n % 2}]), f"c{n}")
+                pushed = time.monotonic()
+                if webhook:
+                    _poke(port)
+                sync.wait_for(lambda s=sha: s[:12] in sync.applying(), timeout=interval * 3 + 30)
+                latencies.append(time.monotonic() - pushed)
+                sync.wait_for(lambda s=sha: f"revision {s[:12]} applied" in sync.text())
+        finally:
+            sync.stop()
+            rig.stop()
+        return latencies
+
+
+def rows(commits: int = 5, interval: float = 5.0) -> list[tuple[str, str]]:
+    hook = measure(commits, webhook=True, interval=interval)
+    poll = measure(commits, webhook=False, interval=interval)
+    return [
+        (
+            "push → apply starts, webhook (median)",
+            f"{statistics.median(hook) * 1000:.0f} ms (worst {max(hook) * 1000:.0f} ms, "
+            f"{commits} commits)",
+        ),
+        (
+            f"push → apply starts, polling every {interval:g}s (median)",
+            f"{statistics.median(poll) * 1000:.0f} ms (worst {max(poll) * 1000:.0f} ms; "
+            f"expected ≈ {interval / 2:g} s)",
+        ),
+        ("webhook vs polling", f"{statistics.median(poll) / statistics.median(hook):.1f}× sooner"),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--commits", type=int, default=5)
+    parser.add_argument("--interval", type=float, default=5.0)
+    args = parser.parse_args()
+    for key, value in rows(args.commits, args.interval):
+        print(f"{key:44} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

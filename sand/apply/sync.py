@@ -1,0 +1,253 @@
+"""``sand sync``: apply the manifest in a git repository, each new commit exactly once.
+
+A sibling of ``apply --watch`` whose trigger is a revision instead of a save. On
+every tick (``--interval``) or poke (a webhook), the branch's newest commit is
+fetched (``gitmirror``). A revision not seen before is validated; a valid one is
+applied once, by one :class:`~sand.apply.unattended.Reconciler` run, and recorded
+(``sync.json`` beside the mirror): after a restart it is not applied again. A
+revision whose manifest is invalid is reported once, with its located problems
+(``sand.yaml@<revision>:LINE:COL``), and the last good revision stays in force.
+Between commits, periodic runs of the revision in force re-observe and correct
+drift only with ``selfHeal: true`` (as Argo CD's auto-sync).
+
+Host paths the manifest names by a relative path (token files, keys, secret files)
+are found in ``host_dir``, never in the repository: secrets come from the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sand.apply.gitmirror import GitError, GitMirror, Revision
+from sand.apply.unattended import PERIODIC, Reconciler, RunResult
+from sand.errors import ManifestError, Problem, SandError
+from sand.manifest import load_manifest
+from sand.state.private import write_private_file
+
+WEBHOOK = "webhook"
+START = "start"
+
+
+class SyncMetrics(Protocol):
+    """What a sync counts (``sand.cli.metrics`` serves it to Prometheus)."""
+
+    def run_done(self, revision: Revision, result: RunResult, seconds: float) -> None: ...
+
+    def failed(self, layer: str) -> None: ...
+
+
+class NoMetrics:
+    def run_done(self, revision: Revision, result: RunResult, seconds: float) -> None:
+        return None
+
+    def failed(self, layer: str) -> None:
+        return None
+
+
+@dataclass
+class SyncState:
+    """What a sync remembers across restarts (``sync.json``, 0600)."""
+
+    applied: str = ""  # the revision last applied (its run ran, whatever its outcome)
+    applied_at: float = 0.0
+    applied_ok: bool = False
+    good: str = ""  # the newest revision with a valid manifest: the one in force
+    rejected: str = ""  # the newest revision with an invalid one (reported once)
+
+    @classmethod
+    def load(cls, path: Path) -> SyncState:
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{k: data[k] for k in asdict(cls()) if k in data})
+        except (OSError, ValueError, TypeError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        write_private_file(path, json.dumps(asdict(self), indent=2).encode())
+
+
+def vm_status(result: RunResult) -> dict[tuple[str, str], str]:
+    """(backend, VM) -> Synced, OutOfSync or Unknown, as the run left them. A VM the
+    manifest no longer names is listed until it is gone."""
+    plan = result.plan
+    if plan is None:
+        return {}
+    results = result.outcome.result.results if result.outcome and result.outcome.result else ()
+    done = {(r.backend, r.vm): r.ok for r in results}
+    out: dict[tuple[str, str], str] = {}
+    for c in plan.changes:
+        key = (c.backend, c.vm)
+        if c.backend in plan.unknown_backends:
+            out[key] = "Unknown"
+        elif key in done:
+            if done[key] and c.desired is None:
+                continue  # deleted
+            out[key] = "Synced" if done[key] and not c.drift else "OutOfSync"
+        else:
+            out[key] = "Synced" if not c.acts and not c.drift and c.desired else "OutOfSync"
+    return out
+
+
+@dataclass
+class Syncer:
+    mirror: GitMirror
+    path: str  # the manifest's path in the repository
+    host_dir: Path
+    reconciler: Reconciler
+    metrics: SyncMetrics = field(default_factory=NoMetrics)
+    state: SyncState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = SyncState.load(self.state_file)
+        self.head_rejected = False  # the last fetched revision's manifest is invalid
+
+    @property
+    def state_file(self) -> Path:
+        return self.mirror.dir / "sync.json"
+
+    def manifest_file(self, sha: str) -> Path:
+        return self.mirror.dir / "revisions" / sha / Path(self.path).name
+
+    def _say(self, text: str) -> None:
+        self.reconciler.report.note(text)
+
+    async def check(self, reason: str) -> RunResult | None:
+        """One tick: fetch, take in a new revision, and run what is due (None: nothing
+        ran, e.g. a poke that found no new commit)."""
+        previous = self.state.good
+        try:
+            head = await self.mirror.fetch()
+        except GitError as exc:
+            self.metrics.failed(exc.layer)
+            self._say(f"{exc}; revision {previous[:12] or '(none yet)'} stays in force")
+            head = None
+        if head is not None and head.sha not in (self.state.good, self.state.rejected):
+            await self._take_in(head)
+        if head is not None:
+            self.head_rejected = head.sha == self.state.rejected
+        if not self.state.good:
+            return None
+        good = Revision(self.state.good, "")
+        if self.state.good != self.state.applied:
+            return await self._apply(good, f"revision {good.short}")
+        if reason in (PERIODIC, START):
+            # Between commits (a restart is not a commit): drift is corrected only
+            # with selfHeal, as a periodic run does.
+            return await self._apply(good, PERIODIC)
+        return None
+
+    async def _take_in(self, head: Revision) -> None:
+        """Validate the manifest of a new revision: in force if valid, else reported."""
+        try:
+            text = await self.mirror.read(head, self.path)
+            file = self.manifest_file(head.sha)
+            file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_private_file(file, text)
+            load_manifest(file)
+        except ManifestError as exc:
+            self._reject(head, _relabel(exc, f"{self.path}@{head.short}"))
+            return
+        except GitError as exc:
+            self._reject(head, exc)
+            return
+        self._say(f"revision {head.short} ({head.subject}): manifest valid")
+        self._forget(keep=head.sha)
+        self.state.good = head.sha
+        self.state.save(self.state_file)
+
+    def _reject(self, head: Revision, exc: SandError) -> None:
+        self.metrics.failed(exc.layer)
+        kept = self.state.good[:12] or "none: nothing is applied until a valid one"
+        self._say(
+            f"revision {head.short} ({head.subject}): the manifest is invalid; the last good "
+            f"revision stays in force ({kept}):\n{exc}"
+        )
+        self.state.rejected = head.sha
+        self.state.save(self.state_file)
+
+    def _forget(self, keep: str) -> None:
+        """Old revisions' manifest copies: only the one in force and the new are kept."""
+        root = self.mirror.dir / "revisions"
+        for d in root.iterdir() if root.is_dir() else ():
+            if d.name not in (keep, self.state.good):
+                for f in d.iterdir():
+                    f.unlink()
+                d.rmdir()
+
+    async def _apply(self, revision: Revision, reason: str) -> RunResult:
+        new = revision.sha != self.state.applied
+        if new:
+            self._say(f"applying revision {revision.short}")
+        started = time.monotonic()
+        result = await self.reconciler.run(
+            self.manifest_file(revision.sha), reason, host_dir=self.host_dir, revision=revision.sha
+        )
+        seconds = time.monotonic() - started
+        if new:
+            # Recorded once its run has run: a restart does not apply it again (a run
+            # cut short by the restart is, as it never got here).
+            self.state.applied, self.state.applied_at = revision.sha, time.time()
+            self.state.applied_ok = result.ok
+            self.state.save(self.state_file)
+            verdict = "converged" if result.ok else "not converged: " + "; ".join(result.problems())
+            self._say(f"revision {revision.short} applied ({verdict})")
+        for layer in result.failed_layers():
+            self.metrics.failed(layer)
+        self.metrics.run_done(revision, result, seconds)
+        return result
+
+    async def run(self, interval: float, stop: asyncio.Event, poke: asyncio.Event) -> None:
+        """Until ``stop``: a check at start, every ``interval`` seconds, and on every
+        ``poke``. Single-flight: pokes during a check collapse into one more."""
+        reasons: list[str] = [START]
+        wake = asyncio.Event()
+        wake.set()
+
+        async def tick() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=interval)
+                if not stop.is_set():
+                    reasons.append(PERIODIC)
+                    wake.set()
+
+        async def pokes() -> None:
+            while not stop.is_set():
+                await poke.wait()
+                poke.clear()
+                reasons.append(WEBHOOK)
+                wake.set()
+
+        async def loop() -> None:
+            while not stop.is_set():
+                await wake.wait()
+                if stop.is_set():
+                    break
+                wake.clear()
+                reason = next((r for r in (START, WEBHOOK) if r in reasons), PERIODIC)
+                reasons.clear()
+                await self.check(reason)
+
+        tasks = [asyncio.create_task(t()) for t in (tick, pokes, loop)]
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        stopper.cancel()
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+
+
+def _relabel(exc: ManifestError, label: str) -> ManifestError:
+    """The problems as found in the revision (``sand.yaml@<rev>:LINE:COL``), not in
+    sand's copy of it."""
+    return ManifestError([Problem(label, p.line, p.column, p.message) for p in exc.problems])

@@ -1,0 +1,216 @@
+"""One reconcile run nobody confirms: what ``apply --watch`` and ``sand sync`` make.
+
+Each run opens the project afresh, settles the journal, observes and plans; only a
+plan with changes takes the project's leases (``sand.apply.lease``), plans again
+under them when another applier wrote meanwhile, and is carried out. Drift a
+periodic run finds is corrected only with ``selfHeal: true`` (as Argo CD's); a
+triggered run (a save, a new revision) corrects it. The mass-delete guard holds;
+the unpushed-work guard holds (no ``--allow-data-loss`` here). A VM that keeps
+failing is retried with exponential backoff (1 s doubling, 5 min cap) instead of
+on every tick. Nothing here prints: what a run does goes to a :class:`RunReport`,
+and comes back as a :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from sand.apply.events import Hooks, NoHooks
+from sand.apply.lease import ProjectLeases, leased
+from sand.apply.reconcile import (
+    ApplyOutcome,
+    Prepared,
+    carry_out,
+    mass_delete_problem,
+    recover_and_plan,
+)
+from sand.backends.lease import LeaseBusy, LeaseHolder
+from sand.errors import PlanRefused, SandError
+from sand.logs import get_logger
+from sand.plan.model import Action, GuestAction, Plan
+from sand.project import Session, open_session
+
+BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
+PERIODIC = "periodic"
+
+
+class RunReport(Protocol):
+    """Where an unattended run tells what it does; ``sand.cli`` prints it."""
+
+    def note(self, text: str) -> None:
+        """A line about the run itself (it starts, a refusal, a failure)."""
+
+    def show_plan(self, plan: Plan) -> None:
+        """The plan of a run, before it is carried out."""
+
+    def show_outcome(self, outcome: ApplyOutcome) -> None:
+        """What a run that changed something did."""
+
+
+class Silent:
+    def note(self, text: str) -> None:
+        return None
+
+    def show_plan(self, plan: Plan) -> None:
+        return None
+
+    def show_outcome(self, outcome: ApplyOutcome) -> None:
+        return None
+
+
+@dataclass
+class Backoff:
+    """Per-VM retry schedule after failures."""
+
+    failures: dict[str, int] = field(default_factory=dict)
+    not_before: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, vm: str, now: float) -> None:
+        n = self.failures.get(vm, 0) + 1
+        self.failures[vm] = n
+        self.not_before[vm] = now + min(BACKOFF_CAP, BACKOFF_START * 2 ** (n - 1))
+
+    def succeeded(self, vm: str) -> None:
+        self.failures.pop(vm, None)
+        self.not_before.pop(vm, None)
+
+    def waiting(self, vm: str, now: float) -> bool:
+        return self.not_before.get(vm, 0.0) > now
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run found and did. ``error``: why it stopped short (its layer names
+    where), None when it ran to the end (its outcome may still hold failed VMs)."""
+
+    plan: Plan | None = None
+    outcome: ApplyOutcome | None = None  # None: nothing was carried out
+    error: SandError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Ran to the end and everything converged: no VM failed, none is left blocked,
+        no backend was unknown."""
+        if self.error is not None:
+            return False
+        outcome = self.outcome or (ApplyOutcome(self.plan) if self.plan is not None else None)
+        return outcome is None or outcome.converged
+
+    def problems(self) -> list[str]:
+        """Why it is not ok, one item each."""
+        if self.error is not None:
+            return [str(self.error)]
+        plan = self.plan
+        unknown = plan.unknown_backends if plan is not None else {}
+        out = [f"backend {b} unknown ({why})" for b, why in sorted(unknown.items())]
+        results = self.outcome.result.results if self.outcome and self.outcome.result else ()
+        out += [f"{r.vm} failed [{r.layer}]" for r in results if not r.ok]
+        if plan is not None:
+            out += [f"{c.vm} blocked" for c in plan.changes if c.action is Action.BLOCKED]
+        return out
+
+    def failed_layers(self) -> list[str]:
+        """The layer of each failure: the run's own error, each VM's, and "backend" for
+        each backend that could not be observed."""
+        if self.error is not None:
+            return [self.error.layer]
+        results = self.outcome.result.results if self.outcome and self.outcome.result else ()
+        layers = [r.layer or "apply" for r in results if not r.ok]
+        unknown = self.plan.unknown_backends if self.plan is not None else {}
+        return layers + ["backend"] * len(unknown)
+
+
+@dataclass
+class Reconciler:
+    parallelism: int
+    allow_mass_delete: bool
+    command: str  # what the lease names: "watch", "sync"
+    report: RunReport = field(default_factory=Silent)
+    hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
+    backoff: Backoff = field(default_factory=Backoff)
+    lease_wait: float = 300.0  # a busy lease is waited for: nobody is at the keyboard
+
+    async def run(
+        self,
+        manifest: Path,
+        reason: str,
+        *,
+        host_dir: Path | None = None,
+        revision: str = "",
+        targets: Collection[str] = (),
+    ) -> RunResult:
+        """One run of ``manifest`` (``reason``: "periodic" or what triggered it);
+        ``targets``: plan only these VMs, as ``--target`` does."""
+        try:
+            session = open_session(manifest, lock=True, lock_wait=30.0, host_dir=host_dir)
+        except SandError as exc:
+            self.report.note(str(exc))
+            return RunResult(error=exc)
+        holder = LeaseHolder.here(command=self.command, revision=revision)
+        try:
+            leases = ProjectLeases(session, holder, wait=self.lease_wait, on_wait=self._waiting)
+            async with leases:
+                return await self._run(session, leases, reason, targets)
+        except SandError as exc:
+            get_logger().error(f"{self.command} run failed", error=str(exc), layer=exc.layer)
+            self.report.note(str(exc))
+            return RunResult(error=exc)
+        finally:
+            await session.close()
+
+    def _waiting(self, busy: LeaseBusy) -> None:
+        self.report.note(f"waiting (up to {self.lease_wait:.0f}s): {busy}")
+
+    async def _run(
+        self, session: Session, leases: ProjectLeases, reason: str, targets: Collection[str]
+    ) -> RunResult:
+        say = self.report.note
+        correct = session.loaded.manifest.self_heal or reason != PERIODIC
+
+        async def plan() -> Prepared:
+            prepared = await recover_and_plan(
+                session, correct_drift=correct, before_replay=leases.for_replay, targets=targets
+            )
+            for line in prepared.recovered:
+                say(f"Recovered: {line}")
+            return replace(prepared, plan=self._without_backed_off(prepared.plan))
+
+        prepared = await plan()
+        while True:  # ends: leases once held stay held, and a held one is fresh
+            problem = mass_delete_problem(prepared.plan)
+            if problem and not self.allow_mass_delete:
+                self.report.show_plan(prepared.plan)
+                say(f"refused: {problem}")
+                return RunResult(plan=prepared.plan, error=PlanRefused(problem))
+            if not prepared.plan.has_changes:
+                self.report.show_plan(prepared.plan)
+                return RunResult(plan=prepared.plan)
+            prepared, again = await leased(leases, prepared, plan)
+            if not again:
+                break
+            say("another applier changed the VMs since they were observed: planned again")
+        self.report.show_plan(prepared.plan)
+        outcome = await carry_out(session, prepared, parallelism=self.parallelism, hooks=self.hooks)
+        self.report.show_outcome(outcome)
+        now = time.monotonic()
+        for r in outcome.result.results if outcome.result else ():
+            if r.ok:
+                self.backoff.succeeded(r.vm)
+            else:
+                self.backoff.failed(r.vm, now)
+                say(f"{r.vm} failed [{r.layer}]: {r.error}")
+        return RunResult(plan=prepared.plan, outcome=outcome)
+
+    def _without_backed_off(self, plan: Plan) -> Plan:
+        now = time.monotonic()
+        kept = tuple(
+            replace(c, action=Action.NOOP, guest=GuestAction.NONE)
+            if self.backoff.waiting(c.vm, now)
+            else c
+            for c in plan.changes
+        )
+        return replace(plan, changes=kept)

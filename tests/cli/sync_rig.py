@@ -1,0 +1,150 @@
+"""What the ``sand sync`` tests run: a real git server holding the manifest, commits
+pushed to it, and ``sand sync`` processes whose output is followed line by line."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.rig._util import run as git_run
+from tests.rig.gitserver import _GIT_ENV, GitServer
+
+APPLYING = re.compile(r"sync: applying revision ([0-9a-f]{12})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def private_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+class Repo:
+    """A repository on the git server and a way to push commits to it."""
+
+    def __init__(self, server: GitServer, name: str, manifest: dict[str, Any]) -> None:
+        self.server = server
+        self.name = name
+        self.url = server.create_repo(name, {"sand.yaml": yaml.safe_dump(manifest)})
+
+    def head(self) -> str:
+        return self.server.branches(self.name)["main"]
+
+    def push(self, text: str | dict[str, Any], message: str = "change") -> str:
+        """Commit ``sand.yaml`` (text, or a manifest dict) on main; the new sha."""
+        if isinstance(text, dict):
+            text = yaml.safe_dump(text, sort_keys=False)
+        bare = self.server.repo_path(self.name)
+        with tempfile.TemporaryDirectory(prefix="sand-sync-push-") as work:
+            wt = Path(work) / "wt"
+            git_run(["git", "clone", "-q", str(bare), str(wt)], env=_GIT_ENV)
+            (wt / "sand.yaml").write_text(text)
+            git_run(["git", "-C", str(wt), "commit", "-q", "-am", message], env=_GIT_ENV)
+            git_run(["git", "-C", str(wt), "push", "-q", "origin", "main"], env=_GIT_ENV)
+        return self.head()
+
+
+class SyncProcess:
+    """``sand sync`` in a process of its own, with its own state dir."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wrap: tuple[str, ...] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.state_dir = workdir / "state"
+        full_env = {
+            **os.environ,
+            "SAND_STATE_DIR": str(self.state_dir),
+            "NO_COLOR": "1",
+            **(env or {}),
+        }
+        self.argv = [sys.executable, "-m", "sand", "sync", *args]
+        self.proc = subprocess.Popen(
+            [*wrap, *self.argv],
+            cwd=workdir,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.err: list[str] = []
+        self.out: list[str] = []
+        for stream, sink in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):
+            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream: Any, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    def text(self) -> str:
+        return "".join(self.err) + "".join(self.out)
+
+    def applying(self) -> list[str]:
+        """The revisions (12 hex) it began to apply, in order."""
+        return [m[1] for line in self.err if (m := APPLYING.search(line))]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                time.sleep(0.2)  # the last lines
+                if predicate():
+                    return
+                raise AssertionError(f"sand sync exited {self.proc.returncode}:\n{self.text()}")
+            time.sleep(0.05)
+        raise AssertionError("timed out; output:\n" + self.text())
+
+    def said(self, needle: str) -> bool:
+        return needle in self.text()
+
+    def kill(self) -> None:
+        """kill -9: no goodbye, no release."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def git_available() -> bool:
+    return shutil.which("git") is not None
+
+
+# A process of its own pid namespace (root): its pids mean nothing to the test's, as a
+# process on another host. SIGKILL to unshare kills it too (--kill-child).
+OTHER_HOST = ("unshare", "--pid", "--kill-child", "--mount-proc")
+
+
+def can_be_another_host() -> bool:
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
