@@ -77,7 +77,7 @@ def bash_complete(sand: Sand, bin_dir: Path, words: list[str]) -> list[str]:
 
 def test_bash_completes_subcommands(shell_env):
     sand, bin_dir = shell_env
-    assert bash_complete(sand, bin_dir, ["sand", "s"]) == ["schema", "shell", "status"]
+    assert bash_complete(sand, bin_dir, ["sand", "s"]) == ["schema", "shell", "status", "sync"]
     assert "completion" in bash_complete(sand, bin_dir, ["sand", ""])
     assert "__complete-vms" not in bash_complete(sand, bin_dir, ["sand", ""])
     assert "--auto-approve" in bash_complete(sand, bin_dir, ["sand", "apply", "--a"])
