@@ -25,16 +25,18 @@ pytestmark = pytest.mark.e2e
 
 HOSTILE = "x;touch${IFS}/tmp/sand-pwned;$(touch${IFS}/tmp/sand-pwned2)"
 
-# Two checkouts whose branches are pushed to a bare repo in the guest, remotes
-# then pointed at GitHub; a third whose HEAD names an option-looking branch,
-# and a fourth whose HEAD file carries terminal escapes.
+# Two checkouts whose branches are pushed to a bare repo of their own in the guest,
+# remotes then pointed at GitHub; a third whose HEAD names an option-looking branch,
+# and a fourth whose HEAD file carries terminal escapes. (One bare repo for both made
+# the second push of main fail whenever the two "init" commits fell in different
+# seconds and so differed: the test failed now and then under load.)
 SETUP = (
     GIT_SETUP
     + r"""
-git init -q --bare ~/remote.git
 mk() {
+	git init -q --bare "$1.remote.git"
 	git init -q "$1" && cd "$1" && echo hi > README && git add README && git commit -qm init
-	git remote add origin ~/remote.git && git push -q origin main
+	git remote add origin "$1.remote.git" && git push -q origin main
 	git remote set-head origin main
 	git checkout -qb "$2" && echo "$2" > f && git add f && git commit -qm "work on it"
 	git push -q origin "$2:$2"
