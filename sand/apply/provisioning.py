@@ -13,14 +13,16 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import Backend
+from sand.backends.protocol import Backend, BaseProvisioner
 from sand.desired import DesiredState, DesiredVM
+from sand.desired.spec import DesiredBase
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, SecretsRecord
 from sand.plan.model import Action, GuestAction, Plan, VMChange
 
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
+    from sand.guest.endpoint import GuestEndpoint
     from sand.project import Session
     from sand.provision.provisioner import ProvisionReport
     from sand.secrets import SecretValue
@@ -127,6 +129,17 @@ async def check_guests(
                 f"(not re-delivered this run): {outcome}"
             )
     return lost, tuple(warnings)
+
+
+def make_base_provisioner(session: Session) -> BaseProvisioner:
+    """Provisions a golden base's build machine: its machine steps, then generalized."""
+
+    async def provision_built(base: DesiredBase, endpoint: GuestEndpoint) -> None:
+        from sand.provision import provision_base
+
+        await provision_base(endpoint, base)
+
+    return provision_built
 
 
 def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:

@@ -304,7 +304,7 @@ def build_desired(
             agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
             docker = _first(vm.docker, d.docker, DEFAULT_DOCKER)
         packages = tuple(sorted(set(vm.packages or d.packages or ())))
-        if base is None and provision:
+        if base is None and provision and backend.derive_bases:
             base = derived_base(
                 m.project,
                 backend_name,
