@@ -75,21 +75,23 @@ class LayeredGuests:
         self.errors: list[str] = []
         self.retired: list[NetnsGuest] = []  # guests of VMs deleted since
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="layered-guests", daemon=True)
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def __enter__(self) -> LayeredGuests:
+        """Answer while the block runs (a guest made stays until ``stop()``)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="layered-guests", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self.__exit__()
         for guest in [*self.by_vmid.values(), *self.retired, *self.base_guests.values()]:
             guest.stop()
 
@@ -117,7 +119,7 @@ class LayeredGuests:
                     self._freeze(str(block.get("fingerprint") or ""))
                 continue
             # A vmid PVE hands out again is a new VM: its incarnation tells them apart.
-            key = (vm.vmid, str(block.get("op") or block.get("fingerprint") or vm.name))
+            key = (vm.vmid, str(block.get("op") or vm.name))
             if key in self._answered or not vm.config.get("net0"):
                 continue
             if block.get("kind") == "golden":

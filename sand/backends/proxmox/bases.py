@@ -81,7 +81,7 @@ async def build(
                     *mk.golden_tags(ctx.project, ctx.name, base.fingerprint),
                 ]
             ),
-            description=_description(ctx, base, vmid, template, "ready"),
+            description=_description(ctx, base, vmid, template, "ready", entry.id),
             digest=config.get("digest"),
         )
         journal.step(entry, "marked")
@@ -135,7 +135,7 @@ async def _clone(
             params: dict[str, Any] = {
                 "newid": vmid,
                 "name": name,
-                "description": _description(ctx, base, vmid, template, "building"),
+                "description": _description(ctx, base, vmid, template, "building", entry.id),
                 "pool": ctx.config.pool,
                 "storage": storage,
                 "full": 1,
@@ -177,14 +177,14 @@ def _tracker(journal: Journal, entry: JournalEntry) -> vmops.Track:
     return lambda upid: journal.task(entry, upid)
 
 
-def _description(ctx: Ctx, base: DesiredBase, vmid: int, template: Row, state: str) -> str:
+def _description(ctx: Ctx, base: DesiredBase, vmid: int, template: Row, state: str, op: str) -> str:
     note = (
         f"Golden base of image {base.name!r}, built by sand for project {ctx.project} from "
         f"template {template.get('name') or template['vmid']}. sand clones VMs from it and "
         "deletes it when none needs it and none was made from it."
     )
     block = mk.render_golden_block(
-        ctx.project, ctx.name, vmid, base.name, base.fingerprint, base.source, state
+        ctx.project, ctx.name, vmid, base.name, base.fingerprint, base.source, state, op
     )
     return f"{note}\n\n{block}"
 

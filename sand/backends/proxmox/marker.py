@@ -240,10 +240,19 @@ def golden_tags(project: str, backend: str, fingerprint: str | None) -> list[str
 
 
 def render_golden_block(
-    project: str, backend: str, vmid: int, image: str, fingerprint: str, source: str, state: str
+    project: str,
+    backend: str,
+    vmid: int,
+    image: str,
+    fingerprint: str,
+    source: str,
+    state: str,
+    op: str,
 ) -> str:
-    """The description block of a golden base (``state``: ``building`` or ``ready``)."""
+    """The description block of a golden base (``state``: ``building`` or ``ready``;
+    ``op``: the journal entry that built it, its incarnation)."""
     data: dict[str, object] = {
+        "op": op,
         "tool": "sand",
         "kind": GOLDEN_KIND,
         "project": project,

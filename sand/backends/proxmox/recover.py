@@ -180,11 +180,14 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
     vmid, name = entry.identity, entry.vm
     config = await read_config(ctx, str(row.get("node")), vmid)
     block = mk.parse_golden_block(config.get("description")) or {}
+    # A build's own entry made this base (its incarnation); a delete's, any of ours.
+    made_here = entry.op != "base" or str(block.get("op") or "") == entry.id
     ours = (
         block.get("project") == ctx.project
         and block.get("backend") == ctx.name
         and str(block.get("vmid")) == vmid
         and in_pool(ctx, row)
+        and made_here
     )
     if not ours:
         return _decision(
