@@ -161,7 +161,7 @@ class Backend(Protocol):
        VM is only ever cloned from a base that is ``ready`` (built and frozen), and a
        base is only deleted when no VM was made from it, nothing holds it, and it
        carries this project's base marker for this entry
-       (``tests/contract/test_backend.py::test_golden_bases_*``).
+       (``tests/contract/test_golden_bases.py``).
     """
 
     name: str
