@@ -169,3 +169,97 @@ class LayeredGuests:
             check=True,
         )
         return guest
+
+
+class LimaLayeredGuests:
+    """The same for the limactl stand-in: a real guest behind each instance sand makes,
+    bound before its ``limactl start`` returns (the stand-in's ``await_guest``).
+
+    A golden base's instance (``sand-base-*``) gets a guest from the source's disk (the
+    workbench tree) with the rig's apt mirror; once sand stamps it (after stopping it),
+    its guest is frozen; an instance whose sand marker names a base starts from that
+    frozen disk; any other instance from the workbench tree."""
+
+    def __init__(self, standin: Any, *, workbench: Path, mirror: AptMirror | None = None) -> None:
+        self.standin, self.workbench, self.mirror = standin, workbench, mirror
+        self.by_name: dict[str, NetnsGuest] = {}
+        self.base_guests: dict[str, NetnsGuest] = {}  # base instance -> its guest
+        self.layers: dict[str, Path] = {}  # base fingerprint -> frozen disk
+        self.errors: list[str] = []
+        self.started: list[tuple[str, str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LimaLayeredGuests:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lima-guests", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def stop(self) -> None:
+        self.__exit__()
+        for guest in [*self.by_name.values(), *self.base_guests.values()]:
+            guest.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._once()
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            time.sleep(0.05)
+
+    def _json(self, path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _once(self) -> None:
+        home = self.standin.lima_home
+        for d in sorted(p for p in home.iterdir() if p.is_dir() and not p.name.startswith("_")):
+            name = d.name
+            if not (d / "lima.yaml").exists():
+                continue
+            stamp = self._json(d / "sand-base.json")
+            if name.startswith("sand-base-"):
+                if stamp.get("golden") and name in self.base_guests:
+                    self.layers.setdefault(stamp["golden"], self.base_guests[name].freeze())
+                    continue
+                if name not in self.base_guests and not stamp:
+                    guest = self._start(self.workbench)
+                    if self.mirror is not None:
+                        guest.run_root(["rm", "-rf", "/etc/apt/sources.list.d"], check=True)
+                        guest.run_root(
+                            ["sh", "-c", "cat > /etc/apt/sources.list"],
+                            input=self.mirror.sources_list().encode(),
+                            check=True,
+                        )
+                    self.base_guests[name] = guest
+                    self._bind(name, guest, "base build")
+                continue
+            marker = self._json(d / "sand-marker.json")
+            if name in self.by_name or not marker:
+                continue
+            base = str(marker.get("base") or "")
+            if base:
+                guest = NetnsGuest(rootfs=self.workbench, layers=[self.layers[base]]).start()
+                kind = f"clone of base {base[:8]}"
+            else:
+                guest = self._start(self.workbench)
+                kind = "from the image"
+            self.by_name[name] = guest
+            self._bind(name, guest, kind)
+
+    def _start(self, rootfs: Path) -> NetnsGuest:
+        return NetnsGuest(rootfs=rootfs).start()
+
+    def _bind(self, name: str, guest: NetnsGuest, kind: str) -> None:
+        self.standin.back_with_guest(name, guest)
+        self.started.append((name, kind, time.time()))
