@@ -173,7 +173,12 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
 def log_lines(report: ProvisionReport) -> list[str]:
     """A provisioning report as the lines of the VM's last provisioning log."""
     lines = [f"{report.changed} step(s) changed something ({report.seconds:.1f}s)"]
+    if not report.ran:
+        lines.append("  nothing to run: every step's inputs as the guest last ran them")
     for step in report.steps:
+        if not step.ran:
+            lines.append(f"  {step.name}: skipped (its inputs unchanged since it last ran)")
+            continue
         said = f"{len(step.changes)} change(s)" if step.changes else "unchanged"
         lines.append(f"  {step.name}: {said} ({step.seconds:.1f}s)")
         lines.extend(f"    {change}" for change in step.changes)
