@@ -30,6 +30,11 @@ SECTIONS = [
     ("sand ui: first frame on 200 VMs, keys during 1000-VM refreshes", "bench.ui_board", "rows"),
     ("sand sync: push-to-apply-start latency, webhook vs polling", "bench.sync_latency", "rows"),
     ("one-writer lease: requests per apply on Proxmox (fakepve)", "bench.lease_cost", "rows"),
+    (
+        "time to a ready VM: full provisioning vs a golden base (real guests)",
+        "bench.golden_bases",
+        "rows",
+    ),
 ]
 
 

@@ -49,6 +49,9 @@ class Marker:
     # incarnation and kept across every write: what an ``expires:`` duration counts
     # from. A replacement is a new VM and starts again. 0: not recorded (an older sand).
     created_at: int = 0
+    # The fingerprint of the golden base the VM was cloned from ("": made without one).
+    # Set once, like the creation time: what a VM made from an image is out of date by.
+    base: str = ""
 
     def to_json_dict(self) -> dict[str, str | int]:
         data: dict[str, str | int] = {
@@ -63,6 +66,8 @@ class Marker:
             data.update(secrets=self.secrets, secrets_at=self.secrets_at)
         if self.created_at:
             data["created_at"] = self.created_at
+        if self.base:
+            data["base"] = self.base
         return data
 
 
@@ -114,6 +119,24 @@ class ObservedVM:
 
 
 @dataclass(frozen=True)
+class ObservedBase:
+    """A golden base as its backend's listing shows it (a PVE template, a Lima instance),
+    carrying sand's base marker for this project and backend entry."""
+
+    backend: str
+    name: str  # the image it was built for (``images:`` name, or ``auto-<hash>``)
+    identity: str  # PVE vmid, Lima instance name
+    fingerprint: str  # what it was built from; "" when its marker does not say
+    # Built and frozen (a template, a stopped instance with its stamp): the only kind a
+    # VM is ever cloned from. False: a build a crash or a failure left (never cloned).
+    ready: bool
+    # The VMs the listing shows as made from it (any owner: a person's copy counts too).
+    made: tuple[str, ...] = ()
+    # Why it must not be deleted now though nothing needs it (a lock, a clone running).
+    busy: str | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything one backend showed in one reconcile."""
 
@@ -131,6 +154,8 @@ class Observation:
     # False when a reboot inside a guest does not show in ``booted_at`` (Lima: the
     # host agent lives on): a VM's tmpfs secrets are then checked on the guest.
     reboots_visible: bool = True
+    # This project's golden bases on this backend, from the same listing.
+    bases: tuple[ObservedBase, ...] = ()
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]

@@ -52,9 +52,9 @@ class Session:
 
 
 def desired_from(loaded: LoadedManifest) -> DesiredState:
-    from sand.provision.bundle import bundle_digest
+    from sand.provision.bundle import bundle_digest, machine_digest
 
-    return build_desired(loaded, bundle_digest=bundle_digest())
+    return build_desired(loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest())
 
 
 def open_session(

@@ -4,6 +4,11 @@ Each VM is applied independently under a bounded semaphore, so one failure
 never stops the others; clones sharing one backend's storage get their own
 smaller limit inside the backend. Every failure is kept with the layer that
 raised it.
+
+Golden bases the plan builds start first, all at once; a create or replace cloned
+from one waits for its build (before taking a slot of the semaphore) and fails,
+naming the base, when the build did. Bases the plan deletes go last, after every
+VM change, each re-checked by its backend.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from pathlib import Path
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend
+from sand.backends.protocol import Backend, BaseProvisioner
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
-from sand.observed import ObservedVM, SecretsRecord
-from sand.plan.model import Action, GuestAction, Plan, VMChange
+from sand.observed import ObservedBase, ObservedVM, SecretsRecord
+from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
 from sand.state.journal import Journal
 
 # (vm, endpoint-producing backend, observed) → provisions the guest and says which
@@ -46,15 +51,39 @@ class VMResult:
 
 
 @dataclass
+class BaseResult:
+    """What became of one golden base the plan built or deleted."""
+
+    base: str
+    backend: str
+    action: str  # "build" | "delete"
+    ok: bool = True
+    layer: str = ""
+    error: str = ""
+    seconds: float = 0.0
+    detail: str = ""  # what was done ("built as template 9001", "kept: ...")
+
+
+@dataclass
 class ApplyResult:
     results: list[VMResult] = field(default_factory=list)
+    bases: list[BaseResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results)
+        return all(r.ok for r in self.results) and all(b.ok for b in self.bases)
 
     def failures(self) -> list[VMResult]:
         return [r for r in self.results if not r.ok]
+
+    def base_failures(self) -> list[BaseResult]:
+        return [b for b in self.bases if not b.ok]
+
+
+class BaseFailed(SandError):
+    """A VM's golden base could not be built: the VM is not created."""
+
+    layer = "base"
 
 
 async def execute(
@@ -67,17 +96,47 @@ async def execute(
     hooks: Hooks | None = None,
     guard: Guard | None = None,
     archives: Path | None = None,
+    base_provisioner: BaseProvisioner | None = None,
 ) -> ApplyResult:
     """Carry out ``plan``. ``guard`` is the last look for unpushed work before anything
     is destroyed (the CLI always passes one unless --allow-data-loss); ``archives`` is
-    where ``preserve:`` paths are held while they move between guests."""
+    where ``preserve:`` paths are held while they move between guests;
+    ``base_provisioner`` provisions the golden bases the plan builds."""
     gate = asyncio.Semaphore(max(1, parallelism))
     log = get_logger()
     kit = ReplaceKit(provisioner, guard, archives)
+    say_to = hooks or NoHooks()
+    base_results: list[BaseResult] = []
+    builds: dict[tuple[str, str], asyncio.Task[ObservedBase]] = {}
+    for change in plan.bases:
+        if change.action is BaseAction.BUILD:
+            key = (change.backend, change.fingerprint)
+            builds[key] = asyncio.ensure_future(
+                _build(
+                    change,
+                    backends[change.backend],
+                    journal,
+                    base_provisioner,
+                    say_to,
+                    base_results,
+                )
+            )
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
         started = time.monotonic()
+        building = builds.get((change.backend, change.base or "")) if change.base else None
+        if building is not None:
+            # Waited for outside the semaphore: a create waiting for its base holds no slot.
+            try:
+                await asyncio.shield(building)
+            except SandError as exc:
+                say = Steps(say_to, change.vm, change.backend)
+                result.ok, result.layer = False, BaseFailed.layer
+                result.error = f"its golden base could not be built: {exc}"
+                say(Phase.FAILED, layer=result.layer)
+                result.seconds = time.monotonic() - started
+                return result
         async with gate:
             # The clock of each VM's events starts when it gets its turn.
             say = Steps(hooks or NoHooks(), change.vm, change.backend)
@@ -101,7 +160,62 @@ async def execute(
 
     todo = plan.actionable()
     results = await asyncio.gather(*(run(c) for c in todo))
-    return ApplyResult(list(results))
+    # Every build is awaited, also one no VM of this run used (an image's eager build).
+    await asyncio.gather(*builds.values(), return_exceptions=True)
+    for change in plan.bases:
+        if change.action is BaseAction.DELETE:
+            await _delete_base(change, backends[change.backend], journal, say_to, base_results)
+    return ApplyResult(list(results), base_results)
+
+
+async def _build(
+    change: BaseChange,
+    backend: Backend,
+    journal: Journal,
+    provision: BaseProvisioner | None,
+    hooks: Hooks,
+    results: list[BaseResult],
+) -> ObservedBase:
+    assert change.desired is not None and provision is not None
+    say = Steps(hooks, f"base {change.name}", change.backend)
+    result = BaseResult(change.name, change.backend, "build")
+    started = time.monotonic()
+    say(Phase.CREATING, f"building golden base {change.name}")
+    try:
+        built = await backend.build_base(change.desired, provision, journal)
+    except SandError as exc:
+        result.ok, result.layer, result.error = False, exc.layer, str(exc)
+        say(Phase.FAILED, layer=exc.layer)
+        get_logger().error("base failed", base=change.name, layer=exc.layer, error=str(exc))
+        raise
+    finally:
+        result.seconds = time.monotonic() - started
+        results.append(result)
+    result.detail = f"built as {built.identity}"
+    say(Phase.DONE)
+    return built
+
+
+async def _delete_base(
+    change: BaseChange,
+    backend: Backend,
+    journal: Journal,
+    hooks: Hooks,
+    results: list[BaseResult],
+) -> None:
+    assert change.observed is not None
+    say = Steps(hooks, f"base {change.name}", change.backend)
+    result = BaseResult(change.name, change.backend, "delete")
+    started = time.monotonic()
+    say(Phase.DELETING, f"deleting golden base {change.name} ({change.identity})")
+    try:
+        result.detail = await backend.delete_base(change.observed, journal)
+        say(Phase.DONE)
+    except SandError as exc:
+        result.ok, result.layer, result.error = False, exc.layer, str(exc)
+        say(Phase.FAILED, layer=exc.layer)
+    result.seconds = time.monotonic() - started
+    results.append(result)
 
 
 async def _apply_one(
@@ -124,10 +238,10 @@ async def _apply_one(
         current, delivered = await replace_vm(change, backend, journal, kit, say)
         provisioned = True
     elif change.action is Action.CREATE:
-        say(Phase.CREATING)
+        say(Phase.CREATING, "creating from its golden base" if change.base else "")
         # Each backend limits its own clone step (clone_parallelism): only the
         # clone contends for the storage lock, not the configure/start after it.
-        current = await backend.create(vm, journal)
+        current = await backend.create(vm, journal, from_base=change.base is not None)
         if vm.provision:
             say(Phase.PROVISIONING)
             delivered = await kit.provisioner(vm, backend, current, change)

@@ -24,13 +24,17 @@ def items_of(changes: list[VMChange]) -> list[PreflightItem]:
     for c in changes:
         if c.desired is None:
             continue
+        vm = c.desired
+        if vm.golden and vm.base is not None:
+            # Made from a golden base: what must exist is what the base is made from.
+            vm = replace(vm, image=vm.base.source)
         if c.action is Action.CREATE:
-            out.append(PreflightItem(c.desired, "create"))
+            out.append(PreflightItem(vm, "create"))
         elif c.action is Action.REPLACE:
-            out.append(PreflightItem(c.desired, "replace", current=c.observed))
+            out.append(PreflightItem(vm, "replace", current=c.observed))
         elif c.action is Action.UPDATE and c.fields:
             fields = tuple(f.field for f in c.fields)
-            out.append(PreflightItem(c.desired, "update", fields, c.observed))
+            out.append(PreflightItem(vm, "update", fields, c.observed))
     return out
 
 

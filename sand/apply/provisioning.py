@@ -13,14 +13,16 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import Backend
+from sand.backends.protocol import Backend, BaseProvisioner
 from sand.desired import DesiredState, DesiredVM
+from sand.desired.spec import DesiredBase
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, SecretsRecord
 from sand.plan.model import Action, GuestAction, Plan, VMChange
 
 if TYPE_CHECKING:
     from sand.apply.engine import Provisioner
+    from sand.guest.endpoint import GuestEndpoint
     from sand.project import Session
     from sand.provision.provisioner import ProvisionReport
     from sand.secrets import SecretValue
@@ -129,6 +131,17 @@ async def check_guests(
     return lost, tuple(warnings)
 
 
+def make_base_provisioner(session: Session) -> BaseProvisioner:
+    """Provisions a golden base's build machine: its machine steps, then generalized."""
+
+    async def provision_built(base: DesiredBase, endpoint: GuestEndpoint) -> None:
+        from sand.provision import provision_base
+
+        await provision_base(endpoint, base)
+
+    return provision_built
+
+
 def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
     async def provision_vm(
         vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange
@@ -160,7 +173,12 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
 def log_lines(report: ProvisionReport) -> list[str]:
     """A provisioning report as the lines of the VM's last provisioning log."""
     lines = [f"{report.changed} step(s) changed something ({report.seconds:.1f}s)"]
+    if not report.ran:
+        lines.append("  nothing to run: every step's inputs as the guest last ran them")
     for step in report.steps:
+        if not step.ran:
+            lines.append(f"  {step.name}: skipped (its inputs unchanged since it last ran)")
+            continue
         said = f"{len(step.changes)} change(s)" if step.changes else "unchanged"
         lines.append(f"  {step.name}: {said} ({step.seconds:.1f}s)")
         lines.extend(f"    {change}" for change in step.changes)

@@ -13,12 +13,18 @@ from dataclasses import dataclass, replace
 
 from sand.apply.engine import ApplyResult, execute
 from sand.apply.events import Hooks
-from sand.apply.provisioning import GuestSecrets, check_guests, make_provisioner
+from sand.apply.provisioning import (
+    GuestSecrets,
+    check_guests,
+    make_base_provisioner,
+    make_provisioner,
+)
 from sand.apply.recorded import record_expired, record_inventory
 from sand.apply.recovery import recovered_view, replay_journal
 from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import Action, Plan, make_plan
+from sand.plan.bases import with_bases
 from sand.plan.targeting import check_names, no_such_vm, steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
@@ -98,6 +104,8 @@ async def compute_plan(
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)
+    # Golden bases last: which creates (the --replace'd too) are cloned from which base.
+    plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:
         from sand.apply.guard import guard_plan
         from sand.apply.preflight import preflight_plan
@@ -220,6 +228,7 @@ async def carry_out(
         hooks=hooks,
         guard=None if allow_data_loss else refuse_if_holding,
         archives=project_dir(session.project) / "preserve",
+        base_provisioner=make_base_provisioner(session),
     )
     record_results(session.project, result.results)
     record_inventory(session.project, session.backends, plan, result)

@@ -111,11 +111,12 @@ def fold_recovery(
         if obs is None or (obs.unknown_reason and not obs.unknown_because):
             continue
         vms = tuple(v for v in obs.vms if v.identity not in identities)
+        bases = tuple(b for b in obs.bases if b.identity not in identities)
         if obs.unknown_reason and set(obs.unknown_because) <= identities:
             # What made the listing untrusted (a half-copied instance) is what recovery
             # removes first.
             obs = replace(obs, unknown_reason=None, unknown_because=())
-        out[backend] = replace(obs, vms=vms)
+        out[backend] = replace(obs, vms=vms, bases=bases)
     return out
 
 

@@ -96,7 +96,9 @@ async def _create_first(
         say(Phase.CREATING, f"creating the replacement as {temp}")
         # Never protected while it is only a candidate: a failure must be able to remove it
         # (protection is set at the end, as for every create).
-        new = await backend.create(replace(vm, name=temp, protect=False), journal)
+        new = await backend.create(
+            replace(vm, name=temp, protect=False), journal, from_base=change.base is not None
+        )
         journal.step(entry, "created", new=new.identity)
         delivered = await _provision(vm, backend, new, change, kit, say)
         if vm.preserve:
@@ -156,7 +158,9 @@ async def _destroy_first(
         raise
     journal.step(entry, "old-deleted")
     say(Phase.CREATING, "creating the replacement")
-    new = await backend.create(replace(vm, protect=False), journal)
+    new = await backend.create(
+        replace(vm, protect=False), journal, from_base=change.base is not None
+    )
     journal.step(entry, "created", new=new.identity)
     delivered = await _provision(vm, backend, new, change, kit, say)
     if archive is not None:

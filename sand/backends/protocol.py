@@ -13,7 +13,7 @@ remote host over SSH); a new backend is a new rig there and passes all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -22,8 +22,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from sand.backends.capabilities import Capabilities
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord
 from sand.desired import DesiredVM
+from sand.desired.spec import DesiredBase
 from sand.guest.endpoint import GuestEndpoint
-from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
+from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
+
+# Provisions a golden base's build machine, reached at the endpoint (sand.provision).
+BaseProvisioner = Callable[[DesiredBase, GuestEndpoint], Awaitable[None]]
 
 if TYPE_CHECKING:
     from sand.state.journal import Journal, PendingEntry
@@ -152,6 +156,12 @@ class Backend(Protocol):
     8. A grant is fresh only when nobody else held the lease since this backend's last
        ``observe``; the lease is no VM (no listing shows it) and taking it changes none
        (``test_a_grant_is_fresh_only_when_nobody_wrote_since_the_observation``).
+    9. Golden bases: ``observe`` lists this project's bases of this backend entry
+       (``Observation.bases``), each with the VMs the listing shows as made from it; a
+       VM is only ever cloned from a base that is ``ready`` (built and frozen), and a
+       base is only deleted when no VM was made from it, nothing holds it, and it
+       carries this project's base marker for this entry
+       (``tests/contract/test_golden_bases.py``).
     """
 
     name: str
@@ -185,12 +195,37 @@ class Backend(Protocol):
         """Give a managed VM (a replacement made under a temporary name) its final name."""
         ...
 
-    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
+    async def create(
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+    ) -> ObservedVM:
         """Create, configure and start (if desired) a VM; its marker has fingerprint ''.
+
+        ``from_base``: clone it from the ready golden base of ``vm.base`` (built earlier
+        in this run, or listed ready), and record that base's fingerprint on its marker;
+        refused when there is none ready. Otherwise it is made from ``vm.image``.
 
         MUST journal the intent before the first call that makes anything, and write
         this project's marker (naming the VM's own identity) before the VM is left
         running, so recovery can tell a half-made VM (remove) from a made one (adopt)."""
+        ...
+
+    async def build_base(
+        self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
+    ) -> ObservedBase:
+        """Build golden base ``base``: a machine made from ``base.source``, started, handed
+        to ``provision``, stopped and frozen, then marked ready with its fingerprint.
+
+        MUST journal the build before its first call, and MUST NOT mark it ready (the
+        only state a VM is cloned from) until it is frozen: a build cut short leaves a
+        base that is never cloned from, and that recovery or the next plan removes."""
+        ...
+
+    async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
+        """Delete a golden base the plan found unused; what was done, in words.
+
+        MUST re-check on a fresh read first and keep it (saying why, not raising) when
+        a VM made from it exists now or something holds it (a lock, a clone running);
+        MUST refuse one that does not carry this project's base marker for this entry."""
         ...
 
     async def update(

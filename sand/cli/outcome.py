@@ -13,9 +13,10 @@ from sand.terminal import continued
 
 
 def outcome_record(outcome: ApplyOutcome) -> dict[str, Any]:
-    """The last line of ``apply --json``: one result per VM acted on and how it ended."""
+    """The last line of ``apply --json``: one result per VM acted on and how it ended
+    (and per golden base built or deleted, only when there were any)."""
     results = outcome.result.results if outcome.result is not None else []
-    return {
+    record: dict[str, Any] = {
         "results": [
             {
                 "vm": r.vm,
@@ -34,6 +35,22 @@ def outcome_record(outcome: ApplyOutcome) -> dict[str, Any]:
         "seconds": round(outcome.seconds, 3),
         "warnings": [redact(w) for w in outcome.warnings],
     }
+    bases = outcome.result.bases if outcome.result is not None else []
+    if bases:
+        record["base_results"] = [
+            {
+                "base": b.base,
+                "backend": b.backend,
+                "action": b.action,
+                "ok": b.ok,
+                "layer": b.layer,
+                "error": redact(b.error),
+                "seconds": round(b.seconds, 3),
+                "detail": b.detail,
+            }
+            for b in bases
+        ]
+    return record
 
 
 def report_outcome(outcome: ApplyOutcome, as_json: bool) -> None:
@@ -52,16 +69,29 @@ def outcome_text(outcome: ApplyOutcome) -> tuple[str, list[str]]:
     plan, result = outcome.plan, outcome.result
     assert result is not None  # only called after something ran
     failures = result.failures()
-    if not failures:
+    lines: list[str] = []
+    for b in result.bases:
+        if b.ok:
+            lines.append(f"golden base {b.base} ({b.backend}): {b.action}: {b.detail}")
+        else:
+            lines.append(
+                f"golden base {b.base} ({b.backend}) failed to {b.action} [{b.layer}]: "
+                f"{continued(b.error)}"
+            )
+    if not failures and not result.base_failures():
         add, chg, destroy = plan.counts()
         said = (
             f"Apply complete! Resources: {add} added, {chg} changed, {destroy} destroyed "
             f"({outcome.seconds:.1f}s)."
         )
-    else:
+    elif failures:
         said = f"Apply finished with {len(failures)} failed VM(s):"
         for f in failures:
             said += f"\n  {f.vm} ({f.backend}) [{f.layer}]: {continued(f.error)}"
+    else:
+        said = "Apply finished: a golden base failed (above); its VMs were not changed."
+    if lines:
+        said = "\n".join(lines) + "\n" + said
     warnings = [f"Warning: {warning}" for warning in outcome.warnings]
     if plan.targets:
         warnings.append(

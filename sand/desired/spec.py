@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.manifest.builtin import (
@@ -26,6 +27,8 @@ from sand.manifest.builtin import (
 from sand.manifest.expiry import Expiry, parse_expiry
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import Manifest
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,77 @@ class DesiredSecret:
 class DesiredPort:
     guest: int
     host: int
+
+
+@dataclass(frozen=True)
+class ImageStep:
+    """One of a golden image's own steps: shell text run as root on its base."""
+
+    name: str
+    run: str = field(repr=False)
+    timeout: float = 1800.0
+
+
+@dataclass(frozen=True)
+class MachineContent:
+    """What a golden base holds, the same for every VM made from it: the machine-level
+    provisioning of one login user (packages, toolchain, agents, the image's steps)."""
+
+    user: str
+    packages: tuple[str, ...]
+    agents: tuple[str, ...]
+    docker: bool
+    steps: tuple[ImageStep, ...] = ()
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "user": self.user,
+            "packages": list(self.packages),
+            "agents": list(self.agents),
+            "docker": self.docker,
+            "steps": [[s.name, s.run, s.timeout] for s in self.steps],
+        }
+
+
+# Bump to rebuild every golden base when what a base is made of changes meaning.
+BASE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class DesiredBase:
+    """A golden base on one backend: an image under ``images`` (``declared``), or one sand
+    derives for VMs that share their machine-level provisioning. Built once per
+    ``fingerprint``; a changed fingerprint is a new base."""
+
+    project: str
+    backend: str
+    name: str  # the image's name under ``images``, or ``auto-<hash>``
+    declared: bool
+    source: str  # what the base is made from, as the backend's image reference
+    content: MachineContent
+    scripts: str = ""  # digest of the bundle scripts a base runs (sand.provision.bundle)
+    fingerprint: str = ""
+
+    @property
+    def user(self) -> str:
+        return self.content.user
+
+    @property
+    def docker(self) -> bool:
+        return self.content.docker
+
+    def inputs(self) -> dict[str, object]:
+        """Everything the base is made of: its fingerprint is a digest of this."""
+        return {
+            "format": BASE_FORMAT,
+            "source": self.source,
+            "content": self.content.as_data(),
+            "scripts": self.scripts,
+        }
+
+
+def with_base_fingerprint(base: DesiredBase) -> DesiredBase:
+    return _replace(base, fingerprint=digest(base.inputs()))
 
 
 @dataclass(frozen=True)
@@ -84,11 +158,38 @@ class DesiredVM:
     # When the VM is due to be deleted (``expires:``); in neither fingerprint either: an
     # expiry changes nothing on the machine, only when it goes.
     expires: Expiry | None = None
+    # The golden base this VM is made from (an image under ``images``: ``declared``), or
+    # the one sand may derive for VMs sharing its machine-level content (None: neither,
+    # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
+    # golden image changes with the image only when it is rebuilt.
+    base: DesiredBase | None = None
+    # What a changed golden image does to this VM: "manual" (shown out of date) or
+    # "onBaseChange" (replaced by a VM of the new base).
+    rebuild: str = "manual"
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
+    @property
+    def golden(self) -> bool:
+        """Made from an image under ``images``: its machine content is the image's."""
+        return self.base is not None and self.base.declared
+
     def guest_content(self) -> dict[str, object]:
         """What provisioning puts in the guest; a change here means reprovision."""
+        if self.golden:
+            assert self.base is not None
+            # The image's content is the base's: a VM follows it only when rebuilt.
+            return {
+                "image": self.base.name,
+                "user": self.user,
+                "agents": list(self.agents),
+                "packages": list(self.packages),
+                "repos": [asdict(r) for r in self.repos],
+                "secrets": [asdict(s) for s in self.secrets],
+                "locale": self.locale,
+                "timezone": self.timezone,
+                "bundle": self.bundle_digest,
+            }
         return {
             "user": self.user,
             "agents": list(self.agents),
@@ -143,19 +244,25 @@ def with_fingerprints(vm: DesiredVM) -> DesiredVM:
     return _replace(vm, guest_fingerprint=guest, fingerprint=whole)
 
 
-def _replace(vm: DesiredVM, **changes: object) -> DesiredVM:
+def _replace(item: T, **changes: object) -> T:
     from dataclasses import replace
 
-    return replace(vm, **changes)  # type: ignore[arg-type]
+    return replace(item, **changes)  # type: ignore[type-var]
 
 
 def build_desired(
-    loaded: LoadedManifest | Manifest, bundle_digest: str = "", *, host: HostLocale | None = None
+    loaded: LoadedManifest | Manifest,
+    bundle_digest: str = "",
+    *,
+    host: HostLocale | None = None,
+    machine_digest: str = "",
 ) -> DesiredState:
     """Resolve defaults into one DesiredVM per manifest entry (manifest order kept).
 
     ``host`` is this machine's timezone and locale, for VMs the manifest gives
-    none (read from the environment and /etc when not passed).
+    none (read from the environment and /etc when not passed). ``machine_digest``:
+    the digest of the bundle scripts a golden base runs (part of each base's
+    fingerprint).
     """
     m = loaded.manifest if isinstance(loaded, LoadedManifest) else loaded
     d = m.defaults
@@ -164,7 +271,47 @@ def build_desired(
     for vm in m.vms:
         backend_name = vm.backend or d.backend or next(iter(m.backends))
         backend = m.backends[backend_name]
-        image = backend.image_ref(vm.image, d.image)
+        image_name = vm.image or d.image
+        golden = m.images.get(image_name) if image_name else None
+        user = vm.user or d.user or DEFAULT_USER
+        provision = _first(vm.provision, d.provision, DEFAULT_PROVISION)
+        base: DesiredBase | None = None
+        if golden is not None and image_name is not None:
+            base = with_base_fingerprint(
+                DesiredBase(
+                    project=m.project,
+                    backend=backend_name,
+                    name=image_name,
+                    declared=True,
+                    source=backend.image_ref(
+                        str(golden.source) if golden.source is not None else None, None
+                    ),
+                    content=MachineContent(
+                        user=user,
+                        packages=tuple(sorted(set(golden.packages))),
+                        agents=tuple(sorted(set(golden.agents or DEFAULT_AGENTS))),
+                        docker=golden.docker,
+                        steps=tuple(ImageStep(s.name, s.run, s.timeout) for s in golden.steps),
+                    ),
+                    scripts=machine_digest,
+                )
+            )
+            image = f"{GOLDEN_PREFIX}{image_name}"
+            agents = tuple(sorted(set(vm.agents or d.agents or base.content.agents)))
+            docker = golden.docker
+        else:
+            image = backend.image_ref(vm.image, d.image)
+            agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
+            docker = _first(vm.docker, d.docker, DEFAULT_DOCKER)
+        packages = tuple(sorted(set(vm.packages or d.packages or ())))
+        if base is None and provision and backend.derive_bases:
+            base = derived_base(
+                m.project,
+                backend_name,
+                image,
+                MachineContent(user=user, packages=packages, agents=agents, docker=docker),
+                machine_digest,
+            )
         repos = tuple(
             DesiredRepo(
                 name=r,
@@ -193,21 +340,39 @@ def build_desired(
             node=vm.node,
             cpu=backend.cpu_type(vm.cpu),
             ports=tuple(sorted(DesiredPort(p.guest, p.host) for p in vm.ports)),
-            user=vm.user or d.user or DEFAULT_USER,
-            agents=tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS))),
-            packages=tuple(sorted(set(vm.packages or d.packages or ()))),
+            user=user,
+            agents=agents,
+            packages=packages,
             repos=repos,
             secrets=secrets,
             bundle_digest=bundle_digest,
-            provision=_first(vm.provision, d.provision, DEFAULT_PROVISION),
-            docker=_first(vm.docker, d.docker, DEFAULT_DOCKER),
+            provision=provision,
+            docker=docker,
             locale=vm.locale or d.locale or here.locale,
             timezone=vm.timezone or d.timezone or here.timezone,
             preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
             expires=_expiry(vm.expires or d.expires),
+            base=base,
+            rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         )
         vms.append(with_fingerprints(spec))
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+
+
+# How a VM made from a golden image shows its image (in the plan and its marker).
+GOLDEN_PREFIX = "golden:"
+DEFAULT_REBUILD = "manual"
+
+
+def derived_base(
+    project: str, backend: str, image: str, content: MachineContent, machine_digest: str
+) -> DesiredBase:
+    """The base sand may build for VMs of ``backend`` sharing ``image`` and ``content``:
+    named after its fingerprint, so equal content means one base."""
+    base = with_base_fingerprint(
+        DesiredBase(project, backend, "", False, image, content, machine_digest)
+    )
+    return _replace(base, name=f"auto-{base.fingerprint[:8]}")
 
 
 def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:

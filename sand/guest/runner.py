@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
@@ -192,8 +193,97 @@ class SshRunner:
         status = done.exit_status if done.exit_status is not None else -1
         return RunResult(status, out.value(), err, signal)
 
+    async def converse(
+        self,
+        command: str,
+        opening: bytes,
+        reply: Callable[[bytes], Awaitable[tuple[bytes, float] | None]],
+        *,
+        marker: bytes,
+        timeout: float,
+        step: str | None = None,
+        opening_limit: int = 1 << 16,
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> RunResult:
+        """Run ``command`` as a short conversation on its stdin and stdout (stderr merged):
+        send ``opening``, wait for a line starting with ``marker``, ask ``reply`` what
+        to send next (None: nothing), then send it, close stdin, and read to the end.
 
-async def _feed(proc: asyncssh.SSHClientProcess[bytes], data: bytes | BinaryIO) -> None:
+        ``timeout`` bounds everything up to the marker line; ``reply`` returns the
+        payload with the time the rest may take (its own wait, e.g. for a gate, is not
+        counted). Output before the marker is bounded by ``opening_limit``; after it,
+        unbounded (for sand's own bundle scripts only, like ``limit=None``), and each
+        piece of it is also handed to ``on_output`` as it arrives (progress). A command
+        that ends without the marker line returns as it ended."""
+        import asyncssh
+
+        what = step or self.step
+        try:
+            proc = await self.conn.create_process(command, encoding=None, stderr=asyncssh.STDOUT)
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(
+                f"SSH to {self.where} failed during step {what!r}: {exc}"
+            ) from None
+        out = _Collected(what, None)
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    await _feed(proc, opening, eof=False)
+                    line = await _until_line(proc.stdout, out, marker, opening_limit, what)
+            except TimeoutError:
+                raise GuestTimeout(what, timeout, out.value()) from None
+            answer = await reply(line) if line is not None else None
+            rest = timeout if answer is None else answer[1]
+            try:
+                async with asyncio.timeout(rest):
+                    await _feed(proc, answer[0] if answer is not None else b"")
+                    while data := await proc.stdout.read(CHUNK):
+                        out.size += len(data)
+                        out.chunks.append(data)
+                        if on_output is not None:
+                            on_output(data)
+                    done = await proc.wait()
+            except TimeoutError:
+                raise GuestTimeout(what, rest, out.value()) from None
+        except (ConnectionError, asyncssh.Error) as exc:
+            raise TransportError(
+                f"SSH to {self.where} failed during step {what!r}: {exc}"
+            ) from None
+        finally:
+            proc.close()
+        signal = done.exit_signal[0] if done.exit_signal else ""
+        if done.exit_status is None and not signal:
+            raise TransportError(
+                f"SSH to {self.where}: the connection closed before step {what!r} finished"
+            )
+        status = done.exit_status if done.exit_status is not None else -1
+        return RunResult(status, out.value(), b"", signal)
+
+
+async def _until_line(
+    stream: StreamReader, out: _Collected, marker: bytes, limit: int, step: str
+) -> bytes | None:
+    """Read into ``out`` until it holds a whole line starting with ``marker``; that line
+    (None when the stream ended first)."""
+    while True:
+        data = out.value()
+        at = 0 if data.startswith(marker) else data.find(b"\n" + marker) + 1
+        if at > 0 or data.startswith(marker):
+            end = data.find(b"\n", at)
+            if end >= 0:
+                return data[at:end]
+        if len(data) > limit:
+            raise OutputTooLarge(step, limit)
+        chunk = await stream.read(CHUNK)
+        if not chunk:
+            return None
+        out.size += len(chunk)
+        out.chunks.append(chunk)
+
+
+async def _feed(
+    proc: asyncssh.SSHClientProcess[bytes], data: bytes | BinaryIO, *, eof: bool = True
+) -> None:
     import asyncssh
 
     # A command that exits without reading all of its stdin is not a failure of
@@ -207,7 +297,8 @@ async def _feed(proc: asyncssh.SSHClientProcess[bytes], data: bytes | BinaryIO) 
             while chunk := data.read(CHUNK):
                 proc.stdin.write(chunk)
                 await proc.stdin.drain()
-        proc.stdin.write_eof()
+        if eof:
+            proc.stdin.write_eof()
 
 
 def bash_command(script: str) -> str:

@@ -117,6 +117,19 @@ Template = Annotated[int | str, rule(v.template_problem)]
 Image = Annotated[str, Field(min_length=1), rule(v.control_problem)]
 Timezone = Annotated[str, rule(timezone_problem), advertise(TIMEZONE.pattern)]
 Locale = Annotated[str, rule(locale_problem), advertise(LOCALE.pattern)]
+# When a VM made from a golden image is replaced by one from its rebuilt base.
+Rebuild = Literal["manual", "onBaseChange"]
+REBUILD_DESCRIPTION = (
+    "For a VM made from an image under `images`: what happens when the image changes and "
+    "its base is rebuilt. 'manual' (the default): the VM stays as it is and `sand plan` "
+    "shows it out of date (`sand reset VM` replaces it); 'onBaseChange': it is replaced "
+    "by a VM made from the new base, behind the same guards as any replacement."
+)
+DERIVE_BASES_DESCRIPTION = (
+    "Build a golden base by itself when two or more VMs this backend is about to create "
+    "share their machine-level provisioning (image, user, packages, agents, docker), and "
+    "create them from it (default true). False: only the images under `images` get one."
+)
 MEMORY_DESCRIPTION = (
     f"With its unit ('8GiB', '512MiB'), {format_size(MEMORY_RANGE[0])} to "
     f"{format_size(MEMORY_RANGE[1])}; default 8GiB. A bare number is refused as ambiguous."

@@ -21,6 +21,7 @@ from sand.manifest.fields import (
     DISK_DESCRIPTION,
     MEMORY_DESCRIPTION,
     PRESERVE_DESCRIPTION,
+    REBUILD_DESCRIPTION,
     Agent,
     Branch,
     DiskSize,
@@ -36,6 +37,7 @@ from sand.manifest.fields import (
     PortNumber,
     PowerState,
     PveNode,
+    Rebuild,
     RepoUrl,
     Strict,
     Timezone,
@@ -114,6 +116,79 @@ class Repo(Strict):
     )
 
 
+# --- golden images ----------------------------------------------------------------
+
+IMAGE_STEP_NAME = r"^[a-z][a-z0-9-]{0,39}$"
+
+
+class ImageStep(Strict):
+    """A step of your own a golden image runs once, when its base is built."""
+
+    name: Annotated[str, Field(pattern=IMAGE_STEP_NAME)] = Field(
+        description="The step's name, unique in its image: lower-case letters, digits and "
+        "'-', starting with a letter.",
+        examples=["rust"],
+    )
+    run: str = Field(
+        min_length=1,
+        description="Shell text bash runs as root on the base (errexit and pipefail on, in "
+        "/root). It reaches the guest on stdin, never in a command line; a change to it "
+        "rebuilds the base.",
+        examples=["curl -fsSL https://sh.rustup.rs | sh -s -- -y"],
+    )
+    timeout: int = Field(
+        default=1800,
+        ge=1,
+        le=86400,
+        description="Seconds it may take before it is stopped and the build fails (default 1800).",
+        examples=[600],
+    )
+
+
+class GoldenImage(Strict):
+    """A golden image: provisioned once into a base that VMs are created from."""
+
+    source: Image | None = Field(
+        default=None,
+        alias="from",
+        description="What the base starts from, as a VM's `image` would name it on the "
+        "backend that builds it: a Lima template or image URL, a Proxmox template's name or "
+        "vmid (default: the backend's own, Lima's 'default' template or the Proxmox "
+        "backend's `template`).",
+        examples=["debian-12"],
+    )
+    packages: list[PackageName] = Field(
+        default_factory=list,
+        description="Debian packages the base holds beyond the workbench's own.",
+        examples=[["postgresql-client", "jq"]],
+    )
+    agents: list[Agent] | None = Field(
+        default=None,
+        description="Coding agents installed in the base (default: claude). A VM made from "
+        "the image lists a subset of them, or takes them all.",
+        examples=[["claude", "codex"]],
+    )
+    docker: bool = Field(
+        default=False,
+        description="Docker in the base, and the login user in its group (default false).",
+        examples=[True],
+    )
+    steps: list[ImageStep] = Field(
+        default_factory=list,
+        description="Steps of your own, run in order after the packages, the toolchain "
+        "and the agents.",
+        examples=[[{"name": "rust", "run": "curl -fsSL https://sh.rustup.rs | sh -s -- -y"}]],
+    )
+
+    @model_validator(mode="after")
+    def _unique_steps(self) -> GoldenImage:
+        names = [s.name for s in self.steps]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"image step names must be unique: {', '.join(twice)}")
+        return self
+
+
 # --- VMs ------------------------------------------------------------------------
 
 
@@ -144,14 +219,16 @@ LOCALE_DESCRIPTION = (
     "else 'C.UTF-8')."
 )
 IMAGE_DEFAULT_DESCRIPTION = (
-    "The image of Lima VMs that name none (a Lima template or image URL). Proxmox VMs "
-    "clone their backend's `template`: a Proxmox VM that would take this is refused; "
-    "give it its own `image` (a template) or move `image` to the Lima VMs."
+    "The image of VMs that name none: a golden image under `images` (for VMs of any "
+    "backend), or a Lima template or image URL. Proxmox VMs otherwise clone their "
+    "backend's `template`: a Proxmox VM that would take a Lima image is refused; give it "
+    "its own `image` (a template) or move `image` to the Lima VMs."
 )
 IMAGE_DESCRIPTION = (
-    "What the VM is made from: on Lima a template or image URL (default: defaults.image), "
-    "on Proxmox another template's vmid or name (default: the backend's `template`). "
-    "A change replaces the VM."
+    "What the VM is made from: the name of a golden image under `images` (the VM is "
+    "created from its base and runs only its own steps), or on Lima a template or image "
+    "URL (default: defaults.image), on Proxmox another template's vmid or name (default: "
+    "the backend's `template`). A change replaces the VM."
 )
 CPUS_DESCRIPTION = "Virtual CPUs, 1 to 512 (default 2)."
 PACKAGES_DESCRIPTION = "Debian packages installed in the guest beyond the workbench's own."
@@ -211,6 +288,9 @@ class Defaults(Strict):
     )
     expires: Expires | None = Field(
         default=None, description=EXPIRES_DESCRIPTION, examples=["8h", "2026-12-31"]
+    )
+    rebuild: Rebuild | None = Field(
+        default=None, description=REBUILD_DESCRIPTION, examples=["onBaseChange"]
     )
 
 
@@ -297,6 +377,11 @@ class VM(Strict):
         description=EXPIRES_DESCRIPTION + " Replaces the default one.",
         examples=["3d", "never"],
     )
+    rebuild: Rebuild | None = Field(
+        default=None,
+        description=REBUILD_DESCRIPTION + " Replaces the default one.",
+        examples=["onBaseChange"],
+    )
 
 
 class Manifest(Strict):
@@ -339,6 +424,14 @@ class Manifest(Strict):
         description="Named secrets (the name is an environment variable name); values stay "
         "on the host.",
         examples=[{"GITHUB_TOKEN": {"from": {"env": "SAND_GITHUB_TOKEN"}}}],
+    )
+    images: dict[Identifier, GoldenImage] = Field(
+        default_factory=dict,
+        description="Golden images, by a name of your choosing: each is provisioned once "
+        "into a base per backend (a Proxmox template, a Lima instance) that the VMs naming "
+        "it as their `image` are created from; each VM then runs only its own steps "
+        "(user, clock and language, home, secrets, repos).",
+        examples=[{"workbench": {"packages": ["jq"], "agents": ["claude", "codex"]}}],
     )
     repos: dict[str, Repo] = Field(
         default_factory=dict,

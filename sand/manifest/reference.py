@@ -27,6 +27,14 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("`secrets.<NAME>`", m.Secret, "A named secret; the name is its default variable name."),
     ("`secrets.<NAME>.from`", m.SecretSource, "Exactly one source; values never live here."),
     ("`repos.<name>`", m.Repo, "A repository cloned into VMs that list it."),
+    (
+        "`images.<name>`",
+        m.GoldenImage,
+        "A golden image: provisioned once into a base per backend that uses it; VMs "
+        "naming it as their `image` are created from that base ([golden images]"
+        "(provisioning.md#golden-images)).",
+    ),
+    ("`images.<name>.steps[]`", m.ImageStep, "A step of your own the base runs."),
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),
@@ -44,8 +52,9 @@ Editors validate against `schemas/sand.schema.json`, a JSON Schema in draft-07
 carries each field's description, default and an example, and the rules a schema
 can state: size units, secret names, exactly one secret source, `node` xor `nodes`.
 The default of a field a VM inherits is what it gets when neither the VM nor
-`defaults` sets it. `defaults.image` is for Lima VMs: a Proxmox VM that would take
-it (one without its own `image`) is refused, as it clones its backend's `template`.
+`defaults` sets it. `defaults.image` is for Lima VMs, or names a golden image under
+`images`: a Proxmox VM that would take a Lima image from it (one without its own
+`image`) is refused, as it clones its backend's `template`.
 
 `sand validate` refuses, each at its `FILE:LINE:COL`: repo URLs that start
 with `-`, use git's `<transport>::` syntax (`ext::` runs a command), carry
@@ -59,6 +68,14 @@ in case; two repos of one VM on one checkout path; an `expires:` that is
 neither an ISO 8601 date or date-time nor a duration (`90m`, `8h`, `3d`); and
 two backends that would see each other's VMs as their own (one PVE host, port
 and pool; one Lima home). YAML merge keys (`<<: *base` then overrides) are fine.
+
+A VM made from a golden image (its `image`, or `defaults.image`, names an entry of
+`images`) takes its packages' base, agents and Docker from the image: `sand
+validate` refuses such a VM listing an agent the image does not install, or a
+`docker` (its own, or one `defaults` gives it) that contradicts the image's; a
+`rebuild` on a VM whose image is not a golden one; two steps of one image with one
+name; and, for an image Proxmox VMs use, a `from` that is not a template's name or
+vmid.
 
 `expires:` (a VM's, or every VM's in `defaults`): an absolute time is its
 instant (`2026-12-01` is that day's midnight, UTC; a date-time without a zone

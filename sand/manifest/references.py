@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sand.manifest.backends import CONFIGS
+from sand.manifest.images import check_sources, check_vm_image, golden_name
 from sand.manifest.rawdata import Finding
 from sand.manifest.rawdata import as_dict as _dict
 from sand.manifest.rawdata import as_list as _list
@@ -25,6 +26,7 @@ def check_references(data: Any) -> Iterator[Finding]:
     secrets = _dict(data.get("secrets"))
     repos = _dict(data.get("repos"))
     defaults = _dict(data.get("defaults"))
+    images = _dict(data.get("images"))
     default_backend = _str(defaults.get("backend"))
     if default_backend is not None and backends and default_backend not in backends:
         yield ("defaults", "backend"), _unknown("backend", default_backend, backends)
@@ -33,6 +35,7 @@ def check_references(data: Any) -> Iterator[Finding]:
         if token is not None and token not in secrets:
             yield ("repos", name, "token"), _unknown("secret", token, secrets)
     seen: dict[str, int] = {}
+    used_by: dict[str, set[str]] = {}
     host_ports: dict[tuple[str, int], str] = {}
     for i, vm in enumerate(_list(data.get("vms"))):
         if not isinstance(vm, dict):
@@ -64,7 +67,13 @@ def check_references(data: Any) -> Iterator[Finding]:
             why = config.name_problem(name)
             if why:
                 yield (*at, "name"), why
-        yield from config.vm_findings(name, at, vm, backend, defaults)
+        # A VM made from a golden image follows the image's rules (check_vm_image), not
+        # the backend's for an image it would clone or download itself.
+        golden = golden_name(vm, defaults, images)
+        if golden is not None:
+            used_by.setdefault(golden, set()).add(config.TYPE)
+        yield from check_vm_image(at, vm, defaults, images)
+        yield from config.vm_findings(name, at, vm, backend, defaults, golden=golden is not None)
         for j, repo_name in enumerate(_list(vm.get("repos"))):
             if isinstance(repo_name, str) and repo_name not in repos:
                 yield (*at, "repos", j), _unknown("repo", repo_name, repos)
@@ -84,6 +93,8 @@ def check_references(data: Any) -> Iterator[Finding]:
                     ),
                 )
             host_ports.setdefault(key, name)
+
+    yield from check_sources(images, used_by)
 
 
 def _secret_uses(at: Path, uses: list[Any], secrets: Mapping[str, Any]) -> Iterator[Finding]:

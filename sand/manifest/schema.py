@@ -76,6 +76,7 @@ def _with_rules(doc: dict[str, Any]) -> dict[str, Any]:
     defs["ProxmoxConfig"]["oneOf"] = _exactly_one_of("node", "nodes")
     # patternProperties alone lets a non-matching name through.
     doc["properties"]["secrets"]["additionalProperties"] = False
+    doc["properties"]["images"]["additionalProperties"] = False
     for model in ("Defaults", "VM"):
         for key, prop in defs[model]["properties"].items():
             if key in AS_WRITTEN and prop.get("default") is None:

@@ -12,7 +12,8 @@ from enum import StrEnum
 
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredVM
-from sand.observed import ObservedVM
+from sand.desired.spec import DesiredBase
+from sand.observed import ObservedBase, ObservedVM
 
 
 class Action(StrEnum):
@@ -106,6 +107,13 @@ class VMChange:
     # When the VM's expires: passed (epoch seconds): the change deletes it, or keeps it
     # absent. None: the VM has not expired.
     expired_at: float | None = None
+    # CREATE/REPLACE: the fingerprint of the golden base the new VM is cloned from (one
+    # there already, or one this plan builds); None: made from its image directly.
+    base: str | None = None
+    # Why a VM made from a golden image no longer matches it (the image changed since);
+    # None: it does, or it is not made from one. Shown; acted on only with
+    # ``rebuild: onBaseChange`` (then the change is a REPLACE).
+    out_of_date: str | None = None
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 
@@ -138,6 +146,27 @@ class VMChange:
         return verb(self.blocked_action, self.guest)
 
 
+class BaseAction(StrEnum):
+    BUILD = "build"  # provision a base once and freeze it: new VMs are cloned from it
+    DELETE = "delete"  # a base no VM was made from and none needs: superseded, or half-made
+
+
+@dataclass(frozen=True)
+class BaseChange:
+    """What happens to one golden base of one backend."""
+
+    backend: str
+    name: str  # the image's name, or ``auto-<hash>`` for a derived base
+    action: BaseAction
+    fingerprint: str
+    identity: str | None = None  # DELETE: the base deleted
+    reasons: tuple[str, ...] = ()
+    # BUILD: the VMs this plan creates from it (others may follow in later runs).
+    for_vms: tuple[str, ...] = ()
+    desired: DesiredBase | None = field(default=None, compare=False, repr=False)
+    observed: ObservedBase | None = field(default=None, compare=False, repr=False)
+
+
 @dataclass(frozen=True)
 class Plan:
     project: str
@@ -153,13 +182,19 @@ class Plan:
     targets: tuple[str, ...] = ()
     # ``--replace``: VMs replaced although nothing forces it.
     replacements: tuple[str, ...] = ()
+    # Golden bases built (before the VMs made from them) or deleted (after every VM).
+    bases: tuple[BaseChange, ...] = ()
 
     def actionable(self) -> list[VMChange]:
         return [c for c in self.changes if c.acts]
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.actionable()) or any(d.acts for d in self.recovery)
+        return bool(self.actionable() or self.bases) or any(d.acts for d in self.recovery)
+
+    def out_of_date(self) -> list[VMChange]:
+        """VMs made from a golden image that changed since, kept as they are."""
+        return [c for c in self.changes if c.out_of_date and c.action is not Action.REPLACE]
 
     def change_for(self, backend: str, vm: str) -> VMChange | None:
         return next((c for c in self.changes if c.backend == backend and c.vm == vm), None)

@@ -7,7 +7,16 @@ from typing import Any
 
 from sand.backends.protocol import RecoveryDecision
 from sand.manifest.sizes import format_size
-from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
+from sand.plan.model import (
+    Action,
+    BaseAction,
+    BaseChange,
+    FieldChange,
+    GuestAction,
+    Plan,
+    Strategy,
+    VMChange,
+)
 
 SYMBOLS = {
     Action.CREATE: "+",
@@ -45,6 +54,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
             lines.extend(render_drift(change))
         lines.append("")
     lines.extend(_render_recovery(plan))
+    lines.extend(_render_out_of_date(plan))
     body = [c for c in plan.changes if c.acts or c.action is Action.BLOCKED]
     if plan.refresh_only:
         lines.append(
@@ -53,15 +63,23 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
             else "No changes. Your VMs match what sand last applied."
         )
         return "\n".join(lines) + "\n"
-    changing = bool(plan.actionable())
+    changing = bool(plan.actionable() or plan.bases)
     if not changing and not [c for c in body if c.action is Action.BLOCKED]:
         if plan.recovery:
             lines.append("No other changes: once recovered, your VMs match the manifest.")
+        elif plan.out_of_date():
+            lines.append(
+                "No changes. Your VMs match the manifest, but for the ones out of date with "
+                "their image (above)."
+            )
         else:
             lines.append("No changes. Your VMs match the manifest.")
         return "\n".join(lines) + "\n"
     if changing:
         lines.append("sand will perform the following actions:")
+        lines.append("")
+    for base in plan.bases:
+        lines.extend(_render_base(base, paint))
         lines.append("")
     for change in body:
         lines.extend(_render_change(change, paint))
@@ -70,6 +88,9 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     if changing:
         add, chg, destroy = plan.counts()
         lines.append(f"Plan: {add} to add, {chg} to change, {destroy} to destroy.")
+        if plan.bases:
+            built = sum(1 for b in plan.bases if b.action is BaseAction.BUILD)
+            lines.append(f"Golden bases: {built} to build, {len(plan.bases) - built} to delete.")
         if blocked:
             lines.append(
                 f"Blocked: {len(blocked)} VM(s) marked ! will not be touched; "
@@ -127,6 +148,50 @@ def render_change(change: VMChange, *, colour: bool = False) -> str:
     return "\n".join(_render_change(change, _painter(colour))) + "\n"
 
 
+def _render_out_of_date(plan: Plan) -> list[str]:
+    stale = plan.out_of_date()
+    if not stale:
+        return []
+    lines = [
+        "Out of date: made from a golden image that changed since. They are kept as they "
+        "are; `sand reset VM` replaces one, `rebuild: onBaseChange` replaces them on apply:",
+        "",
+    ]
+    for c in stale:
+        where = f"{c.backend}{', ' + c.identity if c.identity else ''}"
+        lines.append(f"  # {c.vm} ({where}): {c.out_of_date}")
+    lines.append("")
+    return lines
+
+
+def _render_base(base: BaseChange, paint: Any) -> list[str]:
+    where = f"{base.backend}{', ' + base.identity if base.identity else ''}"
+    verb = "will be built" if base.action is BaseAction.BUILD else "will be deleted"
+    out = [f"  # golden base {json.dumps(base.name)} ({where}) {verb}"]
+    out.extend(f"  #   {reason}" for reason in base.reasons)
+    if base.for_vms:
+        out.append("  #   made from it this run: " + ", ".join(base.for_vms))
+    symbol = "+" if base.action is BaseAction.BUILD else "-"
+    out.append(f"  {paint(symbol, symbol)} base {json.dumps(base.name)} {{")
+    spec: dict[str, object] = {"fingerprint": base.fingerprint}
+    if base.desired is not None:
+        d = base.desired
+        spec = {
+            "from": d.source,
+            "user": d.user,
+            "packages": list(d.content.packages),
+            "agents": list(d.content.agents),
+            "docker": d.docker,
+            **({"steps": [s.name for s in d.content.steps]} if d.content.steps else {}),
+            **spec,
+        }
+    width = max(len(k) for k in spec)
+    for key, value in spec.items():
+        out.append(f"      {paint(symbol, symbol)} {key.ljust(width)} = {_value(key, value)}")
+    out.append("    }")
+    return out
+
+
 def _render_change(change: VMChange, paint: Any) -> list[str]:
     symbol = SYMBOLS[change.action]
     head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
@@ -147,6 +212,9 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
         out.extend(f"  #       {detail}" for detail in blocker.details)
     if change.strategy is not None and change.action is Action.REPLACE:
         out.append(f"  #   strategy: {change.strategy.value} ({_STRATEGY_NOTE[change.strategy]})")
+    if change.base is not None and change.acts and change.desired is not None:
+        named = change.desired.base.name if change.desired.base is not None else "?"
+        out.append(f"  #   cloned from golden base {json.dumps(named)} ({change.base})")
     for kept in change.work_preserved:
         out.append(f"  #   unpushed work kept by preserve: {kept}")
     pad = " " * max(0, 3 - len(symbol))
@@ -279,9 +347,43 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
     }
+    # Only when there are any, so every other plan reads as it always has.
+    for c, out in zip(plan.changes, data["changes"], strict=True):
+        if c.base is not None:
+            out["base"] = c.base
+        if c.out_of_date is not None:
+            out["out_of_date"] = c.out_of_date
+    if plan.bases:
+        data["bases"] = [base_to_json(b) for b in plan.bases]
     # Only when asked for, so every other plan reads as it always has.
     if plan.targets:
         data["targets"] = list(plan.targets)
     if plan.replacements:
         data["replace"] = list(plan.replacements)
     return data
+
+
+def base_to_json(base: BaseChange) -> dict[str, Any]:
+    d = base.desired
+    return {
+        "backend": base.backend,
+        "name": base.name,
+        "action": base.action.value,
+        "fingerprint": base.fingerprint,
+        "identity": base.identity,
+        "reasons": list(base.reasons),
+        "for_vms": list(base.for_vms),
+        "desired": (
+            {
+                "from": d.source,
+                "user": d.user,
+                "packages": list(d.content.packages),
+                "agents": list(d.content.agents),
+                "docker": d.docker,
+                "steps": [s.name for s in d.content.steps],
+                "declared": d.declared,
+            }
+            if d is not None
+            else None
+        ),
+    }

@@ -16,14 +16,22 @@ if TYPE_CHECKING:
         ProvisionReport,
         deliver_secrets,
         provision,
+        provision_base,
         secrets_present,
     )
 
-__all__ = ["ProvisionReport", "bundle_digest", "deliver_secrets", "provision", "secrets_present"]
+__all__ = [
+    "ProvisionReport",
+    "bundle_digest",
+    "deliver_secrets",
+    "provision",
+    "provision_base",
+    "secrets_present",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("provision", "deliver_secrets", "secrets_present", "ProvisionReport"):
+    if name in __all__ and name != "bundle_digest":
         from sand.provision import provisioner
 
         return getattr(provisioner, name)

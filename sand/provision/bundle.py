@@ -49,6 +49,17 @@ class Bundle:
             h.update(data)
         return h.hexdigest()
 
+    def files_digest(self, paths: tuple[str, ...]) -> str:
+        """A digest of the named files only (a name ending in '/' takes a directory's
+        files): what a step's digest covers, so editing one script re-runs only the
+        steps that run it."""
+        h = hashlib.sha256(b"sand-bundle-files-v1\0")
+        for rel, data, executable in self.files:
+            if any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in paths):
+                h.update(f"{rel}\0{int(executable)}\0{len(data)}\0".encode())
+                h.update(data)
+        return h.hexdigest()
+
     @cached_property
     def tar(self) -> bytes:
         """An uncompressed tar of the bundle plus a DIGEST file, byte-for-byte stable."""
@@ -86,3 +97,22 @@ def default_bundle() -> Bundle:
 def bundle_digest(root: Path | None = None) -> str:
     """Content hash of the provisioning bundle (hex sha256)."""
     return (Bundle(root) if root is not None else default_bundle()).digest
+
+
+# The scripts a golden base runs (its machine steps and their generalization): a change
+# to one of them rebuilds the bases; a change to any other script only re-runs its steps.
+MACHINE_SCRIPTS = (
+    "lib.sh",
+    "user.sh",
+    "packages.sh",
+    "toolchain.sh",
+    "agents.sh",
+    "image-step.sh",
+    "generalize.sh",
+)
+
+
+def machine_digest(root: Path | None = None) -> str:
+    """The digest of :data:`MACHINE_SCRIPTS`: part of every golden base's fingerprint."""
+    bundle = Bundle(root) if root is not None else default_bundle()
+    return bundle.files_digest(MACHINE_SCRIPTS)

@@ -1,16 +1,18 @@
-"""Provision a guest over SSH: converge it to its DesiredVM, in place.
+"""Provision a guest over SSH: converge it to its DesiredVM, in place, paying for what changed.
 
-A provision is a fixed sequence of bundle steps (see ``steps.py``): install
-the bundle, then user, packages, agents, home, secrets, repos. Each step
-compares before it writes and reports what it changed, so running it again on
-an unchanged spec changes nothing and says so (``ProvisionReport.changed``).
-``deliver_secrets`` runs only the secrets step: rotating or removing a value
-never reinstalls anything, and a running guest picks it up without a restart.
+A provision is a list of bundle steps (see ``steps.py``): user, the machine's steps
+(packages, toolchain, agents), the VM's own (locale, home), secrets, repos. It runs
+as one guest command, the driver (``driver.py``): the guest compares each step's
+digest with its ledger and the host sends only what the changed steps need, so a
+reprovision costs the steps whose inputs changed, and a no-op is one exchange.
+Each step compares before it writes and reports what it changed
+(``ProvisionReport.changed``). ``deliver_secrets`` runs only the secrets step:
+rotating or removing a value never reinstalls anything, and a running guest picks
+it up without a restart. ``provision_base`` builds a golden base: its machine steps,
+then the generalization that makes each clone a machine of its own.
 
-Each step is one command of the guest transport's runner
-(:class:`sand.guest.runner.SshRunner`), its stderr merged into its stdout; what
-is provisioning's own stays here: reading the ``sand:changed`` markers out of
-that output, and scrubbing this VM's secret values out of every tail shown.
+What is provisioning's own stays here: reading the ``sand:changed`` markers out of
+the steps' output, and scrubbing this VM's secret values out of every tail shown.
 
 Failures name their layer: TransportError when SSH itself failed (unreachable,
 refused key, changed host key, connection lost), GuestCommandError when a
@@ -20,26 +22,38 @@ secret value redacted and every terminal control removed).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sand import activity
-from sand.desired.spec import DesiredVM
+from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.guest.runner import GuestTimeout, SshRunner
 from sand.guest.ssh import CONNECT_DEADLINE, connect, where
 from sand.logs import get_logger, redact
 from sand.provision.bundle import Bundle, default_bundle
+from sand.provision.driver import (
+    DRIVER,
+    FRAME,
+    NEED,
+    TIMED_OUT,
+    Outcome,
+    Run,
+    plan_run,
+    read_frames,
+)
 from sand.provision.steps import (
+    MACHINE,
     SECRETS_MISSING,
     Step,
-    base_steps,
-    bundle_step,
+    base_build_steps,
     check_secrets_step,
-    repos_step,
+    provision_steps,
     secrets_step,
 )
 from sand.secrets.resolve import SecretValue, values_for
@@ -55,7 +69,8 @@ CHECK_DEADLINE = 5.0
 class StepReport:
     name: str
     changes: tuple[str, ...]  # what the step changed (paths, names; never values)
-    seconds: float
+    seconds: float  # as the guest timed it; 0 for a step skipped
+    ran: bool = True  # False: its digest matched the guest's ledger
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,13 @@ class ProvisionReport:
     vm: str
     steps: tuple[StepReport, ...]
     seconds: float
+    # Exchanges with the guest after connecting: 1 when nothing had to run, 2 otherwise.
+    round_trips: int = 0
+
+    @property
+    def ran(self) -> list[str]:
+        """The steps that ran (the bundle's install included), in order."""
+        return [s.name for s in self.steps if s.ran]
 
     @property
     def changed(self) -> int:
@@ -74,6 +96,10 @@ class ProvisionReport:
         return [f"{s.name}: {c}" for s in self.steps for c in s.changes]
 
 
+# Steps that download (apt, npm, an image's own step): held to a host's limit, if any.
+HEAVY_STEPS = frozenset({"packages", "vm-packages", "toolchain", "agents"})
+
+
 async def provision(
     endpoint: GuestEndpoint,
     vm: DesiredVM,
@@ -83,25 +109,61 @@ async def provision(
     bundle: Bundle | None = None,
     agent_source: str | None = None,
     connect_deadline: float = CONNECT_DEADLINE,
+    heavy: asyncio.Semaphore | None = None,
 ) -> ProvisionReport:
-    """Bring the guest to ``vm``'s guest spec; safe to repeat, changes only differences.
+    """Bring the guest to ``vm``'s guest spec; safe to repeat, runs only what changed.
 
     ``secret_values`` maps secret names to values (``resolve_secrets`` output);
     ``agent_source`` overrides SAND_AGENT_SOURCE (a host dir of stand-in agent
-    executables to upload instead of installing from the registry).
+    executables to upload instead of installing from the registry); ``heavy``
+    limits how many runs download at once (one backend host's apt mirror).
     """
     if not vm.provision:
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
-    b = bundle or default_bundle()
     # Built before connecting: a spec that cannot be provisioned fails before any SSH.
-    steps = [
-        bundle_step(b),
-        *base_steps(vm, agent_source=agent_source),
-        secrets_step(vm, values),
-        repos_step(vm),
-    ]
-    return await _run(endpoint, vm, steps, values, log, "provision", connect_deadline)
+    steps = provision_steps(vm, values, agent_source=agent_source)
+    return await _run(
+        endpoint,
+        vm.name,
+        f"vm:{vm.name}",
+        vm.user,
+        steps,
+        values,
+        log,
+        "provision",
+        connect_deadline,
+        bundle,
+        heavy,
+    )
+
+
+async def provision_base(
+    endpoint: GuestEndpoint,
+    base: DesiredBase,
+    *,
+    log: Any = None,
+    bundle: Bundle | None = None,
+    agent_source: str | None = None,
+    connect_deadline: float = CONNECT_DEADLINE,
+    heavy: asyncio.Semaphore | None = None,
+) -> ProvisionReport:
+    """Build golden base ``base`` on the guest at ``endpoint``: its user and machine steps,
+    each recorded in the guest's ledger (a clone then skips them), then generalize."""
+    steps = base_build_steps(base, agent_source=agent_source)
+    return await _run(
+        endpoint,
+        f"base {base.name}",
+        f"base:{base.name}",
+        base.user,
+        steps,
+        {},
+        log,
+        "base",
+        connect_deadline,
+        bundle,
+        heavy,
+    )
 
 
 async def deliver_secrets(
@@ -121,8 +183,20 @@ async def deliver_secrets(
     if not vm.provision:
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
-    steps = [bundle_step(bundle or default_bundle()), secrets_step(vm, values)]
-    return await _run(endpoint, vm, steps, values, log, "deliver_secrets", connect_deadline)
+    steps = [secrets_step(vm, values)]
+    return await _run(
+        endpoint,
+        vm.name,
+        f"vm:{vm.name}",
+        vm.user,
+        steps,
+        values,
+        log,
+        "deliver_secrets",
+        connect_deadline,
+        bundle,
+        None,
+    )
 
 
 async def secrets_present(
@@ -148,79 +222,151 @@ async def secrets_present(
 
 async def _run(
     endpoint: GuestEndpoint,
-    vm: DesiredVM,
-    steps: list[Step],
+    vm: str,
+    label: str,
+    user: str,
+    steps: Sequence[Step],
     values: Mapping[str, str],
     log: Any,
     what: str,
     connect_deadline: float,
+    bundle: Bundle | None = None,
+    heavy: asyncio.Semaphore | None = None,
 ) -> ProvisionReport:
-    log = (log or get_logger("sand.provision")).bind(vm=vm.name, target=where(endpoint))
+    log = (log or get_logger("sand.provision")).bind(vm=vm, target=where(endpoint))
     start = time.monotonic()
-    reports: list[StepReport] = []
+    run = plan_run(label, user, bundle or default_bundle(), steps)
+    exchanges = 1
 
-    async with connect(endpoint, deadline=connect_deadline) as conn:
-        runner = SshRunner(conn, where=where(endpoint))
-        for step in steps:
-            report = await _run_step(runner, endpoint, vm, step, values)
-            reports.append(report)
-            log.info(
-                f"{what}.step",
-                step=step.name,
-                changed=len(report.changes),
-                seconds=round(report.seconds, 3),
-            )
-            for change in report.changes:
-                log.debug(f"{what}.change", step=step.name, change=change)
-    result = ProvisionReport(vm.name, tuple(reports), time.monotonic() - start)
-    log.info(f"{what}.done", changed_steps=result.changed, seconds=round(result.seconds, 3))
-    return result
+    async with contextlib.AsyncExitStack() as held:
+
+        async def reply(line: bytes) -> tuple[bytes, float] | None:
+            nonlocal exchanges
+            bundle_needed, needed = run.needed(line)
+            if not bundle_needed and not needed:
+                return None
+            exchanges = 2
+            if heavy is not None and HEAVY_STEPS.intersection(needed):
+                await held.enter_async_context(_held(heavy))
+            return run.payloads(bundle_needed, needed), run.timeout(bundle_needed, needed)
+
+        async with connect(endpoint, deadline=connect_deadline) as conn:
+            runner = SshRunner(conn, where=where(endpoint))
+            command = _driver_command(endpoint.user)
+            try:
+                result = await runner.converse(
+                    command,
+                    run.header(),
+                    reply,
+                    marker=(NEED + run.nonce).encode(),
+                    timeout=60.0,
+                    step=what,
+                    on_output=_Narrator(run),
+                )
+            except GuestTimeout as exc:
+                outcomes = read_frames(exc.output.decode(errors="replace"), run.nonce)
+                name = outcomes[-1].name if outcomes else what
+                tail = _tail(outcomes[-1].output.encode() if outcomes else exc.output, values)
+                raise GuestCommandError(
+                    name, None, f"{tail}\n(no result after {exc.timeout:g}s)".lstrip()
+                ) from None
+    text = inert(result.stdout.decode(errors="replace"))
+    outcomes = read_frames(text, run.nonce)
+    reports = [_report(o, values) for o in outcomes]
+    failed = next((o for o in outcomes if o.ran and o.status != 0), None)
+    if failed is not None or result.exit_status != 0:
+        raise _failure(failed, result.exit_status, result.exit_signal, text, values, run)
+    for report in reports:
+        log.info(
+            f"{what}.step",
+            step=report.name,
+            ran=report.ran,
+            changed=len(report.changes),
+            seconds=round(report.seconds, 3),
+        )
+        for change in report.changes:
+            log.debug(f"{what}.change", step=report.name, change=change)
+    done = ProvisionReport(vm, tuple(reports), time.monotonic() - start, exchanges)
+    log.info(
+        f"{what}.done",
+        changed_steps=done.changed,
+        ran=len(done.ran),
+        round_trips=exchanges,
+        seconds=round(done.seconds, 3),
+    )
+    return done
+
+
+class _Narrator:
+    """Says each step as the guest begins it (``sand.activity``: the run's progress), from
+    the driver's frames as they arrive."""
+
+    def __init__(self, run: Run) -> None:
+        self.prefix = f"{FRAME}{run.nonce} run ".encode()
+        self.limits = {p.step.name: p.step.timeout for p in run.steps}
+        self.pending = b""
+
+    def __call__(self, data: bytes) -> None:
+        *lines, pending = (self.pending + data).split(b"\n")
+        self.pending = pending[-4096:]  # a frame is short; output without newlines is not
+        for line in lines:
+            if line.startswith(self.prefix):
+                name = line[len(self.prefix) :].decode(errors="replace").strip()
+                activity.step(f"provisioning: {name}", limit=self.limits.get(name))
+
+
+@contextlib.asynccontextmanager
+async def _held(gate: asyncio.Semaphore) -> AsyncIterator[None]:
+    async with gate:
+        yield
+
+
+def _driver_command(login_user: str) -> str:
+    """The driver runs as root: through sudo unless the login is root itself."""
+    runs = Step("driver", ("/bin/bash", "-c", DRIVER, "sand-run"), True)
+    return runs.command(login_user, "root")
+
+
+def _report(outcome: Outcome, values: Mapping[str, str]) -> StepReport:
+    changes = tuple(
+        redact(_scrub(line[len(CHANGED) :], values))
+        for line in outcome.output.splitlines()
+        if line.startswith(CHANGED)
+    )
+    return StepReport(outcome.name, changes, outcome.seconds, outcome.ran)
+
+
+def _failure(
+    failed: Outcome | None,
+    status: int,
+    signal: str,
+    text: str,
+    values: Mapping[str, str],
+    run: Run,
+) -> GuestCommandError:
+    """The error for a run that did not end well, named for the step that failed."""
+    if failed is None:
+        # The driver itself refused (a header it could not read) or was cut off.
+        tail = _tail(text.encode(), values)
+        if signal:
+            tail += f"\n(killed by signal {signal})"
+        return GuestCommandError("driver", None if status == -1 else status, tail)
+    tail = _tail(failed.output.encode(), values)
+    if failed.status == TIMED_OUT:
+        limit = next((p.step.timeout for p in run.steps if p.step.name == failed.name), 0.0)
+        return GuestCommandError(failed.name, None, f"{tail}\n(no result after {limit:g}s)")
+    return GuestCommandError(failed.name, failed.status, tail)
+
+
+def machine_steps_of(report: ProvisionReport, steps: Sequence[Step]) -> list[str]:
+    """The machine-scoped steps among those that ran (what a golden base spares a VM)."""
+    machine = {s.name for s in steps if s.scope == MACHINE}
+    return [name for name in report.ran if name in machine]
 
 
 def _skipped(vm: DesiredVM, log: Any) -> ProvisionReport:
     (log or get_logger("sand.provision")).info("provision.skipped", vm=vm.name, reason="off")
     return ProvisionReport(vm.name, (), 0.0)
-
-
-async def _run_step(
-    runner: SshRunner,
-    endpoint: GuestEndpoint,
-    vm: DesiredVM,
-    step: Step,
-    values: Mapping[str, str],
-) -> StepReport:
-    start = time.monotonic()
-    activity.step(f"provisioning: {step.name}", limit=step.timeout)
-    try:
-        # Read whole (no limit): the output is the bundle's own scripts (apt, npm),
-        # and the change markers may come anywhere in it.
-        result = await runner.run_command(
-            step.command(endpoint.user, vm.user),
-            stdin=step.stdin,
-            timeout=step.timeout,
-            merge_stderr=True,
-            limit=None,
-            step=step.name,
-        )
-    except GuestTimeout as exc:
-        tail = _tail(exc.output, values)
-        raise GuestCommandError(
-            step.name, None, f"{tail}\n(no result after {step.timeout:g}s)".lstrip()
-        ) from None
-    output = result.stdout
-    if result.exit_status != 0:
-        status = None if result.exit_status == -1 else result.exit_status
-        tail = _tail(output, values)
-        if result.exit_signal:
-            tail += f"\n(killed by signal {result.exit_signal})"
-        raise GuestCommandError(step.name, status, tail)
-    text = inert(output.decode(errors="replace"))
-    changes = tuple(
-        redact(_scrub(line[len(CHANGED) :], values))
-        for line in text.splitlines()
-        if line.startswith(CHANGED)
-    )
-    return StepReport(step.name, changes, time.monotonic() - start)
 
 
 def _tail(output: bytes, values: Mapping[str, str]) -> str:

@@ -5,6 +5,14 @@ out. A step's command line holds only fixed paths and names checked against
 strict patterns (a user name, an agent from a closed set); everything else --
 paths, URLs, and above all secret values -- travels in the step's stdin as
 NUL-terminated fields, so no value can appear in a guest process listing.
+
+Each step has a *scope*: ``machine`` steps (packages, the toolchain, agents, an
+image's own steps) make what a golden base holds, the same for every VM made
+from it; ``vm`` steps (the user, the clock and language, the home, secrets,
+repos) are each VM's own and run on every VM, also one cloned from a base. A
+step's *digest* covers everything that decides what it does (its argv, its
+stdin, the bundle files it runs); the guest keeps the digest of every step that
+succeeded (``driver.py``), so a step whose digest is unchanged is not run again.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
-from sand.desired.spec import DesiredVM
+from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.errors import SandError
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
@@ -55,6 +63,7 @@ BASE_PACKAGES = (
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IMAGE_STEP = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _CONTEXT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 
 
@@ -64,6 +73,15 @@ class ProvisionSpecError(SandError):
     layer = "provision"
 
 
+DISK, TMPFS, NONE = "disk", "tmpfs", "none"  # where a step's ledger record lives
+MACHINE = "machine"  # what a golden base holds: the same for every VM made from it
+VM = "vm"  # each VM's own: run on every VM, a clone of a base included
+# Scripts every step sources, and the extra bundle files some steps read: what the
+# step's digest covers besides its own script.
+_SHARED_FILES = ("lib.sh",)
+_STEP_FILES = {"home.sh": ("files/",), "secrets.sh": ("git-credential-sand",)}
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -71,6 +89,11 @@ class Step:
     as_root: bool
     stdin: bytes = field(default=b"", repr=False)  # may hold secret values
     timeout: float = 300.0
+    scope: str = VM
+    # Where the guest records that the step ran with these inputs: on disk (DISK), on
+    # the user's tmpfs beside the secrets (TMPFS: a reboot empties both at once, and a
+    # digest over secret values never reaches a disk), or nowhere (NONE: run each time).
+    ledger: str = "disk"
 
     def command(self, login_user: str, user: str) -> str:
         """The guest command line; sshd hands it to the login shell."""
@@ -85,26 +108,30 @@ def script(name: str, *args: str) -> tuple[str, ...]:
     return ("/bin/bash", f"{GUEST_DIR}/{name}", *args)
 
 
-# Installs the bundle tar from stdin unless the guest already has this digest
-# ($1, hex). The new tree is unpacked beside the old one and swapped in, so a
-# step never runs a half-copied bundle.
-INSTALL_BUNDLE = (
-    f"set -eu\nd={GUEST_DIR}\n"
-    + r"""
-if [ -f "$d/DIGEST" ] && [ "$(cat "$d/DIGEST")" = "$1" ]; then cat >/dev/null; exit 0; fi
-mkdir -p "${d%/*}"
-t=$(mktemp -d "${d%/*}/.bundle.XXXXXXXX")
-trap 'rm -rf "$t"' EXIT
-tar -x -f - -C "$t" --no-same-owner
-[ "$(cat "$t/DIGEST")" = "$1" ] || { echo "sand: the bundle arrived damaged" >&2; exit 1; }
-chmod 755 "$t"
-rm -rf "$d.old"
-if [ -e "$d" ]; then mv "$d" "$d.old"; fi
-mv "$t" "$d"
-rm -rf "$d.old"
-echo "sand:changed bundle $1"
-"""
-)
+def bundle_files(step: Step) -> tuple[str, ...]:
+    """The bundle files (paths, or directory prefixes ending in '/') ``step`` runs."""
+    if len(step.argv) < 2 or not step.argv[1].startswith(f"{GUEST_DIR}/"):
+        return ()
+    name = step.argv[1][len(GUEST_DIR) + 1 :]
+    return (*_SHARED_FILES, name, *_STEP_FILES.get(name, ()))
+
+
+def step_digest(step: Step, bundle: Bundle, user: str) -> str:
+    """What decides what ``step`` does, as a hex digest ("-" for a step never recorded).
+
+    Its name, argv, who it runs as, its stdin and the bundle files it runs: equal
+    digests mean running it again would change nothing it was asked for. A digest over
+    secret values (the secrets step's stdin) is kept only on the guest's tmpfs, beside
+    the values themselves, and never in its step log."""
+    if step.ledger == NONE:
+        return "-"
+    h = hashlib.sha256(b"sand-step-v1\0")
+    runs_as = "root" if step.as_root else user
+    for part in (step.name, runs_as, *step.argv):
+        h.update(part.encode() + b"\0")
+    h.update(hashlib.sha256(step.stdin).digest())
+    h.update(bundle.files_digest(bundle_files(step)).encode())
+    return h.hexdigest()[:32]
 
 
 def fields(*records: Sequence[str]) -> bytes:
@@ -181,18 +208,32 @@ def check_timezone_and_locale(vm: DesiredVM) -> tuple[str, str]:
     return vm.timezone, vm.locale
 
 
-def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
-    """user → packages → toolchain → locale → agents → home: all but secrets and repos."""
-    user = check_user(vm.user)
-    agents = sorted(set(vm.agents))
-    unknown = [a for a in agents if a not in AGENTS]
+def _checked_agents(agents: Sequence[str]) -> list[str]:
+    wanted = sorted(set(agents))
+    unknown = [a for a in wanted if a not in AGENTS]
     if unknown:
         raise ProvisionSpecError(f"unknown agents: {', '.join(unknown)}")
-    packages = sorted(set(vm.packages) | set(BASE_PACKAGES))
+    return wanted
+
+
+def _checked_packages(packages: Sequence[str]) -> list[str]:
     bad = [p for p in packages if package_problem(p)]
     if bad:
         raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
-    timezone, locale = check_timezone_and_locale(vm)
+    return sorted(set(packages))
+
+
+def user_step(user: str) -> Step:
+    """The login user with passwordless sudo: each VM's own (a base has one too, for
+    its machine steps; a clone runs it again)."""
+    return Step("user", script("user.sh", check_user(user)), True)
+
+
+def machine_steps(content: MachineContent, *, agent_source: str | None = None) -> list[Step]:
+    """packages → toolchain → agents → the image's own steps: what a base holds."""
+    user = check_user(content.user)
+    agents = _checked_agents(content.agents)
+    packages = _checked_packages([*content.packages, *BASE_PACKAGES])
     source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
     if source:
         agents_step = Step(
@@ -200,24 +241,109 @@ def base_steps(vm: DesiredVM, *, agent_source: str | None = None) -> list[Step]:
             script("agents.sh", user, "upload", *agents),
             True,
             stdin=_agent_tar(Path(source), agents),
+            scope=MACHINE,
         )
     else:
         agents_step = Step(
-            "agents", script("agents.sh", user, "registry", *agents), True, timeout=1800
-        )
-    return [
-        Step("user", script("user.sh", user), True),
-        Step("packages", script("packages.sh"), True, stdin=fields(packages), timeout=1800),
-        Step(
-            "toolchain",
-            script("toolchain.sh", user, "docker" if vm.docker else "no-docker"),
+            "agents",
+            script("agents.sh", user, "registry", *agents),
             True,
             timeout=1800,
+            scope=MACHINE,
+        )
+    steps = [
+        Step(
+            "packages",
+            script("packages.sh"),
+            True,
+            stdin=fields(packages),
+            timeout=1800,
+            scope=MACHINE,
         ),
-        Step("locale", script("locale.sh", timezone, locale), True, timeout=600),
+        Step(
+            "toolchain",
+            script("toolchain.sh", user, "docker" if content.docker else "no-docker"),
+            True,
+            timeout=1800,
+            scope=MACHINE,
+        ),
         agents_step,
-        Step("home", script("home.sh", *agents), False),
     ]
+    for extra in content.steps:
+        steps.append(image_step(extra))
+    return steps
+
+
+def image_step(extra: ImageStep) -> Step:
+    """One of an image's own steps: its shell text run by bash as root, sent on stdin."""
+    if not _IMAGE_STEP.match(extra.name):
+        raise ProvisionSpecError(f"image step {extra.name!r}: not a step name")
+    if "\x00" in extra.run:
+        raise ProvisionSpecError(f"image step {extra.name!r}: its text holds a NUL character")
+    return Step(
+        f"image-{extra.name}",
+        script("image-step.sh", extra.name),
+        True,
+        stdin=extra.run.encode(),
+        timeout=extra.timeout,
+        scope=MACHINE,
+    )
+
+
+def vm_steps(vm: DesiredVM) -> list[Step]:
+    """The clock and language, the VM's own packages on a golden image, the home."""
+    timezone, locale = check_timezone_and_locale(vm)
+    steps = [Step("locale", script("locale.sh", timezone, locale), True, timeout=600)]
+    if vm.base is not None and vm.base.declared and vm.packages:
+        # Packages a VM made from a golden image adds to the image's.
+        steps.append(
+            Step(
+                "vm-packages",
+                script("packages.sh"),
+                True,
+                stdin=fields(_checked_packages(vm.packages)),
+                timeout=1800,
+            )
+        )
+    steps.append(Step("home", script("home.sh", *_checked_agents(vm.agents)), False))
+    return steps
+
+
+def provision_steps(
+    vm: DesiredVM, values: Mapping[str, str], *, agent_source: str | None = None
+) -> list[Step]:
+    """Every step of a provision, in order: user, the machine's steps (not for a VM made
+    from a golden image: its image holds them), the VM's own, secrets, repos."""
+    machine = (
+        []
+        if vm.base is not None and vm.base.declared
+        else machine_steps(machine_content(vm), agent_source=agent_source)
+    )
+    return [
+        user_step(vm.user),
+        *machine,
+        *vm_steps(vm),
+        secrets_step(vm, values),
+        repos_step(vm),
+    ]
+
+
+def base_build_steps(base: DesiredBase, *, agent_source: str | None = None) -> list[Step]:
+    """What building a golden base runs: its user, its machine steps, then the
+    generalization that makes every clone its own machine."""
+    steps = [user_step(base.user), *machine_steps(base.content, agent_source=agent_source)]
+    vm_scoped = sorted({"user", "locale", "vm-packages", "home", "secrets", "repos"})
+    steps.append(
+        Step("generalize", script("generalize.sh", *vm_scoped), True, timeout=300, ledger=NONE)
+    )
+    return steps
+
+
+def machine_content(vm: DesiredVM) -> MachineContent:
+    """The machine-level content of a VM that is not made from a golden image."""
+    return MachineContent(
+        user=vm.user, packages=vm.packages, agents=vm.agents, docker=vm.docker, steps=()
+    )
 
 
 def secrets_step(vm: DesiredVM, values: Mapping[str, str]) -> Step:
@@ -240,7 +366,9 @@ def secrets_step(vm: DesiredVM, values: Mapping[str, str]) -> Step:
         if "\n" in token or "\r" in token:
             raise ProvisionSpecError(f"repo {r.name!r}: its token must be a single line")
         records.append(("git", checkout, slug(checkout), credential_context(r.url, r.name), token))
-    return Step("secrets", script("secrets.sh"), False, stdin=fields(*records), timeout=120)
+    return Step(
+        "secrets", script("secrets.sh"), False, stdin=fields(*records), timeout=120, ledger=TMPFS
+    )
 
 
 # Exit 0 when one tmpfs root ($1.. relative to it) holds every file sand delivered,
@@ -290,12 +418,6 @@ def repos_step(vm: DesiredVM) -> Step:
     return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=1800)
 
 
-def bundle_step(bundle: Bundle) -> Step:
-    """Install the bundle unless the guest already has this digest (stdin: its tar)."""
-    argv = ("/bin/sh", "-c", INSTALL_BUNDLE, "sand-bundle", bundle.digest)
-    return Step("bundle", argv, True, stdin=bundle.tar, timeout=120)
-
-
 def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:
     """Stand-in agent executables from the host dir named by SAND_AGENT_SOURCE."""
     buf = BytesIO()
@@ -307,6 +429,7 @@ def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:
                     f"{AGENT_SOURCE_ENV}={source}: there is no {agent} file to upload"
                 )
             info = tar.gettarinfo(str(path), arcname=agent)
+            info.mtime = 0  # the same files make the same tar: the step's digest holds
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             info.mode = 0o755

@@ -11,9 +11,12 @@ Every rig names its one backend entry ``box``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -64,9 +67,18 @@ class ContractRig:
             "vms": vms,
         }
 
-    def state(self, vms: list[dict[str, Any]], *, project: str = "demo") -> DesiredState:
-        manifest = Manifest.model_validate(self.manifest(vms, project=project))
-        return build_desired(manifest, bundle_digest="contract")
+    def state(
+        self,
+        vms: list[dict[str, Any]],
+        *,
+        project: str = "demo",
+        images: dict[str, Any] | None = None,
+    ) -> DesiredState:
+        data = self.manifest(vms, project=project)
+        if images:
+            data["images"] = images
+        manifest = Manifest.model_validate(data)
+        return build_desired(manifest, bundle_digest="contract", machine_digest="contract")
 
     def backend(self, *, project: str = "demo") -> Backend:
         manifest = Manifest.model_validate(self.manifest([], project=project))
@@ -114,6 +126,16 @@ class ContractRig:
 
     def marked(self, name: str) -> bool:
         """The VM exists and carries sand's marker (its fingerprint still empty)."""
+        raise NotImplementedError
+
+    # --- golden bases ------------------------------------------------------------------
+
+    def answer_agents(self) -> contextlib.AbstractContextManager[None]:
+        """While a base's build machine boots, answer what its guest agent would."""
+        return contextlib.nullcontext()
+
+    def bases(self) -> dict[str, bool]:
+        """Golden bases on the far side: identity -> ready to be cloned from."""
         raise NotImplementedError
 
 
@@ -202,6 +224,35 @@ class FakePve(ContractRig):
         tags = str(vm.config.get("tags") or "") if vm is not None else ""
         return f"sand-{vmid}-" in tags
 
+    @contextlib.contextmanager
+    def answer_agents(self) -> Iterator[None]:
+        stop = threading.Event()
+
+        def loop() -> None:
+            answered: set[int] = set()
+            while not stop.is_set():
+                for vm in self.rig.vms():
+                    if vm.vmid not in answered and vm.config.get("net0"):
+                        self.rig.set_agent_ip(vm.vmid, f"10.99.0.{len(answered) + 10}")
+                        answered.add(vm.vmid)
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def bases(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for vm in [*self.rig.templates(), *self.rig.vms()]:
+            tags = str(vm.config.get("tags") or "")
+            if "sand-golden-" in tags:
+                out[str(vm.vmid)] = bool(vm.template) and "sand-golden-new" not in tags
+        return out
+
 
 class LimaStandIn(ContractRig):
     kind = "lima"
@@ -278,6 +329,18 @@ class LimaStandIn(ContractRig):
 
     def marked(self, name: str) -> bool:
         return (self.standin.instance_dir(name) / "sand-marker.json").is_file()
+
+    def bases(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for name in self.standin.instances():
+            if not name.startswith("sand-base-"):
+                continue
+            try:
+                stamp = json.loads((self.standin.instance_dir(name) / "sand-base.json").read_text())
+            except (OSError, ValueError):
+                stamp = {}
+            out[name] = bool(stamp.get("golden"))
+        return out
 
 
 class RemoteLima(LimaStandIn):

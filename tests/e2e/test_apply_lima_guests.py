@@ -124,7 +124,8 @@ TWO = """\
 apiVersion: sand/v1
 project: limae2e
 backends:
-  laptop: {type: lima, lima_home: ./lima}
+  # Each VM is backed by its own guest, made beforehand: no base derived for them.
+  laptop: {type: lima, lima_home: ./lima, derive_bases: false}
 defaults: {image: debian-12, disk: 20GiB, memory: 2GiB}
 secrets:
   NPM_TOKEN:

@@ -97,6 +97,9 @@ def test_apply_provisions_real_guests_and_never_leaks_the_secret(
         ],
         defaults={"provision": True},
         identity=str(identity),
+        # Each VM here has its own guest, made beforehand: no base is derived for the two
+        # (golden bases: test_golden_bases_proxmox.py).
+        derive_bases=False,
     )
     manifest["secrets"] = {
         "API_TOKEN": {"from": {"env": "SAND_TEST_API_TOKEN"}},
@@ -202,6 +205,7 @@ def test_secrets_are_seen_from_a_fresh_host_and_return_after_a_reboot(
         [{"name": "agent-1", "secrets": scoped}, {"name": "agent-2", "secrets": scoped}],
         defaults={"provision": True},
         identity=str(identity),
+        derive_bases=False,  # each VM's own guest, made beforehand
     )
     manifest["secrets"] = {"API_TOKEN": {"from": {"env": "SAND_TEST_API_TOKEN"}}}
     host_a, host_b = Sand(tmp_path / "host-a"), Sand(tmp_path / "host-b")

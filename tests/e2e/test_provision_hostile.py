@@ -38,6 +38,11 @@ def _repos_step(*records: tuple[str, ...]) -> Step:
     return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=120)
 
 
+async def _step(guest: object, vm: object, step: Step):  # type: ignore[no-untyped-def]
+    """Run one step by itself, as provisioning runs its steps (the driver)."""
+    return await _run(endpoint(guest), "vm1", "vm:vm1", "claude", [step], {}, None, "provision", 30)
+
+
 def _exists(guest: object, path: str) -> bool:
     return guest.run_root(["test", "-e", path]).returncode == 0  # type: ignore[attr-defined]
 
@@ -65,7 +70,7 @@ async def test_the_guest_repos_step_refuses_hostile_records_and_keeps_argv_clean
     with ArgvWatch(guest) as watch:
         for record in hostile:
             with pytest.raises(GuestCommandError) as info:
-                await _run(endpoint(guest), vm, [_repos_step(record)], {}, None, "provision", 30)
+                await _step(guest, vm, _repos_step(record))
             assert "sand: " in str(info.value), str(info.value)
     assert watch.samples > 0
     for marker in ("pwned", "upload-pack", "ext::"):
@@ -75,6 +80,8 @@ async def test_the_guest_repos_step_refuses_hostile_records_and_keeps_argv_clean
     for name in ("a", "b", "e"):
         assert not _exists(guest, f"{HOME}/src/{name}")
     # The same step with a clean record still runs: the refusals are the script's.
-    clean = _repos_step(("repo", "~/src/app", url, ""))
-    report = await _run(endpoint(guest), vm, [clean], {}, None, "provision", 30)
-    assert report.steps[0].name == "repos"
+    # (The checkout and the ledger's record of it go first, so the step really runs.)
+    root(guest, "rm", "-rf", f"{HOME}/src/app", "/var/lib/sand/ledger/repos")
+    report = await _step(guest, vm, _repos_step(("repo", "~/src/app", url, "")))
+    assert report.ran == ["repos"]
+    assert root(guest, "cat", f"{HOME}/src/app/README.md") == "# app\n"

@@ -31,7 +31,14 @@ def manifest(standin: StandIn, *names: str) -> dict[str, Any]:
     return {
         "apiVersion": "sand/v1",
         "project": "uie2e",
-        "backends": {"laptop": {"type": "lima", "lima_home": str(standin.lima_home)}},
+        # Each VM is backed by its own guest, made beforehand: no base derived for them.
+        "backends": {
+            "laptop": {
+                "type": "lima",
+                "lima_home": str(standin.lima_home),
+                "derive_bases": False,
+            }
+        },
         "defaults": {"image": "debian-12", "disk": "20GiB", "memory": "2GiB"},
         "vms": [{"name": n} for n in names],
     }

@@ -464,6 +464,9 @@ class FakePveRig:
         """sand's lease objects (``sand.backends.proxmox.lease``)."""
         return self.run(lambda: [vm for vm in self.pve.vms if _is_lease(vm)])
 
+    def templates(self) -> list[FakeVm]:
+        return self.run(lambda: [vm for vm in self.pve.vms if vm.template])
+
     def vms_named(self, name: str) -> list[FakeVm]:
         return [vm for vm in self.vms() if vm.name == name]
 

@@ -77,6 +77,9 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "clone_delay": 0.5,                  # seconds the new dir exists without lima.yaml
      "delete_delay": 0.5,                 # seconds between removing lima.yaml and the dir
      "start_delay": 0.0,
+     "await_guest": 0.0,                  # seconds `start` waits for the instance's guest
+                                          #   binding to appear (Lima waits for the guest
+                                          #   to boot; a test binds one meanwhile)
      "stop_delay": 0.0,                   # seconds `stop` takes before the instance is down
      "hide_from_list": ["vm1"],           # instances a whole listing leaves out (a listing
                                           #   that forgets; naming them still finds them)
@@ -1107,6 +1110,10 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         return
     if delay := float(cfg.get("start_delay") or 0):
         time.sleep(delay)
+    if wait := float(cfg.get("await_guest") or 0):
+        deadline = time.monotonic() + wait
+        while not (d / GUEST_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     if msg := fault(cfg, "start", name):
         (d / "ha.stderr.log").write_text(
             f'time="{_ts()}" level=error msg={json.dumps(msg)}\n', encoding="utf-8"

@@ -11,10 +11,11 @@ from sand.provision.bundle import Bundle
 from sand.provision.steps import (
     CHECK_SECRETS,
     ProvisionSpecError,
-    base_steps,
-    bundle_step,
     check_secrets_step,
     guest_path,
+    machine_content,
+    machine_steps,
+    provision_steps,
     repos_step,
     secrets_step,
     slug,
@@ -38,12 +39,7 @@ def _vm(**kw):
 def _all_steps(vm, tmp_path):
     for agent in ("claude", "codex", "opencode", "pi"):
         (tmp_path / agent).write_text("#!/bin/sh\n")
-    return [
-        bundle_step(Bundle()),
-        *base_steps(vm, agent_source=str(tmp_path)),
-        secrets_step(vm, {"API": CANARY, "GIT": TOKEN}),
-        repos_step(vm),
-    ]
+    return provision_steps(vm, {"API": CANARY, "GIT": TOKEN}, agent_source=str(tmp_path))
 
 
 def test_no_value_is_ever_in_a_command_line_only_in_stdin(tmp_path):
@@ -68,8 +64,7 @@ def test_commands_run_fixed_bundle_scripts_as_root_or_as_the_user(tmp_path):
     ]  # fmt: skip
     assert shlex.split(by_name["user"].command("root", "claude"))[0] == "/bin/bash"
     assert [s.name for s in _all_steps(_vm(), tmp_path)] == [
-        "bundle", "user", "packages", "toolchain", "locale", "agents", "home", "secrets",
-        "repos",
+        "user", "packages", "toolchain", "agents", "locale", "home", "secrets", "repos",
     ]  # fmt: skip
 
 
@@ -208,12 +203,12 @@ def test_two_secrets_for_one_variable_in_one_scope_are_refused():
 
 def test_unknown_user_names_and_packages_are_refused(tmp_path):
     with pytest.raises(ProvisionSpecError):
-        base_steps(_vm(user="Bad User"), agent_source=str(tmp_path))
+        provision_steps(_vm(user="Bad User"), {}, agent_source=str(tmp_path))
     with pytest.raises(ProvisionSpecError):
-        base_steps(_vm(packages=("jq; rm -rf /",)), agent_source=str(tmp_path))
+        machine_steps(machine_content(_vm(packages=("jq; rm -rf /",))), agent_source=str(tmp_path))
 
 
 def test_a_missing_stand_in_agent_is_reported(tmp_path):
     (tmp_path / "claude").write_text("#!/bin/sh\n")
     with pytest.raises(ProvisionSpecError, match="no codex file"):
-        base_steps(_vm(), agent_source=str(tmp_path))
+        machine_steps(machine_content(_vm()), agent_source=str(tmp_path))

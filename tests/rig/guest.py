@@ -9,7 +9,10 @@ Each guest gets:
   the guest's processes (what a "no secret in argv" test must sample) and
   ``/dev/shm``, ``/run`` and ``/run/user/<uid>`` are the guest's own tmpfs;
 * a copy-on-write copy of the cached rootfs (overlayfs; ``cp -a`` fallback),
-  thrown away on ``stop()``;
+  thrown away on ``stop()``; optionally over *layers* first: the kept disks
+  (overlay upper dirs) of frozen guests, which is how the rig models a VM cloned
+  from a template -- the clone starts with exactly the disk the template was
+  frozen with (see ``freeze()``);
 * fresh SSH host keys and a fresh client key for the login user, who has
   passwordless sudo -- the same contract a sand VM offers.
 
@@ -273,6 +276,7 @@ class NetnsGuest:
         *,
         rootfs: Path | None = None,
         guest_id: str | None = None,
+        layers: Sequence[Path] = (),
     ) -> None:
         self.id = guest_id or secrets.token_hex(4)
         if len(self.id) != 8 or not all(c in "0123456789abcdef" for c in self.id):
@@ -282,6 +286,8 @@ class NetnsGuest:
         self.hostname = self.netns
         self.veth = f"{VETH_PREFIX}{self.id}"
         self._rootfs = rootfs
+        self.layers = tuple(layers)  # upper dirs of frozen guests, topmost first
+        self.frozen = False
         self.dir = state_dir() / f"g-{self.id}"
         self.root = self.dir / "root"  # the guest's "/" as seen from the host
         self.client_key_path = self.dir / "client_ed25519"
@@ -399,17 +405,41 @@ class NetnsGuest:
         tmp.write_text(json.dumps(self._record))
         os.replace(tmp, path)
 
+    def freeze(self) -> Path:
+        """Stop the guest as a machine is shut down and kept: every process gone, its
+        network removed, its disk (the overlay's upper dir) left in place as a layer
+        other guests can start from (``NetnsGuest(layers=[...])``). ``stop()`` removes it."""
+        if not self._started or self.frozen:
+            return self.dir / "upper"
+        if self.copy_mode != "overlay":
+            raise RigError("only an overlay guest can be frozen into a layer")
+        if self._init_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._init_pid, signal.SIGKILL)
+            self._init_pid = 0
+        if self._proc is not None:
+            self._proc.wait(timeout=10)
+        run(["umount", self.root], check=False)
+        with file_lock(NET_LOCK):
+            run(["ip", "netns", "del", self.netns], check=False)
+            run(["ip", "link", "del", self.veth], check=False)
+        self.frozen = True
+        return self.dir / "upper"
+
     def _make_tree(self, rootfs: Path) -> None:
         upper, work = self.dir / "upper", self.dir / "work"
         for d in (upper, work, self.root):
             d.mkdir(parents=True, exist_ok=True)
-        opts = f"lowerdir={rootfs},upperdir={upper},workdir={work}"
+        lower = ":".join(os.fspath(p) for p in (*self.layers, rootfs))
+        opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
         res = run(
             ["mount", "-t", "overlay", f"sandg-{self.id}", "-o", opts, self.root], check=False
         )
         if res.returncode == 0:
             self.copy_mode = "overlay"
             return
+        if self.layers:
+            raise RigError(f"a layered guest needs overlayfs: {res.stderr.decode().strip()}")
         # e.g. the cache sits on an overlayfs itself (nested containers).
         log(f"overlay mount failed ({res.stderr.decode().strip()}); copying rootfs")
         self.root.rmdir()
@@ -462,7 +492,9 @@ class NetnsGuest:
             self.uid = self.gid = 0
             home = r / "root"
         else:
-            run(["chroot", r, "useradd", "-m", "-U", "-s", "/bin/bash", self.user])
+            # A guest started from a frozen guest's disk has its user already.
+            if run(["chroot", r, "id", "-u", self.user], check=False).returncode != 0:
+                run(["chroot", r, "useradd", "-m", "-U", "-s", "/bin/bash", self.user])
             # '*' not '!': with UsePAM no, sshd refuses key logins to a locked
             # ('!') account, but '*' still allows no password login.
             run(["chroot", r, "usermod", "-p", "*", self.user])

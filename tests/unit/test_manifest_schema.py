@@ -154,6 +154,15 @@ BAD = {
     "not-a-size": _set("defaults.disk", "lots"),
     "unknown-key": _set("vms.0.memroy", "8GiB"),
     "unknown-agent": _set("vms.0.agents", ["clippy"]),
+    "unknown-rebuild": _set("vms.0.rebuild", "sometimes"),
+    "image-step-name": lambda d: d.setdefault("images", {}).update(
+        {"wb": {"steps": [{"name": "Not A Name", "run": "true"}]}}
+    ),
+    "image-step-empty": lambda d: d.setdefault("images", {}).update(
+        {"wb": {"steps": [{"name": "x", "run": ""}]}}
+    ),
+    "image-unknown-key": lambda d: d.setdefault("images", {}).update({"wb": {"pakages": []}}),
+    "image-name": lambda d: d.setdefault("images", {}).update({"Work Bench": {}}),
 }
 
 

@@ -2,7 +2,8 @@
 
 Instances live on this machine or on a remote host, driven by ``limactl``. Observing is
 one listing per reconcile (``observe.py``); a VM whose base others share is cloned from
-a base instance (``bases.py``, ``create.py``); changes, deletes and renames are in
+a base instance (``bases.py``, ``create.py``), a VM of a golden image from its golden
+base (``golden.py``); changes, deletes and renames are in
 ``lifecycle.py``; the SSH endpoint in ``guest.py``; crash recovery in ``recover.py``.
 Every mutating limactl call is journalled first.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
-from sand.backends.lima import bases, guest, lifecycle
+from sand.backends.lima import bases, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
@@ -27,10 +28,16 @@ from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.preflight import preflight as run_preflight
 from sand.backends.lima.runner import HostRunner
-from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
+from sand.backends.protocol import (
+    BaseProvisioner,
+    PreflightItem,
+    PreflightReport,
+    RecoveryDecision,
+)
 from sand.desired import DesiredVM
+from sand.desired.spec import DesiredBase
 from sand.guest.endpoint import GuestEndpoint, JumpHost
-from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
+from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
 
 FIELD_POLICY: Mapping[str, Mutability] = {
@@ -95,8 +102,18 @@ class LimaBackend:
     async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
-    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
-        return await create_mod.create(self.ctx, vm, journal)
+    async def create(
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+    ) -> ObservedVM:
+        return await create_mod.create(self.ctx, vm, journal, from_base=from_base)
+
+    async def build_base(
+        self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
+    ) -> ObservedBase:
+        return await golden.build(self.ctx, base, provision, journal)
+
+    async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
+        return await golden.delete(self.ctx, base, journal)
 
     async def update(
         self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal

@@ -54,6 +54,7 @@ class Ctx:
     bases: dict[str, BaseState] = field(default_factory=dict)
     base_users: dict[str, int] = field(default_factory=dict)  # base name -> desired VMs
     base_stamps: dict[str, BaseStamp] = field(default_factory=dict)  # as last listed
+    golden: dict[str, str] = field(default_factory=dict)  # golden fingerprint -> instance
     local_keys: dict[str, str] = field(default_factory=dict)  # remote path -> local copy
     # This project's lease record as the last listing showed it ("" none; None: not
     # observed yet): a lease taken later is fresh only if it still reads the same.

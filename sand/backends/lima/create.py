@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from sand.backends.lima import bases, limayaml, observe, scripts, vmops
+from sand.backends.lima import bases, golden, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
@@ -19,7 +19,9 @@ from sand.observed import Marker, ObservedVM
 from sand.state.journal import Journal
 
 
-async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
+async def create(
+    ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+) -> ObservedVM:
     vmops.check_name(ctx, vm.name)
     name = vm.name
     # The planner decided this create from this backend's observation; re-read only
@@ -33,7 +35,15 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
             "touch it",
             backend=ctx.name,
         )
-    base = await bases.ensure_base(ctx, vm, journal) if bases.should_clone(ctx, vm) else None
+    made_from = ""
+    if from_base:
+        assert vm.base is not None
+        base: str | None = await golden.source_for(ctx, vm.base)
+        made_from = vm.base.fingerprint
+    elif bases.should_clone(ctx, vm):
+        base = await bases.ensure_base(ctx, vm, journal)
+    else:
+        base = None
     uid = new_uid()  # the incarnation, journalled first: recovery adopts only this one
     entry = journal.begin(
         "create",
@@ -70,7 +80,13 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
         journal.step(entry, "created")
         sidecar = Sidecar(
             Marker(
-                ctx.project, name, name, fingerprint="", image=vm.image, created_at=int(time.time())
+                ctx.project,
+                name,
+                name,
+                fingerprint="",
+                image=vm.image,
+                created_at=int(time.time()),
+                base=made_from,
             ),
             uid=uid,
             backend=ctx.name,

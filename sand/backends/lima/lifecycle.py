@@ -222,6 +222,8 @@ def sidecar(
             secrets=secrets.stamp if secrets else "",
             secrets_at=secrets.delivered_at if secrets and secrets.stamp else 0,
             created_at=current.marker.created_at if current.marker else 0,
+            # Like its creation time, the base it was cloned from is kept on every write.
+            base=current.marker.base if current.marker else "",
         ),
         uid=current.details.get("uid") or new_uid(),
         backend=ctx.name,

@@ -79,6 +79,7 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         backend=str(data.get("backend") or ""),
         incarnation=str(data.get("uid") or ""),
         created_at=created_at,
+        base=str(data.get("base") or ""),
     )
     protect = data.get("protect")
     return Sidecar(
@@ -91,14 +92,22 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
 
 @dataclass(frozen=True)
 class BaseStamp:
+    """What a base instance carries once it is complete. A golden base's stamp also
+    names its fingerprint, its image and the backend entry that built it; it is written
+    only after the base is provisioned and stopped: a golden base without one was never
+    finished, and is never cloned from."""
+
     project: str
     name: str
     stamp: str
     image: str
     user: str
+    golden: str = ""  # a golden base's fingerprint ("": an unprovisioned clone source)
+    image_name: str = ""  # the golden image's name (``images:``, or auto-<hash>)
+    backend: str = ""
 
     def to_bytes(self) -> bytes:
-        data = {
+        data: dict[str, object] = {
             "schema": SCHEMA,
             "project": self.project,
             "name": self.name,
@@ -106,6 +115,8 @@ class BaseStamp:
             "image": self.image,
             "user": self.user,
         }
+        if self.golden:
+            data.update(golden=self.golden, image_name=self.image_name, backend=self.backend)
         return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
 
 
@@ -123,6 +134,9 @@ def parse_base_stamp(raw: bytes) -> BaseStamp | None:
             stamp=str(data["stamp"]),
             image=str(data.get("image", "")),
             user=str(data.get("user", "")),
+            golden=str(data.get("golden") or ""),
+            image_name=str(data.get("image_name") or ""),
+            backend=str(data.get("backend") or ""),
         )
     except KeyError:
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sand.backends.lima import golden_marks as golden
 from sand.backends.lima import limayaml, scripts
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import (
@@ -85,6 +86,8 @@ async def observe(ctx: Ctx) -> Observation:
     vms: list[ObservedVM] = []
     unreadable: list[str] = []
     ctx.base_stamps = {}
+    golden_bases: list[tuple[LimaInstance, BaseStamp | None]] = []
+    sidecars: list[Sidecar] = []
     for inst in instances:
         if not inst.readable:
             unreadable.append(inst.name)
@@ -93,10 +96,17 @@ async def observe(ctx: Ctx) -> Observation:
             stamp = parse_base_stamp(stamp_raw) if stamp_raw is not None else None
             if stamp is not None:
                 ctx.base_stamps[inst.name] = stamp
+            if golden.is_golden(ctx, inst, stamp):
+                golden_bases.append((inst, stamp))
             continue  # bases are sand's plumbing, never VMs
         raw = frames.files.get((inst.name, scripts.MARKER_FILE))
         sidecar = parse_sidecar(raw) if raw is not None else None
+        if sidecar is not None:
+            sidecars.append(sidecar)
         vms.append(observed(ctx, inst, sidecar, frames.host_agent_started.get(inst.name)))
+    made = golden.made_from(sidecars)
+    bases = tuple(golden.observed_base(ctx, inst, stamp, made) for inst, stamp in golden_bases)
+    ctx.golden = {b.fingerprint: b.identity for b in bases if b.ready}
     reason = None
     if unreadable:
         names = ", ".join(sorted(unreadable))
@@ -113,6 +123,7 @@ async def observe(ctx: Ctx) -> Observation:
         requests=1,
         warnings=tuple(warnings),
         reboots_visible=False,  # a reboot inside the guest keeps the host agent
+        bases=bases,
     )
 
 

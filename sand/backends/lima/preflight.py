@@ -120,6 +120,16 @@ def _problems(
                 )
             elif state == "-":
                 warnings.append(f"could not check image {vm.image} on {where} (no curl there)")
+    if item.action in ("create", "replace") and vm.golden and vm.disk < limayaml.BASE_DISK:
+        out.append(
+            PreflightProblem(
+                vm.name,
+                "disk",
+                f"a VM made from golden image {vm.base.name if vm.base else '?'!r} is cloned "
+                f"from its base, whose disk is {format_size(limayaml.BASE_DISK)}: a clone's "
+                "disk only grows, so ask for at least that much",
+            )
+        )
     sized = item.action != "update"
     if (sized or "memory" in item.fields) and facts.memory and vm.memory > facts.memory:
         out.append(

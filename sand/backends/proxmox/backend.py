@@ -7,9 +7,14 @@ from contextlib import AbstractAsyncContextManager
 
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
-from sand.backends.protocol import PreflightItem, PreflightReport, RecoveryDecision
+from sand.backends.protocol import (
+    BaseProvisioner,
+    PreflightItem,
+    PreflightReport,
+    RecoveryDecision,
+)
+from sand.backends.proxmox import bases, guest, lifecycle, preflight
 from sand.backends.proxmox import create as create_mod
-from sand.backends.proxmox import guest, lifecycle, preflight
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
@@ -19,8 +24,9 @@ from sand.backends.proxmox.lease import ProxmoxLease, read_lease
 from sand.backends.proxmox.template import TemplateResult, build
 from sand.backends.proxmox.template_request import make_request
 from sand.desired import DesiredVM
+from sand.desired.spec import DesiredBase
 from sand.guest.endpoint import GuestEndpoint
-from sand.observed import Observation, ObservedVM, RecordedVM, SecretsRecord
+from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
 
 FIELD_POLICY: Mapping[str, Mutability] = {
@@ -71,8 +77,18 @@ class ProxmoxBackend:
     async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
-    async def create(self, vm: DesiredVM, journal: Journal) -> ObservedVM:
-        return await create_mod.create(self.ctx, vm, journal)
+    async def create(
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+    ) -> ObservedVM:
+        return await create_mod.create(self.ctx, vm, journal, from_base=from_base)
+
+    async def build_base(
+        self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
+    ) -> ObservedBase:
+        return await bases.build(self.ctx, base, provision, journal)
+
+    async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
+        return await bases.delete(self.ctx, base, journal)
 
     async def update(
         self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal

@@ -32,21 +32,35 @@ class _Taken(Exception):
 
 
 async def clone(
-    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+    ctx: Ctx,
+    vm: DesiredVM,
+    template: Row,
+    node: str,
+    storage: str,
+    journal: Journal,
+    *,
+    base: str = "",
 ) -> tuple[int, JournalEntry]:
     """Clone ``template`` into a fresh vmid on ``node``: the vmid and its journal entry
-    (step ``cloned``)."""
+    (step ``cloned``). ``base``: the template is that golden base (its fingerprint goes
+    into the marker)."""
     # The id is asked for only once a clone slot is ours: PVE reserves nothing,
     # so creates queued behind the slot limit would all be handed the same id.
     slots = ctx.clone_slots
     if slots.locked():
         activity.step(f"waiting for a clone slot ({ctx.config.clone_parallelism} at a time)")
     async with slots:
-        return await _allocate_and_clone(ctx, vm, template, node, storage, journal)
+        return await _allocate_and_clone(ctx, vm, template, node, storage, journal, base)
 
 
 async def _allocate_and_clone(
-    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal
+    ctx: Ctx,
+    vm: DesiredVM,
+    template: Row,
+    node: str,
+    storage: str,
+    journal: Journal,
+    base: str = "",
 ) -> tuple[int, JournalEntry]:
     for _ in range(ID_ATTEMPTS):
         vmid = int(await ctx.client.get("cluster/nextid"))
@@ -56,7 +70,7 @@ async def _allocate_and_clone(
             vmid += 1
         ctx.cloning_ids.add(vmid)
         try:
-            result = await _try_clone(ctx, vm, template, node, storage, journal, vmid)
+            result = await _try_clone(ctx, vm, template, node, storage, journal, vmid, base)
         finally:
             ctx.cloning_ids.discard(vmid)
         if result is not None:
@@ -70,7 +84,14 @@ async def _allocate_and_clone(
 
 
 async def _try_clone(
-    ctx: Ctx, vm: DesiredVM, template: Row, node: str, storage: str, journal: Journal, vmid: int
+    ctx: Ctx,
+    vm: DesiredVM,
+    template: Row,
+    node: str,
+    storage: str,
+    journal: Journal,
+    vmid: int,
+    base: str = "",
 ) -> JournalEntry | None:
     """Clone into ``vmid``; None when another client took that id first."""
     entry = journal.begin(
@@ -94,6 +115,7 @@ async def _try_clone(
         backend=ctx.name,
         incarnation=entry.id,
         created_at=int(time.time()),
+        base=base,
     )
     params: dict[str, Any] = {
         "newid": vmid,

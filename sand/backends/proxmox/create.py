@@ -67,9 +67,9 @@ def find_template(ctx: Ctx, rows: list[Row], ref: str, node: str) -> Row:
     return found[0]
 
 
-async def pick_node(ctx: Ctx, vm: DesiredVM) -> str:
+async def pick_node(ctx: Ctx, vm: DesiredVM | None) -> str:
     """vm.node, the only placement node, or the online one with most free memory."""
-    candidates = [vm.node] if vm.node else ctx.config.placement_nodes
+    candidates = [vm.node] if vm is not None and vm.node else ctx.config.placement_nodes
     if len(candidates) == 1:
         return candidates[0]
     free: dict[str, int] = {}
@@ -125,7 +125,9 @@ async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]
     return sorted(found, key=lambda o: int(o.identity))
 
 
-async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
+async def create(
+    ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+) -> ObservedVM:
     pubkey = read_pubkey(ctx)
     async with _entry_lock(ctx, vm.name):
         rows = await listing(ctx)
@@ -134,7 +136,22 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
             return await _adopt(ctx, vm, own[0], journal, pubkey)
         ref, storage = parse_image(vm.image, ctx.config.storage)
         node = await pick_node(ctx, vm)
-        template = find_template(ctx, rows, ref, node)
+        base = ""
+        if from_base:
+            from sand.backends.proxmox.bases import ready_base
+
+            assert vm.base is not None
+            found = ready_base(ctx, rows, vm.base.fingerprint)
+            if found is None:
+                raise ProxmoxError(
+                    ctx.name,
+                    f"golden base {vm.base.name!r} ({vm.base.fingerprint}) is not ready on "
+                    f"this backend: VM {vm.name!r} is not cloned from a base that is not built",
+                )
+            template, base = found, vm.base.fingerprint
+            ref = str(found.get("name") or found["vmid"])
+        else:
+            template = find_template(ctx, rows, ref, node)
         template_disk = int(template.get("maxdisk") or 0)
         if template_disk > vm.disk:
             raise ProxmoxError(
@@ -143,7 +160,7 @@ async def create(ctx: Ctx, vm: DesiredVM, journal: Journal) -> ObservedVM:
                 f"asked for VM {vm.name!r} (disks only grow): ask for at least that much",
             )
         ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
-        vmid, entry = await clone(ctx, vm, template, node, storage, journal)
+        vmid, entry = await clone(ctx, vm, template, node, storage, journal, base=base)
         try:
             return await _setup(ctx, vm, node, vmid, entry, journal, pubkey, check_duplicates=True)
         except ProxmoxError:
@@ -223,9 +240,19 @@ def _base_config(
 ) -> dict[str, Any]:
     # The creation time the clone wrote into the description (now, for a clone an older
     # sand began): the tags carry it from here on.
-    made = mk.created_at_of(mk.parse_block(config.get("description"))) or int(time.time())
+    block = mk.parse_block(config.get("description"))
+    made = mk.created_at_of(block) or int(time.time())
+    came_from = str((block or {}).get("base") or "")
     marker = Marker(
-        ctx.project, vm.name, str(vmid), "", "", vm.image, backend=ctx.name, created_at=made
+        ctx.project,
+        vm.name,
+        str(vmid),
+        "",
+        "",
+        vm.image,
+        backend=ctx.name,
+        created_at=made,
+        base=came_from,
     )
     params: dict[str, Any] = {
         "cores": vm.cpus,

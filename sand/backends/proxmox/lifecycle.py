@@ -176,7 +176,11 @@ def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
     sand made stays without: when it was made is not known)."""
     incarnation = marker.incarnation or str(block.get("op") or "") or uuid.uuid4().hex
     created_at = marker.created_at or mk.created_at_of(block)
-    return replace(marker, backend=ctx.name, incarnation=incarnation, created_at=created_at)
+    # The base it was cloned from is, like its creation, written once and kept.
+    base = marker.base or str(block.get("base") or "")
+    return replace(
+        marker, backend=ctx.name, incarnation=incarnation, created_at=created_at, base=base
+    )
 
 
 async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:

@@ -15,6 +15,8 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
                               are not valid tags: ``sand-backend+<hash12>``)
     sand-created-<t>          when sand made the VM (epoch seconds), for ``expires:``
                               durations; absent on a VM an older sand made
+    sand-from-<fp16>          the golden base the VM was cloned from (its fingerprint);
+                              absent on a VM made from its template directly
 
 The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
@@ -27,6 +29,15 @@ block of its own (``"kind": "template"``, its name, its own vmid, the image it w
 imported from). Neither is an ownership claim: a template is never a managed VM,
 and the listing does not send it to a deep read. A clone inherits both; sand's
 clones get their own description and lose the tag at their first config write.
+A golden base sand built (``sand.backends.proxmox.bases``) carries neither the
+``sand`` tag nor an identity tag, so no listing ever reads it as a VM: its tags are
+``sand-golden-<fp16>`` (its fingerprint; ``sand-golden-new`` while it is being built),
+``sand-project-<project>`` and the backend tag, and its description a block of its own
+(``"kind": "golden"``: image, fingerprint, source, its own vmid, state ``building`` or
+``ready``). Only a *template* whose tags carry its fingerprint is ready, and only a
+ready base is ever cloned from: the fingerprint tag is written after the build's
+last step and the conversion follows it.
+
 Operator tags and description text are kept on every write. PVE stores tags
 lower-cased, de-duplicated and sorted, so sand writes them that way too.
 """
@@ -48,6 +59,11 @@ BACKEND_PREFIX = "sand-backend-"
 HASHED_BACKEND_PREFIX = "sand-backend+"
 TEMPLATE_TAG = "sand-template"
 TEMPLATE_KIND = "template"
+GOLDEN_KIND = "golden"
+GOLDEN_PREFIX = "sand-golden-"
+FROM_PREFIX = "sand-from-"
+_GOLDEN_TAG = re.compile(r"^sand-golden-([0-9a-f]{16}|new)$")
+_FROM_TAG = re.compile(r"^sand-from-([0-9a-f]{16})$")
 NEW = "new"
 _IDENTITY_TAG = re.compile(r"^sand-(\d+)-([0-9a-f]{16}|new)$")
 SECRETS_PREFIX = "sand-secrets-"
@@ -74,6 +90,9 @@ class TagMarker:
     secrets_at: int = 0
     backend: str | None = None  # the backend tag (see backend_tag), None when absent
     created_at: int = 0  # when sand made the VM, 0 when no (well-formed) tag says
+    base: str = ""  # the golden base it was cloned from (sand-from-<fp16>), "" when none
+    # A golden base's fingerprint ("new" while it is built); None: not a base.
+    golden: str | None = None
 
     @property
     def present(self) -> bool:
@@ -116,7 +135,15 @@ def is_sand_tag(tag: str) -> bool:
     return (
         tag in (TOOL_TAG, TEMPLATE_TAG)
         or tag.startswith(
-            (PROJECT_PREFIX, SECRETS_PREFIX, CREATED_PREFIX, BACKEND_PREFIX, HASHED_BACKEND_PREFIX)
+            (
+                PROJECT_PREFIX,
+                SECRETS_PREFIX,
+                CREATED_PREFIX,
+                BACKEND_PREFIX,
+                HASHED_BACKEND_PREFIX,
+                GOLDEN_PREFIX,
+                FROM_PREFIX,
+            )
         )
         or bool(_IDENTITY_TAG.match(tag))
     )
@@ -124,11 +151,19 @@ def is_sand_tag(tag: str) -> bool:
 
 def parse_tags(value: object) -> TagMarker:
     tool = False
-    project = identity = fingerprint = backend = None
-    secrets, secrets_at, created_at = "", 0, 0
+    project = identity = fingerprint = backend = golden = None
+    secrets, secrets_at, created_at, base = "", 0, 0, ""
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
+        elif tag.startswith(GOLDEN_PREFIX):
+            found_golden = _GOLDEN_TAG.match(tag)
+            if found_golden:
+                golden = found_golden[1]
+        elif tag.startswith(FROM_PREFIX):
+            came = _FROM_TAG.match(tag)
+            if came:
+                base = came[1]
         elif tag.startswith((BACKEND_PREFIX, HASHED_BACKEND_PREFIX)):
             backend = tag
         elif tag.startswith(PROJECT_PREFIX):
@@ -146,7 +181,9 @@ def parse_tags(value: object) -> TagMarker:
             if found:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
-    return TagMarker(tool, project, identity, fingerprint, secrets, secrets_at, backend, created_at)
+    return TagMarker(
+        tool, project, identity, fingerprint, secrets, secrets_at, backend, created_at, base, golden
+    )
 
 
 def claims(tags: TagMarker | None, described: Marker | None) -> list[Claim]:
@@ -172,6 +209,8 @@ def marker_tags(marker: Marker) -> list[str]:
         tags.append(backend_tag(marker.backend))
     if marker.created_at:
         tags.append(f"{CREATED_PREFIX}{marker.created_at}")
+    if re.fullmatch(r"[0-9a-f]{16}", marker.base):
+        tags.append(f"{FROM_PREFIX}{marker.base}")
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")
@@ -189,6 +228,49 @@ def operator_tags(current: object) -> list[str]:
 
 
 # --- description -------------------------------------------------------------
+
+
+def golden_tags(project: str, backend: str, fingerprint: str | None) -> list[str]:
+    """A golden base's own tags; ``fingerprint`` None while it is being built."""
+    return [
+        f"{GOLDEN_PREFIX}{fingerprint or NEW}",
+        PROJECT_PREFIX + project.lower(),
+        backend_tag(backend),
+    ]
+
+
+def render_golden_block(
+    project: str,
+    backend: str,
+    vmid: int,
+    image: str,
+    fingerprint: str,
+    source: str,
+    state: str,
+    op: str,
+) -> str:
+    """The description block of a golden base (``state``: ``building`` or ``ready``;
+    ``op``: the journal entry that built it, its incarnation)."""
+    data: dict[str, object] = {
+        "op": op,
+        "tool": "sand",
+        "kind": GOLDEN_KIND,
+        "project": project,
+        "backend": backend,
+        "vmid": vmid,
+        "image": image,
+        "fingerprint": fingerprint,
+        "source": source,
+        "state": state,
+    }
+    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+
+
+def parse_golden_block(text: object) -> dict[str, Any] | None:
+    data = parse_block(text)
+    if data is None or data.get("kind") != GOLDEN_KIND:
+        return None
+    return data
 
 
 def parse_block(text: object) -> dict[str, Any] | None:
@@ -210,7 +292,7 @@ def parse_block(text: object) -> dict[str, Any] | None:
 def parse_description(text: object) -> Marker | None:
     """The marker in the description's last ```sand block, or None."""
     data = parse_block(text)
-    if data is None or data.get("kind") == TEMPLATE_KIND:
+    if data is None or data.get("kind") in (TEMPLATE_KIND, GOLDEN_KIND):
         return None
     try:
         return Marker(
@@ -223,6 +305,7 @@ def parse_description(text: object) -> Marker | None:
             backend=str(data.get("backend") or ""),
             incarnation=str(data.get("op") or ""),
             created_at=created_at_of(data),
+            base=str(data.get("base") or ""),
         )
     except KeyError:
         return None
@@ -260,6 +343,8 @@ def render_block(marker: Marker, **extra: object) -> str:
         data["op"] = marker.incarnation
     if marker.created_at:
         data["created_at"] = marker.created_at
+    if marker.base:
+        data["base"] = marker.base
     data.update((k, v) for k, v in extra.items() if v is not None)
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
 

@@ -19,7 +19,15 @@ from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.desired import DesiredVM
-from sand.observed import Claim, Marker, Observation, ObservedVM, Ownership, ownership
+from sand.observed import (
+    Claim,
+    Marker,
+    Observation,
+    ObservedBase,
+    ObservedVM,
+    Ownership,
+    ownership,
+)
 
 Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"
@@ -107,6 +115,7 @@ def classify(
                     secrets_at=tags.secrets_at,
                     backend=ctx.name if tags.backend == mine else "",
                     created_at=tags.created_at,
+                    base=tags.base,
                 )
                 return _observed(
                     ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
@@ -153,6 +162,7 @@ def classify(
         incarnation=described.incarnation if described is not None else "",
         # The description's (written at the clone); the tag mirrors it for the listing.
         created_at=(described.created_at if described is not None else 0) or tags.created_at,
+        base=(described.base if described is not None else "") or tags.base,
     )
     notes: dict[str, str] = {}
     if template and said is Ownership.MANAGED:
@@ -287,6 +297,8 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
     decided: list[ObservedVM] = []
     deep: list[Row] = []
     for row in rows:
+        if mk.parse_tags(row.get("tags")).golden is not None:
+            continue  # a golden base: never a VM (bases_of reads them)
         outcome = classify(ctx, row, by_name)
         if outcome is DEEP:
             deep.append(row)
@@ -322,4 +334,54 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
         unknown_reason="; ".join(problems) if problems else None,
         requests=ctx.client.requests - start,
         warnings=warnings,
+        bases=bases_of(ctx, rows),
     )
+
+
+def bases_of(ctx: Ctx, rows: Sequence[Row]) -> tuple[ObservedBase, ...]:
+    """This project's golden bases of this backend entry in ``rows`` (tags only: no read).
+
+    A base is ready only as a template carrying its fingerprint tag. The VMs made from
+    it are every row carrying its ``sand-from-`` tag, whoever owns them now."""
+    mine = mk.backend_tag(ctx.name)
+    made: dict[str, list[str]] = {}
+    cloning = [str(r["vmid"]) for r in rows if r.get("lock") == "clone" and in_pool(ctx, r)]
+    for row in rows:
+        tags = mk.parse_tags(row.get("tags"))
+        if tags.base:
+            made.setdefault(tags.base, []).append(str(row.get("name") or row["vmid"]))
+    found: list[ObservedBase] = []
+    for row in rows:
+        tags = mk.parse_tags(row.get("tags"))
+        if tags.golden is None or tags.project != ctx.project or tags.backend != mine:
+            continue
+        if not in_pool(ctx, row):
+            continue  # moved out of the pool: not this backend's to use or remove
+        fingerprint = "" if tags.golden == mk.NEW else tags.golden
+        busy = None
+        if row.get("lock"):
+            busy = f"locked ({row.get('lock')})"
+        elif cloning or ctx.cloning_ids:
+            busy = f"a clone is running in pool {ctx.config.pool!r}"
+        found.append(
+            ObservedBase(
+                backend=ctx.name,
+                name=golden_name(str(row.get("name") or "")),
+                identity=str(row["vmid"]),
+                fingerprint=fingerprint,
+                ready=bool(row.get("template")) and bool(fingerprint),
+                made=tuple(made.get(fingerprint, ())) if fingerprint else (),
+                busy=busy,
+            )
+        )
+    return tuple(sorted(found, key=lambda b: int(b.identity)))
+
+
+BASE_NAME_PREFIX = "sand-golden-"
+
+
+def golden_name(vm_name: str) -> str:
+    """The image a base was built for, from its VM name ``sand-golden-<image>-<fp8>``."""
+    middle = vm_name.removeprefix(BASE_NAME_PREFIX)
+    image, _, _ = middle.rpartition("-")
+    return image or vm_name

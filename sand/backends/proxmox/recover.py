@@ -104,7 +104,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
     # A clone in flight is not in the pool yet, so a pool token cannot see it though its
     # id is taken: only then is an invisible VM waited for (bounded). Any other VM the
     # token cannot see is not this backend's to touch.
-    in_flight = op == "create" and not entry.detail("adopt") and not (wait and tasks)
+    in_flight = op in ("create", "base") and not entry.detail("adopt") and not (wait and tasks)
     if wait and in_flight:
         row = await vmops.find_or_wait(ctx, vmid)
     else:
@@ -151,6 +151,8 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
         # Still locked after the wait: raise, so the entry stays open for the next run.
         await vmops.wait_unlocked(ctx, node, vmid, why=f"the {what} is settled on the next run")
         row = await vmops.locate(ctx, vmid) or row
+    if op in ("base", "base-delete"):
+        return await _decide_base(ctx, entry, row)
     seen = await _seen(ctx, row, vmid)
     if op == "create":
         return _decide_create(ctx, entry, seen)
@@ -170,6 +172,57 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
     return _decision(
         ctx, entry, RecoveryAction.NOTHING, f"nothing to do for the {what}", absent=False
     )
+
+
+async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) -> RecoveryDecision:
+    """A golden base's build or delete cut short: a base that is not ready (the build
+    never froze it) is removed, so no VM is ever cloned from it; a ready one is kept."""
+    vmid, name = entry.identity, entry.vm
+    config = await read_config(ctx, str(row.get("node")), vmid)
+    block = mk.parse_golden_block(config.get("description")) or {}
+    # A build's own entry made this base (its incarnation); a delete's, any of ours.
+    made_here = entry.op != "base" or str(block.get("op") or "") == entry.id
+    ours = (
+        block.get("project") == ctx.project
+        and block.get("backend") == ctx.name
+        and str(block.get("vmid")) == vmid
+        and in_pool(ctx, row)
+        and made_here
+    )
+    if not ours:
+        return _decision(
+            ctx,
+            entry,
+            RecoveryAction.MOOT,
+            f"the interrupted {entry.op} of golden base {name} is moot: VM {vmid} is not a "
+            "base sand built for this project here; left alone",
+            absent=False,
+        )
+    tags = mk.parse_tags(config.get("tags"))
+    ready = bool(row.get("template")) and tags.golden == str(block.get("fingerprint"))
+    if entry.op == "base" and ready:
+        return _decision(
+            ctx,
+            entry,
+            RecoveryAction.NOTHING,
+            f"golden base {name} (VM {vmid}) was built and frozen before the run stopped: kept",
+            absent=False,
+        )
+    if is_protected(config):
+        return _decision(
+            ctx,
+            entry,
+            RecoveryAction.LEAVE,
+            f"leave golden base {name} (VM {vmid}) alone: it is protected",
+            absent=False,
+        )
+    what = (
+        f"delete half-built golden base {name} (VM {vmid}): its build was interrupted "
+        "before it was frozen, so nothing was cloned from it"
+        if entry.op == "base"
+        else f"finish the interrupted delete of golden base {name} (VM {vmid})"
+    )
+    return _decision(ctx, entry, RecoveryAction.DELETE, what, absent=True)
 
 
 async def _active(ctx: Ctx, node: str, vmid: str) -> str:
@@ -295,11 +348,12 @@ async def act(ctx: Ctx, entry: PendingEntry, decision: RecoveryDecision) -> str:
             f"VM {vmid} was locked ({row.get('lock')}) again before recovery",
             transient=True,
         )
-    again = (
-        _decide_create(ctx, entry, await _seen(ctx, row, vmid))
-        if decision.op == "create"
-        else _decide_delete(ctx, entry, await _seen(ctx, row, vmid))
-    )
+    if decision.op in ("base", "base-delete"):
+        again = await _decide_base(ctx, entry, row)
+    elif decision.op == "create":
+        again = _decide_create(ctx, entry, await _seen(ctx, row, vmid))
+    else:
+        again = _decide_delete(ctx, entry, await _seen(ctx, row, vmid))
     if again.action is not RecoveryAction.DELETE:
         return again.summary
     await vmops.destroy(ctx, str(row.get("node")), vmid)

@@ -16,7 +16,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from sand.manifest.fields import Executable, HostName, LocalPath, PortNumber, SshUser, Strict
+from sand.manifest.fields import (
+    DERIVE_BASES_DESCRIPTION,
+    Executable,
+    HostName,
+    LocalPath,
+    PortNumber,
+    SshUser,
+    Strict,
+)
 from sand.manifest.rawdata import Finding, OwnershipScope, as_dict
 from sand.manifest.values import local_path_problem
 from sand.manifest.yamlmarks import Path
@@ -85,6 +93,7 @@ class LimaConfig(Strict):
     clone_parallelism: int = Field(
         default=2, ge=1, le=32, description=CLONE_PARALLELISM, examples=[4]
     )
+    derive_bases: bool = Field(default=True, description=DERIVE_BASES_DESCRIPTION, examples=[False])
 
     # --- rules the rest of sand asks of a backend type ------------------------------
 
@@ -111,10 +120,17 @@ class LimaConfig(Strict):
 
     @staticmethod
     def vm_findings(
-        vm: str, at: Path, entry: dict[str, Any], backend: dict[str, Any], defaults: dict[str, Any]
+        vm: str,
+        at: Path,
+        entry: dict[str, Any],
+        backend: dict[str, Any],
+        defaults: dict[str, Any],
+        *,
+        golden: bool = False,
     ) -> Iterator[Finding]:
-        """Per-VM rules that hold only on Lima, on the raw YAML data."""
-        if entry.get("image") is None and defaults.get("image") is None:
+        """Per-VM rules that hold only on Lima, on the raw YAML data (``golden``: the VM
+        is made from an image under ``images``)."""
+        if not golden and entry.get("image") is None and defaults.get("image") is None:
             yield at, f"VM {vm!r} has no image and defaults.image is not set"
         if entry.get("node") is not None:
             yield (*at, "node"), f"VM {vm!r}: 'node' applies only to Proxmox backends"

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from sand.manifest.backends.proxmox_cpu import DEFAULT_CPU, PveCpuType
 from sand.manifest.fields import (
+    DERIVE_BASES_DESCRIPTION,
     HostName,
     LocalPath,
     PortNumber,
@@ -108,6 +109,7 @@ class ProxmoxConfig(Strict):
         description="How many VMs this backend makes at once, 1 to 32.",
         examples=[4],
     )
+    derive_bases: bool = Field(default=True, description=DERIVE_BASES_DESCRIPTION, examples=[False])
 
     @model_validator(mode="after")
     def _one_placement(self) -> ProxmoxConfig:
@@ -143,11 +145,20 @@ class ProxmoxConfig(Strict):
 
     @staticmethod
     def vm_findings(
-        vm: str, at: Path, entry: dict[str, Any], backend: dict[str, Any], defaults: dict[str, Any]
+        vm: str,
+        at: Path,
+        entry: dict[str, Any],
+        backend: dict[str, Any],
+        defaults: dict[str, Any],
+        *,
+        golden: bool = False,
     ) -> Iterator[Finding]:
-        """Per-VM rules that hold only on Proxmox, on the raw YAML data."""
+        """Per-VM rules that hold only on Proxmox, on the raw YAML data (``golden``: the
+        VM is made from an image under ``images``, whose ``from`` names the template)."""
         image = as_str(entry.get("image"))
-        if image is not None:
+        if golden:
+            pass
+        elif image is not None:
             why = template_problem(image)
             if why:
                 yield (*at, "image"), f"a Proxmox VM's image names its template: {why}"

@@ -223,3 +223,52 @@ async def test_our_marker_in_another_pool_is_left_alone(
     (seen,) = (await broad.observe([vm])).vms
     assert seen.ownership is Ownership.UNMANAGED
     await broad.close()
+
+
+async def test_a_no_op_with_golden_bases_is_still_one_request(
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
+) -> None:
+    """Bases and the VMs cloned from them are read off the listing's tags alone."""
+    import threading
+    import time
+
+    from sand.desired import build_desired
+    from sand.guest.endpoint import GuestEndpoint
+    from sand.manifest.models import Manifest
+
+    data = rig.manifest([{"name": f"vm-{i}", "memory": "1GiB"} for i in range(3)])
+    data["images"] = {"wb": {"packages": ["jq"]}}
+    data["defaults"]["image"] = "wb"
+    desired = list(build_desired(Manifest.model_validate(data)).vms)
+    base = desired[0].base
+    assert base is not None
+
+    async def provision(_: object, endpoint: GuestEndpoint) -> None:
+        return None
+
+    stop = threading.Event()
+
+    def agents() -> None:  # the build machine's guest agent reports an address
+        while not stop.is_set():
+            for vm in rig.vms():
+                if vm.config.get("net0"):
+                    rig.set_agent_ip(vm.vmid, "10.99.0.7")
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=agents, daemon=True)
+    thread.start()
+    try:
+        await backend.build_base(base, provision, journal)
+    finally:
+        stop.set()
+        thread.join()
+    for vm in desired:
+        created = await backend.create(vm, journal, from_base=True)
+        await backend.mark_converged(vm, created)
+    rig.clear_log()
+    obs = await backend.observe(desired)
+    assert [str(r) for r in rig.log] == ["GET /cluster/resources?type=vm -> 200"]
+    (seen,) = obs.bases
+    assert seen.ready and seen.fingerprint == base.fingerprint
+    assert sorted(seen.made) == ["vm-0", "vm-1", "vm-2"]
+    assert all(o.fingerprint == by_name(desired)[o.name].fingerprint for o in obs.managed())

@@ -1,0 +1,36 @@
+#!/bin/bash
+# Step "generalize" (root): the last step of a golden base's build, before it is
+# stopped and frozen. Every VM made from the base must be a machine of its own,
+# and must run its own steps:
+# - the ledger records of the VM-scoped steps the build ran (its user) are removed,
+#   so each clone runs them itself; the machine steps' records stay, so a clone
+#   skips what the base already holds;
+# - /etc/machine-id is emptied (systemd makes a new one at the clone's first boot:
+#   distinct DHCP leases, journals), and D-Bus's copy removed;
+# - where cloud-init runs the guest, its state is cleaned and the SSH host keys
+#   removed: each clone's first boot is a new instance and gets keys of its own;
+# - apt's downloaded packages and lists are dropped (a clone fetches fresh lists
+#   when it installs anything of its own).
+# argv: the VM-scoped step names (validated by the host). stdin: unused.
+. "$(dirname -- "$0")/lib.sh"
+ledger=/var/lib/sand/ledger
+for step in "$@"; do
+	[[ $step =~ ^[a-z][a-z0-9-]{0,40}$ ]] || die "not a step name: $step"
+	if [ -e "$ledger/$step" ]; then
+		rm -f -- "$ledger/$step"
+		changed "ledger $step cleared"
+	fi
+done
+if [ -s /etc/machine-id ]; then
+	: >/etc/machine-id
+	changed "/etc/machine-id emptied"
+fi
+rm -f /var/lib/dbus/machine-id
+if command -v cloud-init >/dev/null 2>&1; then
+	cloud-init clean --logs >&2 || die "cloud-init clean failed"
+	rm -f /etc/ssh/ssh_host_*
+	changed "cloud-init state and SSH host keys removed"
+fi
+apt-get clean >&2 || true
+rm -rf /var/lib/apt/lists/*
+sync
