@@ -3,6 +3,8 @@ when SAND_RIG_REQUIRED is set, and skip (with the reason) when it is not."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 INNER_CONFTEST = "from tests.conftest import pytest_runtest_makereport  # noqa: F401\n"
@@ -32,10 +34,19 @@ def test_an_expected_failure():
 """
 
 
+# The inner sessions run without the cache and without the snapshot plugin.
+INNER_ARGS = ("-p", "no:cacheprovider", "-p", "no:textual-snapshot")
+
+
 @pytest.fixture
 def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     for name in ("SAND_RIG_REQUIRED", "CI"):
         monkeypatch.delenv(name, raising=False)
+    # pytest-textual-snapshot keeps its session's directory in this variable and removes
+    # it when a session ends: an inner session run in this process would point the
+    # outer session at the inner's removed directory, and the outer run would crash at
+    # its end. monkeypatch puts the outer value back.
+    monkeypatch.setenv("TEXTUAL_SNAPSHOT_TEMPDIR", os.environ.get("TEXTUAL_SNAPSHOT_TEMPDIR", ""))
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
@@ -47,7 +58,7 @@ def test_with_the_rig_required_every_skip_fails(
     inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
     monkeypatch.setenv(variable, "1")
-    result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rA")
+    result = inner.runpytest_inprocess(*INNER_ARGS, "-rA")
     # A skip marker acts at setup: it shows as an error, a failure all the same.
     result.assert_outcomes(failed=3, errors=1, passed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*needs qemu-system-x86_64 -- required*", "*needs root*"])
@@ -55,7 +66,7 @@ def test_with_the_rig_required_every_skip_fails(
 
 
 def test_without_it_they_skip_with_their_reason(inner: pytest.Pytester) -> None:
-    result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    result = inner.runpytest_inprocess(*INNER_ARGS, "-rs")
     result.assert_outcomes(skipped=4, passed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*needs qemu-system-x86_64*", "*a marker*"])
 
