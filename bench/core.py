@@ -90,18 +90,19 @@ t0 = time.perf_counter()
 from sand.manifest import load_manifest
 from sand.desired import build_desired
 from sand.observed import Marker, Observation, ObservedVM, Ownership
-from sand.backends.capabilities import Mutability
+from sand.backends.capabilities import Capabilities, Mutability
 from sand.plan import make_plan
 from sand.plan.render import render_text
 loaded = load_manifest(sys.argv[1])
 desired = build_desired(loaded)
 vms = tuple(
-    ObservedVM("pve", v.name, str(100 + i), Ownership.MANAGED, "running", v.cpus, v.memory,
-               v.disk, marker=Marker(v.project, v.name, str(100 + i), v.fingerprint))
+    ObservedVM("pve", v.name, str(100 + i), Ownership.MANAGED, "running", cpus=v.cpus,
+               memory=v.memory, disk=v.disk,
+               marker=Marker(v.project, v.name, str(100 + i), v.fingerprint))
     for i, v in enumerate(desired.vms)
 )
 policy = {"cpus": Mutability.RESTART, "memory": Mutability.RESTART}
-plan = make_plan(desired, {"pve": Observation("pve", vms)}, {"pve": policy})
+plan = make_plan(desired, {"pve": Observation("pve", vms)}, {"pve": Capabilities(policy)})
 text = render_text(plan)
 elapsed = time.perf_counter() - t0
 print(json.dumps({"seconds": elapsed,
