@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 
 class Ownership(StrEnum):
@@ -159,6 +160,19 @@ class Observation:
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]
+
+    def named(self, name: str) -> tuple[ObservedVM, ...]:
+        """The VMs listed under ``name``, in listing order (any owner)."""
+        return self._by_name.get(name, ())
+
+    @cached_property
+    def _by_name(self) -> dict[str, tuple[ObservedVM, ...]]:
+        # Built once per observation: planning looks up every desired VM by name, and a
+        # scan per lookup made a 1000-VM plan quadratic.
+        index: dict[str, list[ObservedVM]] = {}
+        for vm in self.vms:
+            index.setdefault(vm.name, []).append(vm)
+        return {name: tuple(vms) for name, vms in index.items()}
 
 
 @dataclass(frozen=True)

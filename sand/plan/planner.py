@@ -120,7 +120,7 @@ def _plan_vm(
     if obs is None or obs.unknown_reason:
         why = obs.unknown_reason if obs else "backend was not observed"
         return base(action=Action.BLOCKED, reasons=(f"backend unknown: {why}",))
-    same_name = [o for o in obs.vms if o.name == vm.name]
+    same_name = obs.named(vm.name)
     managed = [o for o in same_name if o.ownership is Ownership.MANAGED]
     if len(managed) > 1:
         ids = ", ".join(o.identity for o in managed)
