@@ -227,13 +227,15 @@ async def keep(
     backend: str,
     ttl: float,
     wait: float,
-    poll: float = 1.0,
+    poll: float | None = None,
     on_wait: Callable[[LeaseBusy], None] | None = None,
 ) -> AsyncIterator[LeaseGrant]:
     """Hold ``keeper``'s lease for the body: wait up to ``wait`` seconds for a busy one
-    (then :class:`LeaseBusy`), renew it every ttl/3, release it at the end. If it is
+    (then :class:`LeaseBusy`), looking again every ``poll`` seconds (default: a quarter
+    of the ttl, at most 1 s), renew it every ttl/3, release it at the end. If it is
     lost (renewals failing until it ran out, or another holder found), the task that
     took it is cancelled and :class:`LeaseLost` raised in it."""
+    poll = min(1.0, ttl / 4) if poll is None else poll
     grant = await _take(keeper, wait=wait, poll=poll, on_wait=on_wait)
     owner = asyncio.current_task()
     assert owner is not None

@@ -49,3 +49,34 @@ class Sand:
         proc = self.run("plan", "--json", *extra)
         assert proc.returncode in (0, 2), proc.stderr
         return json.loads(proc.stdout)
+
+
+def on_a_terminal(
+    sand: Sand, *args: str, env: dict[str, str], stderr_too: bool = False
+) -> tuple[str, int]:
+    """What ``sand ARGS`` writes to its stdout (and, with ``stderr_too``, its stderr)
+    when that is a terminal (a pty), and its exit status."""
+    import pty
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sand", *args],
+        cwd=sand.workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child if stderr_too else subprocess.PIPE,
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(main)
+    return b"".join(chunks).decode(errors="replace"), proc.returncode

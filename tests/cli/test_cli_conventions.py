@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from tests.cli.helpers import Sand
+from tests.cli.helpers import Sand, on_a_terminal
 
 
 def sand_env(sand: Sand, **extra: str) -> dict[str, str]:
@@ -186,39 +185,18 @@ def test_ctrl_c_exits_130_and_names_what_was_in_flight(fleet, fakepve_server):
     assert sand.run("plan", "-f", path, "--detailed-exitcode").returncode == 0
 
 
-def on_a_terminal(sand: Sand, *args: str, env: dict[str, str]) -> str:
+def terminal_output(sand: Sand, *args: str, env: dict[str, str]) -> str:
     """What sand writes to stdout when stdout is a terminal."""
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sand", *args],
-        cwd=sand.workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=child,
-        stderr=subprocess.PIPE,
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=120)
-    os.close(main)
-    return b"".join(chunks).decode()
+    return on_a_terminal(sand, *args, env=env)[0]
 
 
 def test_no_color_flag_and_env_remove_colour_on_a_terminal(fleet):
     sand, path = fleet
     env = sand_env(sand, TERM="xterm")
-    assert "\x1b[" in on_a_terminal(sand, "plan", "-f", path, env=env)  # colour by default
-    plain = on_a_terminal(sand, "plan", "-f", path, "--no-color", env=env)
+    assert "\x1b[" in terminal_output(sand, "plan", "-f", path, env=env)  # colour by default
+    plain = terminal_output(sand, "plan", "-f", path, "--no-color", env=env)
     assert "\x1b[" not in plain and "f-1" in plain
-    plain = on_a_terminal(sand, "plan", "-f", path, env={**env, "NO_COLOR": "1"})
+    plain = terminal_output(sand, "plan", "-f", path, env={**env, "NO_COLOR": "1"})
     assert "\x1b[" not in plain and "f-1" in plain
 
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import pty
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +17,7 @@ import pytest
 from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
 from sand.cli.progress import LineView
-from tests.cli.helpers import Sand
+from tests.cli.helpers import Sand, on_a_terminal
 from tests.machine_schemas import validate
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
@@ -112,38 +109,15 @@ def test_a_quiet_step_gets_still_lines_on_its_own_clock():
     assert lines[-2].endswith("a: PVE 503, retry 1/5 in 1.6s") and lines[-1].endswith("a: done")
 
 
-def on_a_terminal(sand: Sand, *args: str) -> str:
-    """Everything sand writes to a terminal (stdout and stderr both on the pty)."""
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sand", *args],
-        cwd=sand.workdir,
-        env=env_of(sand, TERM="xterm", COLUMNS="140"),
-        stdin=subprocess.DEVNULL,
-        stdout=child,
-        stderr=child,
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=120)
-    os.close(main)
-    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")
-    return b"".join(chunks).decode(errors="replace")
-
-
 @pytest.mark.fakepve_rig(time_scale=1.0)
 def test_the_live_view_runs_each_steps_clock_against_its_limit(sand, fakepve_server):
     fakepve_server.set_task_secs("qmclone", 3.0)
     fakepve_server.fail("POST", "/clone", 503, "Service Unavailable", times=1)
-    screen = on_a_terminal(sand, "apply", "--auto-approve", "--no-color")
+    env = env_of(sand, TERM="xterm", COLUMNS="140")
+    screen, status = on_a_terminal(
+        sand, "apply", "--auto-approve", "--no-color", env=env, stderr_too=True
+    )
+    assert status == 0, screen
     # The retry, counting down to its try.
     assert re.search(r"PVE 503, retry 1/5 in 0\.\ds", screen), screen
     # The clone's own clock against its limit, moving while PVE works (no new event

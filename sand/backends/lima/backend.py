@@ -161,7 +161,6 @@ class LimaBackend:
             backend=self.name,
             ttl=ttl,
             wait=wait,
-            poll=min(1.0, ttl / 4),
             on_wait=on_wait,
         )
 

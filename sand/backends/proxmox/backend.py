@@ -136,7 +136,6 @@ class ProxmoxBackend:
             backend=self.name,
             ttl=ttl,
             wait=wait,
-            poll=min(1.0, ttl / 4),
             on_wait=on_wait,
         )
 
