@@ -17,7 +17,6 @@ are found in ``host_dir``, never in the repository: secrets come from the host.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,7 +24,8 @@ from pathlib import Path
 from typing import Protocol
 
 from sand.apply.gitmirror import GitError, GitMirror, Revision
-from sand.apply.unattended import PERIODIC, Reconciler, RunResult
+from sand.apply.unattended import Reconciler, RunResult
+from sand.apply.wakeups import PERIODIC, Wakeups
 from sand.errors import ManifestError, Problem, SandError
 from sand.manifest import load_manifest
 from sand.state.private import write_private_file
@@ -205,46 +205,18 @@ class Syncer:
     async def run(self, interval: float, stop: asyncio.Event, poke: asyncio.Event) -> None:
         """Until ``stop``: a check at start, every ``interval`` seconds, and on every
         ``poke``. Single-flight: pokes during a check collapse into one more."""
-        reasons: list[str] = [START]
-        wake = asyncio.Event()
-        wake.set()
-
-        async def tick() -> None:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=interval)
-                if not stop.is_set():
-                    reasons.append(PERIODIC)
-                    wake.set()
+        wakeups = Wakeups(stop, first=START)
 
         async def pokes() -> None:
             while not stop.is_set():
                 await poke.wait()
                 poke.clear()
-                reasons.append(WEBHOOK)
-                wake.set()
+                wakeups.fire(WEBHOOK)
 
-        async def loop() -> None:
-            while not stop.is_set():
-                await wake.wait()
-                if stop.is_set():
-                    break
-                wake.clear()
-                reason = next((r for r in (START, WEBHOOK) if r in reasons), PERIODIC)
-                reasons.clear()
-                await self.check(reason)
+        def pick(reasons: list[str]) -> str:
+            return next((r for r in (START, WEBHOOK) if r in reasons), PERIODIC)
 
-        tasks = [asyncio.create_task(t()) for t in (tick, pokes, loop)]
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        stop.set()
-        for t in tasks:
-            t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        stopper.cancel()
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                raise r
+        await wakeups.serve([wakeups.every(interval), pokes()], self.check, pick)
 
 
 def _relabel(exc: ManifestError, label: str) -> ManifestError:

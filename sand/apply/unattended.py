@@ -28,6 +28,7 @@ from sand.apply.reconcile import (
     mass_delete_problem,
     recover_and_plan,
 )
+from sand.apply.wakeups import PERIODIC
 from sand.backends.lease import LeaseBusy, LeaseHolder
 from sand.errors import PlanRefused, SandError
 from sand.logs import get_logger
@@ -35,7 +36,6 @@ from sand.plan.model import Action, GuestAction, Plan
 from sand.project import Session, open_session
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
-PERIODIC = "periodic"
 
 
 class RunReport(Protocol):

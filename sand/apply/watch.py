@@ -17,15 +17,17 @@ the same ones): it takes the project's leases before it changes anything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sand.apply.events import Hooks, NoHooks
-from sand.apply.unattended import PERIODIC, Backoff, Reconciler, RunReport, Silent
+from sand.apply.unattended import Backoff, Reconciler, RunReport, Silent
+from sand.apply.wakeups import Wakeups
 from sand.errors import ManifestError
 from sand.manifest import load_manifest
+
+SAVED = "manifest saved"
 
 # The report a watch prints to (kept under its old name).
 WatchReport = RunReport
@@ -85,9 +87,7 @@ class Watcher:
         from watchfiles import awatch
 
         stop = stop or asyncio.Event()
-        wake = asyncio.Event()
-        reasons: list[str] = ["start"]
-        wake.set()
+        wakeups = Wakeups(stop, first="start")
 
         async def watch_files() -> None:
             while not stop.is_set():
@@ -110,37 +110,15 @@ class Watcher:
                     recursive=False,
                 ):
                     if changes:
-                        reasons.append("manifest saved")
-                        wake.set()
+                        wakeups.fire(SAVED)
                     if self.referenced_files() != files:
                         break  # the set of watched files changed: re-arm
 
-        async def tick() -> None:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.interval)
-                if not stop.is_set():
-                    reasons.append(PERIODIC)
-                    wake.set()
+        def pick(reasons: list[str]) -> str:
+            return SAVED if SAVED in reasons else reasons[-1]
 
-        async def loop() -> None:
-            # One consumer: runs never overlap, and any number of wake-ups that
-            # arrive during a run collapse into exactly one follow-up.
-            while not stop.is_set():
-                await wake.wait()
-                if stop.is_set():
-                    break
-                wake.clear()
-                reason = "manifest saved" if "manifest saved" in reasons else reasons[-1]
-                reasons.clear()
-                await self.reconcile(reason)
-
-        tasks = [asyncio.create_task(t()) for t in (watch_files, tick, loop)]
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        stop.set()
-        wake.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        stopper.cancel()
+        await wakeups.serve(
+            [watch_files(), wakeups.every(self.interval)],
+            self.reconcile,
+            pick,
+        )

@@ -185,13 +185,7 @@ class SshRunner:
             ) from None
         finally:
             proc.close()
-        signal = done.exit_signal[0] if done.exit_signal else ""
-        if done.exit_status is None and not signal:
-            raise TransportError(
-                f"SSH to {self.where}: the connection closed before step {what!r} finished"
-            )
-        status = done.exit_status if done.exit_status is not None else -1
-        return RunResult(status, out.value(), err, signal)
+        return self._result(done, what, out.value(), err)
 
     async def converse(
         self,
@@ -251,13 +245,20 @@ class SshRunner:
             ) from None
         finally:
             proc.close()
+        return self._result(done, what, out.value(), b"")
+
+    def _result(
+        self, done: asyncssh.SSHCompletedProcess, what: str, stdout: bytes, stderr: bytes
+    ) -> RunResult:
+        """A finished guest process as a result; one that neither exited nor was
+        killed by a signal lost its connection."""
         signal = done.exit_signal[0] if done.exit_signal else ""
         if done.exit_status is None and not signal:
             raise TransportError(
                 f"SSH to {self.where}: the connection closed before step {what!r} finished"
             )
         status = done.exit_status if done.exit_status is not None else -1
-        return RunResult(status, out.value(), b"", signal)
+        return RunResult(status, stdout, stderr, signal)
 
 
 async def _until_line(
