@@ -68,6 +68,14 @@ def end(term: Terminal, timeout: float = 20.0) -> int:
     return term.proc.wait(timeout=5)
 
 
+def settle(term: Terminal, seconds: float) -> None:
+    """Let the board draw for ``seconds``, reading what it writes meanwhile: a terminal
+    nobody reads fills up, and a board blocked on writing reads no key either."""
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        term._read(0.05)
+
+
 def modes(term: Terminal) -> list[object]:
     return termios.tcgetattr(term.master)
 
@@ -214,9 +222,12 @@ def test_the_real_board_shows_no_secret_value(tmp_path: Path, fakepve_server: An
     term.expect(b"agent-1", timeout=30)
     term.expect(b"[redacted]", timeout=30)
     term.type("p")
-    term.expect(b"will be created", timeout=60)
+    # The dialog's own words: the detail pane says "will be created" before p (the
+    # refresh's plan), and an Esc sent then would reach the board, not the dialog.
+    term.expect(b"Esc to close", timeout=60)
+    assert b"will be created" in term.output
     term.type("\x1b")
-    time.sleep(0.5)
+    settle(term, 0.5)
     term.type("q")
     assert end(term) == 0
     assert_given_back(term, before)
