@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import DataTable
 
 from tests.cli.helpers import Sand
 from tests.cli.ui_pilot import (
@@ -68,7 +69,7 @@ async def test_keys_apply_the_manifest_to_lima_and_the_rows_follow_the_engine(
         await observed(pilot, app)
         table = rows(app)
         assert table["dev-1"]["SYNC"] == "Synced" and table["dev-1"]["POWER"] == "running"
-        assert table["dev-1"]["ADDRESS"].startswith("127.0.0.1:")
+        assert "reached at 127.0.0.1:" in detail(app)  # 80 columns: the address is here
         assert table["dev-1"]["LAST APPLY"].startswith("ok ")
         assert table["dev-2"]["SYNC"] == "OutOfSync (create)"
         assert table["dev-2"]["POWER"] == "absent"
@@ -210,6 +211,30 @@ async def test_filter_help_and_selection_keys(sand: Sand, limactl_standin: Stand
         await pilot.press("escape")
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_columns_that_do_not_fit_give_way_and_come_back(
+    sand: Sand, limactl_standin: StandIn
+) -> None:
+    sand.write(lima_manifest(limactl_standin, "api-1", "web-1"))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        table = app.query_one("#table", DataTable)
+        narrow = rows(app)["api-1"]
+        assert "ADDRESS" not in narrow and narrow["BACKEND"] == "laptop"  # room for it
+        assert narrow["POWER"] == "running" and narrow["AGE"] != "-"
+        assert table.virtual_size.width <= SIZE[0]  # no horizontal scroll at 80 columns
+        assert "reached at 127.0.0.1:" in detail(app)  # the detail pane has the address
+        await pilot.resize_terminal(160, 30)
+        await until(pilot, lambda: "ADDRESS" in rows(app)["api-1"], "every column")
+        wide = rows(app)["api-1"]
+        assert wide["BACKEND"] == "laptop" and wide["ADDRESS"] != "-"
+        await pilot.resize_terminal(*SIZE)
+        await until(pilot, lambda: "ADDRESS" not in rows(app)["api-1"], "the address to go")
+        assert detail(app).startswith("api-1 on laptop")  # the selection kept
+        await pilot.press("q")
 
 
 def silent_server() -> tuple[socket.socket, list[socket.socket]]:

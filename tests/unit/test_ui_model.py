@@ -12,7 +12,19 @@ import pytest
 from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
 from sand.cli.ui.detail import Detail, detail_text, journal_lines
-from sand.cli.ui.model import BoardRow, age, board_rows, next_activity, summary
+from sand.cli.ui.model import (
+    COLUMNS,
+    LAST_AT_LEAST,
+    Activity,
+    BoardRow,
+    Fit,
+    age,
+    board_rows,
+    columns_that_fit,
+    next_activity,
+    painted,
+    summary,
+)
 from sand.redaction import register_secret
 from tests.cli.ui_fixed import FixedFleet
 
@@ -98,3 +110,51 @@ def test_the_detail_is_inert_and_redacted(rows: dict[str, BoardRow]) -> None:
         "create 101: cloned [redacted]",
         "create 101: failed",
     ]
+
+
+def test_the_address_the_backend_then_the_age_give_way_in_a_narrow_terminal(
+    rows: dict[str, BoardRow],
+) -> None:
+    now = time.time()
+    cells = [painted(r, now) for r in rows.values()]
+    widths = [max(len(str(row[i])) for row in [COLUMNS, *cells]) + 2 for i in range(len(COLUMNS))]
+
+    def drawn(width: int) -> int:
+        return columns_that_fit(cells, width).drawn
+
+    assert COLUMNS[-3:] == ("AGE", "BACKEND", "ADDRESS")
+    for gone in range(4):  # the first to give way is the last column
+        room = sum(widths[: len(COLUMNS) - gone])
+        assert drawn(room) == len(COLUMNS) - gone
+        assert drawn(room - 1) == len(COLUMNS) - min(gone + 1, 3)
+    assert sum(widths[:-2]) <= 78  # 80 columns less the scrollbar: all but two, here
+    # The rest stay however narrow: a horizontal scroll is the table's own answer then.
+    assert drawn(20) == len(COLUMNS) - 3
+    assert columns_that_fit(cells, 0) == Fit()  # a width not known yet: all, uncut
+
+
+def test_an_apply_step_is_cut_to_the_room_left_keeping_its_clock(
+    rows: dict[str, BoardRow],
+) -> None:
+    now, began = time.time(), time.monotonic()
+    clone = StepEvent("agent-1", Phase.CREATING, "clone of template 9000 to VM 100", limit=1800)
+    doing = Activity(clone, began)
+    cells = [painted(r, now, doing if r.vm == "agent-1" else None) for r in rows.values()]
+    whole = str(cells[0][COLUMNS.index("LAST APPLY")])
+    assert whole == "clone of template 9000 to VM 100 0s / 1800s"
+
+    fit = columns_that_fit(cells, 78)
+    others = [max(len(str(row[i])) for row in [COLUMNS, *cells]) + 2 for i in range(fit.drawn)]
+    del others[COLUMNS.index("LAST APPLY")]
+    assert fit.last_room == 78 - sum(others) - 2  # LAST APPLY takes what is left: no scroll
+    assert fit.last_room is not None and LAST_AT_LEAST <= fit.last_room < len(whole)
+    assert columns_that_fit(cells, 30).step_room == LAST_AT_LEAST  # never unreadably short
+
+    assert fit.drawn == len(COLUMNS) - 3  # the age gave way too, for the step's room
+    cut = str(painted(rows["agent-1"], now, doing, fit.last_room)[COLUMNS.index("LAST APPLY")])
+    assert len(cut) <= fit.last_room and cut.startswith("clone of")
+    assert cut.endswith("… 0s / 1800s")  # the words give way, the clock stays
+    retry = replace(clone, retry=Retry("proxmox", "PVE 503", 2, 5, 1.6))
+    retrying = next_activity(doing, retry, began)
+    said = retrying.text(began + 0.5, room=50)
+    assert said.endswith(" 0s / 1800s — PVE 503, retry 2/5 in 1.1s") and "…" in said

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
@@ -86,17 +87,20 @@ class Board(KeyActions, App[int]):
 
     def on_mount(self) -> None:
         table = self.query_one("#table", DataTable)
-        for column in COLUMNS:
-            table.add_column(column, key=column)
         # Between chunks the board goes idle (the table measures what it was given then)
         # and handles the keys that came meanwhile.
-        self.rows_view = RowsView(table, self._soon)
+        self.rows_view = RowsView(table, self._soon, self.size.width)
         self.set_interval(1.0, self._tick)  # the apply's clocks and the title's "ago"
         if self.watch_runner is not None:
             self.watch_runner.start(self)  # it observes on start and every --interval
         else:
             self.action_refresh()
             self.set_interval(self.interval, self.action_refresh)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The first one comes before the mount, which gives the view its width itself.
+        if isinstance(getattr(self, "rows_view", None), RowsView):
+            self.rows_view.resize(event.size.width, self.selected_vm())
 
     def _soon(self, fn: Callable[..., None], *args: Any) -> None:
         self.set_timer(0.005, partial(fn, *args))
@@ -154,7 +158,7 @@ class Board(KeyActions, App[int]):
         cells = [
             made[r.vm]
             if r.vm in made and r.vm not in activity
-            else painted(r, now, activity.get(r.vm))
+            else painted(r, now, activity.get(r.vm), self.rows_view.fit.step_room)
             for r in rows
         ]
         self.rows_view.show([r.vm for r in rows], cells, self.selected_vm())
@@ -166,9 +170,10 @@ class Board(KeyActions, App[int]):
         index = next((i for i, r in enumerate(rows) if r.vm == vm), None)
         if index is None:
             return
-        cells = painted(rows[index], time.time(), self.state.activity.get(vm))
+        room = self.rows_view.fit.step_room
+        cells = painted(rows[index], time.time(), self.state.activity.get(vm), room)
         column = COLUMNS.index(LAST_COLUMN)
-        self.rows_view.set_cell(index, column, cells[column])
+        self.rows_view.set_cell(index, column, cells[column], self.selected_vm())
         if vm == self.selected_vm():
             self._redraw_detail()
 

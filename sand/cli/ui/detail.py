@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sand.cli.ui.model import Activity, BoardRow, shown
+from sand.cli.ui.model import Activity, BoardRow, age, shown
 from sand.plan.model import VMChange
 from sand.plan.render import render_change, render_drift
 
@@ -33,8 +33,12 @@ class Detail:
 def detail_text(d: Detail, width: int = 78) -> str:
     r = d.row
     lines = [f"{r.vm} on {r.backend} — {r.sync}" + (f": {r.why}" if r.why else "")]
-    if r.address:
-        lines.append(f"  reached at {r.address}")
+    # What a narrow table leaves out (the address, the age) is always here.
+    facts = [f"reached at {r.address}"] if r.address else []
+    if r.created_at is not None:
+        facts.append(f"made {age(r.created_at, time.time())} ago")
+    if facts:
+        lines.append("  " + " · ".join(facts))
     if r.unobservable:
         lines.append("  this VM's backend could not be observed: what it holds is unknown")
     if d.activity is not None:

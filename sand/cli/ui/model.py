@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
@@ -22,10 +23,12 @@ from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
 from sand.terminal import one_line
 
-# What changes while you watch comes first; at 80 columns the backend and the address
-# (the longest cell) are a scroll away, and the detail pane names both.
+# What changes while you watch comes first. When the terminal is too narrow for all of
+# them (80 columns over SSH), the address, then the backend, then the age give way
+# rather than push the rest behind a horizontal scroll: the detail pane has all three.
 LAST_COLUMN = "LAST APPLY"  # also what an apply under way is doing to the VM
 COLUMNS = ("VM", "SYNC", "HEALTH", "PROV", "POWER", "LAST APPLY", "AGE", "BACKEND", "ADDRESS")
+GIVE_WAY = 3  # the last columns, dropped right to left when they do not fit
 
 
 def shown(text: object, limit: int = 200) -> str:
@@ -43,23 +46,33 @@ class Activity:
     retry: StepEvent | None = None  # the last retry announced within the step
     retry_at: float = 0.0
 
-    def text(self, now: float) -> str:
+    def text(self, now: float, room: int | None = None) -> str:
         """ "creating 3.2s", "waiting for the guest agent 45s / 300s — PVE 503, retry 2/5
         in 1.6s", "✓ done 14.0s": the step with its own clock (against its limit when it
-        is a bounded wait); a final one with the time the VM's whole apply took."""
+        is a bounded wait); a final one with the time the VM's whole apply took. In a
+        narrow ``room`` the step's words are cut, never its clock or its retry."""
         e = self.event
+        words = shown(e.text, 80)
         if e.phase.final:
             mark = "✓" if e.phase is Phase.DONE else "✗"
-            return f"{mark} {shown(e.text, 80)} {e.elapsed:.1f}s"
+            return _within(f"{mark} ", words, f" {e.elapsed:.1f}s", room)
         took = max(0.0, now - self.began)
-        clock = f"{took:.0f}s / {e.limit:.0f}s" if e.limit else f"{took:.1f}s"
-        said = f"{shown(e.text, 80)} {clock}"
+        clock = f" {took:.0f}s / {e.limit:.0f}s" if e.limit else f" {took:.1f}s"
         r = self.retry.retry if self.retry is not None else None
         if r is not None:
             left = max(0.0, r.delay - (now - self.retry_at))
             of = f"/{r.attempts}" if r.attempts else ""
-            said += f" — {shown(r.reason, 60)}, retry {r.attempt}{of} in {left:.1f}s"
-        return said
+            clock += f" — {shown(r.reason, 60)}, retry {r.attempt}{of} in {left:.1f}s"
+        return _within("", words, clock, room)
+
+
+def _within(head: str, words: str, tail: str, room: int | None) -> str:
+    """``head + words + tail`` in ``room`` cells, the words cut (to no fewer than a few)."""
+    if room is not None and len(head) + len(words) + len(tail) > room:
+        keep = max(6, room - len(head) - len(tail) - 1)
+        if keep < len(words):
+            words = words[:keep].rstrip() + "…"
+    return head + words + tail
 
 
 def next_activity(before: Activity | None, event: StepEvent, now: float) -> Activity:
@@ -90,18 +103,20 @@ class BoardRow:
     last_at: float | None  # when (epoch seconds)
     unobservable: bool  # its backend could not be observed this time
 
-    def cells(self, now: float, activity: Activity | None = None) -> tuple[str, ...]:
+    def cells(
+        self, now: float, activity: Activity | None = None, last_room: int | None = None
+    ) -> tuple[str, ...]:
         """The table's cells; the sync reason and the last result in short (the detail
-        pane has them whole)."""
+        pane has them whole), an apply's step within ``last_room`` cells."""
         sync = f"{self.sync} ({self.short_why})" if self.short_why else self.sync
-        last = activity.text(time.monotonic()) if activity else self.last_short(now)
+        last = activity.text(time.monotonic(), last_room) if activity else self.last_short(now)
         cells = {
             "VM": self.vm,
             "SYNC": sync,
             "HEALTH": self.health,
             "PROV": self.provisioned,
             "POWER": self.power,
-            "LAST APPLY": shown(last, 40),
+            "LAST APPLY": shown(last, last_room or 60),
             "AGE": age(self.created_at, now),
             "BACKEND": self.backend,
             "ADDRESS": self.address or "-",
@@ -230,15 +245,58 @@ _GREEN, _YELLOW, _RED = Style(color="green"), Style(color="yellow"), Style(color
 _SYNC_STYLE = {"Synced": _GREEN, "OutOfSync": _YELLOW, "Unknown": _RED}
 _HEALTH_STYLE = {"Healthy": _GREEN, "Unhealthy": _RED, "Unknown": _RED}
 _SYNC, _HEALTH = COLUMNS.index("SYNC"), COLUMNS.index("HEALTH")
+_LAST = COLUMNS.index(LAST_COLUMN)
 
 Cell = str | Text
 
 
-def painted(row: BoardRow, now: float, activity: Activity | None = None) -> tuple[Cell, ...]:
+@dataclass(frozen=True)
+class Fit:
+    """What of the rows a width has room for: the first ``drawn`` of :data:`COLUMNS`,
+    and ``last_room`` cells left for LAST APPLY (``None``: as many as it likes)."""
+
+    drawn: int = len(COLUMNS)
+    last_room: int | None = None
+
+    @property
+    def step_room(self) -> int | None:
+        """The cells an apply's step is cut to: the room left, but a readable few."""
+        return None if self.last_room is None else max(LAST_AT_LEAST, self.last_room)
+
+
+# An apply's step is the one cell that grows while you watch ("clone of template 9000 to
+# VM 100  2s / 1800s"): its words are cut to the room left, but never to fewer cells
+# than keep its clock and a word readable (the detail pane has it whole).
+LAST_AT_LEAST = 20
+
+
+def columns_that_fit(cells: Sequence[tuple[Cell, ...]], width: int, padding: int = 1) -> Fit:
+    """How the rows fit in ``width`` cells: every column when they fit (or the width is
+    not known yet), else the address, the backend and the age give way; what is left for
+    LAST APPLY once the others are drawn. Each column is as wide as its widest cell or
+    its title, plus ``padding`` each side, as the table draws it."""
+    if width <= 0:
+        return Fit()
+    widths = [cell_len(title) for title in COLUMNS]
+    for row in cells:
+        for i, cell in enumerate(row):
+            n = cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+            if n > widths[i]:
+                widths[i] = n
+    drawn = len(COLUMNS)
+    while drawn > len(COLUMNS) - GIVE_WAY and sum(widths[:drawn]) + 2 * padding * drawn > width:
+        drawn -= 1
+    others = sum(w for i, w in enumerate(widths[:drawn]) if i != _LAST) + 2 * padding * drawn
+    return Fit(drawn, width - others)
+
+
+def painted(
+    row: BoardRow, now: float, activity: Activity | None = None, last_room: int | None = None
+) -> tuple[Cell, ...]:
     """The row's cells as rich Text, SYNC and HEALTH coloured by their word. Never a
     plain string: the table would read one as markup ("[redacted]" would vanish as an
     unknown tag), and parse it each time it measured the row."""
-    cells = [Text(c) for c in row.cells(now, activity)]
+    cells = [Text(c) for c in row.cells(now, activity, last_room)]
     for column, style in (
         (_SYNC, _SYNC_STYLE.get(row.sync)),
         (_HEALTH, _HEALTH_STYLE.get(row.health)),

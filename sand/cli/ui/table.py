@@ -6,6 +6,10 @@ the keys pressed meanwhile. Here a refresh that leaves the same VMs in the same
 order touches only the cells that changed (nothing at all for a quiet fleet); a
 new set of rows is added a chunk at a time, each chunk its own turn of the event
 loop, so keys are handled between chunks.
+
+The view also fits the rows to the width (:func:`sand.cli.ui.model.columns_that_fit`):
+it keeps every row's whole cells and draws the columns that fit, an apply's step cut
+to the room left, and fits them again when the terminal is resized.
 """
 
 from __future__ import annotations
@@ -13,38 +17,85 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from sand.cli.ui.model import Cell
+from sand.cli.ui.model import COLUMNS, GIVE_WAY, LAST_COLUMN, Cell, Fit, columns_that_fit
 
 CHUNK = 50  # rows added per turn of the event loop (the table measures them, ~20 ms)
+SCROLLBAR = 2  # the table's vertical scrollbar, there as soon as the rows overflow
+LAST = COLUMNS.index(LAST_COLUMN)
 
 
 class RowsView:
-    def __init__(self, table: DataTable[Any], later: Callable[..., Any]) -> None:
+    def __init__(self, table: DataTable[Any], later: Callable[..., Any], width: int = 0) -> None:
         self.table = table
         self.later = later  # App.call_later: run after the messages already queued
+        self.width = width  # the cells the table has; 0: not known (draw every column)
         self.keys: list[str] = []
-        self.cells: list[tuple[Cell, ...]] = []
+        self.cells: list[tuple[Cell, ...]] = []  # whole rows, drawn or not
         self.generation = 0
+        self.fit = Fit()
+        self._add_columns()
 
     def show(
         self, keys: Sequence[str], cells: Sequence[tuple[Cell, ...]], selected: str | None
     ) -> None:
-        if list(keys) == self.keys:
+        fit = self._fitting(cells)
+        if list(keys) == self.keys and fit == self.fit:
             self._update(cells)
             return
+        self._redraw(list(keys), list(cells), selected, fit)
+
+    def resize(self, width: int, selected: str | None) -> None:
+        """The terminal's new width: the same rows, fitted to it."""
+        self.width = width
+        fit = self._fitting(self.cells)
+        if fit != self.fit and len(self.cells) == len(self.keys):  # else: once all are in
+            self._redraw(self.keys, list(self.cells), selected, fit)
+
+    def _fitting(self, cells: Sequence[tuple[Cell, ...]]) -> Fit:
+        room = self.width - SCROLLBAR if self.width > 0 else 0
+        return columns_that_fit(cells, room, self.table.cell_padding)
+
+    def _redraw(
+        self, keys: list[str], cells: list[tuple[Cell, ...]], selected: str | None, fit: Fit
+    ) -> None:
         self.generation += 1
-        self.table.clear()
-        self.keys, self.cells = list(keys), []
-        self._add(list(cells), selected, self.generation)
+        columns_change = fit.drawn != self.fit.drawn
+        self.table.clear(columns=columns_change)
+        self.fit = fit
+        if columns_change:
+            self._add_columns()
+        self.keys, self.cells = keys, []
+        self._add(cells, selected, self.generation)
+
+    def _add_columns(self) -> None:
+        for column in COLUMNS[: self.fit.drawn]:
+            self.table.add_column(column, key=column)
+
+    def _drawn(self, cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
+        """The cells of a row that are drawn, its step cut to the room there is."""
+        drawn = list(cells[: self.fit.drawn])
+        drawn[LAST] = self._cut(drawn[LAST])
+        return tuple(drawn)
+
+    def _cut(self, cell: Cell) -> Cell:
+        room = self.fit.step_room
+        text = cell if isinstance(cell, Text) else Text(cell)
+        if room is None or text.cell_len <= room:
+            return cell
+        text = text.copy()
+        text.truncate(room, overflow="ellipsis")
+        return text
 
     def _update(self, cells: Sequence[tuple[Cell, ...]]) -> None:
         for row, (new, old) in enumerate(zip(cells, self.cells, strict=False)):
-            for column, (a, b) in enumerate(zip(new, old, strict=True)):
+            for column, (a, b) in enumerate(zip(new[: self.fit.drawn], old, strict=False)):
                 if a != b:
-                    self.table.update_cell_at(Coordinate(row, column), a, update_width=True)
+                    value = self._cut(a) if column == LAST else a
+                    self.table.update_cell_at(Coordinate(row, column), value, update_width=True)
         self.cells = list(cells)
 
     def _add(self, pending: list[tuple[Cell, ...]], selected: str | None, generation: int) -> None:
@@ -52,17 +103,34 @@ class RowsView:
             return  # a newer set of rows replaced these
         batch, rest = pending[:CHUNK], pending[CHUNK:]
         start = len(self.cells)
-        self.table.add_rows(batch)
+        self.table.add_rows([self._drawn(cells) for cells in batch])
         self.cells.extend(batch)
         if selected in self.keys[start : start + len(batch)]:
             self.table.move_cursor(row=self.keys.index(selected), animate=False)
         if rest:
             self.later(self._add, rest, selected, generation)
+        elif self._fitting(self.cells) != self.fit:  # resized while the rows went in
+            self._redraw(self.keys, list(self.cells), selected, self._fitting(self.cells))
 
-    def set_cell(self, row: int, column: int, value: Cell) -> None:
-        """One cell now (an apply's step), if that row is drawn already."""
-        if row < len(self.cells):
-            self.table.update_cell_at(Coordinate(row, column), value, update_width=True)
-            cells = list(self.cells[row])
-            cells[column] = value
-            self.cells[row] = tuple(cells)
+    def set_cell(self, row: int, column: int, value: Cell, selected: str | None) -> None:
+        """One cell now (an apply's step), if that row is drawn already; a column that
+        gave way is kept for when it fits again. A step that outgrows the room left
+        fits the rows again: the age gives way to it until the apply is over."""
+        if row >= len(self.cells):
+            return  # it is drawn with the rest of its chunk, and the next tick redraws it
+        cells = list(self.cells[row])
+        cells[column] = value
+        self.cells[row] = tuple(cells)
+        room, can_give = self.fit.last_room, self.fit.drawn > len(COLUMNS) - GIVE_WAY
+        if column == LAST and room is not None and can_give and _width(value) > room:
+            fit = self._fitting(self.cells)
+            if fit != self.fit and len(self.cells) == len(self.keys):
+                self._redraw(self.keys, list(self.cells), selected, fit)
+                return
+        if column < self.fit.drawn:
+            shown = self._cut(value) if column == LAST else value
+            self.table.update_cell_at(Coordinate(row, column), shown, update_width=True)
+
+
+def _width(cell: Cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else Text(cell).cell_len
