@@ -10,7 +10,10 @@ Checked, one finding per cause:
   or deleted (lima-vm/lima#5236), and sand then leaves that host alone for the run;
 * ``LIMA_HOME``, when it exists, is a directory sand can write; a missing one is fine
   (Lima creates it) as long as it can be created: its nearest existing parent is a
-  directory sand can write.
+  directory sand can write;
+* perl runs there, with ``Fcntl``: the project's one-writer lease on a Lima host is an
+  flock held by a small perl process (``scripts.LEASE``), so without it no apply can
+  change a VM there.
 
 Nothing is changed. Remotely it is one exec of a fixed script (data only as arguments).
 """
@@ -31,10 +34,13 @@ from sand.errors import SandError
 TIMEOUT = 60.0
 
 # $1 = limactl. Prints "home STATE" (LIMA_HOME as the runner sets it: missing, i.e.
-# creatable, uncreatable, notdir, readonly or ok), then "limactl missing|notexec|found"
-# and, when found, "version_rc N" and "version TEXT".
+# creatable, uncreatable, notdir, readonly or ok), "perl ok|missing|broken", then
+# "limactl missing|notexec|found" and, when found, "version_rc N" and "version TEXT".
 REMOTE_PROBE = r"""
 home=${LIMA_HOME:-$HOME/.lima}
+if ! command -v perl >/dev/null 2>&1; then echo "perl missing"
+elif perl -MFcntl -e 1 >/dev/null 2>&1; then echo "perl ok"
+else echo "perl broken"; fi
 if [ ! -e "$home" ]; then
   p=$home
   while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
@@ -99,6 +105,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
 
 async def _local(runner: HostRunner, limactl: str) -> list[Finding]:
     findings = _local_lima_home(getattr(runner, "lima_home", None))
+    findings.append(await _local_perl(runner))
     problem = _local_executable(limactl)
     if problem is not None:
         return [Finding("error", problem), *findings]
@@ -135,6 +142,28 @@ def _local_executable(limactl: str) -> str | None:
     if path.is_dir() or not os.access(path, os.X_OK):
         return f"limactl {path} (the backend's `limactl:`) is not an executable file"
     return None
+
+
+async def _local_perl(runner: HostRunner) -> Finding:
+    if shutil.which("perl") is None:
+        return _perl_finding("missing", runner.where)
+    try:
+        res = await runner.run(["perl", "-MFcntl", "-e", "1"], timeout=TIMEOUT)
+    except SandError:
+        return _perl_finding("broken", runner.where)
+    return _perl_finding("ok" if res.ok else "broken", runner.where)
+
+
+def _perl_finding(state: str | None, where: str) -> Finding:
+    why = (
+        "sand holds the project's one-writer lease on a Lima host with a small perl "
+        "process (an flock), so no apply can change a VM there without it"
+    )
+    if state == "ok":
+        return Finding("ok", f"perl on {where} (for the project's lease)")
+    if state == "missing":
+        return Finding("error", f"perl not found on {where}: {why}; install perl")
+    return Finding("error", f"perl on {where} cannot load Fcntl: {why}; repair perl")
 
 
 def _local_lima_home(configured: str | None) -> list[Finding]:
@@ -209,6 +238,7 @@ async def _remote(runner: RemoteRunner, limactl: str) -> list[Finding]:
                 "nearest existing parent is not a writable directory)",
             )
         )
+    findings.append(_perl_finding(facts.get("perl"), where))
     found = facts.get("limactl")
     if found == "missing":
         findings.append(

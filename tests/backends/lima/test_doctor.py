@@ -101,10 +101,27 @@ def test_a_missing_lima_home_is_fine(tmp_path: Path, standin: StandIn) -> None:
 def test_limactl_not_on_path(tmp_path: Path) -> None:
     bare = tmp_path / "bare-bin"
     bare.mkdir()
+    (bare / "perl").symlink_to(shutil.which("perl") or "/usr/bin/perl")  # only limactl missing
     m = manifest(tmp_path / "sand.yaml", {"type": "lima", "lima_home": "./lima"})
     res = doctor(m, env={"PATH": str(bare)})
     assert res.returncode == 1, res.stdout + res.stderr
     assert only_line(res).startswith("laptop: error: 'limactl' not found on PATH on this machine")
+
+
+def test_no_perl_for_the_lease_on_this_machine(tmp_path: Path, standin: StandIn) -> None:
+    # A PATH with limactl (and the python3 its stand-in runs on) but no perl.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "limactl").symlink_to(standin.executable)
+    (bare / "python3").symlink_to(sys.executable)
+    m = manifest(tmp_path / "sand.yaml", {"type": "lima", "lima_home": "./lima"})
+    res = doctor(m, env={**books(standin), "PATH": str(bare)})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert only_line(res) == (
+        "laptop: error: perl not found on this machine: sand holds the project's one-writer "
+        "lease on a Lima host with a small perl process (an flock), so no apply can change "
+        "a VM there without it; install perl"
+    )
 
 
 def test_a_configured_limactl_that_does_not_exist(tmp_path: Path) -> None:
@@ -309,6 +326,18 @@ def test_no_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # n
     assert only_line(res).startswith(
         f"laptop: error: 'no-such-limactl' not found on root@127.0.0.1:{sshd.port}"
     )
+
+
+def test_a_perl_without_fcntl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # First on the remote PATH: a perl that cannot load Fcntl, as a broken install says.
+    perl = sshd.standin.bin_dir / "perl"
+    perl.write_text('#!/bin/sh\necho "Can\'t locate Fcntl.pm in @INC" >&2\nexit 2\n')
+    perl.chmod(0o755)
+    res = doctor(remote_manifest(sshd, tmp_path / "sand.yaml"))
+    assert res.returncode == 1, res.stdout + res.stderr
+    line = only_line(res)
+    assert line.startswith(f"laptop: error: perl on root@127.0.0.1:{sshd.port} cannot load Fcntl")
+    assert line.endswith("no apply can change a VM there without it; repair perl")
 
 
 def test_an_old_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
