@@ -280,7 +280,7 @@ def columns_that_fit(cells: Sequence[tuple[Cell, ...]], width: int, padding: int
     widths = [cell_len(title) for title in COLUMNS]
     for row in cells:
         for i, cell in enumerate(row):
-            n = cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+            n = cell_width(cell)
             if n > widths[i]:
                 widths[i] = n
     drawn = len(COLUMNS)
@@ -288,6 +288,11 @@ def columns_that_fit(cells: Sequence[tuple[Cell, ...]], width: int, padding: int
         drawn -= 1
     others = sum(w for i, w in enumerate(widths[:drawn]) if i != _LAST) + 2 * padding * drawn
     return Fit(drawn, width - others)
+
+
+def cell_width(cell: Cell) -> int:
+    """The terminal cells ``cell`` takes."""
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
 
 
 def painted(

@@ -21,7 +21,15 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from sand.cli.ui.model import COLUMNS, GIVE_WAY, LAST_COLUMN, Cell, Fit, columns_that_fit
+from sand.cli.ui.model import (
+    COLUMNS,
+    GIVE_WAY,
+    LAST_COLUMN,
+    Cell,
+    Fit,
+    cell_width,
+    columns_that_fit,
+)
 
 CHUNK = 50  # rows added per turn of the event loop (the table measures them, ~20 ms)
 SCROLLBAR = 2  # the table's vertical scrollbar, there as soon as the rows overflow
@@ -43,7 +51,8 @@ class RowsView:
         self, keys: Sequence[str], cells: Sequence[tuple[Cell, ...]], selected: str | None
     ) -> None:
         fit = self._fitting(cells)
-        if list(keys) == self.keys and fit == self.fit:
+        if list(keys) == self.keys and fit.drawn == self.fit.drawn:
+            self.fit = fit
             self._update(cells)
             return
         self._redraw(list(keys), list(cells), selected, fit)
@@ -51,9 +60,19 @@ class RowsView:
     def resize(self, width: int, selected: str | None) -> None:
         """The terminal's new width: the same rows, fitted to it."""
         self.width = width
+        if len(self.cells) == len(self.keys):  # else: once all are in
+            self._refit(selected)
+
+    def _refit(self, selected: str | None) -> bool:
+        """Fit the rows drawn to the width again; True when that took other columns
+        and so drew them all again. Only the columns drawn cost a redraw: the room
+        left for a step changes with any cell's width, and is only taken."""
         fit = self._fitting(self.cells)
-        if fit != self.fit and len(self.cells) == len(self.keys):  # else: once all are in
-            self._redraw(self.keys, list(self.cells), selected, fit)
+        if fit.drawn == self.fit.drawn:
+            self.fit = fit
+            return False
+        self._redraw(self.keys, list(self.cells), selected, fit)
+        return True
 
     def _fitting(self, cells: Sequence[tuple[Cell, ...]]) -> Fit:
         room = self.width - SCROLLBAR if self.width > 0 else 0
@@ -83,10 +102,9 @@ class RowsView:
 
     def _cut(self, cell: Cell) -> Cell:
         room = self.fit.step_room
-        text = cell if isinstance(cell, Text) else Text(cell)
-        if room is None or text.cell_len <= room:
+        if room is None or cell_width(cell) <= room:
             return cell
-        text = text.copy()
+        text = cell.copy() if isinstance(cell, Text) else Text(cell)
         text.truncate(room, overflow="ellipsis")
         return text
 
@@ -109,8 +127,8 @@ class RowsView:
             self.table.move_cursor(row=self.keys.index(selected), animate=False)
         if rest:
             self.later(self._add, rest, selected, generation)
-        elif self._fitting(self.cells) != self.fit:  # resized while the rows went in
-            self._redraw(self.keys, list(self.cells), selected, self._fitting(self.cells))
+        else:
+            self._refit(selected)  # the width may have changed while the rows went in
 
     def set_cell(self, row: int, column: int, value: Cell, selected: str | None) -> None:
         """One cell now (an apply's step), if that row is drawn already; a column that
@@ -122,15 +140,9 @@ class RowsView:
         cells[column] = value
         self.cells[row] = tuple(cells)
         room, can_give = self.fit.last_room, self.fit.drawn > len(COLUMNS) - GIVE_WAY
-        if column == LAST and room is not None and can_give and _width(value) > room:
-            fit = self._fitting(self.cells)
-            if fit != self.fit and len(self.cells) == len(self.keys):
-                self._redraw(self.keys, list(self.cells), selected, fit)
-                return
+        outgrown = column == LAST and room is not None and cell_width(value) > room
+        if outgrown and can_give and len(self.cells) == len(self.keys) and self._refit(selected):
+            return
         if column < self.fit.drawn:
             shown = self._cut(value) if column == LAST else value
             self.table.update_cell_at(Coordinate(row, column), shown, update_width=True)
-
-
-def _width(cell: Cell) -> int:
-    return cell.cell_len if isinstance(cell, Text) else Text(cell).cell_len

@@ -1,0 +1,91 @@
+"""The board's rows view on a real Textual table (headless): the width decides the
+columns drawn, a refresh that changes a few cells redraws no row, a resize fits the
+rows again, and an apply's step that outgrows its room makes the age give way."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+
+from sand.cli.ui.model import COLUMNS, LAST_COLUMN, Cell
+from sand.cli.ui.table import RowsView
+
+LAST, AGE = COLUMNS.index(LAST_COLUMN), COLUMNS.index("AGE")
+
+
+def row(i: int, age: str = "3h", last: str = "ok 5m ago") -> tuple[Cell, ...]:
+    cells = {"VM": f"agent-{i:03d}", "SYNC": "Synced", "HEALTH": "Healthy", "PROV": "yes",
+             "POWER": "running", "LAST APPLY": last, "AGE": age, "BACKEND": "pve",
+             "ADDRESS": f"10.0.0.{i % 250}"}  # fmt: skip
+    return tuple(Text(cells[c]) for c in COLUMNS)
+
+
+class Table(App[None]):
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="t")
+
+    def on_mount(self) -> None:
+        self.view = RowsView(self.query_one(DataTable), self.call_later, self.size.width)
+
+    def on_resize(self, event: events.Resize) -> None:  # as the board passes it on
+        if hasattr(self, "view"):
+            self.view.resize(event.size.width, None)
+
+
+async def settled(pilot: Any, view: RowsView, n: int) -> None:
+    stop = time.monotonic() + 10
+    while len(view.cells) < n or view.table.row_count < n:
+        assert time.monotonic() < stop, "the rows never went in"
+        await pilot.pause(0.02)
+
+
+def drawn_columns(view: RowsView) -> list[str]:
+    return [str(c.label) for c in view.table.ordered_columns]
+
+
+async def test_the_width_decides_and_a_refresh_redraws_no_row() -> None:
+    app = Table()
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = app.view
+        keys = [f"agent-{i:03d}" for i in range(300)]
+        view.show(keys, [row(i) for i in range(300)], None)
+        await settled(pilot, view, 300)
+        assert drawn_columns(view) == list(COLUMNS[:-1])  # the address gave way at 80
+        drawn = view.generation
+
+        # Ages tick over ("3h" -> "12h" widens a column) and one apply result comes in:
+        # the cells change in place, no row is drawn again.
+        later = [row(i, age="12h", last="failed 1m ago" if i == 7 else "ok 5m ago")
+                 for i in range(300)]  # fmt: skip
+        view.show(keys, later, None)
+        await pilot.pause(0.05)
+        assert view.generation == drawn
+        assert str(view.table.get_cell_at(Coordinate(7, LAST))) == "failed 1m ago"
+        assert str(view.table.get_cell_at(Coordinate(299, AGE))) == "12h"
+
+        await pilot.resize_terminal(200, 24)
+        await pilot.pause(0.1)
+        assert drawn_columns(view) == list(COLUMNS) and view.generation == drawn + 1
+        await settled(pilot, view, 300)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.1)
+        await settled(pilot, view, 300)
+        assert drawn_columns(view) == list(COLUMNS[:-1])
+
+        # An apply's step longer than the room left: the age and the backend give way to
+        # it rather than scroll, and the step is cut to what is left, not the table's.
+        step = Text("clone of template 9000 to VM 100 2s / 1800s")
+        view.set_cell(3, LAST, step, "agent-003")
+        await settled(pilot, view, 300)
+        assert drawn_columns(view) == list(COLUMNS[:AGE])
+        shown = str(view.table.get_cell_at(Coordinate(3, LAST)))
+        assert view.fit.step_room is not None and len(shown) <= view.fit.step_room
+        await pilot.pause(0.1)
+        assert view.table.virtual_size.width <= 80
+        assert view.table.cursor_row == 3  # the selection kept through the redraw
