@@ -13,6 +13,18 @@ from typing import Any
 import yaml
 
 
+def as_from_a_terminal() -> None:
+    """A child's ``preexec_fn``: SIGINT, SIGQUIT and SIGHUP at their defaults, as a shell
+    starts a command in the foreground. A runner that started the tests in the background
+    (``cmd &`` without job control, or under nohup) left them ignored; Python then sets no
+    KeyboardInterrupt handler, and a test sending Ctrl-C would see it ignored, which says
+    nothing of sand."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class Sand:
     workdir: Path

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.cli.helpers import Sand, on_a_terminal
+from tests.cli.helpers import Sand, as_from_a_terminal, on_a_terminal
 
 
 def sand_env(sand: Sand, **extra: str) -> dict[str, str]:
@@ -164,6 +164,7 @@ def test_ctrl_c_exits_130_and_names_what_was_in_flight(fleet, fakepve_server):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         deadline = time.monotonic() + 60

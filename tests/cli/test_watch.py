@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.cli.helpers import Sand
+from tests.cli.helpers import Sand, as_from_a_terminal
 
 RUN = re.compile(r"watch: run (\d+) \((.+)\)")
 
@@ -29,6 +29,7 @@ class Watch:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=as_from_a_terminal,  # it is sent Ctrl-C
         )
         self.err: list[str] = []
         self.out: list[str] = []

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.helpers import as_from_a_terminal
 from tests.limactl_standin import StandIn
 
 pytestmark = pytest.mark.e2e
@@ -54,6 +55,7 @@ class Terminal:
         def own_terminal() -> None:
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            as_from_a_terminal()
 
         self.proc = subprocess.Popen(
             argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
