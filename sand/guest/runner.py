@@ -163,9 +163,7 @@ class SshRunner:
                 command, encoding=None, stderr=asyncssh.STDOUT if merge_stderr else asyncssh.PIPE
             )
         except (OSError, asyncssh.Error) as exc:
-            raise TransportError(
-                f"SSH to {self.where} failed during step {what!r}: {exc}"
-            ) from None
+            raise self._dropped(what, exc) from None
         out = _Collected(what, None if stdout is not None else limit, stdout)
 
         async def stderr_tail() -> bytes:
@@ -180,9 +178,7 @@ class SshRunner:
         except TimeoutError:
             raise GuestTimeout(what, timeout or 0.0, out.value()) from None
         except (ConnectionError, asyncssh.Error) as exc:
-            raise TransportError(
-                f"SSH to {self.where} failed during step {what!r}: {exc}"
-            ) from None
+            raise self._dropped(what, exc) from None
         finally:
             proc.close()
         return self._result(done, what, out.value(), err)
@@ -215,9 +211,7 @@ class SshRunner:
         try:
             proc = await self.conn.create_process(command, encoding=None, stderr=asyncssh.STDOUT)
         except (OSError, asyncssh.Error) as exc:
-            raise TransportError(
-                f"SSH to {self.where} failed during step {what!r}: {exc}"
-            ) from None
+            raise self._dropped(what, exc) from None
         out = _Collected(what, None)
         try:
             try:
@@ -240,12 +234,14 @@ class SshRunner:
             except TimeoutError:
                 raise GuestTimeout(what, rest, out.value()) from None
         except (ConnectionError, asyncssh.Error) as exc:
-            raise TransportError(
-                f"SSH to {self.where} failed during step {what!r}: {exc}"
-            ) from None
+            raise self._dropped(what, exc) from None
         finally:
             proc.close()
         return self._result(done, what, out.value(), b"")
+
+    def _dropped(self, what: str, exc: BaseException) -> TransportError:
+        """The connection failed or closed during step ``what``: the transport's error."""
+        return TransportError(f"SSH to {self.where} failed during step {what!r}: {exc}")
 
     def _result(
         self, done: asyncssh.SSHCompletedProcess, what: str, stdout: bytes, stderr: bytes
