@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tests.rig.guest import NetnsGuest
 from tests.rig.workbench import AptMirror
@@ -48,9 +48,47 @@ def sand_block(description: object) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class LayeredGuests:
+class _Answering:
+    """A thread that plays the guests while a ``with`` block runs: ``_once`` looks at
+    what the backend holds now and acts on it, every 50 ms; an exception is kept in
+    ``errors`` (the test reads them) and the loop goes on."""
+
+    THREAD = "guests"
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Self:
+        """Answer while the block runs (a guest made stays until ``stop()``)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=self.THREAD, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._once()
+            except Exception as exc:  # keep answering; the test reads the errors
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            time.sleep(0.05)
+
+    def _once(self) -> None:
+        raise NotImplementedError
+
+
+class LayeredGuests(_Answering):
     """Plays the guests of a fakepve rig's VMs (see the module doc). A context manager:
     its thread answers until the block ends; ``stop()`` removes every guest it made."""
+
+    THREAD = "layered-guests"
 
     def __init__(
         self,
@@ -63,6 +101,7 @@ class LayeredGuests:
         base_from_bare: bool = True,
         on_guest: Callable[[str, NetnsGuest], None] | None = None,
     ) -> None:
+        super().__init__()
         self.rig, self.public_key = rig, public_key
         self.bare, self.workbench, self.mirror = bare, workbench, mirror
         self.base_from_bare = base_from_bare
@@ -72,23 +111,8 @@ class LayeredGuests:
         self.base_guests: dict[str, NetnsGuest] = {}  # base fingerprint -> build guest
         self.layers: dict[str, Path] = {}  # base fingerprint -> its frozen disk
         self.started: list[tuple[str, str, float]] = []  # (vm name, kind, seconds)
-        self.errors: list[str] = []
         self.retired: list[NetnsGuest] = []  # guests of VMs deleted since
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    def __enter__(self) -> LayeredGuests:
-        """Answer while the block runs (a guest made stays until ``stop()``)."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="layered-guests", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def stop(self) -> None:
         self.__exit__()
@@ -102,14 +126,6 @@ class LayeredGuests:
         raise KeyError(name)
 
     # --- the loop ----------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._once()
-            except Exception as exc:  # keep answering; the test reads the errors
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            time.sleep(0.05)
 
     def _once(self) -> None:
         for vm in [*self.rig.templates(), *self.rig.vms()]:
@@ -171,7 +187,7 @@ class LayeredGuests:
         return guest
 
 
-class LimaLayeredGuests:
+class LimaLayeredGuests(_Answering):
     """The same for the limactl stand-in: a real guest behind each instance sand makes,
     bound before its ``limactl start`` returns (the stand-in's ``await_guest``).
 
@@ -180,39 +196,20 @@ class LimaLayeredGuests:
     its guest is frozen; an instance whose sand marker names a base starts from that
     frozen disk; any other instance from the workbench tree."""
 
+    THREAD = "lima-guests"
+
     def __init__(self, standin: Any, *, workbench: Path, mirror: AptMirror | None = None) -> None:
+        super().__init__()
         self.standin, self.workbench, self.mirror = standin, workbench, mirror
         self.by_name: dict[str, NetnsGuest] = {}
         self.base_guests: dict[str, NetnsGuest] = {}  # base instance -> its guest
         self.layers: dict[str, Path] = {}  # base fingerprint -> frozen disk
-        self.errors: list[str] = []
         self.started: list[tuple[str, str, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> LimaLayeredGuests:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lima-guests", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def stop(self) -> None:
         self.__exit__()
         for guest in [*self.by_name.values(), *self.base_guests.values()]:
             guest.stop()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._once()
-            except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            time.sleep(0.05)
 
     def _json(self, path: Path) -> dict[str, Any]:
         try:
