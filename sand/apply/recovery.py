@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sand.apply.recorded import check_recorded
-from sand.backends.protocol import Backend, RecoveryDecision
+from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.observed import Observation, ObservedVM
@@ -72,7 +72,9 @@ async def pending_decisions(
 ) -> Recovery:
     """What replaying the journal would do now, without doing it (nothing waits)."""
     out = Recovery()
-    for entry in journal.pending():
+    # As the replay does: the backend's own entries first, then each replace around them,
+    # told which VMs those entries remove (the old VM whose delete was cut short).
+    for entry in sorted(journal.pending(), key=lambda e: e.op == "replace"):
         name = entry.backend
         backend = backends.get(name)
         if backend is None or name in skip or name in out.failed:
@@ -81,12 +83,20 @@ async def pending_decisions(
             if entry.op == "replace":
                 from sand.apply.replace import decide_replace
 
-                out.decisions.append(await decide_replace(entry, backend))
+                going = frozenset(d.identity for d in out.decisions if _removes(d, name))
+                out.decisions.append(await decide_replace(entry, backend, going))
             else:
                 out.decisions.append(await backend.decide_recovery(entry, wait=False))
         except SandError as exc:
             out.failed[name] = f"cannot tell what the interrupted {_what(entry)} left: {exc}"
     return out
+
+
+def _removes(decision: RecoveryDecision, backend: str) -> bool:
+    """Whether replaying ``decision`` leaves no VM at its identity on ``backend``."""
+    if decision.backend != backend or decision.op == "replace":
+        return False
+    return decision.absent or (decision.op == "delete" and decision.action is RecoveryAction.WAIT)
 
 
 def fold_recovery(

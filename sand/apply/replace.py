@@ -87,6 +87,7 @@ async def _create_first(
         identity=old.identity,
         strategy=Strategy.CREATE_BEFORE_DESTROY.value,
         old_uid=old.details.get("uid", ""),
+        old_incarnation=old.marker.incarnation if old.marker is not None else "",
         temp=temp,
     )
     new: ObservedVM | None = None
@@ -112,6 +113,9 @@ async def _create_first(
             await kit.guard(backend, vm, old, vm.preserve)
         say(Phase.DELETING, "deleting the old VM")
         deleting = True
+        # From here the replacement is the VM: a crash during the delete must never be
+        # settled by removing it (recovery decides from whether the old VM still exists).
+        journal.step(entry, "deleting-old")
         await backend.delete(old, journal)
     except (SandError, OSError):
         if not deleting or await _old_still_there(backend, vm, old):
@@ -250,13 +254,52 @@ async def _discard(
     journal.finish(entry, "failed")
 
 
-async def decide_replace(entry: PendingEntry, backend: Backend) -> RecoveryDecision:
-    """What settling a replace a crash interrupted does; the old VM is never touched.
+@dataclass(frozen=True)
+class _Standing:
+    """What a backend shows of one create-before-destroy replace."""
 
-    Before the old VM was deleted: the replacement (whatever state it reached) is
-    removed, and the next plan replaces again. After: the replacement takes the
-    VM's name (create-before-destroy), or the next plan creates the VM again and
-    restores the kept archive (destroy-before-create).
+    old_present: bool  # the very VM that was replaced (its identity and incarnation)
+    made: ObservedVM | None  # the replacement, still under its temporary name
+
+
+async def _standing(entry: PendingEntry, backend: Backend, going: frozenset[str]) -> _Standing:
+    """Look at the backend: is the old VM still there (and not about to go), and is the
+    replacement under its temporary name? ``going``: identities another unfinished entry
+    (the old VM's own delete) removes before this one is settled."""
+    temp = str(entry.detail("temp") or "")
+    obs = await backend.observe([])
+    if obs.unknown_reason:
+        raise BackendError(f"cannot see the replacement {temp}: {obs.unknown_reason}")
+    uid = str(entry.detail("old_uid") or "")
+    incarnation = str(entry.detail("old_incarnation") or "")
+
+    def is_old(vm: ObservedVM) -> bool:
+        if vm.identity != entry.identity or vm.name == temp:
+            return False
+        if uid and vm.details.get("uid", "") != uid:
+            return False  # Lima: a successor under the same instance name
+        seen = vm.marker.incarnation if vm.marker is not None else ""
+        return not (incarnation and seen and seen != incarnation)
+
+    made = [o for o in obs.vms if o.name == temp and o.ownership is Ownership.MANAGED]
+    old_present = entry.identity not in going and any(is_old(o) for o in obs.vms)
+    return _Standing(old_present=old_present, made=made[0] if made else None)
+
+
+async def decide_replace(
+    entry: PendingEntry, backend: Backend, going: frozenset[str] = frozenset()
+) -> RecoveryDecision:
+    """What settling a replace a crash interrupted does. A replace is settled as one unit
+    and decided from what exists, never from its steps alone:
+
+    - the old VM is still there (and no unfinished delete removes it): the replacement,
+      whatever state it reached, is removed and the old VM left untouched; the next plan
+      replaces again;
+    - the old VM is gone or going: the replacement *is* the VM now (it holds the copy of
+      the ``preserve:`` paths) and is kept and given the VM's name, never removed.
+
+    Destroy-before-create: after the delete the next plan creates the VM again and
+    restores the kept archive.
     """
     vm, temp = entry.vm, str(entry.detail("temp") or "")
     old = entry.identity
@@ -286,25 +329,22 @@ async def decide_replace(entry: PendingEntry, backend: Backend) -> RecoveryDecis
         if "old-deleted" in steps:
             return say(RecoveryAction.NOTHING, f"the old VM {old} of {vm} was deleted; create it")
         return say(RecoveryAction.NOTHING, f"the replace of {vm} stopped before VM {old} went")
-    obs = await backend.observe([])
-    if obs.unknown_reason:
-        raise BackendError(f"cannot see the replacement {temp}: {obs.unknown_reason}")
-    made = [o for o in obs.vms if o.name == temp and o.ownership is Ownership.MANAGED]
-    if "old-deleted" not in steps:
-        if not made:
+    now = await _standing(entry, backend, going)
+    if now.old_present:
+        if now.made is None:
             return say(RecoveryAction.NOTHING, f"no replacement of {vm} was made; VM {old} stays")
         return say(
             RecoveryAction.DELETE,
             f"remove the unfinished replacement {temp} of {vm} (VM {old} is untouched)",
-            identity=made[0].identity,
+            identity=now.made.identity,
             absent=True,
         )
-    if not made:
+    if now.made is None:
         return say(RecoveryAction.NOTHING, f"the replacement of {vm} already carries its name")
     return say(
         RecoveryAction.FINISH,
         f"name the replacement {temp} {vm} (the old VM {old} is gone)",
-        identity=made[0].identity,
+        identity=now.made.identity,
         renamed_to=vm,
     )
 
@@ -312,17 +352,16 @@ async def decide_replace(entry: PendingEntry, backend: Backend) -> RecoveryDecis
 async def act_replace(
     entry: PendingEntry, backend: Backend, journal: Journal, decision: RecoveryDecision
 ) -> str:
+    """Carry out a decision after looking again: a replacement is removed only while the
+    old VM is still there, and renamed only once it is gone."""
     if decision.action not in (RecoveryAction.DELETE, RecoveryAction.FINISH):
         return decision.summary
-    obs = await backend.observe([])
-    target = [
-        o for o in obs.vms if o.identity == decision.identity and o.ownership is Ownership.MANAGED
-    ]
     temp = str(entry.detail("temp") or "")
-    if not target or target[0].name != temp:
+    now = await _standing(entry, backend, frozenset())
+    if now.made is None or now.made.identity != decision.identity:
         return f"{decision.summary}: nothing to do any more"
-    if decision.action is RecoveryAction.DELETE:
-        await backend.delete(target[0], journal)
+    if now.old_present:
+        await backend.delete(now.made, journal)
         return f"removed the unfinished replacement {temp}"
-    await backend.rename(target[0], decision.vm, journal)
+    await backend.rename(now.made, decision.vm, journal)
     return f"renamed the replacement {temp} to {decision.vm}"

@@ -73,7 +73,8 @@ done
 exit 0
 """
 
-# $1 = instance name, $2 = sidecar file name; stdin = the content. Atomic (rename).
+# $1 = instance name, $2 = sidecar file name, $3 = its length; stdin = the content.
+# Atomic (rename), and only whole.
 WRITE_SIDECAR = r"""
 set -eu
 d=${LIMA_HOME:-$HOME/.lima}/$1
@@ -83,6 +84,14 @@ if [ ! -f "$d/lima.yaml" ]; then
 fi
 umask 077
 cat > "$d/$2.tmp"
+# A sand killed before (or while) it wrote closes this script's stdin early: an empty or
+# cut marker must never replace a whole one, so only the announced length is moved in.
+n=$(wc -c < "$d/$2.tmp" | tr -d ' ')
+if [ "$n" != "$3" ]; then
+  rm -f "$d/$2.tmp"
+  echo "sand: $2 for $1 arrived cut short ($n of $3 bytes); left as it was" >&2
+  exit 4
+fi
 mv -f "$d/$2.tmp" "$d/$2"
 """
 
@@ -226,10 +235,11 @@ def preflight_argv(limactl: str, *, templates: bool, images: Sequence[str]) -> l
     return sh(PREFLIGHT, "sand-preflight", limactl, "1" if templates else "0", *images)
 
 
-def write_sidecar_argv(instance: str, filename: str) -> list[str]:
+def write_sidecar_argv(instance: str, filename: str, size: int) -> list[str]:
+    """Write stdin (``size`` bytes, checked before it replaces anything) as a sidecar."""
     if filename not in SIDECARS:
         raise ValueError(f"not a sand sidecar: {filename}")
-    return sh(WRITE_SIDECAR, "sand-write", instance, filename)
+    return sh(WRITE_SIDECAR, "sand-write", instance, filename, str(size))
 
 
 def remove_half_made_argv(instance: str) -> list[str]:

@@ -107,7 +107,7 @@ async def remove(ctx: Ctx, name: str, *, readable: bool) -> None:
 async def write_sidecar(ctx: Ctx, name: str, filename: str, data: bytes) -> None:
     await script(
         ctx,
-        scripts.write_sidecar_argv(name, filename),
+        scripts.write_sidecar_argv(name, filename, len(data)),
         stdin=data,
         what=f"write {filename} for {name}",
     )

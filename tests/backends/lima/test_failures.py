@@ -330,3 +330,27 @@ async def test_limactl_and_hostagent_text_in_an_error_is_inert(
     assert "cHduZWQ" not in text and "owned" not in text
     assert not [ln for ln in text.splitlines() if ln.startswith("Apply complete!")]
     assert text.count("| Apply complete! Resources: 1 added.") == 2  # stderr and the log
+
+
+def test_a_marker_cut_short_by_a_killed_sand_never_replaces_a_whole_one(tmp_path) -> None:
+    """The sidecar script reads the marker from sand's pipe; a sand killed before it wrote
+    it all closes that pipe early. The instance keeps the marker it had."""
+    import subprocess
+
+    from sand.backends.lima import scripts
+
+    inst = tmp_path / "agent-1"
+    inst.mkdir()
+    (inst / "lima.yaml").write_text("images: []\n")
+    whole = b'{"project": "demo", "identity": "agent-1"}\n'
+    (inst / scripts.MARKER_FILE).write_bytes(whole)
+    newer = b'{"project": "demo", "identity": "agent-1", "name": "x"}\n'
+    env = {"LIMA_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    argv = scripts.write_sidecar_argv("agent-1", scripts.MARKER_FILE, len(newer))
+    for cut in (b"", newer[:10]):
+        proc = subprocess.run(argv, input=cut, env=env, capture_output=True, check=False)
+        assert proc.returncode == 4 and b"cut short" in proc.stderr
+        assert (inst / scripts.MARKER_FILE).read_bytes() == whole
+        assert sorted(p.name for p in inst.iterdir()) == ["lima.yaml", scripts.MARKER_FILE]
+    proc = subprocess.run(argv, input=newer, env=env, capture_output=True, check=False)
+    assert proc.returncode == 0 and (inst / scripts.MARKER_FILE).read_bytes() == newer
