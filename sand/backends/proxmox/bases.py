@@ -28,10 +28,11 @@ from sand.backends.protocol import BaseProvisioner
 from sand.backends.proxmox import guest, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import ID_ATTEMPTS
-from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.create import find_template, parse_image, pick_node, read_pubkey
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import BASE_NAME_PREFIX, Row, in_pool, listing, read_config
+from sand.backends.proxmox.golden_seen import BASE_NAME_PREFIX, built_here
+from sand.backends.proxmox.observe import Row, listing, read_config
 from sand.desired.spec import DesiredBase
 from sand.errors import SandError
 from sand.observed import ObservedBase, ObservedVM, Ownership
@@ -256,12 +257,9 @@ async def delete(ctx: Ctx, base: ObservedBase, journal: Journal) -> str:
         )
     node = str(row.get("node"))
     config = await read_config(ctx, node, base.identity)
-    block = mk.parse_golden_block(config.get("description")) or {}
     tags = mk.parse_tags(config.get("tags"))
     if not (
-        block.get("project") == ctx.project
-        and block.get("backend") == ctx.name
-        and str(block.get("vmid")) == base.identity
+        built_here(ctx, base.identity, config)
         and tags.golden is not None
         and tags.project == ctx.project
         and in_pool(ctx, row)

@@ -59,3 +59,9 @@ class Ctx:
         if self._clone_slots is None or self._clone_slots[0] is not loop:
             self._clone_slots = (loop, asyncio.Semaphore(self.config.clone_parallelism))
         return self._clone_slots[1]
+
+
+def in_pool(ctx: Ctx, row: Mapping[str, Any]) -> bool:
+    """In this backend's pool. A row in no pool is not: a VM sand made joined the pool
+    with its clone, so an operator (or another tool) took it out."""
+    return row.get("pool") == ctx.config.pool

@@ -36,9 +36,9 @@ from sand.backends.lease import (
 )
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
-from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import Row, in_pool, listing
+from sand.backends.proxmox.observe import Row, listing
 
 LEASE_TAG = "sand-lease"
 GEN_PREFIX = "sand-lease-gen-"

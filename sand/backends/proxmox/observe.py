@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from sand.backends.proxmox import golden_seen
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.desired import DesiredVM
 from sand.observed import (
@@ -202,12 +204,6 @@ def owner(ctx: Ctx, vmid: str, claims: Sequence[Claim]) -> Ownership:
     return ownership(claims, identity=vmid, project=ctx.project, backend=mk.backend_tag(ctx.name))
 
 
-def in_pool(ctx: Ctx, row: Row) -> bool:
-    """In this backend's pool. A row in no pool is not: a VM sand made joined the pool
-    with its clone, so an operator (or another tool) took it out."""
-    return row.get("pool") == ctx.config.pool
-
-
 def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
     return Marker(
         project=tags.project or "",
@@ -328,60 +324,39 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
         for vm in decided
         if vm.ownership is Ownership.COPIED and vm.marker is not None
     )
+    bases, lookalikes = await _confirmed(ctx, golden_seen.bases_of(ctx, rows), rows)
     return Observation(
         backend=ctx.name,
         vms=tuple(decided),
         unknown_reason="; ".join(problems) if problems else None,
         requests=ctx.client.requests - start,
-        warnings=warnings,
-        bases=bases_of(ctx, rows),
+        warnings=warnings + lookalikes,
+        bases=bases,
     )
 
 
-def bases_of(ctx: Ctx, rows: Sequence[Row]) -> tuple[ObservedBase, ...]:
-    """This project's golden bases of this backend entry in ``rows`` (tags only: no read).
-
-    A base is ready only as a template carrying its fingerprint tag. The VMs made from
-    it are every row carrying its ``sand-from-`` tag, whoever owns them now."""
-    mine = mk.backend_tag(ctx.name)
-    made: dict[str, list[str]] = {}
-    cloning = [str(r["vmid"]) for r in rows if r.get("lock") == "clone" and in_pool(ctx, r)]
-    for row in rows:
-        tags = mk.parse_tags(row.get("tags"))
-        if tags.base:
-            made.setdefault(tags.base, []).append(str(row.get("name") or row["vmid"]))
-    found: list[ObservedBase] = []
-    for row in rows:
-        tags = mk.parse_tags(row.get("tags"))
-        if tags.golden is None or tags.project != ctx.project or tags.backend != mine:
+async def _confirmed(
+    ctx: Ctx, found: Sequence[ObservedBase], rows: Sequence[Row]
+) -> tuple[tuple[ObservedBase, ...], tuple[str, ...]]:
+    """The bases, less the look-alikes among those the plan could delete as half-made
+    (their description is read: see :mod:`sand.backends.proxmox.golden_seen`)."""
+    by_id = {str(r["vmid"]): r for r in rows}
+    kept: list[ObservedBase] = []
+    warnings: list[str] = []
+    for base in found:
+        row = by_id[base.identity]
+        if base.ready:
+            kept.append(base)
             continue
-        if not in_pool(ctx, row):
-            continue  # moved out of the pool: not this backend's to use or remove
-        fingerprint = "" if tags.golden == mk.NEW else tags.golden
-        busy = None
-        if row.get("lock"):
-            busy = f"locked ({row.get('lock')})"
-        elif cloning or ctx.cloning_ids:
-            busy = f"a clone is running in pool {ctx.config.pool!r}"
-        found.append(
-            ObservedBase(
-                backend=ctx.name,
-                name=golden_name(str(row.get("name") or "")),
-                identity=str(row["vmid"]),
-                fingerprint=fingerprint,
-                ready=bool(row.get("template")) and bool(fingerprint),
-                made=tuple(made.get(fingerprint, ())) if fingerprint else (),
-                busy=busy,
-            )
-        )
-    return tuple(sorted(found, key=lambda b: int(b.identity)))
-
-
-BASE_NAME_PREFIX = "sand-golden-"
-
-
-def golden_name(vm_name: str) -> str:
-    """The image a base was built for, from its VM name ``sand-golden-<image>-<fp8>``."""
-    middle = vm_name.removeprefix(BASE_NAME_PREFIX)
-    image, _, _ = middle.rpartition("-")
-    return image or vm_name
+        try:
+            config = await read_config(ctx, str(row.get("node")), base.identity)
+        except ProxmoxError as e:
+            if e.status == 500 and e.kind is ErrorKind.NOT_FOUND:
+                continue  # gone since the listing
+            kept.append(replace(base, busy=f"its config cannot be read: {e.detail}"))
+            continue
+        if golden_seen.built_here(ctx, base.identity, config):
+            kept.append(base)
+        else:
+            warnings.append(golden_seen.lookalike(ctx, base, str(row.get("name") or "")))
+    return tuple(kept), tuple(warnings)

@@ -21,9 +21,9 @@ from typing import Any
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
-from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ProxmoxError
-from sand.backends.proxmox.observe import in_pool, is_protected, owner, read_config
+from sand.backends.proxmox.observe import is_protected, owner, read_config
 from sand.observed import Ownership, RecordedVM
 from sand.state.journal import PendingEntry
 
