@@ -28,7 +28,9 @@ import asyncssh
 
 from sand import activity
 from sand.errors import TransportError
+from sand.guest import user_known_hosts
 from sand.guest.endpoint import GuestEndpoint, JumpHost
+from sand.guest.user_known_hosts import known_hosts_name
 from sand.retrying import Backoff, retry_async
 from sand.secrets.files import locked, write_private
 from sand.state.paths import state_root
@@ -98,11 +100,6 @@ class KnownHosts:
             for name in parts[0].split(","):  # OpenSSH allows "name1,name2 key"
                 out.setdefault(name, []).append(f"{parts[1]} {parts[2]}")
         return out
-
-
-def known_hosts_name(host: str, port: int) -> str:
-    """OpenSSH's known_hosts name for an sshd: ``host`` on port 22, else ``[host]:port``."""
-    return host if port == 22 else f"[{host}]:{port}"
 
 
 def _same_name(name: str) -> tuple[str, ...]:
@@ -223,9 +220,18 @@ async def connect(
 
 
 async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:
-    # The user's own host: their agent, ssh_config and known_hosts apply.
+    # The user's own host: their agent, ssh_config and known_hosts apply (the latter read
+    # with OpenSSH's port rule, as for the remote Lima host itself).
+    path = jump.known_hosts or "~/.ssh/known_hosts"
+    try:
+        known = user_known_hosts.read(path)
+    except (OSError, ValueError) as exc:
+        raise TransportError(
+            f"SSH to jump host {jump.host}:{jump.port}: cannot read {path}: {exc}",
+            transient=False,
+        ) from None
     options: dict[str, Any] = {
-        "known_hosts": str(Path(jump.known_hosts).expanduser()) if jump.known_hosts else (),
+        "known_hosts": user_known_hosts.matcher(known),
         "connect_timeout": ATTEMPT_TIMEOUT,
         "login_timeout": ATTEMPT_TIMEOUT,
         "keepalive_interval": 15,
@@ -236,12 +242,9 @@ async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:
         options["client_keys"] = [str(Path(jump.identity).expanduser())]
     try:
         return await asyncssh.connect(jump.host, jump.port, **options)
-    except asyncssh.HostKeyNotVerifiable:
-        raise TransportError(
-            f"SSH to jump host {jump.host}:{jump.port}: its host key is not the one in "
-            f"{jump.known_hosts or '~/.ssh/known_hosts'}; refusing to go on",
-            transient=False,
-        ) from None
+    except asyncssh.HostKeyNotVerifiable as exc:
+        why = user_known_hosts.refusal("jump host", jump.host, jump.port, path, str(exc))
+        raise TransportError(f"SSH via {why}", transient=False) from None
 
 
 def _load_identity(path: str) -> asyncssh.SSHKey:

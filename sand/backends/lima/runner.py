@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sand.errors import BackendError, TransportError
+from sand.guest import user_known_hosts
 from sand.terminal import inert
 
 if TYPE_CHECKING:
@@ -229,7 +230,6 @@ class RemoteRunner:
         opts: dict[str, Any] = {
             "host": t.host,
             "port": t.port,
-            "known_hosts": t.known_hosts,
             "connect_timeout": CONNECT_TIMEOUT,
             "keepalive_interval": 15,
             "keepalive_count_max": 8,
@@ -259,9 +259,20 @@ class RemoteRunner:
                     transient=False,
                 )
             try:
-                self._conn = await asyncssh.connect(**self._options())
+                known = user_known_hosts.read(t.known_hosts)
+            except (OSError, ValueError) as exc:
+                raise TransportError(
+                    f"cannot read the known_hosts file {t.known_hosts}: {exc}", transient=False
+                ) from None
+            try:
+                self._conn = await asyncssh.connect(
+                    **self._options(), known_hosts=user_known_hosts.matcher(known)
+                )
             except asyncssh.HostKeyNotVerifiable as exc:
-                raise TransportError(self._host_key_message(str(exc)), transient=False) from None
+                why = user_known_hosts.refusal(
+                    "the remote Lima host", t.host, t.port, t.known_hosts, str(exc)
+                )
+                raise TransportError(why, transient=False) from None
             except asyncssh.PermissionDenied as exc:
                 offered = f"only {t.identity}" if t.identity else "agent and ~/.ssh keys"
                 raise TransportError(
@@ -283,27 +294,6 @@ class RemoteRunner:
                 ) from None
             self.connections += 1
             return self._conn
-
-    def _host_key_message(self, detail: str) -> str:
-        import asyncssh
-
-        t = self.target
-        try:
-            known = asyncssh.read_known_hosts(t.known_hosts)
-            keys = known.match(t.host, t.host, t.port)[0]
-        except (OSError, ValueError, asyncssh.Error):
-            keys = []
-        if keys:
-            return (
-                f"the host key of the remote Lima host {t.host}:{t.port} does not match the key "
-                f"pinned in {t.known_hosts} (it changed: possible man-in-the-middle, or the host "
-                "was reinstalled; verify before replacing the entry)"
-            )
-        return (
-            f"the remote Lima host {t.host}:{t.port} is not in {t.known_hosts}: its host key is "
-            f"not pinned, so it is not trusted ({detail}); add its key after checking its "
-            "fingerprint"
-        )
 
     def command_line(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
         assignments = {"LIMA_HOME": self.target.lima_home, **(env or {})}

@@ -188,3 +188,67 @@ async def test_a_failing_remote_listing_is_unknown(sshd: Sshd, tmp_path: Path) -
     assert obs.unknown_reason is not None
     assert "host agent socket timed out" in obs.unknown_reason
     assert f"root@127.0.0.1:{sshd.port}" in obs.unknown_reason
+
+
+def host_public(sshd: Sshd) -> tuple[str, str]:
+    """The sshd's own host key, as a known_hosts line wants it (type, base64)."""
+    kind, blob = Path(f"{sshd.host_key}.pub").read_text().split()[:2]
+    return kind, blob
+
+
+async def refused(sshd: Sshd) -> TransportError:
+    backend = sshd.backend()
+    try:
+        with pytest.raises(TransportError) as err:
+            await backend.observe([])
+    finally:
+        await backend.close()
+    assert err.value.transient is False
+    assert sshd.standin.invocations() == []
+    return err.value
+
+
+async def test_an_entry_without_a_port_does_not_pin_another_port(sshd: Sshd) -> None:
+    # The right key, pinned as OpenSSH pins port 22: it says nothing of this sshd's port.
+    kind, blob = host_public(sshd)
+    sshd.known_hosts.write_text(f"127.0.0.1 {kind} {blob}\n")
+    text = str(await refused(sshd))
+    assert "not pinned" in text and f"'[127.0.0.1]:{sshd.port}'" in text
+    assert "counts for port 22 only" in text
+
+
+async def test_a_revoked_host_key_is_said_to_be_revoked(sshd: Sshd) -> None:
+    kind, blob = host_public(sshd)
+    sshd.known_hosts.write_text(
+        f"@revoked [127.0.0.1]:{sshd.port} {kind} {blob}\n[127.0.0.1]:{sshd.port} {kind} {blob}\n"
+    )
+    text = str(await refused(sshd))
+    assert "marked @revoked" in text and str(sshd.known_hosts) in text
+
+
+async def test_a_hashed_entry_for_the_port_is_trusted(sshd: Sshd) -> None:
+    kind, blob = host_public(sshd)
+    sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {kind} {blob}\n")
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(sshd.known_hosts)], check=True)
+    assert sshd.known_hosts.read_text().startswith("|1|")
+    backend = sshd.backend()
+    try:
+        seen = await backend.observe([])
+    finally:
+        await backend.close()
+    assert seen.unknown_reason is None
+
+
+async def test_the_jump_to_a_guest_reads_known_hosts_by_the_same_rules(sshd: Sshd) -> None:
+    from sand.guest.endpoint import GuestEndpoint, JumpHost
+    from sand.guest.ssh import connect
+
+    kind, blob = host_public(sshd)
+    sshd.known_hosts.write_text(f"127.0.0.1 {kind} {blob}\n")
+    jump = JumpHost("127.0.0.1", sshd.port, "root", str(sshd.client_key), str(sshd.known_hosts))
+    guest = GuestEndpoint("10.0.0.9", 22, "claude", str(sshd.client_key), jump=jump)
+    with pytest.raises(TransportError) as err:
+        async with connect(guest, deadline=2.0):
+            pass
+    assert "jump host" in str(err.value) and "counts for port 22 only" in str(err.value)
+    assert sshd.sessions() == 0
