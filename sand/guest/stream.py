@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 import stat
+import sys
 
 import asyncssh
 
@@ -69,22 +70,33 @@ async def run_streaming(
 
 async def _forward_stdin(proc: asyncssh.SSHClientProcess[bytes]) -> None:
     with contextlib.suppress(BrokenPipeError, ConnectionError, asyncssh.Error):
-        if not os.isatty(0):
-            mode = os.fstat(0).st_mode
-            if stat.S_ISREG(mode):
-                while data := os.read(0, 1 << 16):
+        try:
+            # Started with stdin closed (``<&-``), Python has no sys.stdin, and fd 0 may
+            # since have gone to a file or socket sand opened: never read that.
+            mode = os.fstat(0).st_mode if sys.stdin is not None else None
+        except OSError:
+            mode = None  # closed: the command reads EOF
+        if mode is not None and not os.isatty(0):
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                await _forward_pipe(proc)
+            else:
+                # A file or a device (``< /dev/null`` from cron, systemd or CI): epoll cannot
+                # watch those, and their reads do not wait, so they are read in a thread.
+                while data := await asyncio.to_thread(os.read, 0, 1 << 16):
                     proc.stdin.write(data)
                     await proc.stdin.drain()
-            else:
-                reader = asyncio.StreamReader()
-                loop = asyncio.get_running_loop()
-                transport, _ = await loop.connect_read_pipe(
-                    lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", closefd=False)
-                )
-                try:
-                    while data := await reader.read(1 << 16):
-                        proc.stdin.write(data)
-                        await proc.stdin.drain()
-                finally:
-                    transport.close()
         proc.stdin.write_eof()
+
+
+async def _forward_pipe(proc: asyncssh.SSHClientProcess[bytes]) -> None:
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", closefd=False)
+    )
+    try:
+        while data := await reader.read(1 << 16):
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+    finally:
+        transport.close()

@@ -126,3 +126,40 @@ async def test_one_command_keeps_its_argv_output_and_exit_status(
     assert status == 3
     assert out == "a b|$HOME|;id|`id`|from stdin\n"
     assert err == "err\n"
+
+
+@pytest.mark.parametrize("stdin", ["/dev/null", "closed"])
+async def test_one_command_from_cron_with_no_stdin(
+    stdin: str,
+    netns_guest: MakeGuest,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`sand shell VM -- CMD < /dev/null` (cron, systemd, CI) or with stdin closed: the
+    command gets EOF at once, and nothing but its own output is printed."""
+    import asyncio
+    import sys
+
+    guest = netns_guest()
+    saved = os.dup(0)
+    if stdin == "closed":
+        # As Python starts with fd 0 closed: no sys.stdin, and the next file opened
+        # (here the SSH socket) may take fd 0.
+        monkeypatch.setattr(sys, "stdin", None)
+        os.close(0)
+    else:
+        null = os.open(stdin, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    try:
+        async with connect(rig_endpoint(guest)) as conn:
+            status = await asyncio.wait_for(
+                run_streaming(conn, ["sh", "-c", "cat; echo read-to-the-end"]), 60
+            )
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    out, err = capfd.readouterr()
+    assert status == 0, err
+    assert out == "read-to-the-end\n"
+    assert err == ""
