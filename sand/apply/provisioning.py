@@ -35,23 +35,50 @@ LOST_ON_GUEST = "secrets lost (no longer on the guest's tmpfs: rebooted?)"
 
 
 class GuestSecrets:
-    """Resolves (once) the secrets the desired VMs use, and computes their stamps."""
+    """Resolves (once) the secrets the desired VMs use, and computes their stamps.
 
-    def __init__(self, session: Session) -> None:
+    ``lenient`` (read-only views: ``sand status``, the board): a secret that cannot be
+    read now (an unset variable, a missing file) does not stop the view; the VMs using
+    it are shown without their secrets compared, and ``unreadable`` says why."""
+
+    def __init__(self, session: Session, *, lenient: bool = False) -> None:
         self.session = session
+        self.lenient = lenient
+        self.unreadable: dict[str, str] = {}  # secret name -> why it cannot be read
         self._values: dict[str, SecretValue] | None = None
         self._stamper: Stamper | None = None
 
     def _resolved(self) -> dict[str, SecretValue]:
         if self._values is None:
+            from sand.errors import SecretError
             from sand.secrets import resolve_secrets, secret_names
 
-            names = secret_names(self.session.desired.vms)
+            names = sorted(secret_names(self.session.desired.vms))
             loaded = self.session.loaded
-            self._values = (
-                resolve_secrets(loaded.manifest, loaded.directory, names) if names else {}
-            )
+            if not self.lenient:
+                self._values = (
+                    resolve_secrets(loaded.manifest, loaded.directory, names) if names else {}
+                )
+                return self._values
+            self._values = {}
+            for name in names:
+                try:
+                    self._values |= resolve_secrets(loaded.manifest, loaded.directory, [name])
+                except SecretError as exc:
+                    self.unreadable[name] = str(exc)
         return self._values
+
+    def not_compared(self, desired: DesiredState) -> list[str]:
+        """Per VM whose secrets could not be read (lenient), why they were not compared."""
+        from sand.secrets import secret_names
+
+        self._resolved()
+        out = []
+        for vm in desired.vms:
+            why = [self.unreadable[n] for n in sorted(secret_names([vm])) if n in self.unreadable]
+            if why:
+                out.append(f"{vm.name}: its secrets are not compared: {'; '.join(why)}")
+        return out
 
     def for_vm(self, vm: DesiredVM) -> dict[str, str]:
         from sand.secrets.resolve import values_for
@@ -63,8 +90,9 @@ class GuestSecrets:
         from sand.secrets import secret_names
         from sand.secrets.stamp import Stamper
 
-        if not secret_names([vm]):
-            return ""
+        names = secret_names([vm])
+        if not names or (self.lenient and names & self._resolved().keys() != names):
+            return ""  # none, or (lenient) not all of them readable: not compared
         if self._stamper is None:
             self._stamper = Stamper(self.session.project)
         return self._stamper.stamp(vm, self.for_vm(vm))

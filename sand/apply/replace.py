@@ -29,6 +29,7 @@ from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
 from sand.errors import BackendError, SandError
 from sand.logs import get_logger
+from sand.manifest.names import TEMP_SUFFIX
 from sand.observed import ObservedVM, Ownership, SecretsRecord
 from sand.plan.model import Strategy, VMChange
 from sand.state.journal import Journal, JournalEntry, PendingEntry
@@ -40,7 +41,6 @@ Provisioner = Callable[[DesiredVM, Backend, ObservedVM, VMChange], Awaitable[Sec
 Replaced = tuple[ObservedVM, SecretsRecord | None]  # the new VM, and what it was given
 Guard = Callable[[Backend, DesiredVM | None, ObservedVM, Sequence[str]], Awaitable[None]]
 Say = Steps  # this VM's reporter
-TEMP_SUFFIX = "-sandnew"
 
 
 @dataclass(frozen=True)

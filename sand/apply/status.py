@@ -38,6 +38,8 @@ class StatusReport:
     # Per backend, its one-writer lease as stored (``LeaseRecord.to_status``): who
     # holds it now, or who last applied. Backends whose lease was never taken: none.
     leases: list[dict[str, Any]] = field(default_factory=list)
+    # What the plan it was read from warns of (a copy left alone, secrets not compared).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class StatusReport:
                 {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())
             ],
             "leases": self.leases,
+            "warnings": self.warnings,
         }
 
 
@@ -74,7 +77,16 @@ async def status_plan(session: Session) -> Plan:
     """The plan a status is read from: one listing per backend, as ``sand plan``'s no-op,
     with no preflight, no unpushed-work sweep and no guest contacted (read-only views:
     ``sand status``, the board of ``sand ui``)."""
-    return await compute_plan(session, checks=False, guest_checks=False)
+    from dataclasses import replace
+
+    from sand.apply.provisioning import GuestSecrets
+
+    # A secret that cannot be read now must not hide the fleet: its VMs are shown with
+    # their secrets not compared, and the plan's warnings say which and why.
+    secrets = GuestSecrets(session, lenient=True)
+    plan = await compute_plan(session, checks=False, guest_checks=False, secrets=secrets)
+    skipped = tuple(secrets.not_compared(session.desired))
+    return replace(plan, warnings=plan.warnings + skipped) if skipped else plan
 
 
 def status_from(
@@ -94,7 +106,7 @@ def status_from(
         for c in plan.changes
     ]
     rows += _recorded_but_unseen(plan, records, unknown)
-    return StatusReport(rows, unknown, leases or [])
+    return StatusReport(rows, unknown, leases or [], list(plan.warnings))
 
 
 async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:

@@ -59,6 +59,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r['vm']}: not healthy: {continued(problem)}")
     for lease in report.leases:
         print(_lease_line(lease))
+    for warning in report.warnings:
+        print(f"Warning: {continued(warning)}")
     for backend, why in sorted(report.unknown_backends.items()):
         print(f"Backend {backend!r} could not be observed (its VMs are unknown): {why}")
     if code:

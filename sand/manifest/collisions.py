@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sand.manifest.backends import CONFIGS
+from sand.manifest.hosts import same_place
 from sand.manifest.values import entry_name_problem, home_path_problem, normalise_home_path
 from sand.manifest.yamlmarks import Path
 
@@ -51,7 +52,7 @@ def check_collisions(data: Any, manifest_dir: str) -> Iterator[Finding]:
 def _shared_backends(backends: dict[str, Any], manifest_dir: str) -> Iterator[Finding]:
     """A backend owns every VM carrying the project's marker where it looks; two that
     look at the same place would each take the other's VMs for stale ones of its own."""
-    seen: dict[tuple[object, ...], str] = {}
+    seen: list[tuple[tuple[object, ...], str]] = []
     for name, backend in backends.items():
         backend = _dict(backend)
         config = CONFIGS.get(str(backend.get("type")))
@@ -59,14 +60,16 @@ def _shared_backends(backends: dict[str, Any], manifest_dir: str) -> Iterator[Fi
         if where is None:
             continue
         key, described, fix = where
-        if key in seen:
+        other = next((them for place, them in seen if same_place(place, key)), None)
+        if other is not None:
             yield (
                 ("backends", name),
-                f"backend {name!r} would see backend {seen[key]!r}'s VMs as its own: both "
+                f"backend {name!r} would see backend {other!r}'s VMs as its own: both "
                 f"use {described}; {fix}",
                 True,
             )
-        seen.setdefault(key, name)
+        else:
+            seen.append((key, name))
 
 
 def _case_twins(vms: list[Any]) -> Iterator[Finding]:

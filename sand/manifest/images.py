@@ -75,8 +75,18 @@ def check_vm_image(
 
 
 def check_sources(images: Mapping[str, Any], used_by: Mapping[str, set[str]]) -> Iterator[Finding]:
-    """An image that Proxmox VMs use names a template in ``from`` (``used_by``: image name
-    -> the backend types of the VMs made from it)."""
+    """An image is built from a template or a cloud image, never from a golden image (its
+    own name included); one that Proxmox VMs use names a template in ``from``
+    (``used_by``: image name -> the backend types of the VMs made from it)."""
+    for name, image in sorted(images.items()):
+        source = as_dict(image).get("from")
+        if isinstance(source, str) and source in images:
+            what = "itself" if source == name else f"golden image {source!r}"
+            yield (
+                ("images", name, "from"),
+                f"image {name!r} is built from {what}: 'from' names a template or a cloud "
+                "image a base starts from, not an image under `images`",
+            )
     for name, types in sorted(used_by.items()):
         source = as_dict(images.get(name)).get("from")
         if "proxmox" not in types or isinstance(source, bool):

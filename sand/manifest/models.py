@@ -58,6 +58,11 @@ def _argv_problem(argv: list[str]) -> str | None:
     return None
 
 
+def _script_problem(text: str) -> str | None:
+    # bash stops reading a script at a NUL: what follows it would silently never run.
+    return "the script holds a NUL character" if "\x00" in text else None
+
+
 class SecretSource(Strict):
     """Where a secret's value comes from on the host. Values never live in the manifest."""
 
@@ -129,7 +134,7 @@ class ImageStep(Strict):
         "'-', starting with a letter.",
         examples=["rust"],
     )
-    run: str = Field(
+    run: Annotated[str, rule(_script_problem)] = Field(
         min_length=1,
         description="Shell text bash runs as root on the base (errexit and pipefail on, in "
         "/root). It reaches the guest on stdin, never in a command line; a change to it "

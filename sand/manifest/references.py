@@ -13,6 +13,7 @@ from typing import Any
 
 from sand.manifest.backends import CONFIGS
 from sand.manifest.images import check_sources, check_vm_image, golden_name
+from sand.manifest.names import reserved_name_problem
 from sand.manifest.rawdata import Finding
 from sand.manifest.rawdata import as_dict as _dict
 from sand.manifest.rawdata import as_list as _list
@@ -64,7 +65,7 @@ def check_references(data: Any) -> Iterator[Finding]:
         if config is None:
             continue  # an unknown type is reported by the schema
         if name:
-            why = config.name_problem(name)
+            why = reserved_name_problem(name) or config.name_problem(name)
             if why:
                 yield (*at, "name"), why
         # A VM made from a golden image follows the image's rules (check_vm_image), not

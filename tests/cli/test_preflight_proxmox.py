@@ -146,3 +146,26 @@ def test_an_update_beyond_the_node_is_blocked_and_the_vm_left_as_it_is(sand, fak
     assert apply.returncode == 1 and "more than node memory" in apply.stdout
     assert writes(rig) == []
     assert str(rig.vms_named("a")[0].config["memory"]) == "2048"
+
+
+def test_a_missing_identity_is_blocked_before_the_lease_or_any_write(
+    sand, fakepve_server, tmp_path
+):
+    rig = fakepve_server
+    missing = tmp_path / "keys" / "id_ed25519"
+    sand.write(rig.manifest([{"name": "agent-1"}], identity=str(missing)))
+    text = sand.manifest.read_text()
+    row = next(i for i, ln in enumerate(text.splitlines(), 1) if "identity:" in ln)
+    rig.clear_log()
+    plan = sand.run("plan")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert f"sand.yaml:{row}:" in plan.stdout and f"private key {missing} does not" in plan.stdout
+    done = sand.run("apply", "--auto-approve")
+    assert done.returncode == 1, done.stdout + done.stderr
+    # Refused before the project's lease was taken: PVE saw reads only.
+    assert [r for r in rig.log if r.method != "GET"] == []
+    # The private key alone is not enough either: cloud-init installs the .pub.
+    missing.parent.mkdir()
+    missing.write_text("private\n")
+    plan = sand.run("plan")
+    assert plan.returncode == 1 and f"public key {missing}.pub does not exist" in plan.stdout

@@ -151,3 +151,28 @@ def test_a_reboot_behind_sands_back_plans_delivery_for_that_vm_only(tmp_path, fa
     changes = {c["vm"]: c for c in plan["changes"]}
     assert changes["agent-2"]["action"] == "reprovision" and changes["agent-2"]["secrets_only"]
     assert changes["agent-1"]["action"] == changes["plain"]["action"] == "no-op"
+
+
+def test_status_shows_the_fleet_when_a_secret_cannot_be_read(tmp_path, fakepve_server):
+    """`sand status` is a read-only view: an unset env: secret must not hide every VM."""
+    from tests.cli.helpers import Sand
+
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    manifest = rig.manifest(
+        [{"name": "agent-1", "secrets": [{"name": "TOK", "scope": "~/src"}]}, {"name": "b"}],
+        defaults={"provision": True},
+    )
+    manifest["secrets"] = {"TOK": {"from": {"env": "SAND_TEST_UNSET_SECRET"}}}
+    sand.write(manifest)
+    assert "SAND_TEST_UNSET_SECRET" not in os.environ
+    status = sand.run("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "agent-1" in status.stdout and "b " in status.stdout
+    assert "agent-1: its secrets are not compared" in status.stdout
+    assert "SAND_TEST_UNSET_SECRET is not set" in status.stdout
+    as_json = json.loads(sand.run("status", "--json").stdout)
+    assert {r["vm"] for r in as_json["vms"]} == {"agent-1", "b"}
+    assert any("not compared" in w for w in as_json["warnings"])
+    # plan and apply still refuse: they would deliver it.
+    assert sand.run("plan").returncode == 1

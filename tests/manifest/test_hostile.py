@@ -348,6 +348,41 @@ CASES = [
         "repo name",
     ),
     Case("user-shell", AGENT, AGENT + "    user: root;id\n", "root;", "pattern"),
+    # --- what was refused only later, or never
+    Case(
+        "pve-same-pool-loopback-spellings",
+        LAPTOP,
+        LAPTOP + "  pve2:\n    type: proxmox\n    host: localhost\n    node: pve2\n"
+        "    pool: sand\n    storage: local-lvm\n    template: 9000\n"
+        "    token_file: pve.token\n    identity: id_ed25519\n",
+        "pve2:",
+        "backend 'pve2' would see backend 'pve''s VMs as its own",
+        first=(PVE_HOST, "    host: 127.0.0.1\n"),
+    ),
+    Case("image-from-itself", REPOS, "images:\n  wb: {from: wb}\n" + REPOS, "wb}", "from itself"),
+    Case(
+        "image-from-an-image",
+        REPOS,
+        "images:\n  base: {packages: [jq]}\n  wb: {from: base}\n" + REPOS,
+        "base}",
+        "built from golden image 'base'",
+    ),
+    Case(
+        "image-step-nul",
+        REPOS,
+        'images:\n  wb:\n    steps:\n      - {name: a, run: "true\\0rm -rf ~"}\n' + REPOS,
+        '"true',
+        "NUL",
+    ),
+    Case(
+        "vm-name-temporary",
+        AGENT,
+        "  - name: agent-sandnew1f2e\n    memory: 8GiB\n",
+        "agent-sandnew",
+        "temporary name",
+    ),
+    Case("vm-name-lease", AGENT, "  - name: sand-lease-demo\n", "sand-lease", "reserved"),
+    Case("vm-name-golden", AGENT, "  - name: sand-golden-wb-0123abcd\n", "sand-golden", "reserved"),
 ]
 
 
@@ -408,6 +443,9 @@ CLI_CASES = [
     "pve-same-pool",
     "limactl-option",
     "checkout-twice",
+    "pve-same-pool-loopback-spellings",
+    "image-from-itself",
+    "vm-name-temporary",
 ]
 
 

@@ -11,6 +11,7 @@ import asyncio
 import time
 import urllib.parse
 import weakref
+from pathlib import Path
 from typing import Any
 
 from sand.backends.proxmox import marker as mk
@@ -86,8 +87,12 @@ async def pick_node(ctx: Ctx, vm: DesiredVM | None) -> str:
     return max(sorted(free), key=lambda n: free[n])
 
 
+def read_pubkey_path(ctx: Ctx) -> Path:
+    return ctx.identity.with_name(ctx.identity.name + ".pub")
+
+
 def read_pubkey(ctx: Ctx) -> str:
-    pub = ctx.identity.with_name(ctx.identity.name + ".pub")
+    pub = read_pubkey_path(ctx)
     try:
         key = pub.read_text(encoding="utf-8").strip()
     except OSError:

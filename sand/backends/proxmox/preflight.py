@@ -27,7 +27,7 @@ from typing import Any
 
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.create import parse_image
+from sand.backends.proxmox.create import parse_image, read_pubkey_path
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, listing
 from sand.manifest.sizes import format_size
@@ -195,7 +195,19 @@ async def _check_create(
                 break
     if await _pool_exists(ctx, cluster) is False:
         problem("pool", f"pool {ctx.config.pool!r} does not exist", on_backend=True)
+    why = _identity_problem(ctx)
+    if why:
+        problem("identity", why, on_backend=True)
     return out, _why_destroy_first(cluster, online, item)
+
+
+def _identity_problem(ctx: Ctx) -> str | None:
+    """The key pair a new VM is reached with: cloud-init installs the public half, sand
+    logs in with the private one. Checked before anything is made (or a lease taken)."""
+    for path, what in ((ctx.identity, "private key"), (read_pubkey_path(ctx), "public key")):
+        if not path.is_file():
+            return f"identity: the {what} {path} does not exist"
+    return None
 
 
 async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> list[PreflightProblem]:

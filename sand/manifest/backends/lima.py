@@ -25,6 +25,7 @@ from sand.manifest.fields import (
     SshUser,
     Strict,
 )
+from sand.manifest.hosts import host as host_key
 from sand.manifest.rawdata import Finding, OwnershipScope, as_dict
 from sand.manifest.values import local_path_problem
 from sand.manifest.yamlmarks import Path
@@ -157,7 +158,7 @@ class LimaConfig(Strict):
         host = host.lower().rstrip(".")
         remote = _remote_home(home)
         return (
-            ("lima-remote", host, port, user, remote),
+            ("lima-remote", host_key(host), port, user, remote),
             f"the Lima home {remote} of {user}@{host}:{port}",
             "give each backend its own lima_home",
         )

@@ -27,6 +27,7 @@ from sand.manifest.fields import (
     Strict,
     Template,
 )
+from sand.manifest.hosts import host as host_key
 from sand.manifest.rawdata import Finding, OwnershipScope, as_list, as_str
 from sand.manifest.values import template_problem
 from sand.manifest.yamlmarks import Path
@@ -194,7 +195,7 @@ class ProxmoxConfig(Strict):
             return None
         host = host.lower().rstrip(".")
         return (
-            ("proxmox", host, port, pool),
+            ("proxmox", host_key(host), port, pool),
             f"pool {pool!r} on {host}:{port}",
             "give each backend its own pool",
         )
