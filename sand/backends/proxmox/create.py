@@ -13,8 +13,8 @@ import urllib.parse
 import weakref
 from typing import Any
 
+from sand.backends.proxmox import locality, vmops
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -159,6 +159,8 @@ async def create(
                 f"template {ref!r} has a {template_disk} byte disk, larger than the {vm.disk} "
                 f"asked for VM {vm.name!r} (disks only grow): ask for at least that much",
             )
+        if not vm.node:  # PVE clones local storage on the template's node only
+            node = await locality.clone_node(ctx, template, node, storage)
         ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
         vmid, entry = await clone(ctx, vm, template, node, storage, journal, base=base)
         try:
