@@ -118,3 +118,30 @@ def test_tags_free_lets_sand_write(sand, fakepve_factory):
     apply = sand.run("apply", "--auto-approve")
     assert apply.returncode == 0, apply.stdout + apply.stderr
     assert [vm.name for vm in rig.vms()] == ["a"]
+
+
+# --- P5: pending config -------------------------------------------------------------------------
+
+
+@BOTH
+def test_pending_cpu_change_shows_as_waiting_for_a_reboot_and_apply_restarts(
+    sand, fakepve_factory, pve_version
+):
+    rig = fakepve_factory(pve_version=pve_version)
+    sand.write(rig.manifest([{"name": "a", "memory": "1GiB", "cpu": "kvm64"}]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    assert vm.status == "running" and vm.config["cpu"] == "kvm64"
+    # sand's write of cpu=host landed on the running VM; the restart never came.
+    sand.write(rig.manifest([{"name": "a", "memory": "1GiB", "cpu": "host"}]))
+    rig.run(vm.pending.__setitem__, "cpu", "host")
+
+    plan = sand.run("plan")
+    assert '~ cpu = "kvm64" -> "host" (pending reboot)' in plan.stdout, plan.stdout
+    (field,) = {c["vm"]: c for c in sand.plan_json()["changes"]}["a"]["fields"]
+    assert field["pending_reboot"] is True
+
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    after = rig.vm(vm.vmid)
+    assert after.config["cpu"] == "host" and after.pending == {}
+    assert after.status == "running"

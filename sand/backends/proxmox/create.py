@@ -18,7 +18,8 @@ from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import DEEP, Row, classify, cpu_type_of, listing, read_config
+from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
+from sand.backends.proxmox.pending import cpu_type_of
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
