@@ -46,8 +46,6 @@ class Ctx:
     addresses: dict[str, str] = field(default_factory=dict)
     # The last listing observe read: preflight finds templates in it without a request.
     last_rows: list[Mapping[str, Any]] | None = None
-    # The cluster's PVE major (8, 9), read once per run (refusals.cluster_major).
-    pve_major: int | None = None
 
     def __post_init__(self) -> None:
         self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None

@@ -185,7 +185,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
         else:
             findings.append(Finding("error", e.detail))
         return done()
-    major = ctx.pve_major = refusals.major_of(version)
+    major = refusals.major_of(version)
     try:
         findings.append(
             Finding("ok", f"API reachable at {ctx.config.host}: PVE {version.get('version')}")

@@ -1,8 +1,9 @@
 """What a real PVE refuses that sand checks before it writes: version, tags, bridge.
 
-* **The major version** (``GET /version``, read once per run and kept on the context):
-  PVE 9 split ``VM.Monitor`` into ``VM.GuestAgent.*``; reading the guest agent's
-  network answer takes ``VM.Monitor`` on 8 and ``VM.GuestAgent.Audit`` on 9.
+* **The major version** (``GET /version``, which only ``sand doctor`` reads: nothing
+  else sand calls differs between 8 and 9, so a plan costs no version read): PVE 9
+  split ``VM.Monitor`` into ``VM.GuestAgent.*``; reading the guest agent's network
+  answer takes ``VM.Monitor`` on 8 and ``VM.GuestAgent.Audit`` on 9.
 * **Tags** (``/cluster/options`` ``user-tag-access``): sand writes new tags (its
   marker's fingerprint) on every VM it changes. Unless ``user-allow`` is ``free``, a
   token without ``Sys.Modify`` on ``/`` may set only tags that exist (``existing``) or
@@ -38,13 +39,6 @@ def major_of(version: Mapping[str, Any] | None) -> int:
 
 def agent_privilege(major: int) -> str:
     return AGENT_AUDIT.get(major, AGENT_AUDIT[LATEST])
-
-
-async def cluster_major(ctx: Ctx) -> int:
-    """The cluster's PVE major, read once per run (one ``GET /version``)."""
-    if ctx.pve_major is None:
-        ctx.pve_major = major_of(await ctx.client.get("version"))
-    return ctx.pve_major
 
 
 def bridge_path(bridge: str) -> str:
