@@ -109,6 +109,9 @@ class ObservedVM:
     # When the guest last (re)started, epoch seconds, as far as the listing tells
     # (PVE: now - uptime; Lima: the host agent's start); None when it cannot.
     booted_at: float | None = None
+    # Values the backend holds pending until the VM's next start (PVE: a running VM's
+    # config change waiting for a reboot), by sand field: cpu, cpus, memory.
+    pending: Mapping[str, object] = field(default_factory=dict)
     # Where a person reaches the guest, as far as the listing tells (Lima: its SSH
     # forward, "127.0.0.1:60022", with the remote host named); None when only the
     # guest itself could say (Proxmox: its guest agent, one request per VM).

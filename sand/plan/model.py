@@ -61,6 +61,8 @@ class FieldChange:
     after: object
     forces_replacement: bool = False
     requires_restart: bool = False
+    # ``after`` is already written, waiting for the VM's next start (PVE's pending config).
+    pending_reboot: bool = False
 
 
 class Strategy(StrEnum):

@@ -284,7 +284,8 @@ def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[
             and after < before
         )
         restart = mutability is Mutability.RESTART and running and vm.state == "running"
-        out.append(FieldChange(name, before, after, forces, restart))
+        waiting = name in current.pending and current.pending[name] == after
+        out.append(FieldChange(name, before, after, forces, restart, pending_reboot=waiting))
     return tuple(out)
 
 

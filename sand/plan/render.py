@@ -274,6 +274,8 @@ def _field_line(f: FieldChange) -> str:
     line = f"{f.field} = {_value(f.field, f.before)} -> {_value(f.field, f.after)}"
     if f.forces_replacement:
         line += " # forces replacement"
+    elif f.pending_reboot:
+        line += " (pending reboot)"
     elif f.requires_restart:
         line += " # requires restart"
     return line
@@ -301,6 +303,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "after": f.after,
                 "forces_replacement": f.forces_replacement,
                 "requires_restart": f.requires_restart,
+                "pending_reboot": f.pending_reboot,
             }
             for f in items
         ]

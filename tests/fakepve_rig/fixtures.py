@@ -10,7 +10,9 @@ or list ``"tests.fakepve_rig.fixtures"`` in the root conftest's ``pytest_plugins
     token ``sand@pve!ci`` (``.token_file``, mode 0600), an SSH identity
     (``.identity``), time scale 0. Options by marker:
     ``@pytest.mark.fakepve_rig(nodes=("pve1", "pve2"), time_scale=0.01, acl="root",
-    shared_storage=True)``.
+    shared_storage=True, pve_version=8)``. Every rig serves fakepve behind the fidelity
+    layer (``tests/fakepve_rig/README.md``); ``pve_version`` defaults to
+    ``$SAND_PVE_VERSION`` or 9.
 ``fakepve_factory`` (function)
     ``make(**options) -> FakePveRig`` for more than one fake in a test; all are
     stopped at the end.
@@ -36,7 +38,8 @@ __all__ = ["fakepve_factory", "fakepve_rig_pki", "fakepve_server", "pytest_confi
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "fakepve_rig(nodes=, time_scale=, acl=, shared_storage=): options of fakepve_server",
+        "fakepve_rig(nodes=, time_scale=, acl=, shared_storage=, pve_version=): options of "
+        "fakepve_server",
     )
 
 

@@ -7,6 +7,7 @@
 * ``task_warnings``: make a task end ``WARNINGS: n`` with ``WARN:`` log lines.
 * ``task_failures``: make the next task(s) of a type end ``TASK ERROR: <message>``
   before doing anything (a failed clone is cleaned up, as PVE does).
+* the fidelity layer: what a real PVE refuses (:mod:`tests.fakepve_rig.fidelity`).
 * a request log with query strings, answer status and the token id that sent it,
   outermost middleware, so a dropped connection is logged too.
 """
@@ -22,6 +23,8 @@ from aiohttp import web
 from fakepve import FakePve, PveError, TaskError
 from fakepve.lxc import format_size
 from fakepve.qemu import is_cdrom, join_drive, split_drive
+
+from tests.fakepve_rig.fidelity import Fidelity
 
 API = "/api2/json"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -56,9 +59,13 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(FakePve):  # type: ignore[misc]
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+class RigPve(Fidelity, FakePve):  # type: ignore[misc]
+    """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`)."""
+
+    def __init__(self, *args: Any, pve_version: int = 9, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.datacenter: dict[str, Any] = {}
+        self.set_profile(pve_version)
         self.log: list[Request] = []
         self.task_secs: dict[str, float] = {}
         self.task_warnings: dict[tuple[str, str], list[str]] = {}

@@ -13,6 +13,7 @@ tests never race the server thread.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import threading
 import time
@@ -60,6 +61,18 @@ SAND_PRIVILEGES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The profile a rig serves unless told (SAND_PVE_VERSION=8 runs every Proxmox test on 8).
+DEFAULT_PVE_VERSION = int(os.environ.get("SAND_PVE_VERSION", "9"))
+
+
+def sand_privileges(pve_version: int) -> dict[str, tuple[str, ...]]:
+    """SAND_PRIVILEGES as a PVE of that major names them (8: VM.Monitor reads the agent)."""
+    if pve_version >= 9:
+        return dict(SAND_PRIVILEGES)
+    swap = {"VM.GuestAgent.Audit": "VM.Monitor"}
+    return {path: tuple(swap.get(p, p) for p in privs) for path, privs in SAND_PRIVILEGES.items()}
+
+
 def _is_lease(vm: FakeVm) -> bool:
     return "sand-lease" in str(vm.config.get("tags") or "").split(";")
 
@@ -92,12 +105,22 @@ class FakePveRig:
         time_scale: float = 0.0,
         acl: str = "pool",
         shared_storage: bool = False,
+        pve_version: int | None = None,
+        host: str = HOST,
+        port: int = 0,
     ) -> None:
         self.workdir = workdir
+        self.pve_version = pve_version or DEFAULT_PVE_VERSION
         workdir.mkdir(parents=True, exist_ok=True)
         self.ca_file = pki[0]
         self.nodes = tuple(nodes)
-        self.pve = RigPve(user="root@pam", password=secrets.token_hex(8), host=HOST, port=0)
+        self.pve = RigPve(
+            user="root@pam",
+            password=secrets.token_hex(8),
+            host=host,
+            port=port,
+            pve_version=self.pve_version,
+        )
         self.pve.time_scale = time_scale
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="fakepve-rig", daemon=True)
@@ -106,8 +129,8 @@ class FakePveRig:
             self.storage = "shared-lvm"
         self.run(self._seed, acl, shared_storage)
         self.call(self.pve.start(*pki))
-        self.host, self.port = HOST, int(self.pve.port)
-        self.url = f"https://{HOST}:{self.port}"
+        self.host, self.port = host, int(self.pve.port)
+        self.url = f"https://{host}:{self.port}"
         self.token_id = "sand@pve!ci"
         self.token_file = self.add_token(self.token_id, acl=acl)
         self.identity = self._make_identity()
@@ -275,7 +298,7 @@ class FakePveRig:
         def add() -> None:
             self.pve.apitokens[token_id] = secret
             if acl == "root":
-                self.pve.grant(token_id, "/", *_all_privileges())
+                self.pve.grant(token_id, "/", *_all_privileges(self.pve_version))
             elif acl == "pool":
                 self.grant_sand_privileges(token_id)
             else:  # an ACL that grants nothing (fakepve allows all until the first grant)
@@ -290,10 +313,14 @@ class FakePveRig:
     def grant_sand_privileges(self, token_id: str, *, without: Iterable[str] = ()) -> None:
         skip = set(without)
         names = {"pool": self.pool, "storage": self.storage, "bridge": self.bridge}
-        for template, privs in SAND_PRIVILEGES.items():
+        for template, privs in sand_privileges(self.pve_version).items():
             chosen = [p for p in privs if p not in skip]
             if chosen:
                 self.pve.grant(token_id, template.format(**names), *chosen)
+
+    def set_user_tag_access(self, allow: str, *allow_list: str) -> None:
+        """``/cluster/options`` user-tag-access (existing, list, none, free)."""
+        self.run(self.pve.set_user_tag_access, allow, tuple(allow_list))
 
     # --- images for template builds -------------------------------------------------
 
@@ -559,10 +586,14 @@ class FakePveRig:
         return backend
 
 
-def _all_privileges() -> list[str]:
+def _all_privileges(pve_version: int) -> list[str]:
     from fakepve import shapes
 
-    return list(shapes.PRIVILEGES)
+    from tests.fakepve_rig.fidelity import ONLY_ON
+
+    other = ONLY_ON[17 - pve_version]
+    every = dict.fromkeys((*shapes.PRIVILEGES, *ONLY_ON[pve_version]))
+    return [p for p in every if p not in other]
 
 
 def quote(value: str) -> str:

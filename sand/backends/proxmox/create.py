@@ -14,12 +14,13 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from sand.backends.proxmox import locality, vmops
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import DEEP, Row, classify, cpu_type_of, listing, read_config
+from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
+from sand.backends.proxmox.pending import cpu_type_of
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
@@ -89,6 +90,15 @@ async def pick_node(ctx: Ctx, vm: DesiredVM | None) -> str:
 
 def read_pubkey_path(ctx: Ctx) -> Path:
     return ctx.identity.with_name(ctx.identity.name + ".pub")
+
+
+def identity_problem(ctx: Ctx) -> str | None:
+    """The key pair a new VM is reached with: cloud-init installs the public half, sand
+    logs in with the private one. Checked before anything is made (or a lease taken)."""
+    for path, what in ((ctx.identity, "private key"), (read_pubkey_path(ctx), "public key")):
+        if not path.is_file():
+            return f"identity: the {what} {path} does not exist"
+    return None
 
 
 def read_pubkey(ctx: Ctx) -> str:
@@ -164,6 +174,8 @@ async def create(
                 f"template {ref!r} has a {template_disk} byte disk, larger than the {vm.disk} "
                 f"asked for VM {vm.name!r} (disks only grow): ask for at least that much",
             )
+        if not vm.node:  # PVE clones local storage on the template's node only
+            node = await locality.clone_node(ctx, template, node, storage)
         ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
         vmid, entry = await clone(ctx, vm, template, node, storage, journal, base=base)
         try:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.create import parse_image, read_pubkey
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -29,8 +30,7 @@ VM_PRIVILEGES = (
     "VM.Config.Network",
     "VM.Config.Options",
     "VM.PowerMgmt",
-    "VM.GuestAgent.Audit",
-)
+)  # and the guest agent's audit privilege, which depends on the PVE major (refusals.py)
 STORAGE_PRIVILEGES = ("Datastore.AllocateSpace", "Datastore.Audit")
 # Privileges that let a token change who may do what, or the hosts themselves.
 DANGEROUS = (
@@ -109,11 +109,12 @@ def check_permissions(
     template: str | None,
     template_in_pool: bool,
     nodes: list[str],
+    major: int = refusals.LATEST,
 ) -> list[Finding]:
     findings: list[Finding] = []
     pool_path = f"/pool/{pool}"
     missing: list[str] = []
-    for priv in VM_PRIVILEGES:
+    for priv in (*VM_PRIVILEGES, refusals.agent_privilege(major)):
         if not holds(perms, pool_path, priv):
             missing.append(f"{priv} on {pool_path}")
     if template is not None:
@@ -184,6 +185,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
         else:
             findings.append(Finding("error", e.detail))
         return done()
+    major = refusals.major_of(version)
     try:
         findings.append(
             Finding("ok", f"API reachable at {ctx.config.host}: PVE {version.get('version')}")
@@ -191,6 +193,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
         perms = await ctx.client.get("access/permissions")
         rows = await listing(ctx)
         nodes = await ctx.client.get("nodes")
+        options = await ctx.client.get("cluster/options")
     except ProxmoxError as e:
         findings.append(Finding("error", e.detail))
         return done()
@@ -213,8 +216,12 @@ async def doctor(ctx: Ctx) -> DoctorReport:
             template=str(tmpl[0]["vmid"]) if tmpl else None,
             template_in_pool=bool(tmpl and tmpl[0].get("pool") == ctx.config.pool),
             nodes=ctx.config.placement_nodes,
+            major=major,
         )
     )
+    findings.extend(_tag_findings(perms or {}, options or {}, rows))
+    if tmpl:
+        findings.extend(await _locality_findings(ctx, tmpl[0], storage))
     online = {str(n.get("node")): n.get("status", "online") for n in nodes or []}
     for node in ctx.config.placement_nodes:
         if node not in online:
@@ -226,3 +233,49 @@ async def doctor(ctx: Ctx) -> DoctorReport:
     except ProxmoxError as e:
         findings.append(Finding("error", e.detail))
     return done()
+
+
+def _tag_findings(perms: Permissions, options: Mapping[str, Any], rows: list[Any]) -> list[Finding]:
+    seen = {t for r in rows for t in str(r.get("tags") or "").replace(",", ";").split(";") if t}
+    problem, note = refusals.tag_access(
+        options,
+        seen,
+        sys_audit="Sys.Audit" in (perms.get("/") or {}),
+        sys_modify="Sys.Modify" in (perms.get("/") or {}),
+    )
+    if problem:
+        return [Finding("error", problem)]
+    return [Finding("ok", note or "tags: user-tag-access lets the token write sand's tags")]
+
+
+async def _locality_findings(ctx: Ctx, template: Any, storage: str) -> list[Finding]:
+    """A template on local storage clones on its own node only (locality.py)."""
+    tnode = str(template.get("node") or "")
+    others = [n for n in ctx.config.placement_nodes if n != tnode]
+    if not others:
+        return []
+    try:
+        rows = await ctx.client.get("cluster/resources", type="storage") or []
+        names = await locality.template_storages(ctx, template, {})
+    except ProxmoxError as e:
+        return [Finding("warning", f"cannot tell where the template can be cloned: {e.detail}")]
+    storages = {(str(r.get("node")), str(r.get("storage"))): r for r in rows}
+    local = locality.not_shared(storages, tnode, [*names, storage])
+    if not local:
+        return []
+    why = locality.local_reason(template, local)
+    if tnode in ctx.config.placement_nodes:
+        return [
+            Finding(
+                "warning",
+                f"{why}: VMs are cloned on node {tnode} only, never on {', '.join(others)}; "
+                "move the template to shared storage to use every node",
+            )
+        ]
+    return [
+        Finding(
+            "error",
+            f"{why}: PVE cannot clone it to {', '.join(others)}; add node {tnode} to the "
+            "placement nodes or move the template to shared storage",
+        )
+    ]

@@ -2,15 +2,16 @@
 
 A VM whose tags carry this project's marker, its own vmid and the desired
 fingerprint is settled from the listing alone (what the listing cannot show, such as
-the CPU type, is vouched for by the fingerprint). A config GET (for the
-description marker, ``protection`` and ``cpu``) happens only for VMs whose tag
-fingerprint differs, that are locked, whose marker is incomplete, or that are
-unmarked but carry a desired name. The guest agent is never called here.
+the CPU type, is vouched for by the fingerprint). A config read (``GET …/pending``:
+the description marker, ``protection``, ``cpu``, and what waits for the next start)
+happens only for VMs whose tag fingerprint differs, that are locked, whose marker is
+incomplete, or that are unmarked but carry a desired name. The guest agent is never called here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -20,6 +21,7 @@ from sand.backends.proxmox import golden_seen
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.pending import cpu_type_of, pending_fields, read_pending
 from sand.desired import DesiredVM
 from sand.observed import (
     Claim,
@@ -53,22 +55,6 @@ def power_of(row: Row) -> str:
 
 def is_protected(config: Mapping[str, Any]) -> bool:
     return str(config.get("protection", "0")).lower() in ("1", "true", "yes", "on")
-
-
-# What QEMU runs when a VM's config names no CPU type (qemu-server's default).
-PVE_DEFAULT_CPU = "kvm64"
-
-
-def cpu_type_of(config: Mapping[str, Any]) -> str:
-    """The config's CPU type: ``cpu`` is ``[cputype=]<type>[,flags=...]``; flags are not
-    sand's, so only the type is compared."""
-    for part in str(config.get("cpu") or "").split(","):
-        key, eq, value = part.partition("=")
-        if not eq:
-            return key.strip() or PVE_DEFAULT_CPU
-        if key.strip() == "cputype":
-            return value.strip() or PVE_DEFAULT_CPU
-    return PVE_DEFAULT_CPU
 
 
 def classify(
@@ -306,13 +292,16 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
     async def one(row: Row) -> ObservedVM | str | None:
         async with slots:
             try:
-                config = await read_config(ctx, str(row.get("node")), row["vmid"])
+                config, pending = await read_pending(ctx, str(row.get("node")), row["vmid"])
             except ProxmoxError as e:
                 if e.status == 500 and e.kind is ErrorKind.NOT_FOUND:
                     return None  # gone since the listing
                 return f"cannot read VM {row['vmid']}'s config: {e.detail}"
         outcome = classify(ctx, row, by_name, config)
-        return outcome if isinstance(outcome, ObservedVM) else None
+        if not isinstance(outcome, ObservedVM):
+            return None
+        waiting = pending_fields(config, pending)
+        return dataclasses.replace(outcome, pending=waiting) if waiting else outcome
 
     results = await asyncio.gather(*(one(row) for row in deep))
     problems = [r for r in results if isinstance(r, str)]

@@ -12,10 +12,14 @@ memory change depends on is checked here, against what the cluster shows now:
   has room for the disk — ``GET /cluster/resources?type=storage`` (one request);
 * the bridge exists on each target node — ``GET /nodes/{node}/network`` (one per
   distinct node);
-* the pool exists — from the listing when any VM is in it, else ``GET /pools/{pool}``.
+* the pool exists — from the listing when any VM is in it, else ``GET /pools/{pool}``;
+* a template on local storage is cloned on its own node only — its config, once
+  (:mod:`~sand.backends.proxmox.locality`);
+* the token may use the bridge and write sand's tags — ``GET /access/permissions`` and
+  ``GET /cluster/options`` (:mod:`~sand.backends.proxmox.refusals`).
 
-So a plan with changes costs at most 2 + (target nodes) + 1 requests, however
-many VMs change; the no-op plan makes none. A check the token may not read (403)
+So a plan with changes costs at most 5 + (target nodes) + (templates) requests,
+however many VMs change; the no-op plan makes none. A check the token may not read (403)
 is skipped with a warning: preflight never blocks on what it could not see.
 """
 
@@ -26,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
+from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.create import parse_image, read_pubkey_path
+from sand.backends.proxmox.create import identity_problem, parse_image
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, listing
 from sand.manifest.sizes import format_size
@@ -46,19 +51,21 @@ class _Cluster:
     storages: dict[tuple[str, str], Mapping[str, Any]] | None = None
     bridges: dict[str, set[str] | None] = field(default_factory=dict)
     pool_exists: bool | None = None
+    template_storages: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
 async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport:
-    todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
-    if not todo:
+    if not items:
         return PreflightReport()
+    todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
-    problems: list[PreflightProblem] = []
+    problems, cluster.warnings = await refusals.write_refusals(ctx, items, rows)
     destroy_first: dict[str, str] = {}
-    await _read_nodes(ctx, cluster)
+    if todo:
+        await _read_nodes(ctx, cluster)
     for item in todo:
         if item.action in ("create", "replace"):
             found, why_first = await _check_create(ctx, cluster, item)
@@ -180,6 +187,8 @@ async def _check_create(
             )
     if vm.memory < MIN_MEMORY:
         problem("memory", f"PVE needs at least {format_size(MIN_MEMORY)} of memory")
+    if online and template is not None and template.get("template"):
+        online = await _clone_locality(ctx, cluster, item, template, online, storage, problem)
     _capacity(cluster, online, vm.memory, vm.cpus, problem)
     if online:
         await _read_storages(ctx, cluster)
@@ -195,19 +204,52 @@ async def _check_create(
                 break
     if await _pool_exists(ctx, cluster) is False:
         problem("pool", f"pool {ctx.config.pool!r} does not exist", on_backend=True)
-    why = _identity_problem(ctx)
+    why = identity_problem(ctx)
     if why:
         problem("identity", why, on_backend=True)
     return out, _why_destroy_first(cluster, online, item)
 
 
-def _identity_problem(ctx: Ctx) -> str | None:
-    """The key pair a new VM is reached with: cloud-init installs the public half, sand
-    logs in with the private one. Checked before anything is made (or a lease taken)."""
-    for path, what in ((ctx.identity, "private key"), (read_pubkey_path(ctx), "public key")):
-        if not path.is_file():
-            return f"identity: the {what} {path} does not exist"
-    return None
+async def _clone_locality(
+    ctx: Ctx,
+    cluster: _Cluster,
+    item: PreflightItem,
+    template: Row,
+    online: list[str],
+    storage: str,
+    problem: Any,
+) -> list[str]:
+    """The nodes the clone can go to: a template on local storage clones on its own node
+    only (:mod:`sand.backends.proxmox.locality`). Blocks the VM when that node is not
+    one it may go to; places it there (and says so) when it is."""
+    tnode = str(template.get("node") or "")
+    if not tnode or all(n == tnode for n in online):
+        return online
+    await _read_storages(ctx, cluster)
+    if not cluster.storages:
+        return online  # not readable: warned already
+    try:
+        names = await locality.template_storages(ctx, template, cluster.template_storages)
+    except ProxmoxError as e:
+        cluster.warnings.append(f"preflight could not read the template's config: {e.detail}")
+        return online
+    local = locality.not_shared(cluster.storages, tnode, [*names, storage])
+    if not local:
+        return online
+    vm, why = item.vm, locality.local_reason(template, local)
+    if tnode in online and not vm.node:
+        cluster.warnings.append(
+            f"VM {vm.name!r} is placed on node {tnode}: {why}, and PVE clones it only there"
+        )
+        return [tnode]
+    others = ", ".join(n for n in online if n != tnode)
+    problem(
+        "node" if vm.node else ("node" if ctx.config.node else "nodes"),
+        f"{why}: PVE cannot clone it to node {others} (VM uses local storage); place the VM "
+        f"on node {tnode} or move the template to shared storage",
+        on_backend=not vm.node,
+    )
+    return []
 
 
 async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> list[PreflightProblem]:

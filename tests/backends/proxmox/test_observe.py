@@ -73,10 +73,10 @@ async def test_deep_reads_only_for_vms_whose_fingerprint_differs(
 
     obs = await backend.observe(desired)
 
-    configs = rig.requests("GET", contains="/config")
+    configs = rig.requests("GET", contains="/pending")
     assert sorted(r.path for r in configs) == [
-        "/nodes/pve1/qemu/203/config",
-        "/nodes/pve1/qemu/207/config",
+        "/nodes/pve1/qemu/203/pending",
+        "/nodes/pve1/qemu/207/pending",
     ]
     assert rig.count() == 3  # the listing and two config reads: <= 2 calls per changed VM
     seen = managed(obs.vms)
@@ -103,7 +103,7 @@ async def test_a_locked_vm_is_read_and_reported_locked(
     obs = await backend.observe(desired)
     (vm,) = obs.vms
     assert vm.lock == "backup" and vm.deep and vm.ownership is Ownership.MANAGED
-    assert rig.count("GET", "/nodes/pve1/qemu/310/config") == 1
+    assert rig.count("GET", "/nodes/pve1/qemu/310/pending") == 1
 
 
 def _human_clone(rig: FakePveRig, source: int, newid: int, name: str) -> None:
@@ -150,7 +150,7 @@ async def test_ownership_of_everything_in_the_pool(
     assert copied.marker is not None and copied.marker.identity == made.identity
     assert any("160" in w and "copy" in w for w in obs.warnings)
     # Only the unmarked VM holding a desired name needed its config read.
-    assert [r.path for r in rig.requests(contains="/config")] == ["/nodes/pve1/qemu/150/config"]
+    assert [r.path for r in rig.requests(contains="/pending")] == ["/nodes/pve1/qemu/150/pending"]
     assert "9000" not in kinds  # the template is not sand's business
 
 

@@ -1,0 +1,120 @@
+"""The fidelity layer itself (tests/fakepve_rig/fidelity.py): it refuses what PVE refuses.
+
+Raw HTTP against the rig, so each rule is seen without sand in between; the tests that
+show sand meeting the rules are in test_refusals.py and test_pve_versions.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.fakepve_rig.rig import FakePveRig
+
+
+class Api:
+    def __init__(self, rig: FakePveRig, token_file: Path | None = None) -> None:
+        token = (token_file or rig.token_file).read_text(encoding="utf-8").strip()
+        self.headers = {"Authorization": f"PVEAPIToken={token}"}
+        self.base = rig.url + "/api2/json/"
+        self.ca = rig.ca_file
+
+    def call(self, method: str, path: str, **data: Any) -> tuple[int, Any]:
+        kw: dict[str, Any] = {"params": data} if method == "GET" else {"data": data}
+        r = requests.request(
+            method, self.base + path, headers=self.headers, verify=self.ca, timeout=10, **kw
+        )
+        body = r.json()
+        return r.status_code, body.get("data") if r.ok else body.get("message", "")
+
+
+@pytest.mark.parametrize("major", [8, 9])
+def test_version_and_privileges_follow_the_profile(fakepve_factory: Any, major: int) -> None:
+    rig = fakepve_factory(pve_version=major)
+    status, data = Api(rig).call("GET", "version")
+    assert status == 200 and data["version"].startswith(f"{major}.")
+    other = "VM.GuestAgent.Audit" if major == 8 else "VM.Monitor"
+    with pytest.raises(ValueError, match=f"invalid privilege '{other}'"):
+        rig.grant(rig.token_id, "/pool/sand", other)
+
+
+def test_pve9_parameters_are_refused_on_8(fakepve_factory: Any) -> None:
+    rig = fakepve_factory(pve_version=8, acl="root")
+    rig.seed_vm(100, "a", status="stopped")
+    status, _ = Api(rig).call("PUT", "nodes/pve1/qemu/100/config", **{"amd-sev": "type=snp"})
+    assert status == 400
+    assert "amd-sev" not in rig.vm(100).config
+
+
+def test_digest_covers_pending(fakepve_server: FakePveRig) -> None:
+    rig, api = fakepve_server, Api(fakepve_server)
+    rig.seed_vm(100, "a", status="running")
+    before = api.call("GET", "nodes/pve1/qemu/100/config")[1]["digest"]
+    assert api.call("PUT", "nodes/pve1/qemu/100/config", cpu="host")[0] == 200
+    assert rig.vm(100).pending == {"cpu": "host"}
+    status, message = api.call("PUT", "nodes/pve1/qemu/100/config", cores=3, digest=before)
+    assert status == 500 and "checksum mismatch" in message
+    assert rig.vm(100).config["cores"] == 2
+
+
+def test_pending_applied_unless_current(fakepve_server: FakePveRig) -> None:
+    rig, api = fakepve_server, Api(fakepve_server)
+    rig.seed_vm(100, "a", status="running", config={"cpu": "kvm64"})
+    api.call("PUT", "nodes/pve1/qemu/100/config", cpu="host", cores=2)
+    assert rig.vm(100).pending == {"cpu": "host"}  # cores=2 equals the current: dropped
+    assert api.call("GET", "nodes/pve1/qemu/100/config")[1]["cpu"] == "host"
+    assert api.call("GET", "nodes/pve1/qemu/100/config", current=1)[1]["cpu"] == "kvm64"
+
+
+def test_tags_normalised(fakepve_server: FakePveRig) -> None:
+    rig, api = fakepve_server, Api(fakepve_server)
+    rig.seed_vm(100, "a", status="stopped")
+    api.call("PUT", "nodes/pve1/qemu/100/config", tags="b;A,a c")
+    assert rig.vm(100).config["tags"] == "a;b;c"
+
+
+def test_cluster_options_without_sys_audit_show_allowed_tags_only(
+    fakepve_server: FakePveRig,
+) -> None:
+    rig = fakepve_server
+    rig.set_user_tag_access("list", "team-a")
+    status, data = Api(rig).call("GET", "cluster/options")
+    assert status == 200
+    assert data == {"allowed-tags": ["team-a"]}
+    rig.grant(rig.token_id, "/", "Sys.Audit")
+    data = Api(rig).call("GET", "cluster/options")[1]
+    assert data["user-tag-access"]["user-allow"] == "list"
+
+
+def test_serve_writes_the_ready_file(tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    cmd = [sys.executable, "-m", "tests.fakepve_rig", "serve", "--pve-version", "8"]
+    proc = subprocess.Popen([*cmd, "--nodes", "2", "--ready-file", str(ready)], env=env)
+    try:
+        for _ in range(300):
+            if ready.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        info = json.loads(ready.read_text(encoding="utf-8"))
+        assert ready.stat().st_mode & 0o077 == 0
+        assert info["pid"] == proc.pid
+        headers = {"Authorization": f"PVEAPIToken={info['token_id']}={info['token_secret']}"}
+        r = requests.get(info["url"] + "/api2/json/nodes", headers=headers, verify=info["cafile"])
+        assert sorted(n["node"] for n in r.json()["data"]) == ["pve1", "pve2"]
+        version = requests.get(
+            info["url"] + "/api2/json/version", headers=headers, verify=info["cafile"]
+        ).json()["data"]["version"]
+        assert version.startswith("8.")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
