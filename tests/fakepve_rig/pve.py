@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,9 @@ class RigPve(Fidelity, FakePve):  # type: ignore[misc]
         self.task_warnings: dict[tuple[str, str], list[str]] = {}
         self.task_failures: dict[tuple[str, str], list[str]] = {}
         self._background: set[asyncio.Future[None]] = set()
+        # VMs ``GET /cluster/resources`` leaves out (a stale or cut-short cluster view);
+        # each node's own list (``GET /nodes/{node}/qemu``) still shows them.
+        self.hidden_from_listing: set[int] = set()
 
     # --- request log -------------------------------------------------------------
 
@@ -96,10 +100,21 @@ class RigPve(Fidelity, FakePve):  # type: ignore[misc]
                 done(0)
                 raise
             done(response.status)
+            if path == "/cluster/resources" and self.hidden_from_listing:
+                response = self._without_hidden(response)
             return response
 
         app.middlewares.insert(0, record)
         return app
+
+    def _without_hidden(self, response: web.StreamResponse) -> web.StreamResponse:
+        if not isinstance(response, web.Response) or response.status != 200 or not response.body:
+            return response
+        body = json.loads(bytes(response.body))  # type: ignore[arg-type]
+        body["data"] = [
+            r for r in body.get("data") or [] if r.get("vmid") not in self.hidden_from_listing
+        ]
+        return web.json_response(body)
 
     # --- tasks ---------------------------------------------------------------------
 

@@ -428,6 +428,11 @@ class FakePveRig:
         """Answer requests whose path ends with ``suffix`` with an error (fakepve's fail())."""
         self.run(self.pve.fail, method, suffix, status, message, error=error, times=times)
 
+    def hide_from_listing(self, *vmids: int) -> None:
+        """``GET /cluster/resources`` leaves these VMs out from now on (each node's own
+        VM list still shows them)."""
+        self.run(lambda: self.pve.hidden_from_listing.update(vmids))
+
     def clear_faults(self) -> None:
         def clear() -> None:
             self.pve.failures.clear()

@@ -17,6 +17,9 @@ lease that has not expired, so there is nothing to race.
 
 The first take of a project makes the object. Two hosts making it at once would each
 hold one, so a maker lists again and, seeing another, deletes its own and tries again.
+Its name is fixed, so a cluster listing that leaves it out (stale, cut short) is never
+trusted alone: before making one, and when checking for another after, sand asks the
+placement nodes' own VM lists (``GET /nodes/{node}/qemu``).
 """
 
 from __future__ import annotations
@@ -52,14 +55,33 @@ def lease_name(project: str) -> str:
 
 def is_lease_row(ctx: Ctx, row: Row) -> bool:
     """This backend's lease object for this project, as a listing shows it."""
+    return _named_lease(ctx, row) and in_pool(ctx, row)
+
+
+def _named_lease(ctx: Ctx, row: Row) -> bool:
     tags = mk.split_tags(row.get("tags"))
     return (
         row.get("name") == lease_name(ctx.project)
         and LEASE_TAG in tags
         and mk.backend_tag(ctx.name) in tags
-        and in_pool(ctx, row)
         and not row.get("template")
     )
+
+
+async def _on_the_nodes(ctx: Ctx) -> list[Row]:
+    """The lease object as the nodes it is made on list it (``GET /nodes/{node}/qemu``,
+    each node's own VM list): a cluster listing that left it out (stale, or cut short)
+    must not make a second one, or two hosts would hold two different leases."""
+    found: list[Row] = []
+    for node in dict.fromkeys(ctx.config.placement_nodes):
+        try:
+            rows = await ctx.client.get(f"nodes/{node}/qemu")
+        except ProxmoxError as e:
+            if e.status == 595 or e.kind is ErrorKind.NOT_FOUND:
+                continue  # the node is offline or gone: nothing of ours is made there now
+            raise
+        found += [{**r, "node": node} for r in rows or [] if _named_lease(ctx, r)]
+    return found
 
 
 def generation(tags: object) -> int | None:
@@ -112,8 +134,10 @@ class ProxmoxLease:
             found = [r for r in rows if is_lease_row(self.ctx, r)]
             if found:
                 return min(found, key=lambda r: int(r["vmid"]))
-        # Not there when observed: perhaps made since, by another host.
+        # Not there when observed: perhaps made since, by another host; and before one is
+        # made, asked of the nodes themselves, never the cluster listing alone.
         found = [r for r in await listing(self.ctx) if is_lease_row(self.ctx, r)]
+        found = found or await _on_the_nodes(self.ctx)
         return min(found, key=lambda r: int(r["vmid"])) if found else None
 
     async def take(self) -> LeaseGrant:
@@ -198,6 +222,8 @@ class ProxmoxLease:
                 raise self._busy(None) from None
             raise
         others = [r for r in await listing(ctx) if is_lease_row(ctx, r) and int(r["vmid"]) != vmid]
+        if not others:
+            others = [r for r in await _on_the_nodes(ctx) if int(r["vmid"]) != vmid]
         if others:
             # Another taker made one at the same time: keep theirs, take it next time.
             await vmops.destroy(ctx, node, vmid)

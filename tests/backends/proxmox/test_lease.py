@@ -99,3 +99,28 @@ async def test_two_first_takers_at_once_end_with_one_lease_object(rig: FakePveRi
     assert len(rig.lease_vms()) == 1
     # Held one after the other, never both at once.
     assert order in (["+a", "-a", "+b", "-b"], ["+b", "-b", "+a", "-a"])
+
+
+async def test_a_listing_that_hides_the_lease_object_never_makes_a_second(
+    rig: FakePveRig,
+) -> None:
+    """The lease's name is fixed: before one is made it is looked up on the nodes
+    themselves, so two hosts never hold two different objects."""
+    first = rig.make_backend()
+    async with first.lease(holder("first"), ttl=30):
+        pass
+    await first.close()
+    (obj,) = rig.lease_vms()
+    rig.hide_from_listing(obj.vmid)
+    a, b = rig.make_backend(), rig.make_backend()
+    try:
+        async with a.lease(holder("a"), ttl=30):
+            with pytest.raises(LeaseBusy):  # the same object: held by a
+                async with b.lease(holder("b"), ttl=30):
+                    pass
+    finally:
+        await a.close()
+        await b.close()
+    assert [v.vmid for v in rig.lease_vms()] == [obj.vmid]
+    record = parse_record(rig.run(lambda: rig.pve.vm(obj.vmid).config["description"]))
+    assert record is not None and record.holder.command == "a"
