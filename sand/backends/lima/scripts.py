@@ -73,6 +73,30 @@ done
 exit 0
 """
 
+# $1 = the configuration's length, $2 = the instance name; then the limactl argv, to which
+# the configuration's file is added. limactl never reads sand's pipe itself: a sand killed
+# before it wrote the whole configuration (its pipe closed early) would have Lima create
+# an instance from whatever arrived — nothing, here, and then of the --set values alone.
+CREATE_FROM_STDIN = r"""
+set -eu
+d=${LIMA_HOME:-$HOME/.lima}/_sand
+mkdir -p "$d"
+umask 077
+f="$d/create-$$.yaml"
+rm -f "$f"
+cat > "$f"
+n=$(wc -c < "$f" | tr -d ' ')
+if [ "$n" != "$1" ]; then
+  rm -f "$f"
+  echo "sand: the configuration of $2 arrived cut short ($n of $1 bytes); nothing created" >&2
+  exit 4
+fi
+shift 2
+if "$@" "$f"; then rc=0; else rc=$?; fi
+rm -f "$f"
+exit "$rc"
+"""
+
 # $1 = instance name, $2 = sidecar file name, $3 = its length; stdin = the content.
 # Atomic (rename), and only whole.
 WRITE_SIDECAR = r"""
@@ -262,3 +286,8 @@ def lease_argv(mode: str, project: str, ttl: float) -> list[str]:
 
 def tail_argv(instance: str, filename: str, lines: int = 20) -> list[str]:
     return sh(TAIL_FILE, "sand-tail", instance, filename, str(lines))
+
+
+def create_from_stdin_argv(size: int, name: str, limactl_argv: Sequence[str]) -> list[str]:
+    """Run ``limactl_argv`` plus a file holding stdin (``size`` bytes, checked first)."""
+    return sh(CREATE_FROM_STDIN, "sand-create", str(size), name, *limactl_argv)

@@ -66,17 +66,19 @@ def set_flags(exprs: Sequence[str]) -> list[str]:
 
 
 async def create_instance(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -> None:
-    """limactl create from a generated lima.yaml on stdin, with the --set overrides
-    Lima applies after merging templates (that is how the security keys win)."""
-    await limactl(
-        ctx,
-        "create",
-        f"--name={name}",
-        *set_flags(sets),
-        "-",
-        stdin=body.encode(),
+    """limactl create from a generated lima.yaml, with the --set overrides Lima applies
+    after merging templates (that is how the security keys win). The yaml reaches the
+    host on stdin and limactl as a file, whole or not at all (``CREATE_FROM_STDIN``)."""
+    data = body.encode()
+    activity.step(f"limactl create --name={name}", limit=ctx.timeouts.create)
+    command = argv(ctx, "create", f"--name={name}", *set_flags(sets))
+    res = await ctx.runner.run(
+        scripts.create_from_stdin_argv(len(data), name, command),
+        stdin=data,
         timeout=ctx.timeouts.create,
     )
+    if not res.ok:
+        raise error(ctx, res, f"limactl create --name={name}")
 
 
 async def start(ctx: Ctx, name: str) -> None:

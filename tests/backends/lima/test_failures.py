@@ -354,3 +354,26 @@ def test_a_marker_cut_short_by_a_killed_sand_never_replaces_a_whole_one(tmp_path
         assert sorted(p.name for p in inst.iterdir()) == ["lima.yaml", scripts.MARKER_FILE]
     proc = subprocess.run(argv, input=newer, env=env, capture_output=True, check=False)
     assert proc.returncode == 0 and (inst / scripts.MARKER_FILE).read_bytes() == newer
+
+
+def test_a_configuration_cut_short_by_a_killed_sand_creates_nothing(tmp_path) -> None:
+    """limactl create reads sand's generated lima.yaml; a sand killed before it wrote it
+    all once left Lima to create an instance from the --set values alone (no image, no
+    project marker: an orphan nobody removes). Now nothing is created unless it is whole."""
+    from sand.backends.lima import scripts
+
+    standin = StandIn.create(tmp_path, lima_home=tmp_path / "lima")
+    env = {**os.environ, **standin.env()}
+    body = b"cpus: 3\nmemory: 3GiB\n"
+    limactl = [str(standin.executable), "--tty=false", "create", "--name=agent-1"]
+    argv = scripts.create_from_stdin_argv(len(body), "agent-1", limactl)
+    for cut in (b"", body[:20]):
+        proc = subprocess.run(argv, input=cut, env=env, capture_output=True, check=False)
+        assert proc.returncode == 4 and b"cut short" in proc.stderr, proc.stderr
+        assert standin.instances() == []
+        assert "create" not in standin.commands()
+    proc = subprocess.run(argv, input=body, env=env, capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert standin.instances() == ["agent-1"]
+    assert standin.read_yaml("agent-1")["cpus"] == 3
+    assert list((tmp_path / "lima" / "_sand").iterdir()) == []  # the file is not left behind
