@@ -66,6 +66,16 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def token_url_problem(url: str) -> str | None:
+    """Why a token may not be sent to ``url``, or None: only HTTPS carries it."""
+    scheme = urlsplit(url).scheme if "://" in url else "ssh"
+    if scheme == "https":
+        return None
+    if scheme in ("http", "git"):
+        return f"would cross the network in clear over {scheme}://; give an https:// URL"
+    return f"is for https:// URLs ({scheme} uses the host's own credentials)"
+
+
 @dataclass(frozen=True)
 class Revision:
     sha: str
@@ -82,6 +92,9 @@ class GitMirror:
         if problem:
             raise GitError(f"refusing --repo: {problem}")
         if token_file is not None:
+            problem = token_url_problem(url)
+            if problem:
+                raise GitError(f"refusing --token-file: a token {problem}")
             problem = private_file_problem(token_file)
             if problem:
                 raise GitError(f"the token file {token_file} {problem}")

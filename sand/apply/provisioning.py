@@ -49,7 +49,14 @@ class GuestSecrets:
             names = secret_names(self.session.desired.vms)
             loaded = self.session.loaded
             self._values = (
-                resolve_secrets(loaded.manifest, loaded.directory, names) if names else {}
+                resolve_secrets(
+                    loaded.manifest,
+                    loaded.directory,
+                    names,
+                    from_repository=loaded.from_repository,
+                )
+                if names
+                else {}
             )
         return self._values
 

@@ -10,8 +10,11 @@ revision whose manifest is invalid is reported once, with its located problems
 Between commits, periodic runs of the revision in force re-observe and correct
 drift only with ``selfHeal: true`` (as Argo CD's auto-sync).
 
-Host paths the manifest names by a relative path (token files, keys, secret files)
-are found in ``host_dir``, never in the repository: secrets come from the host.
+Host paths the manifest names by a relative path (token files, keys) are found in
+``host_dir``, never in the repository. The manifest only names secrets: a revision
+that sets a source (``command:``, ``file:``, ``env:``) is refused with the place of
+each, and the host maps the names in ``host_dir/secrets.yaml``
+(:mod:`sand.manifest.repository`, :mod:`sand.manifest.hostsecrets`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sand.apply.unattended import Reconciler, RunResult
 from sand.apply.wakeups import PERIODIC, Wakeups
 from sand.errors import ManifestError, Problem, SandError
 from sand.manifest import load_manifest
+from sand.manifest.repository import repository_problems
 from sand.state.private import write_private_file
 
 WEBHOOK = "webhook"
@@ -149,7 +153,9 @@ class Syncer:
             file = self.manifest_file(head.sha)
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_private_file(file, text)
-            load_manifest(file)
+            problems = repository_problems(load_manifest(file), self.host_dir)
+            if problems:
+                raise ManifestError(problems)
         except ManifestError as exc:
             self._reject(head, _relabel(exc, f"{self.path}@{head.short}"))
             return

@@ -55,7 +55,7 @@ class Watcher:
         except ManifestError:
             return files
         for secret in m.secrets.values():
-            if secret.source.file:
+            if secret.source and secret.source.file:
                 p = Path(secret.source.file).expanduser()
                 files.add((p if p.is_absolute() else self.manifest.parent / p).resolve())
         return files

@@ -21,6 +21,7 @@ from typing import NoReturn
 from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
 from sand.logs import register_secret
+from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
 from sand.manifest.models import Manifest, SecretSource
 from sand.state.private import private_file_problem
 
@@ -83,9 +84,16 @@ def resolve_secrets(
     manifest_dir: str | os.PathLike[str],
     names: Iterable[str],
     *,
+    from_repository: bool = False,
     timeout: float = COMMAND_TIMEOUT,
 ) -> dict[str, SecretValue]:
-    """Read the values of ``names``; one SecretError lists every one that failed."""
+    """Read the values of ``names``; one SecretError lists every one that failed.
+
+    A secret without a ``from:`` takes its source from the host's ``secrets.yaml`` in
+    ``manifest_dir``; with ``from_repository`` every one does, whatever the manifest
+    says (``sand sync`` refuses such a manifest before; this is the second lock)."""
+    directory = Path(manifest_dir)
+    host: dict[str, SecretSource] | None = None
     values: dict[str, SecretValue] = {}
     problems: list[str] = []
     for name in sorted(set(names)):
@@ -93,8 +101,18 @@ def resolve_secrets(
         if secret is None:
             problems.append(f"secret {name!r} is not defined in the manifest's secrets")
             continue
+        source = None if from_repository else secret.source
+        if source is None:
+            host = load_host_secrets(directory) if host is None else host
+            source = host.get(name)
+        if source is None:
+            problems.append(
+                f"secret {name!r} has no source: the manifest only names it, and "
+                f"{host_secrets_file(directory)} does not map it"
+            )
+            continue
         try:
-            raw = _read(name, secret.source, Path(manifest_dir), timeout)
+            raw = _read(name, source, directory, timeout)
             value = _check(name, raw)
         except SecretError as exc:
             problems.append(str(exc))

@@ -11,14 +11,14 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cli.sync_rig import Repo, SyncProcess, free_port, git_available, private_file
+from tests.cli.sync_rig import Repo, SyncProcess, free_port, https_git, private_file
 from tests.fakepve_rig.rig import FakePveRig
-from tests.required import require
 from tests.rig.gitserver import GitServer
 
 GIT_TOKEN = "git-canary-token-5d1c9e"  # never to be seen anywhere but the git server
@@ -36,9 +36,8 @@ def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, obje
 
 
 @pytest.fixture
-def git() -> GitServer:
-    require(git_available(), "git is not installed")
-    with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
         yield server
 
 
@@ -251,7 +250,7 @@ def test_the_git_token_reaches_git_in_no_argv_and_a_url_with_one_is_refused(
     from tests.cli.helpers import Sand
 
     before = len(git.request_log)
-    with_token = repo.url.replace("http://", f"http://x:{GIT_TOKEN}@")
+    with_token = repo.url.replace("https://", f"https://x:{GIT_TOKEN}@")
     refused = Sand(tmp_path).run("sync", "--once", "--repo", with_token)
     assert refused.returncode == 1 and "holds a password" in refused.stderr
     assert GIT_TOKEN not in refused.stderr and len(git.request_log) == before

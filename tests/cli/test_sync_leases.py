@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.cli.sync_rig import (
     Repo,
     SyncProcess,
     can_be_another_host,
-    git_available,
+    https_git,
     private_file,
 )
 from tests.fakepve_rig.rig import FakePveRig
@@ -71,9 +72,8 @@ class Host:
 
 
 @pytest.fixture
-def git():
-    require(git_available(), "git is not installed")
-    with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
         yield server
 
 

@@ -1,0 +1,148 @@
+"""A commit to the branch ``sand sync`` follows names secrets, never their sources.
+
+Whoever can commit writes the manifest that ``sand sync`` applies on its host. These
+tests push hostile commits to the real git server and follow the real ``sand sync``:
+a ``command:`` source must run nothing on the host, a ``file:`` source must ship no
+host file (``~/.ssh``, an absolute path, a ``../`` or symlink way out of --host-dir,
+nor the host's own Proxmox token inside it). Each is refused at its place in the
+revision, nothing is applied, and the last good revision stays in force. What is
+asserted is read on the far side: the host's files, fakepve's request log, the git
+server's log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli.helpers import Sand
+from tests.cli.sync_rig import Repo, SyncProcess, https_git, private_file
+from tests.cli.test_sync import GIT_TOKEN, mutations, names, start_sync, vm_manifest
+from tests.fakepve_rig.rig import FakePveRig
+from tests.rig.gitserver import GitServer
+
+CANARY = "canary-host-file-7d3e91-never-shipped"
+
+
+@pytest.fixture
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
+        yield server
+
+
+def with_secret(rig: FakePveRig, source: dict[str, object]) -> str:
+    """The manifest of a commit that gives VM s-1 a secret from ``source``."""
+    data = vm_manifest(
+        rig, [{"name": "s-1", "provision": True, "secrets": [{"name": "API", "scope": "~"}]}]
+    )
+    data["secrets"] = {"API": {"from": source}}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def place(text: str, key: str) -> str:
+    """``LINE:COL`` of the (first) mapping key ``key`` in ``text``."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(f"{key}:"):
+            return f"{n}:{line.index(key) + 1}"
+    raise AssertionError(f"no {key} in the manifest")
+
+
+def refused(sync: SyncProcess, sha: str, text: str, key: str) -> str:
+    """What the sync said of revision ``sha``: refused, at the source's place."""
+    sync.wait_for(lambda: sync.said(f"revision {sha[:12]} (hostile): the manifest is invalid"))
+    said = sync.text()
+    assert f"sand.yaml@{sha[:12]}:{place(text, key)}: secrets.API.from.{key}:" in said
+    return said
+
+
+def test_a_commit_with_a_command_secret_runs_nothing_on_the_host(
+    tmp_path, fakepve_server, git
+) -> None:
+    rig = fakepve_server
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
+    good = repo.head()
+    marker = tmp_path / "ran-on-the-sync-host"
+    sync = start_sync(tmp_path, rig, repo, "--interval", "0.5")
+    try:
+        sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
+        before = len(mutations(rig))
+        text = with_secret(rig, {"command": ["sh", "-c", f"id > {marker}; echo {CANARY}"]})
+        bad = repo.push(text, "hostile")
+        said = refused(sync, bad, text, "command")
+        assert "a command would run on the sync host" in said
+        time.sleep(2)  # periodic runs of the last good revision go on, the command never
+        assert not marker.exists()
+        assert len(mutations(rig)) == before and names(rig) == ["s-1"]
+        assert sync.applying() == [good[:12]]
+        assert f"last good revision stays in force ({good[:12]})" in sync.text()
+    finally:
+        sync.stop()
+    assert not marker.exists() and CANARY not in sync.text()
+
+
+def test_a_commit_naming_a_host_file_ships_nothing(tmp_path, fakepve_server, git) -> None:
+    rig = fakepve_server
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    (home / ".ssh").mkdir(parents=True)
+    outside.mkdir()
+    private_file(home / ".ssh" / "id_ed25519", CANARY + "-ssh\n")
+    private_file(outside / "other.token", CANARY + "-abs\n")
+    host_dir = rig.workdir
+    (host_dir / "link.token").symlink_to(outside / "other.token")
+    escape = "../outside/other.token"
+    assert (host_dir / escape).resolve() == (outside / "other.token").resolve()
+    sources = {
+        "~/.ssh/id_ed25519": "is a host file outside --host-dir",
+        str(outside / "other.token"): "is a host file outside --host-dir",
+        escape: "leads out of --host-dir",
+        "link.token": "leads out of --host-dir",
+        # Inside --host-dir lies the host's own Proxmox token: no file there either.
+        rig.token_file.name: "a file of the host's",
+    }
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
+    good = repo.head()
+    sync = start_sync(tmp_path, rig, repo, "--interval", "0.5", env={"HOME": str(home)})
+    try:
+        sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
+        before = len(mutations(rig))
+        for path, why in sources.items():
+            text = with_secret(rig, {"file": path})
+            bad = repo.push(text, "hostile")
+            assert why in refused(sync, bad, text, "file")
+        time.sleep(2)
+        assert len(mutations(rig)) == before and names(rig) == ["s-1"]
+        assert sync.applying() == [good[:12]]
+    finally:
+        sync.stop()
+    secret = rig.token_file.read_text().strip()
+    for text in (sync.text(), *(f.read_text(errors="replace") for f in _files(sync.state_dir))):
+        assert CANARY not in text and secret not in text
+
+
+def _files(root: Path) -> list[Path]:
+    return [f for f in root.rglob("*") if f.is_file()]
+
+
+def test_a_token_is_not_sent_over_plain_http(tmp_path) -> None:
+    with GitServer(GIT_TOKEN, host="127.0.0.1") as plain:
+        url = plain.create_repo("fleet", {"sand.yaml": "apiVersion: sand/v1\n"})
+        token = private_file(tmp_path / "git.token", GIT_TOKEN + "\n")
+        done = Sand(tmp_path).run("sync", "--once", "--repo", url, "--token-file", str(token))
+        assert done.returncode == 1, done.stderr
+        assert "in clear over http://" in done.stderr and "Traceback" not in done.stderr
+        assert plain.request_log == []  # not one request: the token never left
+
+
+def test_a_broken_host_secrets_map_is_refused_at_its_line(tmp_path, fakepve_server, git) -> None:
+    rig = fakepve_server
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
+    (rig.workdir / "secrets.yaml").write_text("secrets:\n  API:\n    from: {flie: api.token}\n")
+    token = private_file(tmp_path / "git.token", GIT_TOKEN)
+    args = ("--repo", repo.url, "--token-file", str(token), "--host-dir", str(rig.workdir))
+    done = Sand(tmp_path).run("sync", "--once", *args)
+    assert done.returncode == 1
+    assert f"{rig.workdir / 'secrets.yaml'}:3:" in done.stderr and "flie" in done.stderr
+    assert names(rig) == [] and git.request_log == []
