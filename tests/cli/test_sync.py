@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -26,12 +27,16 @@ HOOK_SECRET = "hook-secret-8c2f61a7"
 
 
 def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, object]:
-    """A manifest as a team checks it in: the token file and key by relative paths,
+    """A manifest as a team checks it in: the token file, key and CA by relative paths,
     which ``sand sync`` finds on the host (``--host-dir``), never in the repository."""
     data = rig.manifest(vms)
     backend = data["backends"]["pve"]  # type: ignore[index]
+    ca = rig.workdir / "pve-ca.pem"
+    if not ca.exists():
+        shutil.copy(rig.ca_file, ca)
     backend["token_file"] = rig.token_file.name
     backend["identity"] = rig.identity.name
+    backend["ca_file"] = ca.name
     return data
 
 

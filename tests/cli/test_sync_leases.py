@@ -36,6 +36,7 @@ def team_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, ob
     backend = data["backends"]["pve"]  # type: ignore[index]
     backend["token_file"] = "pve.token"  # each host has its own, in its --host-dir
     backend["identity"] = "id_ed25519"
+    backend["ca_file"] = "pve-ca.pem"
     return data
 
 
@@ -51,6 +52,7 @@ class Host:
         shutil.copy(rig.add_token(self.token_id), home / "pve.token")
         for key in (rig.identity, rig.identity.with_name(rig.identity.name + ".pub")):
             shutil.copy(key, home / key.name)
+        shutil.copy(rig.ca_file, home / "pve-ca.pem")
         self.home = home
         self.git_token = private_file(self.dir / "git.token", GIT_TOKEN)
         self.sync: SyncProcess | None = None
@@ -187,6 +189,7 @@ def test_a_killed_holder_is_taken_over_once_its_lease_expires(fakepve_server, gi
     sand.write(team_manifest(rig, [{"name": "k-1"}, {"name": "k-2"}]))
     shutil.copy(laptop.home / "pve.token", laptop.dir / "pve.token")
     shutil.copy(laptop.home / "id_ed25519", laptop.dir / "id_ed25519")
+    shutil.copy(laptop.home / "pve-ca.pem", laptop.dir / "pve-ca.pem")
     elsewhere = {"SAND_STATE_DIR": str(laptop.dir / "s3")}
     refused = sand.run("apply", "--auto-approve", env=elsewhere)
     assert refused.returncode == 1

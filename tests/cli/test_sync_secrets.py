@@ -50,11 +50,13 @@ def place(text: str, key: str) -> str:
     raise AssertionError(f"no {key} in the manifest")
 
 
-def refused(sync: SyncProcess, sha: str, text: str, key: str) -> str:
-    """What the sync said of revision ``sha``: refused, at the source's place."""
+def refused(sync: SyncProcess, sha: str, text: str, key: str, field: str = "") -> str:
+    """What the sync said of revision ``sha``: refused, at the place of ``key``
+    (``field``: its dotted name, by default the secret's source)."""
     sync.wait_for(lambda: sync.said(f"revision {sha[:12]} (hostile): the manifest is invalid"))
     said = sync.text()
-    assert f"sand.yaml@{sha[:12]}:{place(text, key)}: secrets.API.from.{key}:" in said
+    field = field or f"secrets.API.from.{key}"
+    assert f"sand.yaml@{sha[:12]}:{place(text, key)}: {field}:" in said
     return said
 
 
@@ -120,6 +122,45 @@ def test_a_commit_naming_a_host_file_ships_nothing(tmp_path, fakepve_server, git
     secret = rig.token_file.read_text().strip()
     for text in (sync.text(), *(f.read_text(errors="replace") for f in _files(sync.state_dir))):
         assert CANARY not in text and secret not in text
+
+
+def test_a_commit_naming_host_files_or_programs_for_a_backend_is_refused(
+    tmp_path, fakepve_server, git
+) -> None:
+    # The Proxmox token file is presented to whichever host the manifest names: a
+    # commit must not make it ~/.ssh/id_ed25519. Nor choose the program sand runs.
+    rig = fakepve_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    private_file(home / ".ssh" / "id_ed25519", CANARY + "-ssh\n")
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
+    good = repo.head()
+    hostile = {
+        "token_file": ({"token_file": "~/.ssh/id_ed25519"}, "is a host file outside"),
+        "ca_file": ({"ca_file": "../../etc/ssl/certs/ca-certificates.crt"}, "leads out of"),
+    }
+    sync = start_sync(tmp_path, rig, repo, "--interval", "0.5", env={"HOME": str(home)})
+    try:
+        sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
+        before = len(mutations(rig))
+        for key, (fields, why) in hostile.items():
+            data = vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}])
+            data["backends"]["pve"].update(fields)  # type: ignore[index]
+            text = yaml.safe_dump(data, sort_keys=False)
+            bad = repo.push(text, "hostile")
+            assert why in refused(sync, bad, text, key, f"backends.pve.{key}")
+        data = vm_manifest(rig, [{"name": "s-1", "backend": "pve"}])
+        data["backends"]["here"] = {"type": "lima", "limactl": "/bin/sh"}  # type: ignore[index]
+        text = yaml.safe_dump(data, sort_keys=False)
+        bad = repo.push(text, "hostile")
+        refused(sync, bad, text, "limactl", "backends.here.limactl")
+        time.sleep(2)
+        assert len(mutations(rig)) == before and names(rig) == ["s-1"]
+        assert sync.applying() == [good[:12]]
+        assert {r.token for r in rig.log} == {rig.token_id}  # only ever the host's token
+    finally:
+        sync.stop()
+    assert CANARY not in sync.text()
 
 
 def _files(root: Path) -> list[Path]:
