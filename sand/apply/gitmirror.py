@@ -30,11 +30,13 @@ from sand.state.private import ensure_private_dir, private_file_problem
 FETCH_TIMEOUT = 300.0
 # Transports a repository URL may use (no ext::, which runs a command; no fd::).
 ALLOWED_PROTOCOLS = "https:http:ssh:git:file"
-# Answers git's "get" with the token in $SAND_GIT_TOKEN_FILE; the request on stdin is
+# Answers git's "get" with the token in $SAND_GIT_TOKEN_FILE, and only for an https
+# request (the second lock behind GIT_ALLOW_PROTOCOL=https); the request on stdin is
 # drained first, and nothing but the file's path is ever an argument.
 CREDENTIAL_HELPER = (
-    '!f() { while IFS= read -r l && [ -n "$l" ]; do :; done; '
-    '[ "$1" = get ] || exit 0; '
+    '!f() { p=; while IFS= read -r l && [ -n "$l" ]; do '
+    'case "$l" in protocol=*) p="${l#protocol=}";; esac; done; '
+    '[ "$1" = get ] && [ "$p" = https ] || exit 0; '
     "printf 'username=x-access-token\\npassword='; "
     'tr -d "\\r\\n" < "$SAND_GIT_TOKEN_FILE"; echo; }; f'
 )
@@ -129,6 +131,8 @@ class GitMirror:
         )
         if self.token_file is not None:
             env.update(
+                # A token goes over HTTPS only: git follows no redirect to http://.
+                GIT_ALLOW_PROTOCOL="https",
                 GIT_CONFIG_COUNT="2",
                 GIT_CONFIG_KEY_1="credential.helper",
                 GIT_CONFIG_VALUE_1=CREDENTIAL_HELPER,

@@ -11,9 +11,13 @@ server's log."""
 
 from __future__ import annotations
 
+import ssl
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -187,3 +191,42 @@ def test_a_broken_host_secrets_map_is_refused_at_its_line(tmp_path, fakepve_serv
     assert done.returncode == 1
     assert f"{rig.workdir / 'secrets.yaml'}:3:" in done.stderr and "flie" in done.stderr
     assert names(rig) == [] and git.request_log == []
+
+
+class _Redirect(BaseHTTPRequestHandler):
+    """Answers every request with a redirect to the same path on ``server.target``."""
+
+    server: Any
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self.send_response(301)
+        self.send_header("Location", self.server.target + self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_token_does_not_follow_a_redirect_to_plain_http(tmp_path, fakepve_rig_pki) -> None:
+    # An https:// repository that redirects to http:// must not get the token in clear.
+    with GitServer(GIT_TOKEN, host="127.0.0.1") as plain:
+        plain.create_repo("fleet", {"sand.yaml": "apiVersion: sand/v1\n"})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+        server.target = plain.base_url  # type: ignore[attr-defined]
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*fakepve_rig_pki)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"https://127.0.0.1:{server.server_address[1]}/fleet.git"
+            token = private_file(tmp_path / "git.token", GIT_TOKEN + "\n")
+            done = Sand(tmp_path).run(
+                "sync", "--once", "--repo", url, "--token-file", str(token),
+                env={"GIT_SSL_CAINFO": fakepve_rig_pki[0]},
+            )  # fmt: skip
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert done.returncode == 1
+        assert [ok for _path, ok in plain.request_log if ok] == []  # never authenticated
