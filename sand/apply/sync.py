@@ -110,6 +110,7 @@ class Syncer:
     def __post_init__(self) -> None:
         self.state = SyncState.load(self.state_file)
         self.head_rejected = False  # the last fetched revision's manifest is invalid
+        self.recheck = bool(self.state.good)  # in force before this start: checked again
 
     @property
     def state_file(self) -> Path:
@@ -124,6 +125,9 @@ class Syncer:
     async def check(self, reason: str) -> RunResult | None:
         """One tick: fetch, take in a new revision, and run what is due (None: nothing
         ran, e.g. a poke that found no new commit)."""
+        if self.recheck:
+            self.recheck = False
+            self._recheck_good()
         previous = self.state.good
         try:
             head = await self.mirror.fetch()
@@ -153,9 +157,7 @@ class Syncer:
             file = self.manifest_file(head.sha)
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_private_file(file, text)
-            problems = repository_problems(load_manifest(file), self.host_dir)
-            if problems:
-                raise ManifestError(problems)
+            self._validate(file)
         except ManifestError as exc:
             self._reject(head, _relabel(exc, f"{self.path}@{head.short}"))
             return
@@ -166,6 +168,26 @@ class Syncer:
         self._forget(keep=head.sha)
         self.state.good = head.sha
         self.state.save(self.state_file)
+
+    def _validate(self, file: Path) -> None:
+        """ManifestError unless the manifest at ``file`` is valid and sets no host source."""
+        problems = repository_problems(load_manifest(file), self.host_dir)
+        if problems:
+            raise ManifestError(problems)
+
+    def _recheck_good(self) -> None:
+        """The revision in force before this start, checked again by this sand's rules:
+        an older sand may have let through what this one refuses (a secret's source)."""
+        sha, file = self.state.good, self.manifest_file(self.state.good)
+        if not file.is_file():
+            return  # nothing to check; the run says what is missing
+        try:
+            self._validate(file)
+        except ManifestError as exc:
+            self.state.good = ""
+            self._reject(
+                Revision(sha, "in force until now"), _relabel(exc, f"{self.path}@{sha[:12]}")
+            )
 
     def _reject(self, head: Revision, exc: SandError) -> None:
         self.metrics.failed(exc.layer)

@@ -167,6 +167,40 @@ def test_a_commit_naming_host_files_or_programs_for_a_backend_is_refused(
     assert CANARY not in sync.text()
 
 
+def test_a_revision_in_force_before_a_restart_is_checked_again(
+    tmp_path, fakepve_server, git
+) -> None:
+    # What an older sand took in as good (a host file for a backend) is not applied by
+    # this one after a restart: it is refused, and nothing runs until a valid commit.
+    rig = fakepve_server
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
+    good = repo.head()
+    sync = start_sync(tmp_path, rig, repo, "--interval", "0.5")
+    try:
+        sync.wait_for(lambda: sync.said(f"revision {good[:12]} applied (converged)"))
+    finally:
+        sync.stop()
+    data = vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}])
+    data["backends"]["pve"]["token_file"] = str(rig.token_file)  # type: ignore[index]
+    (stored,) = (sync.state_dir / "sync").glob(f"*/revisions/{good}/sand.yaml")
+    stored.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = len(mutations(rig))
+    again = SyncProcess(sync.workdir, *sync.argv[4:])
+    try:
+        again.wait_for(lambda: again.said("the manifest is invalid"))
+        time.sleep(2)
+        said = again.text()
+        assert f"revision {good[:12]} (in force until now): the manifest is invalid" in said
+        assert f"sand.yaml@{good[:12]}:" in said and "backends.pve.token_file" in said
+        assert again.applying() == [] and len(mutations(rig)) == before
+        assert names(rig) == ["s-1"]
+        fixed = repo.push(vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}]), "fixed")
+        again.wait_for(lambda: names(rig) == ["s-1", "s-2"])
+        assert again.applying() == [fixed[:12]]
+    finally:
+        again.stop()
+
+
 def _files(root: Path) -> list[Path]:
     return [f for f in root.rglob("*") if f.is_file()]
 
