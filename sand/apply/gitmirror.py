@@ -30,11 +30,13 @@ from sand.state.private import ensure_private_dir, private_file_problem
 FETCH_TIMEOUT = 300.0
 # Transports a repository URL may use (no ext::, which runs a command; no fd::).
 ALLOWED_PROTOCOLS = "https:http:ssh:git:file"
-# Answers git's "get" with the token in $SAND_GIT_TOKEN_FILE; the request on stdin is
+# Answers git's "get" with the token in $SAND_GIT_TOKEN_FILE, and only for an https
+# request (the second lock behind GIT_ALLOW_PROTOCOL=https); the request on stdin is
 # drained first, and nothing but the file's path is ever an argument.
 CREDENTIAL_HELPER = (
-    '!f() { while IFS= read -r l && [ -n "$l" ]; do :; done; '
-    '[ "$1" = get ] || exit 0; '
+    '!f() { p=; while IFS= read -r l && [ -n "$l" ]; do '
+    'case "$l" in protocol=*) p="${l#protocol=}";; esac; done; '
+    '[ "$1" = get ] && [ "$p" = https ] || exit 0; '
     "printf 'username=x-access-token\\npassword='; "
     'tr -d "\\r\\n" < "$SAND_GIT_TOKEN_FILE"; echo; }; f'
 )
@@ -66,6 +68,16 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def token_url_problem(url: str) -> str | None:
+    """Why a token may not be sent to ``url``, or None: only HTTPS carries it."""
+    scheme = urlsplit(url).scheme if "://" in url else "ssh"
+    if scheme == "https":
+        return None
+    if scheme in ("http", "git"):
+        return f"would cross the network in clear over {scheme}://; give an https:// URL"
+    return f"is for https:// URLs ({scheme} uses the host's own credentials)"
+
+
 @dataclass(frozen=True)
 class Revision:
     sha: str
@@ -82,6 +94,9 @@ class GitMirror:
         if problem:
             raise GitError(f"refusing --repo: {problem}")
         if token_file is not None:
+            problem = token_url_problem(url)
+            if problem:
+                raise GitError(f"refusing --token-file: a token {problem}")
             problem = private_file_problem(token_file)
             if problem:
                 raise GitError(f"the token file {token_file} {problem}")
@@ -116,6 +131,8 @@ class GitMirror:
         )
         if self.token_file is not None:
             env.update(
+                # A token goes over HTTPS only: git follows no redirect to http://.
+                GIT_ALLOW_PROTOCOL="https",
                 GIT_CONFIG_COUNT="2",
                 GIT_CONFIG_KEY_1="credential.helper",
                 GIT_CONFIG_VALUE_1=CREDENTIAL_HELPER,

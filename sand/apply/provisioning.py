@@ -55,15 +55,22 @@ class GuestSecrets:
 
             names = sorted(secret_names(self.session.desired.vms))
             loaded = self.session.loaded
-            if not self.lenient:
-                self._values = (
-                    resolve_secrets(loaded.manifest, loaded.directory, names) if names else {}
+
+            def read(wanted: list[str]) -> dict[str, SecretValue]:
+                return resolve_secrets(
+                    loaded.manifest,
+                    loaded.directory,
+                    wanted,
+                    from_repository=loaded.from_repository,
                 )
+
+            if not self.lenient:
+                self._values = read(names) if names else {}
                 return self._values
             self._values = {}
             for name in names:
                 try:
-                    self._values |= resolve_secrets(loaded.manifest, loaded.directory, [name])
+                    self._values |= read([name])
                 except SecretError as exc:
                     self.unreadable[name] = str(exc)
         return self._values

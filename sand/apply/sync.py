@@ -10,8 +10,11 @@ revision whose manifest is invalid is reported once, with its located problems
 Between commits, periodic runs of the revision in force re-observe and correct
 drift only with ``selfHeal: true`` (as Argo CD's auto-sync).
 
-Host paths the manifest names by a relative path (token files, keys, secret files)
-are found in ``host_dir``, never in the repository: secrets come from the host.
+Host paths the manifest names by a relative path (token files, keys) are found in
+``host_dir``, never in the repository. The manifest only names secrets: a revision
+that sets a source (``command:``, ``file:``, ``env:``) is refused with the place of
+each, and the host maps the names in ``host_dir/secrets.yaml``
+(:mod:`sand.manifest.repository`, :mod:`sand.manifest.hostsecrets`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sand.apply.unattended import Reconciler, RunResult
 from sand.apply.wakeups import PERIODIC, Wakeups
 from sand.errors import ManifestError, Problem, SandError
 from sand.manifest import load_manifest
+from sand.manifest.repository import repository_problems
 from sand.state.private import write_private_file
 
 WEBHOOK = "webhook"
@@ -106,6 +110,7 @@ class Syncer:
     def __post_init__(self) -> None:
         self.state = SyncState.load(self.state_file)
         self.head_rejected = False  # the last fetched revision's manifest is invalid
+        self.recheck = bool(self.state.good)  # in force before this start: checked again
 
     @property
     def state_file(self) -> Path:
@@ -120,6 +125,9 @@ class Syncer:
     async def check(self, reason: str) -> RunResult | None:
         """One tick: fetch, take in a new revision, and run what is due (None: nothing
         ran, e.g. a poke that found no new commit)."""
+        if self.recheck:
+            self.recheck = False
+            self._recheck_good()
         previous = self.state.good
         try:
             head = await self.mirror.fetch()
@@ -149,7 +157,7 @@ class Syncer:
             file = self.manifest_file(head.sha)
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_private_file(file, text)
-            load_manifest(file)
+            self._validate(file)
         except ManifestError as exc:
             self._reject(head, _relabel(exc, f"{self.path}@{head.short}"))
             return
@@ -160,6 +168,26 @@ class Syncer:
         self._forget(keep=head.sha)
         self.state.good = head.sha
         self.state.save(self.state_file)
+
+    def _validate(self, file: Path) -> None:
+        """ManifestError unless the manifest at ``file`` is valid and sets no host source."""
+        problems = repository_problems(load_manifest(file), self.host_dir)
+        if problems:
+            raise ManifestError(problems)
+
+    def _recheck_good(self) -> None:
+        """The revision in force before this start, checked again by this sand's rules:
+        an older sand may have let through what this one refuses (a secret's source)."""
+        sha, file = self.state.good, self.manifest_file(self.state.good)
+        if not file.is_file():
+            return  # nothing to check; the run says what is missing
+        try:
+            self._validate(file)
+        except ManifestError as exc:
+            self.state.good = ""
+            self._reject(
+                Revision(sha, "in force until now"), _relabel(exc, f"{self.path}@{sha[:12]}")
+            )
 
     def _reject(self, head: Revision, exc: SandError) -> None:
         self.metrics.failed(exc.layer)

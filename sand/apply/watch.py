@@ -26,6 +26,7 @@ from sand.apply.unattended import Backoff, Reconciler, RunReport, Silent
 from sand.apply.wakeups import Wakeups
 from sand.errors import ManifestError
 from sand.manifest import load_manifest
+from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
 
 SAVED = "manifest saved"
 
@@ -48,16 +49,19 @@ class Watcher:
     last_good: str | None = None
 
     def referenced_files(self) -> set[Path]:
-        """The manifest and the secret files it names: saving either re-applies."""
-        files = {self.manifest.resolve()}
+        """The manifest, the host's secrets.yaml beside it and the secret files either
+        names: saving any re-applies."""
+        here = self.manifest.parent
+        files = {self.manifest.resolve(), host_secrets_file(here).resolve()}
         try:
-            m = load_manifest(self.manifest).manifest
+            secrets = load_manifest(self.manifest).manifest.secrets.values()
+            sources = [*load_host_secrets(here).values(), *(s.source for s in secrets)]
         except ManifestError:
             return files
-        for secret in m.secrets.values():
-            if secret.source.file:
-                p = Path(secret.source.file).expanduser()
-                files.add((p if p.is_absolute() else self.manifest.parent / p).resolve())
+        for source in sources:
+            if source and source.file:
+                p = Path(source.file).expanduser()
+                files.add((p if p.is_absolute() else here / p).resolve())
         return files
 
     async def reconcile(self, reason: str, *, targets: Collection[str] = ()) -> None:

@@ -27,8 +27,9 @@ def add_sync_parser(sub: Any) -> None:
         description="Follow a branch of a git repository: fetch it every --interval "
         "seconds (or when a push webhook pokes --listen), apply each new commit's "
         "manifest once, keep the last good one in force when a commit's is invalid, and "
-        "correct drift between commits only with selfHeal: true. Secrets and the files "
-        "the manifest names by a relative path come from --host-dir, never the repository.",
+        "correct drift between commits only with selfHeal: true. The files the manifest "
+        "names by a relative path come from --host-dir, never the repository; the manifest "
+        "only names secrets, and --host-dir/secrets.yaml maps them to sources.",
     )
     p.add_argument("--repo", required=True, metavar="URL", help="https, ssh or file URL")
     p.add_argument("--branch", metavar="B", help="default: the repository's default branch")
@@ -46,8 +47,8 @@ def add_sync_parser(sub: Any) -> None:
     p.add_argument(
         "--host-dir",
         metavar="DIR",
-        help="where relative paths in the manifest (token_file, identity, secret files) "
-        "are found (default: the current directory)",
+        help="where relative paths in the manifest (token_file, identity) are found, and "
+        "secrets.yaml, the map of secret names to sources (default: the current directory)",
     )
     p.add_argument("--interval", type=float, default=60.0, metavar="S", help="default 60")
     p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
@@ -114,6 +115,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from sand.cli.inflight import track
     from sand.cli.progress import progress_view
     from sand.cli.watch import ConsoleReport, _now
+    from sand.manifest.hostsecrets import load_host_secrets
 
     _check(args)
     hooks_at = _address("--listen", args.listen) if args.listen else None
@@ -128,6 +130,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
         metrics = prometheus = PrometheusMetrics()
     host_dir = Path(args.host_dir or ".").expanduser().resolve()
+    load_host_secrets(host_dir)  # a broken map is said now, at its line, not at a run
     # Each run's progress as plain lines, as a watch's: runs interleave with notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)

@@ -36,6 +36,12 @@ class LoadedManifest:
     def directory(self) -> FsPath:
         return self.host_dir if self.host_dir is not None else self.path.parent
 
+    @property
+    def from_repository(self) -> bool:
+        """Read out of a git revision (``sand sync``): whoever can commit wrote it, so
+        it only names secrets; their sources are the host's (``sand.manifest.hostsecrets``)."""
+        return self.host_dir is not None
+
 
 def load_manifest(path: str | FsPath) -> LoadedManifest:
     file = FsPath(path)
@@ -74,7 +80,7 @@ def parse_marked(text: str, filename: str = "sand.yaml") -> tuple[Manifest, Mark
     try:
         manifest = Manifest.model_validate(marked.data)
     except ValidationError as exc:
-        problems += _validation_problems(exc, marked, filename)
+        problems += validation_problems(exc, marked, filename)
     if problems:
         raise ManifestError(problems)
     return manifest, marked
@@ -87,7 +93,7 @@ def _problem(
     return Problem(filename, mark.line, mark.column, message)
 
 
-def _validation_problems(exc: ValidationError, marked: MarkedData, filename: str) -> list[Problem]:
+def validation_problems(exc: ValidationError, marked: MarkedData, filename: str) -> list[Problem]:
     problems: list[Problem] = []
     for error in exc.errors(include_url=False):
         path = _data_path(marked.data, error["loc"])

@@ -92,9 +92,12 @@ class SecretSource(Strict):
 
 
 class Secret(Strict):
-    source: SecretSource = Field(
+    source: SecretSource | None = Field(
+        default=None,
         alias="from",
-        description="Exactly one of file, env or command.",
+        description="Exactly one of file, env or command. Left out (`NAME: {}`), the host "
+        "maps the name to a source in its secrets.yaml: beside the manifest, or in "
+        "`sand sync`'s --host-dir. A manifest `sand sync` follows names secrets only.",
         examples=[{"env": "SAND_GITHUB_TOKEN"}],
     )
 

@@ -11,7 +11,9 @@ secret (a vault you are not logged into) never blocks an apply.
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -19,6 +21,7 @@ from typing import NoReturn
 from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
 from sand.logs import register_secret
+from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
 from sand.manifest.models import Manifest, SecretSource
 from sand.state.private import private_file_problem
 
@@ -27,6 +30,9 @@ COMMAND_TIMEOUT = 30.0
 # words too (sand.logs ignores them), so they are refused rather than leaked.
 MIN_LENGTH = 4
 MAX_LENGTH = 64 << 10
+# The most a command's output is read: a value of MAX_LENGTH characters in UTF-8 (up
+# to 4 bytes each) and its newline. Past it the command is killed.
+MAX_OUTPUT = 4 * MAX_LENGTH + 2
 
 
 class SecretValue:
@@ -78,9 +84,16 @@ def resolve_secrets(
     manifest_dir: str | os.PathLike[str],
     names: Iterable[str],
     *,
+    from_repository: bool = False,
     timeout: float = COMMAND_TIMEOUT,
 ) -> dict[str, SecretValue]:
-    """Read the values of ``names``; one SecretError lists every one that failed."""
+    """Read the values of ``names``; one SecretError lists every one that failed.
+
+    A secret without a ``from:`` takes its source from the host's ``secrets.yaml`` in
+    ``manifest_dir``; with ``from_repository`` every one does, whatever the manifest
+    says (``sand sync`` refuses such a manifest before; this is the second lock)."""
+    directory = Path(manifest_dir)
+    host: dict[str, SecretSource] | None = None
     values: dict[str, SecretValue] = {}
     problems: list[str] = []
     for name in sorted(set(names)):
@@ -88,8 +101,18 @@ def resolve_secrets(
         if secret is None:
             problems.append(f"secret {name!r} is not defined in the manifest's secrets")
             continue
+        source = None if from_repository else secret.source
+        if source is None:
+            host = load_host_secrets(directory) if host is None else host
+            source = host.get(name)
+        if source is None:
+            problems.append(
+                f"secret {name!r} has no source: the manifest only names it, and "
+                f"{host_secrets_file(directory)} does not map it"
+            )
+            continue
         try:
-            raw = _read(name, secret.source, Path(manifest_dir), timeout)
+            raw = _read(name, source, directory, timeout)
             value = _check(name, raw)
         except SecretError as exc:
             problems.append(str(exc))
@@ -137,31 +160,65 @@ def _read_file(name: str, path: Path) -> str:
 
 def _run(name: str, argv: list[str], timeout: float) -> str:
     # An argv list and no shell: nothing in the manifest is ever parsed by a shell.
-    # stdout is the value, so it is never quoted in an error, nor is stderr
+    # stdout is the value, so it is never quoted in an error; stderr is not even read
     # (a failing password manager may echo what it was given).
     program = argv[0]
     try:
-        proc = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
     except FileNotFoundError:
         raise SecretError(f"secret {name!r}: command {program!r} was not found") from None
     except PermissionError:
         raise SecretError(f"secret {name!r}: command {program!r} is not executable") from None
-    except subprocess.TimeoutExpired:
-        raise SecretError(
-            f"secret {name!r}: command {program!r} did not finish within {timeout:g}s"
-        ) from None
+    try:
+        data = _read_capped(name, program, proc, time.monotonic() + timeout, timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # over the cap or the time: it is not waited for any longer
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
     if proc.returncode != 0:
         raise SecretError(
             f"secret {name!r}: command {program!r} failed with exit status {proc.returncode} "
             "(its output is not shown: it may contain the value)"
         )
-    return _decode(name, proc.stdout, f"the output of {program!r}")
+    return _decode(name, data, f"the output of {program!r}")
+
+
+def _read_capped(
+    name: str, program: str, proc: subprocess.Popen[bytes], deadline: float, timeout: float
+) -> bytes:
+    """The command's stdout, read as it comes and never more than MAX_OUTPUT bytes:
+    a command that prints without end costs a pipe's worth of memory, not its output."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    late = SecretError(f"secret {name!r}: command {program!r} did not finish within {timeout:g}s")
+    chunks: list[bytes] = []
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise late
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_OUTPUT:
+                raise SecretError(
+                    f"secret {name!r}: command {program!r} printed more than {MAX_OUTPUT} bytes; "
+                    "it was stopped (a value is at most "
+                    f"{MAX_LENGTH} characters)"
+                )
+            chunks.append(chunk)
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        raise late from None
+    return b"".join(chunks)
 
 
 def _decode(name: str, data: bytes, what: str) -> str:

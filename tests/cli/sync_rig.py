@@ -3,6 +3,7 @@ pushed to it, and ``sand sync`` processes whose output is followed line by line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -13,12 +14,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.required import require
 from tests.rig._util import run as git_run
 from tests.rig.gitserver import _GIT_ENV, GitServer
 
@@ -139,6 +141,16 @@ class SyncProcess:
 
 def git_available() -> bool:
     return shutil.which("git") is not None
+
+
+@contextlib.contextmanager
+def https_git(token: str, pki: tuple[str, str], monkeypatch: Any) -> Iterator[GitServer]:
+    """The git server over HTTPS (a token goes nowhere else), its certificate trusted by
+    every git this test and its ``sand`` processes run (``GIT_SSL_CAINFO``)."""
+    require(git_available(), "git is not installed")
+    monkeypatch.setenv("GIT_SSL_CAINFO", pki[0])
+    with GitServer(token, host="127.0.0.1", tls=pki) as server:
+        yield server
 
 
 # A process of its own pid namespace (root): its pids mean nothing to the test's, as a

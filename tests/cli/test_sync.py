@@ -8,17 +8,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cli.sync_rig import Repo, SyncProcess, free_port, git_available, private_file
+from tests.cli.sync_rig import Repo, SyncProcess, free_port, https_git, private_file
 from tests.fakepve_rig.rig import FakePveRig
-from tests.required import require
 from tests.rig.gitserver import GitServer
 
 GIT_TOKEN = "git-canary-token-5d1c9e"  # never to be seen anywhere but the git server
@@ -26,19 +27,22 @@ HOOK_SECRET = "hook-secret-8c2f61a7"
 
 
 def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, object]:
-    """A manifest as a team checks it in: the token file and key by relative paths,
+    """A manifest as a team checks it in: the token file, key and CA by relative paths,
     which ``sand sync`` finds on the host (``--host-dir``), never in the repository."""
     data = rig.manifest(vms)
     backend = data["backends"]["pve"]  # type: ignore[index]
+    ca = rig.workdir / "pve-ca.pem"
+    if not ca.exists():
+        shutil.copy(rig.ca_file, ca)
     backend["token_file"] = rig.token_file.name
     backend["identity"] = rig.identity.name
+    backend["ca_file"] = ca.name
     return data
 
 
 @pytest.fixture
-def git() -> GitServer:
-    require(git_available(), "git is not installed")
-    with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
         yield server
 
 
@@ -251,7 +255,7 @@ def test_the_git_token_reaches_git_in_no_argv_and_a_url_with_one_is_refused(
     from tests.cli.helpers import Sand
 
     before = len(git.request_log)
-    with_token = repo.url.replace("http://", f"http://x:{GIT_TOKEN}@")
+    with_token = repo.url.replace("https://", f"https://x:{GIT_TOKEN}@")
     refused = Sand(tmp_path).run("sync", "--once", "--repo", with_token)
     assert refused.returncode == 1 and "holds a password" in refused.stderr
     assert GIT_TOKEN not in refused.stderr and len(git.request_log) == before

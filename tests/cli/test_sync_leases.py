@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.cli.sync_rig import (
     Repo,
     SyncProcess,
     can_be_another_host,
-    git_available,
+    https_git,
     private_file,
 )
 from tests.fakepve_rig.rig import FakePveRig
@@ -35,6 +36,7 @@ def team_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, ob
     backend = data["backends"]["pve"]  # type: ignore[index]
     backend["token_file"] = "pve.token"  # each host has its own, in its --host-dir
     backend["identity"] = "id_ed25519"
+    backend["ca_file"] = "pve-ca.pem"
     return data
 
 
@@ -50,6 +52,7 @@ class Host:
         shutil.copy(rig.add_token(self.token_id), home / "pve.token")
         for key in (rig.identity, rig.identity.with_name(rig.identity.name + ".pub")):
             shutil.copy(key, home / key.name)
+        shutil.copy(rig.ca_file, home / "pve-ca.pem")
         self.home = home
         self.git_token = private_file(self.dir / "git.token", GIT_TOKEN)
         self.sync: SyncProcess | None = None
@@ -71,9 +74,8 @@ class Host:
 
 
 @pytest.fixture
-def git():
-    require(git_available(), "git is not installed")
-    with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
         yield server
 
 
@@ -187,6 +189,7 @@ def test_a_killed_holder_is_taken_over_once_its_lease_expires(fakepve_server, gi
     sand.write(team_manifest(rig, [{"name": "k-1"}, {"name": "k-2"}]))
     shutil.copy(laptop.home / "pve.token", laptop.dir / "pve.token")
     shutil.copy(laptop.home / "id_ed25519", laptop.dir / "id_ed25519")
+    shutil.copy(laptop.home / "pve-ca.pem", laptop.dir / "pve-ca.pem")
     elsewhere = {"SAND_STATE_DIR": str(laptop.dir / "s3")}
     refused = sand.run("apply", "--auto-approve", env=elsewhere)
     assert refused.returncode == 1

@@ -4,19 +4,18 @@ a real git server and fakepve."""
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
-from tests.cli.sync_rig import Repo, free_port, git_available
+from tests.cli.sync_rig import Repo, free_port, https_git
 from tests.cli.test_sync import GIT_TOKEN, start_sync, vm_manifest
-from tests.required import require
 from tests.rig.gitserver import GitServer
 
 
 @pytest.fixture
-def git():
-    require(git_available(), "git is not installed")
-    with GitServer(GIT_TOKEN, host="127.0.0.1") as server:
+def git(fakepve_rig_pki, monkeypatch) -> Iterator[GitServer]:
+    with https_git(GIT_TOKEN, fakepve_rig_pki, monkeypatch) as server:
         yield server
 
 

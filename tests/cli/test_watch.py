@@ -137,6 +137,16 @@ def test_changes_during_a_run_cause_exactly_one_follow_up(watched, fakepve_serve
     assert names(fakepve_server) == ["w-1", "w-2", "w-3", "w-4", "w-5"]
 
 
+def test_saving_the_hosts_secrets_map_re_applies(watched, fakepve_server):
+    # secrets.yaml beside the manifest says where named-only secrets come from.
+    sand, start = watched
+    w = start("--interval", "3600")
+    before = len(w.runs())
+    (sand.workdir / "secrets.yaml").write_text("secrets: {}\n")
+    w.wait_for(lambda: len(w.runs()) == before + 1)
+    assert w.runs()[-1][1] == "manifest saved"
+
+
 def test_an_invalid_edit_keeps_the_last_good_manifest(watched, fakepve_server):
     sand, start = watched
     w = start("--interval", "3600")

@@ -13,6 +13,7 @@ import pytest
 from sand.errors import SecretError
 from sand.logs import configure, get_logger
 from sand.secrets import SecretValue, resolve_secrets, secret_names
+from sand.secrets.resolve import MAX_OUTPUT
 from tests.provision.helpers import make_vm, manifest, repo, secret
 
 CANARY = "canary-resolve-5b1d2e9f"
@@ -106,6 +107,30 @@ def test_command_timeout_and_missing_program(tmp_path):
     # Every failing secret is reported, not just the first.
     assert "'SLOW'" in message and "did not finish within 0.2s" in message
     assert "'GONE'" in message and "was not found" in message
+
+
+# One byte in the side file per 64 KiB chunk written (a one-byte append cannot be torn
+# by the kill).
+FLOOD = """\
+import os, sys
+count = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+for _ in range(1024):  # 64 MiB
+    os.write(1, b"x" * 65536)  # blocks while the pipe is full: the reader sets the pace
+    os.write(count, b".")
+"""
+
+
+def test_a_command_printing_far_more_than_the_cap_is_stopped_early(tmp_path):
+    # The child counts what it managed to write: read whole, all 64 MiB would be.
+    script, written = tmp_path / "flood.py", tmp_path / "written"
+    script.write_text(FLOOD)
+    m = manifest(f"  FLOOD:\n    from: {{command: [{sys.executable}, {script}, {written}]}}\n")
+    with pytest.raises(SecretError) as err:
+        resolve_secrets(m, tmp_path, ["FLOOD"])
+    assert written.stat().st_size * 65536 < 4 << 20  # killed long before it could finish
+    message = str(err.value)
+    assert "'FLOOD'" in message and f"more than {MAX_OUTPUT} bytes" in message
+    assert "xxxx" not in message
 
 
 def test_only_the_requested_secrets_are_resolved(tmp_path):

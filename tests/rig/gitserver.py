@@ -20,6 +20,7 @@ import binascii
 import hmac
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -167,10 +168,19 @@ class _Server(ThreadingHTTPServer):
 class GitServer:
     """Token-protected smart-HTTP git server serving bare repos from a temp dir."""
 
-    def __init__(self, token: str, *, host: str | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        token: str,
+        *,
+        host: str | None = None,
+        port: int = 0,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
+        """``tls``: (certfile, keyfile) to serve HTTPS instead of HTTP."""
         if not token:
             raise ValueError("token must be non-empty")
         self.token = token
+        self._tls = tls
         self._host = host
         self._port = port
         self.root = Path(tempfile.mkdtemp(prefix="sand-rig-git-"))
@@ -202,6 +212,10 @@ class GitServer:
 
             host = ensure_bridge()
         self._server = _Server((host, self._port), self.token, self.root)
+        if self._tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self._tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="sand-rig-git", daemon=True
         )
@@ -229,7 +243,8 @@ class GitServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.address}:{self.port}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self.address}:{self.port}"
 
     @property
     def request_log(self) -> list[tuple[str, bool]]:
