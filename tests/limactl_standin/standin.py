@@ -88,7 +88,8 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "templates": {"NAME": {...}},         # extra/overridden templates (name -> YAML map)
      "missing_templates": ["NAME"],        # templates that "do not exist"
      "guests": {"vm1": {"address": "10.213.0.5", "port": 22, "user": "claude",
-                        "identity": "/path/client_key"}}}   # back an instance by a real sshd
+                        "identity": "/path/client_key",     # back an instance by a real sshd;
+                        "rekey": ["argv"]}}}    # run at every start: new guest host keys
 
 Every invocation is appended to ``$LIMACTL_STANDIN_LOG`` or
 ``<LIMA_HOME>/_standin/invocations.jsonl`` as ``{"time", "argv", "lima_home", "pid",
@@ -107,6 +108,7 @@ import platform
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -1121,6 +1123,12 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         fatal(msg)
     conf = resolve(y, cfg)
     guest = guest_of(name, cfg)
+    if rekey := guest.get("rekey"):
+        # Lima's host agent writes a new cloud-init instance-id at every start, and
+        # cloud-init then makes the guest new SSH host keys: the backing guest does too.
+        done = subprocess.run([str(a) for a in rekey], capture_output=True, check=False)
+        if done.returncode:
+            fatal(f"rekeying the guest failed: {done.stderr.decode(errors='replace')}")
     key = ensure_user_key()
     port = int(guest.get("port") or conf["ssh"]["localPort"] or 0)
     if not port:
