@@ -32,6 +32,21 @@ USER = "sand-lima"
 HOME = Path("/var/lib/sand-lima")
 # Lima's qemu driver looks for the binary through this variable before PATH.
 QEMU_ENV = "QEMU_SYSTEM_X86_64"
+# Lima picks KVM whenever /dev/kvm exists (pkg/driver/qemu: Accel), with `-cpu host`;
+# where the device exists but cannot be used (this rig's machines), qemu must run
+# TCG instead, with a CPU model TCG supports. The wrapper rewrites just that.
+_TCG_WRAPPER = r"""#!/bin/sh
+# sand rig: run Lima's qemu with TCG (see tests/rig/lima.py).
+for a do
+  shift
+  case $a in
+    q35,accel=kvm) set -- "$@" "q35,vmport=off,accel=tcg" ;;
+    host) set -- "$@" "max" ;;
+    *) set -- "$@" "$a" ;;
+  esac
+done
+exec qemu-system-x86_64 "$@"
+"""
 
 
 @dataclass(frozen=True)
@@ -50,9 +65,14 @@ class LimaRig:
     def lima_home(self) -> Path:
         return self.home / ".lima"
 
+    @property
+    def qemu(self) -> Path:
+        return self.prefix.parent / "qemu-tcg"
+
     def env(self) -> dict[str, str]:
         path = os.pathsep.join([str(self.prefix / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
         return {
+            QEMU_ENV: str(self.qemu),
             "PATH": path,
             "HOME": str(self.home),
             "USER": self.user,
@@ -109,6 +129,12 @@ def rig(*, build: bool = False) -> LimaRig:
         )
     entry = ensure_user()
     home = Path(entry.pw_dir)
+    wrapper = prefix.parent / "qemu-tcg"
+    if not wrapper.is_file() or wrapper.read_text() != _TCG_WRAPPER:
+        if os.geteuid() != 0:
+            raise RigError(f"{wrapper} is missing or stale, and writing it needs root")
+        wrapper.write_text(_TCG_WRAPPER)
+        wrapper.chmod(0o755)
     return LimaRig(prefix=prefix, user=USER, uid=entry.pw_uid, gid=entry.pw_gid, home=home)
 
 
