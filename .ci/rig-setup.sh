@@ -6,7 +6,8 @@
 #
 # Cold-cache timings on the 2-core CI machine: rootfs ~1 min, qemu image
 # ~1.5 min (most of it apt downloading and unpacking the kernel), Lima ~3 min
-# (go build of limactl and lima-guestagent; cached per version afterwards).
+# (go build of limactl and lima-guestagent; cached per version afterwards), the
+# Lima image ~2 min (cloud-init and a kernel over the workbench tree).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -58,6 +59,8 @@ t3=$SECONDS
 # The real Lima (limactl + guest agent of the pinned release, from its Go module;
 # needs Go and the Go module proxy), and the unprivileged user it runs as.
 "$PYTHON" -m tests.rig.limabuild build
+# A Debian 12 image with cloud-init that Lima boots (direct kernel, TCG).
+"$PYTHON" -m tests.rig.limaimage build
 "$PYTHON" -m tests.rig.lima env >/dev/null
 t4=$SECONDS
 echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \

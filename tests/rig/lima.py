@@ -6,7 +6,8 @@ root, so the rig runs Lima as an unprivileged user of its own, with the Lima pre
 
 CLI (run as root)::
 
-    python -m tests.rig.lima env         # `export` lines: PATH, LIMA_HOME, HOME, the user
+    python -m tests.rig.lima env         # `export` lines: PATH, LIMA_HOME, HOME, the user,
+                                         # QEMU_SYSTEM_X86_64, the bootable image's directory
     python -m tests.rig.lima run -- CMD  # CMD as that user, with that environment
 
 e.g. ``python -m tests.rig.lima run -- limactl --version`` or
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.rig import limabuild
+from tests.rig import limabuild, limaimage
 from tests.rig._util import RigError, file_lock, run
 
 USER = "sand-lima"
@@ -151,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     if args.command == "env":
-        for key, value in {**lima.env(), "SAND_LIMA_USER": lima.user}.items():
+        extra = {"SAND_LIMA_USER": lima.user}
+        image = limaimage.built()
+        if image is not None:  # a Debian 12 image Lima boots (tests/rig/limaimage.py)
+            extra["SAND_LIMA_IMAGE_DIR"] = str(image)
+        for key, value in {**lima.env(), **extra}.items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
