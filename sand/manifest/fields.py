@@ -72,6 +72,19 @@ Expires = Annotated[
     ),
 ]
 PortNumber = Annotated[int, Field(ge=1, le=65535)]
+
+
+def _not_lima_ssh(port: int) -> str | None:
+    # Lima's limayaml.Validate refuses 22 as a guest or host port of any forward
+    # (its own SSH forward owns it), so `limactl create` would fail after a clean plan.
+    if port == 22:
+        return "port 22 is SSH's, which Lima keeps for itself and refuses to forward"
+    return None
+
+
+ForwardedPort = Annotated[
+    int, Field(ge=1, le=65535, json_schema_extra={"not": {"const": 22}}), rule(_not_lima_ssh)
+]
 Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]
 # A Linux user name that is also an identifier: what provisioning can create.
 UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
