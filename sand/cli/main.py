@@ -15,7 +15,12 @@ from typing import Any
 from sand import __version__
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
 from sand.cli.flags import (
+    DEBOUNCE,
+    GUEST_TIMEOUT,
+    INTERVAL,
+    LEASE_WAIT,
     SandParser,
+    add_apply_flags,
     add_global_flags,
     add_global_flags_to_subcommands,
     add_manifest_args,
@@ -81,21 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
     manifest_arg(p)
     p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="plan and results as JSON on stdout")
-    p.add_argument("--parallelism", type=int, default=10, metavar="N")
-    p.add_argument("--allow-mass-delete", action="store_true")
+    add_apply_flags(p)
     data_loss_flag(p)
     steering_flags(p)
     p.add_argument(
         "--lease-wait",
-        type=_seconds_or_zero,
+        type=LEASE_WAIT,
         default=0.0,
         metavar="S",
         help="wait up to S seconds while another applier holds the project's lease "
         "(default 0: fail at once, naming it)",
     )
     p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
-    p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
-    p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=60.0,
+        metavar="S",
+        help="watch: re-observe every S seconds, 0.5 to 86400 (default 60)",
+    )
+    p.add_argument(
+        "--debounce",
+        type=DEBOUNCE,
+        default=0.5,
+        metavar="S",
+        help="watch: seconds a save settles before the re-plan, 0 to 60 (default 0.5)",
+    )
 
     p = sub.add_parser("destroy", help="delete every VM this manifest's project manages")
     manifest_arg(p)
@@ -123,19 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=_seconds,
+        type=GUEST_TIMEOUT,
         metavar="S",
-        help="--deep: seconds each guest gets to answer (default 20)",
+        help="--deep: seconds each guest gets to answer, up to 3600 (default 20)",
     )
 
     p = sub.add_parser("ui", help="a live board of the fleet: status, plan, apply, shell, land")
     manifest_arg(p)
     p.add_argument(
         "--interval",
-        type=_seconds,
+        type=INTERVAL,
         default=30.0,
         metavar="S",
-        help="re-observe every S seconds (one listing per backend; default 30)",
+        help="re-observe every S seconds, 0.5 to 86400 (one listing per backend; default 30)",
     )
     p.add_argument(
         "--watch",
@@ -154,26 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
     add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
     return parser
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
-
-
-def _seconds_or_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ def sand_env(sand: Sand, **extra: str) -> dict[str, str]:
     ("args", "says"),
     [
         (["plan", "--bogus"], "unrecognized arguments: --bogus"),
-        (["apply", "--parallelism", "many"], "invalid int value: 'many'"),
+        (["apply", "--parallelism", "many"], "'many' is not a whole number from 1 to 100"),
         (["--log-format", "xml", "validate"], "invalid choice: 'xml'"),
         (["status", "--log-format", "xml"], "invalid choice: 'xml'"),
         (["status", "--deep", "--timeout", "0"], "is not a number of seconds above 0"),
