@@ -6,6 +6,7 @@ command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -195,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(words: list[str]) -> int:
+    # Off a terminal stdout is block-buffered: in a log holding both streams, the plan
+    # printed before an apply came out after its progress on stderr. Flushed at each
+    # line instead, whatever PYTHONUNBUFFERED (ignored under pipx's `python -E`).
+    if not sys.stdout.isatty() and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     parser = build_parser()
     args = parser.parse_args(words)
     if args.command is None:

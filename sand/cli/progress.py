@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -165,7 +166,10 @@ def progress_view(mode: str, stream: TextIO | None = None) -> Iterator[Hooks]:
     lines on stdout), "log" (structured log events) or "quiet"."""
     out = stream or sys.stderr
     if mode == "auto":
-        mode = "live" if out.isatty() else "lines"
+        # A dumb terminal cannot redraw: rich would show only the last frame, at the end.
+        mode = "live" if out.isatty() and os.environ.get("TERM") != "dumb" else "lines"
+    # What stdout holds (the plan) goes out before the first progress line on stderr.
+    sys.stdout.flush()
     if mode == "quiet":
         yield NoHooks()
     elif mode == "json":
