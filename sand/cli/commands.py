@@ -51,7 +51,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not rows:
         print("No VMs in the manifest" + ("." if code else " and none managed."))
     else:
-        _print_status_table(rows)
+        _print_status_table(rows, set(report.unknown_backends))
     for r in rows:
         if r.get("last_error"):
             print(f"{r['vm']}: last error: {continued(r['last_error'])}")
@@ -82,9 +82,11 @@ def _lease_line(lease: dict[str, Any]) -> str:
     return f"Lease on {lease['backend']}: free; last applied by {who}, until {lease['since']}"
 
 
-def _observed_cell(observed: dict[str, Any] | None) -> str:
+def _observed_cell(observed: dict[str, Any] | None, backend: str, unseen: set[str]) -> str:
     if observed is None:
         return "absent"
+    if backend in unseen:  # one cause for all its VMs: said once, under the table
+        return f"unknown (backend {backend!r}, below)"
     if observed.get("power") == "unknown":
         return f"unknown ({_short(str(observed.get('reason') or 'backend not observed'))})"
     return str(observed["power"])
@@ -97,7 +99,7 @@ def _short(text: str, limit: int = 64) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _print_status_table(rows: list[dict[str, Any]]) -> None:
+def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
     from sand.terminal import one_line
 
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
@@ -107,7 +109,7 @@ def _print_status_table(rows: list[dict[str, Any]]) -> None:
             r["backend"],
             r["identity"] or "-",
             r["desired"]["state"] if r["desired"] else "absent",
-            _observed_cell(r["observed"]),
+            _observed_cell(r["observed"], r["backend"], unseen),
             *(str(r["conditions"][c]) for c in ("Synced", "Healthy", "Provisioned")),
         )
         for r in rows
