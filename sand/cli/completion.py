@@ -34,6 +34,10 @@ VM_NAMES = {
     },
 }
 
+# cp's SRC and DST: a host path (the shell's file completion) or VM:PATH, the VM part
+# completed from the manifest as "VM:". Filled in with item 4 of the completion work.
+VM_PATHS = VM_NAMES
+
 _MANIFEST_FLAGS = ("-f", "--file", "--manifest")
 
 

@@ -121,12 +121,21 @@ def add_global_flags_to_subcommands(parser: argparse.ArgumentParser) -> None:
     visit(parser)
 
 
-def add_manifest_args(p: argparse.ArgumentParser) -> None:
-    """The manifest as a positional (where it always was) or ``-f/--file``."""
+def add_manifest_args(p: argparse.ArgumentParser, *, plan_file: bool = False) -> None:
+    """The manifest as a positional (where it always was) or ``-f/--file/--manifest``
+    (the spelling every command takes, the per-VM ones included)."""
+    what = "the manifest, or a plan saved by `plan --out`" if plan_file else "the manifest"
     p.add_argument(
-        "manifest", nargs="?", default=None, help=f"the manifest (default: ./{DEFAULT_MANIFEST})"
+        "manifest", nargs="?", default=None, help=f"{what} (default: ./{DEFAULT_MANIFEST})"
     )
-    p.add_argument("-f", "--file", dest="manifest_file", metavar="MANIFEST", help="the manifest")
+    p.add_argument(
+        "-f",
+        "--file",
+        "--manifest",
+        dest="manifest_file",
+        metavar="MANIFEST",
+        help=f"{what}, as a flag",
+    )
 
 
 def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -43,6 +43,12 @@ def load_manifest(path: str | FsPath) -> LoadedManifest:
         raw = file.read_bytes()
     except OSError as exc:
         raise ManifestError([Problem(str(file), 1, 1, f"cannot read: {exc.strerror}")]) from None
+    return load_manifest_bytes(raw, file)
+
+
+def load_manifest_bytes(raw: bytes, file: FsPath) -> LoadedManifest:
+    """A manifest read already (``sand validate -``: stdin), named ``file`` in problems;
+    relative paths in it are found from ``file``'s directory."""
     if len(raw) > MAX_BYTES:
         raise ManifestError([Problem(str(file), 1, 1, "the manifest is larger than 4 MiB")])
     try:

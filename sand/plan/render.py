@@ -140,7 +140,7 @@ def _render_recovery(plan: Plan) -> list[str]:
         "",
     ]
     for d in plan.recovery:
-        lines.append(f"  # {d.vm} ({d.backend}, {d.identity}) {recovery_line(plan, d)}")
+        lines.append(f"  # {_where(d.vm, d.backend, d.identity)} {recovery_line(plan, d)}")
     lines.append("")
     return lines
 
@@ -207,9 +207,16 @@ def _render_base(base: BaseChange, paint: Any) -> list[str]:
     return out
 
 
+def _where(vm: str, backend: str, identity: str | None) -> str:
+    """ "agent-1 (pve, 104)"; a Lima instance's identity is its name, said once:
+    "agent-1 (laptop)", not "agent-1 (laptop, agent-1)"."""
+    shown = f", {identity}" if identity and identity != vm else ""
+    return f"{vm} ({backend}{shown})"
+
+
 def _render_change(change: VMChange, paint: Any) -> list[str]:
     symbol = SYMBOLS[change.action]
-    head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
+    head = f"  # {_where(change.vm, change.backend, change.identity)}"
     verb = _VERBS[change.verb]
     if change.would is not None:
         verb = f"is blocked: it {_WOULD[change.would]}"

@@ -48,11 +48,11 @@ def test_a_usage_error_exits_1_with_argparse_message(tmp_path, args, says):
 
 
 def test_the_manifest_twice_and_different_is_a_usage_error(tmp_path):
-    proc = Sand(tmp_path).run("validate", "a.yaml", "-f", "b.yaml")
+    proc = Sand(tmp_path).run("plan", "a.yaml", "-f", "b.yaml")
     assert proc.returncode == 1
-    assert "sand validate: error: the manifest is given twice (a.yaml and -f b.yaml)" in proc.stderr
-    assert "usage: sand validate" in proc.stderr
-    assert Sand(tmp_path).run("validate", "a.yaml", "-f", "a.yaml").stderr.startswith("a.yaml:")
+    assert "sand plan: error: the manifest is given twice (a.yaml and -f b.yaml)" in proc.stderr
+    assert "usage: sand plan" in proc.stderr
+    assert Sand(tmp_path).run("plan", "a.yaml", "-f", "a.yaml").stderr.startswith("a.yaml:")
 
 
 @pytest.fixture
