@@ -70,6 +70,12 @@ def _print_validated(result: dict[str, Any]) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.output:
+        from importlib.resources import files
+
+        # The file shipped in the package: what `plan.schema.json` in an $ref names.
+        sys.stdout.write((files("sand") / "schemas" / f"{args.output}.schema.json").read_text())
+        return EXIT_OK
     from sand.manifest.schema import schema_text
 
     sys.stdout.write(schema_text())

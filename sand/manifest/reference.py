@@ -47,7 +47,7 @@ Generated from the models in `sand/manifest/models.py` by
 `python -m sand.manifest.reference`; a test keeps it in step.
 Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a bare
 number is refused as ambiguous). Guest paths are `~` or under `~/`.
-Editors validate against `schemas/sand.schema.json`, a JSON Schema in draft-07
+Editors validate against `sand/schemas/sand.schema.json`, a JSON Schema in draft-07
 (start the file with `# yaml-language-server: $schema=<path>/sand.schema.json`); it
 carries each field's description, default and an example, and the rules a schema
 can state: size units, secret names, exactly one secret source, `node` xor `nodes`.

@@ -1,4 +1,4 @@
-"""The manifest's JSON Schema, generated from the models (checked in under schemas/).
+"""The manifest's JSON Schema, generated from the models (checked in under sand/schemas/).
 
 Pydantic emits draft 2020-12 (``$defs``, ``$ref`` beside other keywords); editors
 built on yaml-language-server before 1.0 understand draft-07 only, so the schema is

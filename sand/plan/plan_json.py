@@ -1,4 +1,4 @@
-"""A plan as JSON (``sand plan --json``; schemas/plan.schema.json): the same records
+"""A plan as JSON (``sand plan --json``; sand/schemas/plan.schema.json): the same records
 the text renderer reads, serialised."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
 
 
 # Bumped only when a key is removed or changes meaning; new keys keep the version.
-# schemas/plan.schema.json describes it; docs/output.md explains it.
+# sand/schemas/plan.schema.json describes it; docs/output.md explains it.
 PLAN_FORMAT_VERSION = "1"
 
 
