@@ -54,7 +54,13 @@ def load_manifest_bytes(raw: bytes, file: FsPath) -> LoadedManifest:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError([Problem(str(file), 1, 1, f"not UTF-8: {exc.reason}")]) from None
+        # Located at the byte itself: "1:1" sent a person reading a whole file for it.
+        line_start = raw.rfind(b"\n", 0, exc.start) + 1
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = len(raw[line_start : exc.start].decode("utf-8", "replace")) + 1
+        byte = raw[exc.start : exc.start + 1].hex()
+        problem = Problem(str(file), line, column, f"not UTF-8: byte 0x{byte}: {exc.reason}")
+        raise ManifestError([problem]) from None
     manifest, marks = parse_marked(text, str(file))
     return LoadedManifest(manifest, file, text, marks)
 

@@ -65,6 +65,7 @@ class _Converter:
         self.count = 0
         self.scalars = SafeConstructor()
         self.problems: list[YamlProblem] = []
+        self.pairs: dict[int, list[tuple[str, yaml.Node, yaml.Node]]] = {}
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         self.count += 1
@@ -86,6 +87,21 @@ class _Converter:
             raise YamlProblem(Mark.of(node.start_mark), f"cannot read this value: {exc}") from None
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, key_node, value_node in self._pairs(node):
+            self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
+            result[key] = self.convert(value_node, (*path, key))
+        return result
+
+    def _pairs(self, node: yaml.MappingNode) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        """The mapping's winning (key, key node, value node)s, worked out once per node:
+        an anchored mapping reached through many aliases is one mapping, and its
+        duplicate key one problem, however often it is expanded (99 copies of one
+        message buried the others). Flattening rewrites the node in place, so a second
+        pass would count the keys merged in as written here."""
+        known = self.pairs.get(id(node))
+        if known is not None:
+            return known
         # Keys written in this mapping, as opposed to those a merge key (<<) brings in.
         own = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
         self.scalars.flatten_mapping(node)  # merged pairs first, then this mapping's own
@@ -111,20 +127,62 @@ class _Converter:
             else:
                 written.add(key)
                 winner[key] = i
-        result: dict[str, Any] = {}
-        for i, (key_node, value_node) in enumerate(node.value):
-            key = key_node.value
-            if winner[key] != i:
-                continue
-            self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
-            result[key] = self.convert(value_node, (*path, key))
-        return result
+        pairs = [(k.value, k, v) for i, (k, v) in enumerate(node.value) if winner[k.value] == i]
+        self.pairs[id(node)] = pairs
+        return pairs
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         return " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
     return str(exc) or type(exc).__name__
+
+
+def _mark_at(text: str, index: int) -> Mark:
+    """The line and column of character ``index`` of ``text``."""
+    index = max(0, min(index, len(text)))
+    return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
+
+
+def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
+    """Refuse a document whose aliases (and merge keys, which copy whole mappings)
+    expand it past MAX_NODES, before anything is expanded: the size of each node is
+    counted once, however many aliases point at it, so a bomb of 10**30 values is
+    refused as fast as a small file is read."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a node that holds itself counts once
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        return total
+
+    try:
+        if size(root) <= MAX_NODES:
+            return None
+    except RecursionError:
+        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
+    # Point at the smallest node that is too big alone: the alias or anchor to look at.
+    node = root
+    while True:
+        children = node.value if isinstance(node.value, list) else []
+        flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
+        big = [c for c in flat if sizes.get(id(c), 0) > MAX_NODES]
+        if not big:
+            break
+        node = big[0]
+    return YamlProblem(
+        Mark.of(node.start_mark),
+        f"the manifest expands to more than {MAX_NODES} values through its aliases "
+        "(an alias bomb?)",
+    )
 
 
 def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
@@ -134,6 +192,15 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.MarkedYAMLError as exc:
         return out, [YamlProblem(Mark.of(exc.problem_mark or exc.context_mark), _reason(exc))]
+    except yaml.reader.ReaderError as exc:  # a character YAML forbids (NUL, a control)
+        found = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
+        where = _mark_at(text, found if found >= 0 else exc.position)
+        return out, [
+            YamlProblem(
+                where,
+                f"character U+{ord(chr(exc.character)):04X} is not allowed in YAML ({exc.reason})",
+            )
+        ]
     except yaml.YAMLError as exc:
         return out, [YamlProblem(Mark(1, 1), _reason(exc))]
     except (ValueError, RecursionError) as exc:
@@ -142,6 +209,9 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
+    bomb = _expansion_problem(nodes[0])
+    if bomb is not None:
+        return out, [bomb]
     converter = _Converter(out)
     try:
         out.data = converter.convert(nodes[0], ())
