@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR
 
 DEFAULT_MANIFEST = "sand.yaml"
@@ -125,10 +126,10 @@ def add_manifest_args(p: argparse.ArgumentParser, *, plan_file: bool = False) ->
     """The manifest as a positional (where it always was) or ``-f/--file/--manifest``
     (the spelling every command takes, the per-VM ones included)."""
     what = "the manifest, or a plan saved by `plan --out`" if plan_file else "the manifest"
-    p.add_argument(
+    positional = p.add_argument(
         "manifest", nargs="?", default=None, help=f"{what} (default: ./{DEFAULT_MANIFEST})"
     )
-    p.add_argument(
+    flag = p.add_argument(
         "-f",
         "--file",
         "--manifest",
@@ -136,6 +137,7 @@ def add_manifest_args(p: argparse.ArgumentParser, *, plan_file: bool = False) ->
         metavar="MANIFEST",
         help=f"{what}, as a flag",
     )
+    complete_files(positional, flag)
 
 
 def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

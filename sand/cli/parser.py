@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from sand import __version__
-from sand.cli.completion import VM_NAMES
+from sand.cli.completion import VM_NAMES, complete_files
 from sand.cli.flags import (
     DEBOUNCE,
     GUEST_TIMEOUT,
@@ -66,13 +66,13 @@ def _add_checks(sub: Subcommands) -> None:
         "without contacting a backend: every problem with its FILE:LINE:COL. Exit 1 when "
         "any is invalid.",
     )
-    p.add_argument(
+    manifests = p.add_argument(
         "manifests",
         nargs="*",
         metavar="MANIFEST",
         help="the manifests to check; - reads one from stdin (default: ./sand.yaml)",
     )
-    p.add_argument(
+    flag = p.add_argument(
         "-f",
         "--file",
         "--manifest",
@@ -82,6 +82,7 @@ def _add_checks(sub: Subcommands) -> None:
         metavar="MANIFEST",
         help="a manifest to check (repeatable), as with the other commands",
     )
+    complete_files(manifests, flag)
     p.add_argument(
         "--json",
         action="store_true",
@@ -154,7 +155,10 @@ def _add_plan_and_apply(sub: Subcommands) -> None:
     p.add_argument("--json", action="store_true", help="the plan as JSON on stdout")
     p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when changes pend")
     p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
-    p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
+    out = p.add_argument(
+        "--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'"
+    )
+    complete_files(out)
     _data_loss_flag(p)
     _steering_flags(p)
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
 from sand.errors import PlanRefused
@@ -39,12 +40,12 @@ def add_sync_parser(sub: Any) -> None:
         metavar="PATH",
         help="the manifest's path in the repository (default: sand.yaml)",
     )
-    p.add_argument(
+    token = p.add_argument(
         "--token-file",
         metavar="F",
         help="a 0600 file holding an HTTPS token for the repository (never on argv)",
     )
-    p.add_argument(
+    host_dir = p.add_argument(
         "--host-dir",
         metavar="DIR",
         help="where relative paths in the manifest (token_file, identity, secret files) "
@@ -59,9 +60,10 @@ def add_sync_parser(sub: Any) -> None:
     )
     p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
     p.add_argument("--listen", metavar="ADDR", help="serve POST /hooks/git on HOST:PORT")
-    p.add_argument(
+    secret = p.add_argument(
         "--webhook-secret-file", metavar="F", help="the 0600 file holding the webhook secret"
     )
+    complete_files(token, host_dir, secret)
     p.add_argument("--metrics", metavar="ADDR", help="serve Prometheus /metrics on HOST:PORT")
     add_apply_flags(p)
     p.add_argument(

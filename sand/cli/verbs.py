@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sand.cli.completion import VM_NAMES, VM_PATHS
+from sand.cli.completion import VM_NAMES, VM_PATHS, complete_files
 
 
 def manifest_option(p: argparse.ArgumentParser) -> None:
     # -f/--file as on every command; --manifest kept for scripts written before.
-    p.add_argument(
+    flag = p.add_argument(
         "-f",
         "--file",
         "--manifest",
@@ -23,6 +23,7 @@ def manifest_option(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the manifest (default: ./sand.yaml)",
     )
+    complete_files(flag)
 
 
 def vm_argument(p: argparse.ArgumentParser, words: str) -> None:

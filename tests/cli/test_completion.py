@@ -1,6 +1,7 @@
 """``sand completion``: the bash script, sourced in a real bash, completes the
-subcommands and the manifest's VM names, and so does the fish script in a real
-fish (``complete -C``); the zsh and fish scripts parse."""
+subcommands, file names where a file goes, the manifest's VM names wherever a VM goes
+(``--target``, ``--replace``, ``reset``, cp's ``VM:`` side), and so does the fish
+script in a real fish (``complete -C``); the zsh script parses and is given the same."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,27 @@ def bash_complete(sand: Sand, bin_dir: Path, words: list[str]) -> list[str]:
     return sorted(line for line in lines[1:] if line)
 
 
+def fish_completer(sand: Sand, bin_dir: Path) -> Callable[[str], list[str]]:
+    """What the sourced fish script offers for a line: fish's own ``complete -C``."""
+    path = sand.workdir / "sand.fish"
+    path.write_text(script(sand, "fish"))
+
+    def offered(line: str) -> list[str]:
+        proc = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {path}; complete -C '{line}'"],
+            cwd=sand.workdir,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return sorted(row.split("\t")[0] for row in proc.stdout.splitlines())
+
+    return offered
+
+
 def test_bash_completes_subcommands(shell_env):
     sand, bin_dir = shell_env
     assert bash_complete(sand, bin_dir, ["sand", "s"]) == ["schema", "shell", "status", "sync"]
@@ -119,24 +142,67 @@ def test_fish_completes_subcommands_and_vm_names(shell_env):
     sand, bin_dir = shell_env
     if shutil.which("fish") is None:
         pytest.skip("fish is not installed (scripts/bootstrap installs it)")
-    path = sand.workdir / "sand.fish"
-    path.write_text(script(sand, "fish"))
     (sand.workdir / "other.yaml").write_text(sand.manifest.read_text().replace("agent-", "bot-"))
-
-    def offered(line: str) -> list[str]:
-        # fish's own `complete -C` lists what the sourced script offers for a line.
-        proc = subprocess.run(
-            ["fish", "--no-config", "-c", f"source {path}; complete -C '{line}'"],
-            cwd=sand.workdir,
-            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return sorted(row.split("\t")[0] for row in proc.stdout.splitlines())
+    offered = fish_completer(sand, bin_dir)
 
     assert offered("sand st") == ["status"]
     assert offered("sand shell ") == ["agent-1", "agent-2", "web"]
     assert offered("sand land -f other.yaml b") == ["bot-1", "bot-2"]
+
+
+def test_bash_completes_file_names_where_a_file_goes(shell_env):
+    sand, bin_dir = shell_env
+    for name in ("team.yaml", "team-b.yaml"):
+        (sand.workdir / name).write_text(sand.manifest.read_text())
+    both = ["team-b.yaml", "team.yaml"]
+    for words in (
+        ["sand", "validate", "te"],
+        ["sand", "validate", "team.yaml", "te"],
+        ["sand", "plan", "te"],
+        ["sand", "plan", "-f", "te"],
+        ["sand", "apply", "--manifest", "te"],
+        ["sand", "shell", "-f", "te"],
+        ["sand", "plan", "--out", "te"],
+    ):
+        assert bash_complete(sand, bin_dir, words) == both, words
+
+
+def test_bash_completes_vm_names_wherever_a_vm_goes(shell_env):
+    sand, bin_dir = shell_env
+    (sand.workdir / "agenda.txt").write_text("")
+    for words in (
+        ["sand", "apply", "--target", "ag"],
+        ["sand", "plan", "--replace", "ag"],
+        ["sand", "reset", "ag"],
+    ):
+        assert bash_complete(sand, bin_dir, words) == ["agent-1", "agent-2"], words
+    # cp: a host path or VM:PATH, either side.
+    expected = ["agenda.txt", "agent-1:", "agent-2:"]
+    assert bash_complete(sand, bin_dir, ["sand", "cp", "ag"]) == expected
+    assert bash_complete(sand, bin_dir, ["sand", "cp", "agenda.txt", "ag"]) == expected
+
+
+def test_fish_completes_file_names_and_cp_sides(shell_env):
+    sand, bin_dir = shell_env
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed (scripts/bootstrap installs it)")
+    (sand.workdir / "team.yaml").write_text(sand.manifest.read_text())
+    offered = fish_completer(sand, bin_dir)
+
+    assert offered("sand validate te") == ["team.yaml"]
+    assert offered("sand plan -f te") == ["team.yaml"]
+    assert offered("sand apply --target ag") == ["agent-1", "agent-2"]
+    assert offered("sand reset w") == ["web"]
+    assert offered("sand cp ag") == ["agent-1:", "agent-2:"]
+    assert offered("sand cp te") == ["team.yaml"]
+
+
+def test_zsh_completes_files_and_vm_paths(shell_env):
+    """zsh's completion system needs a terminal to run; what it is given is checked:
+    file completion for the manifest, VM names and cp's two sides."""
+    sand, _ = shell_env
+    text = script(sand, "zsh")
+    assert "[the manifest, as a flag]:MANIFEST:_files" in text
+    assert ":VM:_sand_vm_names" in text
+    assert "VM\\:PATH in a VM:_sand_vm_paths" in text
+    assert "compadd -S : -a vms" in text
