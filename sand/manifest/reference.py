@@ -96,7 +96,7 @@ def _type(prop: dict[str, Any]) -> str:
         return str(prop["$ref"]).rsplit("/", 1)[-1]
     if "const" in prop:
         return repr(prop["const"])
-    if "enum" in prop:
+    if "enum" in prop and len(prop["enum"]) <= 8:  # a long list (CPU types) is its type
         return " \\| ".join(repr(v) for v in prop["enum"])
     if "anyOf" in prop or "oneOf" in prop:
         parts = [_type(p) for p in prop.get("anyOf", prop.get("oneOf", []))]
