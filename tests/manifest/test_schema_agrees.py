@@ -16,25 +16,13 @@ from jsonschema import Draft7Validator
 
 from sand.errors import ManifestError
 from sand.manifest import parse_manifest
+from tests.plan.test_cases import BASE as PLAN_CASES_BASE
 
 SCHEMA = Path(__file__).resolve().parents[2] / "sand" / "schemas" / "sand.schema.json"
 EDITOR = Draft7Validator(json.loads(SCHEMA.read_text()))
+# The plan cases' two backends; defaults.backend left out: each VM names its own.
 BASE: dict[str, Any] = {
-    "apiVersion": "sand/v1",
-    "project": "demo",
-    "backends": {
-        "pve": {
-            "type": "proxmox",
-            "host": "pve.test",
-            "node": "pve1",
-            "pool": "sand",
-            "storage": "local-lvm",
-            "template": 9000,
-            "token_file": "pve.token",
-            "identity": "id_ed25519",
-        },
-        "laptop": {"type": "lima"},
-    },
+    **{k: v for k, v in PLAN_CASES_BASE.items() if k != "defaults"},
     "vms": [
         {"name": "a", "backend": "pve"},
         {"name": "c", "backend": "laptop", "image": "debian-12"},
