@@ -1,15 +1,19 @@
 """``sand completion``: the bash script, sourced in a real bash, completes the
 subcommands, file names where a file goes, the manifest's VM names wherever a VM goes
 (``--target``, ``--replace``, ``reset``, cp's ``VM:`` side), and so does the fish
-script in a real fish (``complete -C``); the zsh script parses and is given the same."""
+script in a real fish (``complete -C``) and the zsh script in a real interactive zsh
+on a pseudo-terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -197,12 +201,57 @@ def test_fish_completes_file_names_and_cp_sides(shell_env):
     assert offered("sand cp te") == ["team.yaml"]
 
 
-def test_zsh_completes_files_and_vm_paths(shell_env):
-    """zsh's completion system needs a terminal to run; what it is given is checked:
-    file completion for the manifest, VM names and cp's two sides."""
-    sand, _ = shell_env
-    text = script(sand, "zsh")
-    assert "[the manifest, as a flag]:MANIFEST:_files" in text
-    assert ":VM:_sand_vm_names" in text
-    assert "VM\\:PATH in a VM:_sand_vm_paths" in text
-    assert "compadd -S : -a vms" in text
+@contextlib.contextmanager
+def zsh_completer(sand: Sand, bin_dir: Path) -> Iterator[Callable[[str, str], bool]]:
+    """A real interactive zsh on a pseudo-terminal, with the script on its fpath and
+    compinit run: ``completes(line, expected)`` types ``line``, a TAB, and says whether
+    the line then reads ``expected`` (zsh completes a single match in place)."""
+    import pty
+    import select
+
+    fpath = sand.workdir / "zfuncs"
+    fpath.mkdir()
+    (fpath / "_sand").write_text(script(sand, "zsh"))
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a clean zsh, this checkout's sand on PATH
+        os.environ.update(PATH=f"{bin_dir}:{os.environ['PATH']}", TERM="dumb")
+        os.environ["HOME"] = str(sand.workdir)
+        os.chdir(sand.workdir)
+        os.execvp("zsh", ["zsh", "-f", "-i"])
+
+    def read_until(words: str) -> bool:
+        seen, deadline = "", time.monotonic() + 30  # a guard, not a speed target
+        while words not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                seen += os.read(fd, 65536).decode(errors="replace")
+        return words in seen
+
+    os.write(fd, f"fpath=({fpath} $fpath); autoload -U compinit; compinit -u\n".encode())
+    os.write(fd, b"echo ready-$((6*7))\n")
+    ready = read_until("ready-42")
+
+    def completes(line: str, expected: str) -> bool:
+        os.write(fd, b"\x15" + line.encode() + b"\t")  # Ctrl-U clears the last line
+        return read_until(expected)
+
+    try:
+        assert ready, "zsh did not start"
+        yield completes
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_zsh_completes_files_and_vm_names(shell_env):
+    sand, bin_dir = shell_env
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed (scripts/bootstrap installs it)")
+    (sand.workdir / "team.yaml").write_text(sand.manifest.read_text())
+    with zsh_completer(sand, bin_dir) as completes:
+        assert completes("sand validate te", "sand validate team.yaml ")
+        assert completes("sand plan -f te", "sand plan -f team.yaml ")
+        assert completes("sand apply --target we", "sand apply --target web ")
+        assert completes("sand reset we", "sand reset web ")
+        assert completes("sand cp we", "sand cp web:")
+        assert completes("sand cp te", "sand cp team.yaml ")
