@@ -60,6 +60,14 @@ DiskSize = Annotated[
     BeforeValidator(bounded("disk", *DISK_RANGE)),
     WithJsonSchema(_size_schema(DISK_RANGE)),
 ]
+# What canonical_expiry takes, as far as a regex can say it (not a day past the month's
+# end, nor the ten-year bound): 'never', a duration, an ISO 8601 date or date-time.
+EXPIRES_PATTERN = (
+    r"^(never|0*[1-9][0-9]{0,8}[mhd]"
+    r"|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"([T ]([01][0-9]|2[0-3])(:[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?)?"
+    r"(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)?)?)$"
+)
 Expires = Annotated[
     str,
     BeforeValidator(canonical_expiry),
@@ -67,6 +75,7 @@ Expires = Annotated[
         {
             "type": "string",
             "examples": ["2026-12-01", "2026-12-01T18:00:00Z", "8h", "3d", "never"],
+            "pattern": EXPIRES_PATTERN,
             "description": EXPIRES_DESCRIPTION,
         }
     ),

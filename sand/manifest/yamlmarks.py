@@ -164,6 +164,53 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _mark_at(text: str, index: int) -> Mark:
+    """The line and column of character ``index`` of ``text``."""
+    index = max(0, min(index, len(text)))
+    return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
+
+
+def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
+    """Refuse a document whose aliases (and merge keys, which copy whole mappings)
+    expand it past MAX_NODES, before anything is expanded: the size of each node is
+    counted once, however many aliases point at it, so a bomb of 10**30 values is
+    refused as fast as a small file is read."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a node that holds itself counts once
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        return total
+
+    try:
+        if size(root) <= MAX_NODES:
+            return None
+    except RecursionError:
+        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
+    # Point at the smallest node that is too big alone: the alias or anchor to look at.
+    node = root
+    while True:
+        children = node.value if isinstance(node.value, list) else []
+        flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
+        big = [c for c in flat if sizes.get(id(c), 0) > MAX_NODES]
+        if not big:
+            break
+        node = big[0]
+    return YamlProblem(
+        Mark.of(node.start_mark),
+        f"the manifest expands to more than {MAX_NODES} values through its aliases "
+        "(an alias bomb?)",
+    )
+
+
 def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
     """Parse one YAML document; return the data with marks and any problems found."""
     out = MarkedData(data=None)
@@ -171,6 +218,15 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.MarkedYAMLError as exc:
         return out, [YamlProblem(Mark.of(exc.problem_mark or exc.context_mark), _reason(exc))]
+    except yaml.reader.ReaderError as exc:  # a character YAML forbids (NUL, a control)
+        found = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
+        where = _mark_at(text, found if found >= 0 else exc.position)
+        return out, [
+            YamlProblem(
+                where,
+                f"character U+{ord(chr(exc.character)):04X} is not allowed in YAML ({exc.reason})",
+            )
+        ]
     except yaml.YAMLError as exc:
         return out, [YamlProblem(Mark(1, 1), _reason(exc))]
     except (ValueError, RecursionError) as exc:
@@ -179,6 +235,9 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
+    bomb = _expansion_problem(nodes[0])
+    if bomb is not None:
+        return out, [bomb]
     converter = _Converter(out)
     try:
         out.data = converter.convert(nodes[0], ())
