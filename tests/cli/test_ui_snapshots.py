@@ -6,6 +6,8 @@ so a picture changes only when the drawing does; update them with
 
 from __future__ import annotations
 
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,12 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FixedFleet:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("NO_COLOR", raising=False)
-    return FixedFleet(tmp_path)
+    fixed = FixedFleet(tmp_path)
+    # The board's clock stands still: a picture must not depend on how long a loaded
+    # machine took to reach it ("observed 1s ago" instead of 0s). Time is not the subject.
+    clock = types.SimpleNamespace(time=lambda: fixed.now + 0.5, monotonic=time.monotonic)
+    monkeypatch.setattr("sand.cli.ui.app.time", clock)
+    return fixed
 
 
 async def drawn(pilot: Pilot[Any]) -> None:
@@ -85,6 +92,8 @@ def test_the_filter(fleet: FixedFleet, snap_compare: Any) -> None:
         await drawn(pilot)
         app = pilot.app
         assert isinstance(app, Board)
+        # A blinking cursor is drawn or not depending on when the picture is taken.
+        app.query_one("#filter").cursor_blink = False  # type: ignore[attr-defined]
         await pilot.press("slash")
         # Under load the box may take a moment to take the focus; a letter typed before
         # then is a key of the board's own (a: apply).
