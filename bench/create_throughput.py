@@ -53,7 +53,7 @@ def measure(vms: int, clone_secs: float, start_secs: float, parallelism: int) ->
 
             async def run() -> tuple[float, bool]:
                 obs = await backend.observe(state.vms)
-                plan = make_plan(state, {"pve": obs}, {"pve": backend.field_policy})
+                plan = make_plan(state, {"pve": obs}, {"pve": backend.capabilities})
                 started = time.perf_counter()
                 result = await execute(
                     plan, {"pve": backend}, journal, _no_provisioning, parallelism=parallelism
