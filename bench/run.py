@@ -30,10 +30,10 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
     ),
     ("fleet plan (pure)", "bench.core", "fleet_plan", {"sizes": (10,)}),
     (
-        "sand plan process on a converged 1000-VM fakepve fleet",
+        "sand plan process on a converged fakepve fleet (1, 1000, 5000 VMs) against the floor",
         "bench.fleet_cli",
         "rows",
-        {"vms": 20, "runs": 1},
+        {"sizes": (20,), "runs": 1},
     ),
     (
         "Proxmox no-op observe vs per-VM reads (fakepve)",
@@ -48,10 +48,10 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"sizes": (1, 5)},
     ),
     (
-        "create throughput (fakepve, scaled task time)",
+        "cold creates on fakepve: requests per VM, slow clones beside an ideal scheduler",
         "bench.create_throughput",
         "rows",
-        {"vms": 4, "clone_secs": 0.2, "start_secs": 0.1},
+        {"sizes": (4,), "request_sizes": (2,), "clone_secs": 0.5},
     ),
     ("watch save-to-plan latency", "bench.watch_latency", "rows", {"saves": 1}),
     (
