@@ -252,7 +252,8 @@ async def _setup(
     if check_duplicates:
         # Only a VM with a lower id than ours makes ours the duplicate: ours, and any
         # made later, are not looked into.
-        earlier = [r for r in await listing(ctx) if int(r["vmid"]) < vmid]
+        rows = await ctx.fresh_listing(lambda: listing(ctx)).get()
+        earlier = [r for r in rows if int(r["vmid"]) < vmid]
         others = await find_own(ctx, earlier, vm)
         if others:
             # A parallel run made this entry's VM first: remove ours, take theirs.
