@@ -5,7 +5,9 @@
 # ($SAND_RIG_CACHE, default /var/cache/sand-rig), so a warm run takes seconds.
 #
 # Cold-cache timings on the 2-core CI machine: rootfs ~1 min, qemu image
-# ~1.5 min (most of it apt downloading and unpacking the kernel).
+# ~1.5 min (most of it apt downloading and unpacking the kernel), Lima ~3 min
+# (go build of limactl and lima-guestagent; cached per version afterwards), the
+# Lima image ~2 min (cloud-init and a kernel over the workbench tree).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +30,7 @@ PACKAGES=(
   qemu-system-x86 # the full VM (TCG)
   qemu-utils      # qemu-img for per-guest qcow2 overlays
   ca-certificates
+  gcc libc6-dev   # cgo: Lima's Makefile builds limactl with CGO_ENABLED=1
 )
 
 missing=()
@@ -53,5 +56,12 @@ t1=$SECONDS
 t2=$SECONDS
 "$PYTHON" -m tests.rig.qemu build
 t3=$SECONDS
+# The real Lima (limactl + guest agent of the pinned release, from its Go module;
+# needs Go and the Go module proxy), and the unprivileged user it runs as.
+"$PYTHON" -m tests.rig.limabuild build
+# A Debian 12 image with cloud-init that Lima boots (direct kernel, TCG).
+"$PYTHON" -m tests.rig.limaimage build
+"$PYTHON" -m tests.rig.lima env >/dev/null
+t4=$SECONDS
 echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \
-  "qemu image in $((t3 - t2))s"
+  "qemu image in $((t3 - t2))s, Lima in $((t4 - t3))s"

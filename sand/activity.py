@@ -55,6 +55,12 @@ def step(text: str, *, limit: float | None = None) -> None:
     _say(Activity(text, limit))
 
 
+def reached() -> None:
+    """The wait is over: no step is under way now (a verb connected, and its own work,
+    which says nothing here, begins)."""
+    _say(Activity())
+
+
 def retrying(retry: Retry) -> None:
     """The step under way failed and will be tried again."""
     _say(Activity(retry=retry))

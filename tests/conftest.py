@@ -7,11 +7,16 @@ skip into a failure too, so a CI run cannot pass by proving nothing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.required import rig_required
+
+# limactl refuses root, and so does its stand-in unless told otherwise; the suite runs
+# as root, so every stand-in it starts (through any subprocess) is told.
+os.environ["LIMACTL_STANDIN_ALLOW_ROOT"] = "1"
 
 pytest_plugins = [
     "tests.rig.fixtures",

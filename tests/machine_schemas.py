@@ -1,4 +1,4 @@
-"""Validate sand's machine output (plan, status, apply JSON) against schemas/."""
+"""Validate sand's machine output (plan, status, apply JSON) against sand/schemas/."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Any
 from jsonschema import Draft7Validator
 from referencing import Registry, Resource
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[1] / "sand" / "schemas"
 
 
 def registry() -> Registry:
     resources = []
     for name in ("plan", "status", "apply"):
         doc = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-        resources.append((doc["$id"], Resource.from_contents(doc)))
+        # No $id: a schema's $ref names its neighbour's file, as check-jsonschema finds it.
+        resources.append((f"{name}.schema.json", Resource.from_contents(doc)))
     return Registry().with_resources(resources)
 
 

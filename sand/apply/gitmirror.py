@@ -142,6 +142,8 @@ class GitMirror:
 
     async def _git(self, *args: str, timeout: float = FETCH_TIMEOUT) -> bytes:
         argv = ["git", *args]
+        # What the messages name: "git fetch", not the "-C" before it.
+        verb = args[2] if args[:1] == ("-C",) and len(args) > 2 else args[0]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -157,10 +159,10 @@ class GitMirror:
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            raise GitError(f"git {args[0]} of {self.url} took longer than {timeout:.0f}s") from None
+            raise GitError(f"git {verb} of {self.url} took longer than {timeout:.0f}s") from None
         if proc.returncode != 0:
             tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-4:])
-            raise GitError(f"git {args[0]} of {self.url} failed: {tail or proc.returncode}")
+            raise GitError(f"git {verb} of {self.url} failed: {tail or proc.returncode}")
         return out
 
     async def fetch(self) -> Revision:

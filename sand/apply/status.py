@@ -27,7 +27,7 @@ from sand.project import Session, open_session
 from sand.state.records import load_records
 
 UNKNOWN = "Unknown"
-# Bumped only when a key is removed or changes meaning (schemas/status.schema.json).
+# Bumped only when a key is removed or changes meaning (sand/schemas/status.schema.json).
 STATUS_FORMAT_VERSION = "1"
 
 

@@ -102,6 +102,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_reset(args: argparse.Namespace) -> int:
     """``sand reset VM``: the VM replaced from its image, its ``preserve:`` paths carried
     over — exactly ``sand apply --replace VM --target VM`` (same prompt, same guards)."""
+    try:
+        return _reset(args)
+    except PlanRefused as exc:
+        # The person typed `sand reset VM`, not the flags it stands for.
+        message = str(exc)
+        for flag in ("--replace", "--target"):
+            message = message.replace(f"{flag} {args.vm!r}", f"sand reset {args.vm!r}", 1)
+        raise PlanRefused(message) from None
+
+
+def _reset(args: argparse.Namespace) -> int:
     return run_apply(
         args.manifest,
         auto_approve=args.auto_approve,

@@ -15,19 +15,67 @@ from sand.cli.exits import EXIT_ERROR, EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sand.manifest import load_manifest
+    """Each manifest named (``-``: stdin) checked on its own; exit 1 when any is invalid."""
+    from sand.cli.flags import DEFAULT_MANIFEST
+    from sand.errors import ManifestError
 
-    loaded = load_manifest(args.manifest)
-    m = loaded.manifest
-    vms, backends = len(m.vms), len(m.backends)
-    print(
-        f"{args.manifest}: valid ({vms} VM{'s' * (vms != 1)} on "
-        f"{backends} backend{'s' * (backends != 1)})"
-    )
-    return EXIT_OK
+    names = [*args.manifests, *args.manifest_files] or [DEFAULT_MANIFEST]
+    results: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            m = _validated(name).manifest
+        except ManifestError as exc:
+            results.append({"file": name, "valid": False, "problems": exc.problems})
+            continue
+        results.append(
+            {"file": name, "valid": True, "vms": len(m.vms), "backends": len(m.backends)}
+        )
+    if args.json:
+        for r in results:
+            r["problems"] = [
+                {"file": p.file, "line": p.line, "column": p.column, "message": p.message}
+                for p in r.get("problems", ())
+            ]
+        print(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            _print_validated(r)
+    return EXIT_OK if all(r["valid"] for r in results) else EXIT_ERROR
+
+
+def _validated(name: str) -> Any:
+    from pathlib import Path
+
+    from sand.manifest import load_manifest, load_manifest_bytes
+
+    if name == "-":
+        return load_manifest_bytes(sys.stdin.buffer.read(), Path("<stdin>"))
+    return load_manifest(name)
+
+
+def _print_validated(result: dict[str, Any]) -> None:
+    name = "<stdin>" if result["file"] == "-" else result["file"]
+    if result["valid"]:
+        vms, backends = result["vms"], result["backends"]
+        print(
+            f"{name}: valid ({vms} VM{'s' * (vms != 1)} on "
+            f"{backends} backend{'s' * (backends != 1)})"
+        )
+        return
+    problems = result["problems"]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    count = len(problems)
+    print(f"Error: {name} is invalid ({count} problem{'s' * (count != 1)}).", file=sys.stderr)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.output:
+        from importlib.resources import files
+
+        # The file shipped in the package: what `plan.schema.json` in an $ref names.
+        sys.stdout.write((files("sand") / "schemas" / f"{args.output}.schema.json").read_text())
+        return EXIT_OK
     from sand.manifest.schema import schema_text
 
     sys.stdout.write(schema_text())
@@ -51,7 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not rows:
         print("No VMs in the manifest" + ("." if code else " and none managed."))
     else:
-        _print_status_table(rows)
+        _print_status_table(rows, set(report.unknown_backends))
     for r in rows:
         if r.get("last_error"):
             print(f"{r['vm']}: last error: {continued(r['last_error'])}")
@@ -84,9 +132,11 @@ def _lease_line(lease: dict[str, Any]) -> str:
     return f"Lease on {lease['backend']}: free; last applied by {who}, until {lease['since']}"
 
 
-def _observed_cell(observed: dict[str, Any] | None) -> str:
+def _observed_cell(observed: dict[str, Any] | None, backend: str, unseen: set[str]) -> str:
     if observed is None:
         return "absent"
+    if backend in unseen:  # one cause for all its VMs: said once, under the table
+        return f"unknown (backend {backend!r}, below)"
     if observed.get("power") == "unknown":
         return f"unknown ({_short(str(observed.get('reason') or 'backend not observed'))})"
     return str(observed["power"])
@@ -99,7 +149,7 @@ def _short(text: str, limit: int = 64) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _print_status_table(rows: list[dict[str, Any]]) -> None:
+def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
     from sand.terminal import one_line
 
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
@@ -109,7 +159,7 @@ def _print_status_table(rows: list[dict[str, Any]]) -> None:
             r["backend"],
             r["identity"] or "-",
             r["desired"]["state"] if r["desired"] else "absent",
-            _observed_cell(r["observed"]),
+            _observed_cell(r["observed"], r["backend"], unseen),
             *(str(r["conditions"][c]) for c in ("Synced", "Healthy", "Provisioned")),
         )
         for r in rows

@@ -11,28 +11,58 @@ from __future__ import annotations
 import argparse
 import sys
 
-# shtab's per-shell completer for a VM positional (``action.complete``): bash and zsh
-# call a function from the preamble, fish runs a command; each passes the words typed
-# so far, so the helper finds the same -f the command will use.
+# Functions the bash and zsh completers below call, given words typed so far (so the
+# helper finds the same -f the command will use); shtab puts them in the script's
+# preamble. cp's SRC and DST: a host path, or VM:PATH with the VM part completed from
+# the manifest as "VM:" (the path in the guest is typed: completing it would mean SSH).
+_BASH = """\
+_sand_vm_names() {
+  compgen -W "$(sand __complete-vms "${COMP_WORDS[@]}" 2>/dev/null)" -- "$1"
+}
+_sand_vm_paths() {
+  compgen -f -- "$1"
+  compgen -W "$(sand __complete-vms "${COMP_WORDS[@]}" 2>/dev/null | sed 's/.*/&:/')" -- "$1"
+}
+"""
+_ZSH = """\
+_sand_vm_names() {
+  local -a vms
+  vms=(${(f)"$(sand __complete-vms ${words[@]} 2>/dev/null)"})
+  compadd -a vms
+}
+_sand_vm_paths() {
+  _files
+  local -a vms
+  vms=(${(f)"$(sand __complete-vms ${words[@]} 2>/dev/null)"})
+  compadd -S : -a vms
+}
+"""
+_VMS_FISH = "(sand __complete-vms (commandline -opc) 2>/dev/null)"
+# A file name (a manifest, a token file): the shell's own file completion, as shtab
+# names it for each shell (shtab.FILE, spelled here so that building the parser does
+# not import shtab). Without it such an argument completed to nothing at all.
+_FILES_FISH = "(__fish_complete_path (commandline -ct))"
+FILES = {"bash": "_shtab_compgen_files", "zsh": "_files", "fish": _FILES_FISH}
+# shtab's per-shell completer for an argument (its ``action.complete``).
 VM_NAMES = {
     "bash": "_sand_vm_names",
     "zsh": "_sand_vm_names",
-    "fish": "(sand __complete-vms (commandline -opc) 2>/dev/null)",
-    "preamble": {
-        "bash": (
-            "_sand_vm_names() {\n"
-            '  compgen -W "$(sand __complete-vms "${COMP_WORDS[@]}" 2>/dev/null)" -- "$1"\n'
-            "}\n"
-        ),
-        "zsh": (
-            "_sand_vm_names() {\n"
-            "  local -a vms\n"
-            '  vms=(${(f)"$(sand __complete-vms ${words[@]} 2>/dev/null)"})\n'
-            "  compadd -a vms\n"
-            "}\n"
-        ),
-    },
+    "fish": _VMS_FISH,
+    "preamble": {"bash": _BASH, "zsh": _ZSH},
 }
+VM_PATHS = {
+    "bash": "_sand_vm_paths",
+    "zsh": "_sand_vm_paths",
+    # No `$` in it: fish expands the string, quoted "...", in the script shtab writes.
+    "fish": f"{_FILES_FISH} ({_VMS_FISH[1:-1]} | sed 's/.*/&:/')",
+}
+
+
+def complete_files(*actions: argparse.Action) -> None:
+    """Have these arguments complete file names in every shell."""
+    for action in actions:
+        action.complete = FILES  # type: ignore[attr-defined]  # read by shtab
+
 
 _MANIFEST_FLAGS = ("-f", "--file", "--manifest")
 

@@ -11,15 +11,70 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR
 
 DEFAULT_MANIFEST = "sand.yaml"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class SandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+class Number:
+    """An argparse ``type`` for a number within ``[low, high]`` (``low`` excluded with
+    ``above``): a value outside is a usage error naming the flag (argparse prefixes
+    ``argument --FLAG:``), never a loop that spins with no pause or a pool of no workers.
+    ``unit`` words the range (``seconds``); an integer-only flag passes ``whole``."""
+
+    def __init__(
+        self, low: float, high: float, *, above: bool = False, whole: bool = False, unit: str = ""
+    ) -> None:
+        self.low, self.high, self.above, self.whole, self.unit = low, high, above, whole, unit
+
+    def __call__(self, text: str) -> float | int:
+        try:
+            value: float | int = int(text) if self.whole else float(text)
+        except ValueError:
+            value = float("nan")
+        low_ok = value > self.low if self.above else value >= self.low
+        if not (low_ok and value <= self.high):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"{text!r} is not {self.range_words()}")
+        return value
+
+    def range_words(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        unit = f" of {self.unit}" if self.unit else ""
+        low = f"above {self.low:g}" if self.above else f"from {self.low:g}"
+        return f"{kind}{unit} {low} to {self.high:g}"
+
+
+PARALLELISM = Number(1, 100, whole=True)
+# A watch, a sync or the board re-observes at most twice a second: 0 listed the
+# backends in a loop with no pause (20,568 listings in 10 minutes).
+INTERVAL = Number(0.5, 86400, unit="seconds")
+DEBOUNCE = Number(0, 60, unit="seconds")
+GUEST_TIMEOUT = Number(0, 3600, above=True, unit="seconds")
+LEASE_WAIT = Number(0, 86400, unit="seconds")
+
+
+def add_apply_flags(p: argparse.ArgumentParser) -> None:
+    """What an apply and a sync run share: how many VMs at once, and the mass-delete guard."""
+    p.add_argument(
+        "--parallelism",
+        type=PARALLELISM,
+        default=10,
+        metavar="N",
+        help="VMs created or changed at once, 1 to 100 (default 10)",
+    )
+    p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="go on when the plan deletes or replaces more than half of a backend's managed VMs",
+    )
 
 
 def add_global_flags(p: argparse.ArgumentParser, *, on_subcommand: bool = False) -> None:
@@ -38,8 +93,9 @@ def add_global_flags(p: argparse.ArgumentParser, *, on_subcommand: bool = False)
     )
     p.add_argument(
         "--log-level",
+        choices=LOG_LEVELS,
         default=default(None),
-        help="debug, info, warning, error (default: warning; info with --log-format json)",
+        help="default: warning; info with --log-format json",
     )
     p.add_argument(
         "--no-color",
@@ -66,12 +122,22 @@ def add_global_flags_to_subcommands(parser: argparse.ArgumentParser) -> None:
     visit(parser)
 
 
-def add_manifest_args(p: argparse.ArgumentParser) -> None:
-    """The manifest as a positional (where it always was) or ``-f/--file``."""
-    p.add_argument(
-        "manifest", nargs="?", default=None, help=f"the manifest (default: ./{DEFAULT_MANIFEST})"
+def add_manifest_args(p: argparse.ArgumentParser, *, plan_file: bool = False) -> None:
+    """The manifest as a positional (where it always was) or ``-f/--file/--manifest``
+    (the spelling every command takes, the per-VM ones included)."""
+    what = "the manifest, or a plan saved by `plan --out`" if plan_file else "the manifest"
+    positional = p.add_argument(
+        "manifest", nargs="?", default=None, help=f"{what} (default: ./{DEFAULT_MANIFEST})"
     )
-    p.add_argument("-f", "--file", dest="manifest_file", metavar="MANIFEST", help="the manifest")
+    flag = p.add_argument(
+        "-f",
+        "--file",
+        "--manifest",
+        dest="manifest_file",
+        metavar="MANIFEST",
+        help=f"{what}, as a flag",
+    )
+    complete_files(positional, flag)
 
 
 def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -14,166 +15,11 @@ from typing import Any
 
 from sand import __version__
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
-from sand.cli.flags import (
-    SandParser,
-    add_global_flags,
-    add_global_flags_to_subcommands,
-    add_manifest_args,
-    resolve_manifest,
-)
-from sand.cli.sync import add_sync_parser
-from sand.cli.template import add_template_parser
-from sand.cli.verbs import add_verb_parsers, manifest_option
+from sand.cli.flags import resolve_manifest
+from sand.cli.parser import build_parser
 from sand.errors import ManifestError, SandError
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = SandParser(
-        prog="sand",
-        description="Keep disposable agent dev VMs in the state a manifest declares.",
-    )
-    parser.add_argument("--version", action="version", version=f"sand {__version__}")
-    add_global_flags(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def manifest_arg(p: argparse.ArgumentParser) -> None:
-        add_manifest_args(p)  # positional or -f/--file
-
-    def data_loss_flag(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--allow-data-loss",
-            action="store_true",
-            help="delete or replace VMs even when their checkouts hold unpushed work "
-            "(or they cannot be swept); never implied by --watch",
-        )
-
-    def steering_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--target",
-            action="append",
-            default=[],
-            metavar="VM",
-            help="plan and apply only this VM (repeatable); the others are left as they are",
-        )
-        p.add_argument(
-            "--replace",
-            action="append",
-            default=[],
-            metavar="VM",
-            help="replace this VM although nothing changed (repeatable); preserve: paths "
-            "are carried over",
-        )
-
-    p = sub.add_parser("validate", help="check a manifest without contacting any backend")
-    manifest_arg(p)
-    sub.add_parser("schema", help="print the manifest's JSON Schema")
-
-    p = sub.add_parser("plan", help="show what apply would do")
-    manifest_arg(p)
-    p.add_argument("--json", action="store_true", help="the plan as JSON on stdout")
-    p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when changes pend")
-    p.add_argument("--refresh-only", action="store_true", help="report drift, propose nothing")
-    p.add_argument("--out", metavar="FILE", help="save the plan for a later 'sand apply FILE'")
-    data_loss_flag(p)
-    steering_flags(p)
-
-    p = sub.add_parser("apply", help="make the VMs match the manifest")
-    manifest_arg(p)
-    p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--json", action="store_true", help="plan and results as JSON on stdout")
-    p.add_argument("--parallelism", type=int, default=10, metavar="N")
-    p.add_argument("--allow-mass-delete", action="store_true")
-    data_loss_flag(p)
-    steering_flags(p)
-    p.add_argument(
-        "--lease-wait",
-        type=_seconds_or_zero,
-        default=0.0,
-        metavar="S",
-        help="wait up to S seconds while another applier holds the project's lease "
-        "(default 0: fail at once, naming it)",
-    )
-    p.add_argument("--watch", action="store_true", help="re-apply on every manifest save")
-    p.add_argument("--interval", type=float, default=60.0, help="watch: re-observe every N s")
-    p.add_argument("--debounce", type=float, default=0.5, help="watch: seconds to settle")
-
-    p = sub.add_parser("destroy", help="delete every VM this manifest's project manages")
-    manifest_arg(p)
-    p.add_argument("--auto-approve", action="store_true")
-    data_loss_flag(p)
-
-    p = sub.add_parser(
-        "reset",
-        help="replace a VM from its image, keeping its preserve: paths "
-        "(apply --replace VM --target VM)",
-    )
-    p.add_argument("vm", metavar="VM")
-    manifest_option(p)  # a per-VM command: -f/--file/--manifest, as the verbs take it
-    p.add_argument("--auto-approve", action="store_true", help="do not ask for confirmation")
-    data_loss_flag(p)
-
-    p = sub.add_parser("status", help="desired vs observed, per VM")
-    manifest_arg(p)
-    p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--deep",
-        action="store_true",
-        help="also check each running guest over SSH (reachable, its agents installed, "
-        "its secrets on tmpfs) for Healthy; without it no guest is contacted",
-    )
-    p.add_argument(
-        "--timeout",
-        type=_seconds,
-        metavar="S",
-        help="--deep: seconds each guest gets to answer (default 20)",
-    )
-
-    p = sub.add_parser("ui", help="a live board of the fleet: status, plan, apply, shell, land")
-    manifest_arg(p)
-    p.add_argument(
-        "--interval",
-        type=_seconds,
-        default=30.0,
-        metavar="S",
-        help="re-observe every S seconds (one listing per backend; default 30)",
-    )
-    p.add_argument(
-        "--watch",
-        action="store_true",
-        help="re-plan on every manifest save and show drift as it is found; drift is "
-        "corrected only with selfHeal: true",
-    )
-
-    p = sub.add_parser("doctor", help="check backend credentials and permissions")
-    manifest_arg(p)
-
-    add_verb_parsers(sub)
-    add_template_parser(sub)
-    add_sync_parser(sub)
-    p = sub.add_parser("completion", help="print a shell completion script")
-    p.add_argument("shell", choices=("bash", "zsh", "fish"))
-    add_global_flags_to_subcommands(parser)  # last: every subcommand takes them
-    return parser
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
-
-
-def _seconds_or_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
-    return value
+__all__ = ["build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(words: list[str]) -> int:
+    # Off a terminal stdout is block-buffered: in a log holding both streams, the plan
+    # printed before an apply came out after its progress on stderr. Flushed at each
+    # line instead, whatever PYTHONUNBUFFERED (ignored under pipx's `python -E`).
+    if not sys.stdout.isatty() and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     parser = build_parser()
     args = parser.parse_args(words)
     if args.command is None:

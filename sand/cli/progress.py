@@ -6,13 +6,14 @@
 - lines: one timestamped line per step, for logs, CI and pipes, and a "still ..." line
   for a step that has said nothing for a while, so a quiet minute is not mistaken for
   a hang (Terraform's "Still creating... [10s elapsed]").
-- json: each event one JSON object on a line (``apply --json``; schemas/apply.schema.json).
+- json: each event one JSON object on a line (``apply --json``; sand/schemas/apply.schema.json).
 - log: each event a structured log event (``--log-format json`` puts them on stderr).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -24,13 +25,13 @@ from typing import Any, TextIO
 from sand.apply.events import Hooks, NoHooks, Phase, StepEvent
 from sand.redaction import redact
 
-# Bumped only when a key is removed or changes meaning (schemas/apply.schema.json).
+# Bumped only when a key is removed or changes meaning (sand/schemas/apply.schema.json).
 APPLY_FORMAT_VERSION = "2"
 HEARTBEAT = 10.0  # seconds a step may be quiet before the line view says it is still going
 
 
 def event_record(event: StepEvent) -> dict[str, Any]:
-    """An event as the JSON views print it (and schemas/apply.schema.json describes)."""
+    """An event as the JSON views print it (and sand/schemas/apply.schema.json describes)."""
     record: dict[str, Any] = {
         "vm": event.vm,
         "backend": event.backend,
@@ -165,7 +166,10 @@ def progress_view(mode: str, stream: TextIO | None = None) -> Iterator[Hooks]:
     lines on stdout), "log" (structured log events) or "quiet"."""
     out = stream or sys.stderr
     if mode == "auto":
-        mode = "live" if out.isatty() else "lines"
+        # A dumb terminal cannot redraw: rich would show only the last frame, at the end.
+        mode = "live" if out.isatty() and os.environ.get("TERM") != "dumb" else "lines"
+    # What stdout holds (the plan) goes out before the first progress line on stderr.
+    sys.stdout.flush()
     if mode == "quiet":
         yield NoHooks()
     elif mode == "json":

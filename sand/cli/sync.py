@@ -9,7 +9,9 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
+from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
 from sand.errors import PlanRefused
 
 if TYPE_CHECKING:
@@ -39,29 +41,35 @@ def add_sync_parser(sub: Any) -> None:
         metavar="PATH",
         help="the manifest's path in the repository (default: sand.yaml)",
     )
-    p.add_argument(
+    token = p.add_argument(
         "--token-file",
         metavar="F",
         help="a 0600 file holding an HTTPS token for the repository (never on argv)",
     )
-    p.add_argument(
+    host_dir = p.add_argument(
         "--host-dir",
         metavar="DIR",
         help="where relative paths in the manifest (token_file, identity) are found, and "
         "secrets.yaml, the map of secret names to sources (default: the current directory)",
     )
-    p.add_argument("--interval", type=float, default=60.0, metavar="S", help="default 60")
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=60.0,
+        metavar="S",
+        help="fetch every S seconds, 0.5 to 86400 (default 60)",
+    )
     p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
     p.add_argument("--listen", metavar="ADDR", help="serve POST /hooks/git on HOST:PORT")
-    p.add_argument(
+    secret = p.add_argument(
         "--webhook-secret-file", metavar="F", help="the 0600 file holding the webhook secret"
     )
+    complete_files(token, host_dir, secret)
     p.add_argument("--metrics", metavar="ADDR", help="serve Prometheus /metrics on HOST:PORT")
-    p.add_argument("--parallelism", type=int, default=10, metavar="N")
-    p.add_argument("--allow-mass-delete", action="store_true")
+    add_apply_flags(p)
     p.add_argument(
         "--lease-wait",
-        type=float,
+        type=LEASE_WAIT,
         default=300.0,
         metavar="S",
         help="seconds a run waits while another applier holds the project's lease (default 300)",
@@ -79,8 +87,6 @@ def _check(args: argparse.Namespace) -> None:
         raise PlanRefused("--webhook-secret-file is for --listen")
     if args.once and (args.listen or args.metrics):
         raise PlanRefused("--once runs one check and exits: no --listen or --metrics")
-    if not args.interval > 0 or args.parallelism < 1:
-        raise PlanRefused("--interval must be above 0 and --parallelism at least 1")
 
 
 def _address(flag: str, text: str) -> tuple[str, int]:

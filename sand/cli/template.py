@@ -15,8 +15,14 @@ from sand.cli.flags import add_manifest_args
 
 def add_template_parser(sub: Any) -> None:
     """Register ``sand template build`` on the main parser's subparsers."""
-    p = sub.add_parser("template", help="build the template a Proxmox backend clones from")
-    actions = p.add_subparsers(dest="template_action", metavar="ACTION", required=True)
+    p = sub.add_parser(
+        "template",
+        help="build the template a Proxmox backend clones from",
+        description="Templates a backend clones VMs from; `sand template build` makes one.",
+    )
+    actions = p.add_subparsers(
+        dest="template_action", metavar="ACTION", required=True, help="what to do with it"
+    )
     b = actions.add_parser(
         "build",
         help="import a cloud image and make it a template in the backend's pool (once)",

@@ -15,7 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from sand import activity
 from sand.cli.confirm import confirm
+from sand.cli.waits import shown_while_waiting
 from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.terminal import one_line
@@ -44,7 +46,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
     if command:
         if new:
             raise UsageError("--new is for the interactive shell; -- CMD runs without tmux")
-        return asyncio.run(_shell_command(args.manifest, args.vm, command, raw))
+        with shown_while_waiting(args.vm):
+            return asyncio.run(_shell_command(args.manifest, args.vm, command, raw))
     if raw:
         raise UsageError(
             "--raw is for a command (sand shell --raw VM -- CMD); an interactive shell is "
@@ -52,7 +55,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
         )
     from sand.verbs.shell import tmux_command
 
-    endpoint = asyncio.run(pinned_endpoint(args.manifest, args.vm))
+    with shown_while_waiting(args.vm):
+        endpoint = asyncio.run(pinned_endpoint(args.manifest, args.vm))
     # The guest's tmux session is what survives a dropped connection; ssh asks for a
     # terminal for it only when there is one here (else the guest gives a plain shell).
     return run_ssh(endpoint, command=tmux_command(args.vm, new=new), tty=sys.stdin.isatty())
@@ -62,6 +66,7 @@ async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> 
     from sand.guest.stream import run_streaming
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
+        activity.reached()
         return await run_streaming(conn, argv, raw=raw)
 
 
@@ -111,7 +116,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
     dst_vm, dst = split_remote(args.dst)
     if (src_vm is None) == (dst_vm is None):
         raise UsageError("sand cp copies between the host and one VM: write VM:PATH on one side")
-    return asyncio.run(_cp(args.manifest, src_vm, src, dst_vm, dst, args.recursive))
+    with shown_while_waiting(src_vm or dst_vm or ""):
+        return asyncio.run(_cp(args.manifest, src_vm, src, dst_vm, dst, args.recursive))
 
 
 async def _cp(
@@ -131,6 +137,7 @@ async def _cp(
             connect(target.endpoint) as conn,
             open_sftp(conn) as fs,
         ):
+            activity.reached()
             if src_vm is not None:
                 summary = await download(fs, src, dst, recursive=recursive, report=report)
                 verb = "downloaded"
@@ -146,7 +153,8 @@ async def _cp(
 
 
 def cmd_land(args: argparse.Namespace) -> int:
-    return asyncio.run(_land(args))
+    with shown_while_waiting(args.vm):
+        return asyncio.run(_land(args))
 
 
 async def _land(args: argparse.Namespace) -> int:
@@ -171,6 +179,7 @@ async def land_vm(
     from sand.verbs.ledger import ledger_path
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
+        activity.reached()
         return await land(
             SshRunner(conn, "landing sweep", where=where(target.endpoint)),
             vm=target.vm.name,
@@ -203,7 +212,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
     sites = DrupalSites()
     issue = parse_issue_url(args.issue, sites)
-    plan = asyncio.run(_prepare_publish(args, issue, GitLab(sites.api)))
+    with shown_while_waiting(args.vm):
+        plan = asyncio.run(_prepare_publish(args, issue, GitLab(sites.api)))
     result = confirm_and_execute(
         plan,
         GitLab(sites.api, token),
@@ -221,6 +231,7 @@ async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab
     async with resolve(args.manifest, args.vm) as target:
         checkout = args.path or _only_repo(target)
         async with connect(target.endpoint) as conn:
+            activity.reached()
             return await prepare(
                 SshRunner(conn, "publish", where=where(target.endpoint)),
                 checkout,

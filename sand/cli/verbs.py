@@ -9,24 +9,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sand.cli.completion import VM_NAMES
+from sand.cli.completion import VM_NAMES, VM_PATHS, complete_files
 
 
 def manifest_option(p: argparse.ArgumentParser) -> None:
     # -f/--file as on every command; --manifest kept for scripts written before.
-    p.add_argument(
+    flag = p.add_argument(
         "-f",
         "--file",
         "--manifest",
         dest="manifest",
         default="sand.yaml",
         metavar="FILE",
-        help="default: ./sand.yaml",
+        help="the manifest (default: ./sand.yaml)",
     )
+    complete_files(flag)
 
 
-def _vm(p: argparse.ArgumentParser) -> None:
-    action = p.add_argument("vm", metavar="VM")
+def vm_argument(p: argparse.ArgumentParser, words: str) -> None:
+    """The VM a command acts on: a name the manifest declares (completed from it)."""
+    action = p.add_argument("vm", metavar="VM", help=f"{words} (a name in the manifest)")
     action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
 
 
@@ -52,8 +54,14 @@ def add_verb_parsers(sub: Any) -> None:
         help="pass the command's output through byte for byte (binary pipelines); by "
         "default terminal control sequences are removed from it",
     )
-    _vm(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="run this and exit")
+    vm_argument(p, "the VM to open a shell in")
+    command = p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="CMD",
+        help="optional, after --: run this alone (no tmux) and exit with its status",
+    )
+    command.required = False  # argparse counts a REMAINDER as required: "required: VM, CMD"
     p.set_defaults(handler=_shell)
 
     p = sub.add_parser(
@@ -65,16 +73,22 @@ def add_verb_parsers(sub: Any) -> None:
     )
     manifest_option(p)
     p.add_argument("-r", "--recursive", action="store_true", help="copy directories")
-    p.add_argument("src", metavar="SRC")
-    p.add_argument("dst", metavar="DST")
+    src = p.add_argument("src", metavar="SRC", help="a host path, or VM:PATH in a VM")
+    dst = p.add_argument("dst", metavar="DST", help="a host path, or VM:PATH in a VM")
+    for side in (src, dst):
+        side.complete = VM_PATHS  # read by shtab
     p.set_defaults(handler=_cp)
 
     p = sub.add_parser(
         "land",
         help="list a VM's git checkouts with push/PR state; open a draft PR with your gh",
+        description="List the VM's git checkouts (a read-only sweep): branch, commits on "
+        "no remote, dirty files, and each branch's pull request. --pr opens a draft PR for "
+        "a pushed branch with the host's gh; --web prints (and opens) the compare URL. "
+        "Only PR metadata reaches the host.",
     )
     manifest_option(p)
-    _vm(p)
+    vm_argument(p, "the VM whose checkouts to list")
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout --pr/--web act on")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--pr", action="store_true", help="open a draft PR with the host's gh")
@@ -84,9 +98,12 @@ def add_verb_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "publish",
         help="publish a VM checkout's commits to a drupal.org issue fork as a merge request",
+        description="Replay a VM checkout's commits onto the drupal.org issue fork's "
+        "branch and open a merge request, decided on the host: what would be pushed is "
+        "shown first and sent only with your yes (or --yes).",
     )
     manifest_option(p)
-    _vm(p)
+    vm_argument(p, "the VM holding the checkout")
     p.add_argument("path", nargs="?", metavar="PATH", help="the checkout (default: the VM's repo)")
     p.add_argument("--issue", required=True, metavar="URL", help="the drupal.org issue's URL")
     p.add_argument("--branch", metavar="NAME", help="fork branch (default: NID-issue-title)")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Between a machine's name and one boot of it, in a host-key alias.
+BOOT_MARK = ".boot-"
+
 
 @dataclass(frozen=True)
 class GuestEndpoint:
@@ -17,6 +20,9 @@ class GuestEndpoint:
     # or "none" (Proxmox cattle IPs; see the security model).
     host_key_policy: str = "pin"
     host_key_alias: str = ""  # the name keys are pinned under (stable across IP reuse)
+    # The name of the machine across its boots when the alias names one boot
+    # (``<family><BOOT_MARK><boot>``): pinning a new boot drops the earlier boots' pins.
+    host_key_family: str = ""
     jump: JumpHost | None = None
 
 

@@ -8,7 +8,10 @@
   host-key alias (stable where an address is not) or, without one, by its
   address *and port* in OpenSSH's form (``host`` for 22, ``[host]:port``
   otherwise), so a key pinned for one sshd is never trusted for another on
-  the same address; policy "none" checks nothing (Proxmox guests: DHCP hands
+  the same address. An alias may name one boot of a machine (Lima guests make
+  new host keys at every start): a new boot is pinned afresh and drops the
+  earlier boots' pins, a changed key within one boot is refused;
+  policy "none" checks nothing (Proxmox guests: DHCP hands
   a fresh VM an address an old one used).
 * A jump host (remote Lima) is the user's own machine: its key is pinned by
   its known_hosts file and the agent and ssh_config are allowed there.
@@ -29,7 +32,7 @@ import asyncssh
 from sand import activity
 from sand.errors import TransportError
 from sand.guest import user_known_hosts
-from sand.guest.endpoint import GuestEndpoint, JumpHost
+from sand.guest.endpoint import BOOT_MARK, GuestEndpoint, JumpHost
 from sand.guest.user_known_hosts import known_hosts_name
 from sand.retrying import Backoff, retry_async
 from sand.secrets.files import locked, write_private
@@ -63,14 +66,20 @@ class KnownHosts:
         found = [k for name in _same_name(alias) for k in entries.get(name, [])]
         return [asyncssh.import_public_key(k) for k in dict.fromkeys(found)]
 
-    def pin(self, alias: str, key: asyncssh.SSHKey) -> bool:
-        """Record ``key`` for ``alias`` unless one is there; False if another is."""
+    def pin(self, alias: str, key: asyncssh.SSHKey, *, family: str = "") -> bool:
+        """Record ``key`` for ``alias`` unless one is there; False if another is.
+
+        With ``family``, ``alias`` names one boot of that machine and the pins of its
+        other boots (``<family>.boot-<token>``) go: their keys are gone with them."""
         entry = " ".join(key.export_public_key("openssh").decode().split()[:2])
         with locked(self.path):
             entries = self._lines()
             current = [k for name in _same_name(alias) for k in entries.get(name, [])]
             if current:
                 return entry in current  # pinned meanwhile (another run): agree or refuse
+            if family:
+                for name in [n for n in entries if _other_boot(n, family)]:
+                    del entries[name]
             entries[alias] = [entry]
             self._write(entries)
         return True
@@ -100,6 +109,11 @@ class KnownHosts:
             for name in parts[0].split(","):  # OpenSSH allows "name1,name2 key"
                 out.setdefault(name, []).append(f"{parts[1]} {parts[2]}")
         return out
+
+
+def _other_boot(name: str, family: str) -> bool:
+    prefix = family + BOOT_MARK
+    return name.startswith(prefix) and name[len(prefix) :].replace("-", "").isdigit()
 
 
 def _same_name(name: str) -> tuple[str, ...]:
@@ -206,7 +220,8 @@ async def connect(
     try:
         if endpoint.host_key_policy == "pin" and not pinned:
             server_key = conn.get_server_host_key()
-            if server_key is None or not pins.pin(alias, server_key):
+            family = endpoint.host_key_family
+            if server_key is None or not pins.pin(alias, server_key, family=family):
                 raise TransportError(
                     f"SSH to {where(endpoint)}: another run pinned a different host key "
                     f"for {alias!r} in {pins.path} while this one connected",

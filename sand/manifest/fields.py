@@ -60,6 +60,14 @@ DiskSize = Annotated[
     BeforeValidator(bounded("disk", *DISK_RANGE)),
     WithJsonSchema(_size_schema(DISK_RANGE)),
 ]
+# What canonical_expiry takes, as far as a regex can say it (not a day past the month's
+# end, nor the ten-year bound): 'never', a duration, an ISO 8601 date or date-time.
+EXPIRES_PATTERN = (
+    r"^(never|0*[1-9][0-9]{0,8}[mhd]"
+    r"|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"([T ]([01][0-9]|2[0-3])(:[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?)?"
+    r"(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)?)?)$"
+)
 Expires = Annotated[
     str,
     BeforeValidator(canonical_expiry),
@@ -67,11 +75,25 @@ Expires = Annotated[
         {
             "type": "string",
             "examples": ["2026-12-01", "2026-12-01T18:00:00Z", "8h", "3d", "never"],
+            "pattern": EXPIRES_PATTERN,
             "description": EXPIRES_DESCRIPTION,
         }
     ),
 ]
 PortNumber = Annotated[int, Field(ge=1, le=65535)]
+
+
+def _not_lima_ssh(port: int) -> str | None:
+    # Lima's limayaml.Validate refuses 22 as a guest or host port of any forward
+    # (its own SSH forward owns it), so `limactl create` would fail after a clean plan.
+    if port == 22:
+        return "port 22 is SSH's, which Lima keeps for itself and refuses to forward"
+    return None
+
+
+ForwardedPort = Annotated[
+    int, Field(ge=1, le=65535, json_schema_extra={"not": {"const": 22}}), rule(_not_lima_ssh)
+]
 Identifier = Annotated[str, Field(pattern=IDENTIFIER.pattern)]
 # A Linux user name that is also an identifier: what provisioning can create.
 UserName = Annotated[str, Field(pattern=r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]

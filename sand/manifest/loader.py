@@ -49,12 +49,24 @@ def load_manifest(path: str | FsPath) -> LoadedManifest:
         raw = file.read_bytes()
     except OSError as exc:
         raise ManifestError([Problem(str(file), 1, 1, f"cannot read: {exc.strerror}")]) from None
+    return load_manifest_bytes(raw, file)
+
+
+def load_manifest_bytes(raw: bytes, file: FsPath) -> LoadedManifest:
+    """A manifest read already (``sand validate -``: stdin), named ``file`` in problems;
+    relative paths in it are found from ``file``'s directory."""
     if len(raw) > MAX_BYTES:
         raise ManifestError([Problem(str(file), 1, 1, "the manifest is larger than 4 MiB")])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError([Problem(str(file), 1, 1, f"not UTF-8: {exc.reason}")]) from None
+        # Located at the byte itself: "1:1" sent a person reading a whole file for it.
+        line_start = raw.rfind(b"\n", 0, exc.start) + 1
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = len(raw[line_start : exc.start].decode("utf-8", "replace")) + 1
+        byte = raw[exc.start : exc.start + 1].hex()
+        problem = Problem(str(file), line, column, f"not UTF-8: byte 0x{byte}: {exc.reason}")
+        raise ManifestError([problem]) from None
     manifest, marks = parse_marked(text, str(file))
     return LoadedManifest(manifest, file, text, marks)
 

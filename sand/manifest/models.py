@@ -27,6 +27,7 @@ from sand.manifest.fields import (
     DiskSize,
     EnvName,
     Expires,
+    ForwardedPort,
     HomePath,
     Identifier,
     Image,
@@ -34,7 +35,6 @@ from sand.manifest.fields import (
     LocalPath,
     MemorySize,
     PackageName,
-    PortNumber,
     PowerState,
     PveNode,
     Rebuild,
@@ -201,8 +201,12 @@ class GoldenImage(Strict):
 
 
 class Port(Strict):
-    guest: PortNumber = Field(description="The port inside the guest.", examples=[3000])
-    host: PortNumber = Field(description="The port on the host's 127.0.0.1.", examples=[3000])
+    guest: ForwardedPort = Field(
+        description="The port inside the guest (not 22: Lima keeps it).", examples=[3000]
+    )
+    host: ForwardedPort = Field(
+        description="The port on the host's 127.0.0.1 (not 22: Lima keeps it).", examples=[3000]
+    )
 
 
 class SecretUse(Strict):

@@ -47,7 +47,7 @@ Generated from the models in `sand/manifest/models.py` by
 `python -m sand.manifest.reference`; a test keeps it in step.
 Unknown keys are errors; sizes carry a unit: `8GiB`, `512MiB`, `40G` (binary; a bare
 number is refused as ambiguous). Guest paths are `~` or under `~/`.
-Editors validate against `schemas/sand.schema.json`, a JSON Schema in draft-07
+Editors validate against `sand/schemas/sand.schema.json`, a JSON Schema in draft-07
 (start the file with `# yaml-language-server: $schema=<path>/sand.schema.json`); it
 carries each field's description, default and an example, and the rules a schema
 can state: size units, secret names, exactly one secret source, `node` xor `nodes`.
@@ -96,7 +96,7 @@ def _type(prop: dict[str, Any]) -> str:
         return str(prop["$ref"]).rsplit("/", 1)[-1]
     if "const" in prop:
         return repr(prop["const"])
-    if "enum" in prop:
+    if "enum" in prop and len(prop["enum"]) <= 8:  # a long list (CPU types) is its type
         return " \\| ".join(repr(v) for v in prop["enum"])
     if "anyOf" in prop or "oneOf" in prop:
         parts = [_type(p) for p in prop.get("anyOf", prop.get("oneOf", []))]

@@ -1,4 +1,4 @@
-"""The manifest's JSON Schema, generated from the models (checked in under schemas/).
+"""The manifest's JSON Schema, generated from the models (checked in under sand/schemas/).
 
 Pydantic emits draft 2020-12 (``$defs``, ``$ref`` beside other keywords); editors
 built on yaml-language-server before 1.0 understand draft-07 only, so the schema is
@@ -77,6 +77,23 @@ def _with_rules(doc: dict[str, Any]) -> dict[str, Any]:
     # patternProperties alone lets a non-matching name through.
     doc["properties"]["secrets"]["additionalProperties"] = False
     doc["properties"]["images"]["additionalProperties"] = False
+    # A VM name both backend types take at the least (each adds its own rule: Proxmox
+    # no '_', Lima at most 63 characters in all): labels of letters, digits, '_' and
+    # '-' inside, at most 63 characters each, joined by '.'.
+    name = defs["VM"]["properties"]["name"]
+    label = r"([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+    name["pattern"] = rf"^[A-Za-z0-9]{label}(\.[A-Za-z0-9_]{label})*$"
+    name["maxLength"] = 253
+    template = defs["ProxmoxConfig"]["properties"]["template"]
+    template["anyOf"] = [
+        {"type": "integer", "minimum": 100, "maximum": 999999999},
+        {  # a vmid in a string, or a VM name that is not all digits
+            "type": "string",
+            "pattern": r"^(0*[1-9][0-9]{2,8}|(?![0-9]+$)[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$",
+        },
+    ]
+    # Only the host's name: no scheme, path, credentials or whitespace.
+    defs["ProxmoxConfig"]["properties"]["host"]["pattern"] = r"^[^/@\s]+$"
     for model in ("Defaults", "VM"):
         for key, prop in defs[model]["properties"].items():
             if key in AS_WRITTEN and prop.get("default") is None:

@@ -65,6 +65,9 @@ class _Converter:
         self.count = 0
         self.scalars = SafeConstructor()
         self.problems: list[YamlProblem] = []
+        # Each mapping's resolved pairs, so a mapping merged many times (through
+        # aliases) is resolved once: merges must not become an alias bomb.
+        self.resolved: dict[int, dict[str, _Pair]] = {}
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         self.count += 1
@@ -86,45 +89,126 @@ class _Converter:
             raise YamlProblem(Mark.of(node.start_mark), f"cannot read this value: {exc}") from None
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
-        # Keys written in this mapping, as opposed to those a merge key (<<) brings in.
-        own = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
-        self.scalars.flatten_mapping(node)  # merged pairs first, then this mapping's own
-        # A key written here overrides a merged one (the point of `<<: *base` followed
-        # by overrides), and of several merged mappings the first listed wins (it comes
-        # last after flattening); only a key written twice here is a mistake.
-        winner: dict[str, int] = {}
-        written: set[str] = set()
-        for i, (key_node, _) in enumerate(node.value):
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise YamlProblem(Mark.of(key_node.start_mark), "keys must be plain strings")
-            key = key_node.value
-            if key_node.tag != "tag:yaml.org,2002:str":
-                raise YamlProblem(
-                    Mark.of(key_node.start_mark), f"key {key!r} must be a string, not a number"
-                )
-            if id(key_node) not in own:
-                winner[key] = i
-            elif key in written:
-                self.problems.append(
-                    YamlProblem(Mark.of(key_node.start_mark), f"duplicate key {key!r}")
-                )
-            else:
-                written.add(key)
-                winner[key] = i
         result: dict[str, Any] = {}
-        for i, (key_node, value_node) in enumerate(node.value):
-            key = key_node.value
-            if winner[key] != i:
-                continue
+        for key, (key_node, value_node) in self._effective_pairs(node, depth=0).items():
             self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
             result[key] = self.convert(value_node, (*path, key))
         return result
+
+    def _effective_pairs(self, node: yaml.MappingNode, depth: int) -> dict[str, _Pair]:
+        """The pairs a mapping means, merge keys (``<<``) resolved by YAML's rule.
+
+        Done here rather than by PyYAML's ``flatten_mapping``: the order that
+        function leaves the pairs in changed between PyYAML releases (6.0.4), and
+        precedence must not follow the installed version. The rule: a key written
+        in the mapping beats any merged one (``<<: *base`` followed by overrides),
+        and of several merged mappings the first listed wins. Only a key written
+        twice in the mapping itself is a mistake.
+        """
+        if id(node) in self.resolved:
+            return self.resolved[id(node)]
+        if depth > 64:
+            raise YamlProblem(Mark.of(node.start_mark), "merge keys nest too deeply")
+        merged: dict[str, _Pair] = {}
+        own: dict[str, _Pair] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                for source in _merge_sources(value_node):
+                    for key, pair in self._effective_pairs(source, depth + 1).items():
+                        merged.setdefault(key, pair)
+                continue
+            key = _key_of(key_node)
+            if key in own:
+                self.problems.append(
+                    YamlProblem(Mark.of(key_node.start_mark), f"duplicate key {key!r}")
+                )
+                continue
+            own[key] = (key_node, value_node)
+        # Merged keys first, as PyYAML itself lays them out; the written value wins.
+        pairs = {key: pair for key, pair in merged.items() if key not in own}
+        pairs.update(own)
+        self.resolved[id(node)] = pairs
+        return pairs
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_Pair = tuple[yaml.Node, yaml.Node]
+
+
+def _merge_sources(value: yaml.Node) -> list[yaml.MappingNode]:
+    """The mappings a ``<<`` brings in, in the order they take precedence."""
+    if isinstance(value, yaml.MappingNode):
+        return [value]
+    if isinstance(value, yaml.SequenceNode) and all(
+        isinstance(item, yaml.MappingNode) for item in value.value
+    ):
+        return list(value.value)
+    raise YamlProblem(
+        Mark.of(value.start_mark), "a merge key (<<) takes a mapping or a list of mappings"
+    )
+
+
+def _key_of(key_node: yaml.Node) -> str:
+    if not isinstance(key_node, yaml.ScalarNode):
+        raise YamlProblem(Mark.of(key_node.start_mark), "keys must be plain strings")
+    if key_node.tag != "tag:yaml.org,2002:str":
+        raise YamlProblem(
+            Mark.of(key_node.start_mark), f"key {key_node.value!r} must be a string, not a number"
+        )
+    return str(key_node.value)
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         return " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
     return str(exc) or type(exc).__name__
+
+
+def _mark_at(text: str, index: int) -> Mark:
+    """The line and column of character ``index`` of ``text``."""
+    index = max(0, min(index, len(text)))
+    return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
+
+
+def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
+    """Refuse a document whose aliases (and merge keys, which copy whole mappings)
+    expand it past MAX_NODES, before anything is expanded: the size of each node is
+    counted once, however many aliases point at it, so a bomb of 10**30 values is
+    refused as fast as a small file is read."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a node that holds itself counts once
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        return total
+
+    try:
+        if size(root) <= MAX_NODES:
+            return None
+    except RecursionError:
+        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
+    # Point at the smallest node that is too big alone: the alias or anchor to look at.
+    node = root
+    while True:
+        children = node.value if isinstance(node.value, list) else []
+        flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
+        big = [c for c in flat if sizes.get(id(c), 0) > MAX_NODES]
+        if not big:
+            break
+        node = big[0]
+    return YamlProblem(
+        Mark.of(node.start_mark),
+        f"the manifest expands to more than {MAX_NODES} values through its aliases "
+        "(an alias bomb?)",
+    )
 
 
 def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
@@ -134,6 +218,15 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.MarkedYAMLError as exc:
         return out, [YamlProblem(Mark.of(exc.problem_mark or exc.context_mark), _reason(exc))]
+    except yaml.reader.ReaderError as exc:  # a character YAML forbids (NUL, a control)
+        found = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
+        where = _mark_at(text, found if found >= 0 else exc.position)
+        return out, [
+            YamlProblem(
+                where,
+                f"character U+{ord(chr(exc.character)):04X} is not allowed in YAML ({exc.reason})",
+            )
+        ]
     except yaml.YAMLError as exc:
         return out, [YamlProblem(Mark(1, 1), _reason(exc))]
     except (ValueError, RecursionError) as exc:
@@ -142,6 +235,9 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
+    bomb = _expansion_problem(nodes[0])
+    if bomb is not None:
+        return out, [bomb]
     converter = _Converter(out)
     try:
         out.data = converter.convert(nodes[0], ())

@@ -1,11 +1,11 @@
-"""Plan → text in Terraform's vocabulary, or → JSON. Reads the plan; decides nothing."""
+"""Plan → text in Terraform's vocabulary (→ JSON: ``sand.plan.plan_json``). Reads the
+plan; decides nothing."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from sand.backends.protocol import RecoveryDecision
 from sand.manifest.sizes import format_size
 from sand.plan.model import (
     Action,
@@ -17,6 +17,9 @@ from sand.plan.model import (
     Strategy,
     VMChange,
 )
+from sand.plan.plan_json import plan_to_json, recovery_line
+
+__all__ = ["plan_to_json", "render_change", "render_drift", "render_text"]
 
 SYMBOLS = {
     Action.CREATE: "+",
@@ -81,9 +84,12 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     for base in plan.bases:
         lines.extend(_render_base(base, paint))
         lines.append("")
+    unseen = {c.vm for c in body if _only_unseen(plan, c)}
     for change in body:
-        lines.extend(_render_change(change, paint))
-        lines.append("")
+        if change.vm not in unseen:
+            lines.extend(_render_change(change, paint))
+            lines.append("")
+    lines.extend(_render_unseen(plan, [c for c in body if c.vm in unseen], paint))
     blocked = [c for c in body if c.action is Action.BLOCKED]
     if changing:
         add, chg, destroy = plan.counts()
@@ -101,20 +107,29 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-_THEN = {
-    "create": "create",
-    "update": "update in place",
-    "reprovision": "reprovision",
-    "replace": "replace",
-    "delete": "destroy",
-}
+def _only_unseen(plan: Plan, change: VMChange) -> bool:
+    """Blocked for no reason but its backend being unknown (said once, at the top)."""
+    return (
+        change.action is Action.BLOCKED
+        and change.backend in plan.unknown_backends
+        and not change.blockers
+        and all(r.startswith("backend unknown:") for r in change.reasons)
+    )
 
 
-def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
-    """The "will recover: delete half-made clone 123, then create" line of a decision."""
-    change = plan.change_for(decision.backend, decision.vm)
-    then = _THEN.get(change.verb) if change is not None else None
-    return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
+def _render_unseen(plan: Plan, changes: list[VMChange], paint: Any) -> list[str]:
+    """One line per unknown backend for its VMs: a backend that refused sand is one
+    problem, and twenty copies of its message buried the fix."""
+    lines: list[str] = []
+    for backend in sorted({c.backend for c in changes}):
+        names = [c.vm for c in changes if c.backend == backend]
+        count = f"{len(names)} VM{'s' * (len(names) != 1)}"
+        lines.append(
+            f"  {paint('!', '!')} {count} on {backend!r} cannot be changed now: the backend "
+            f"is unknown this run (see the warning above): {', '.join(names)}"
+        )
+        lines.append("")
+    return lines
 
 
 def _render_recovery(plan: Plan) -> list[str]:
@@ -125,7 +140,7 @@ def _render_recovery(plan: Plan) -> list[str]:
         "",
     ]
     for d in plan.recovery:
-        lines.append(f"  # {d.vm} ({d.backend}, {d.identity}) {recovery_line(plan, d)}")
+        lines.append(f"  # {_where(d.vm, d.backend, d.identity)} {recovery_line(plan, d)}")
     lines.append("")
     return lines
 
@@ -192,9 +207,16 @@ def _render_base(base: BaseChange, paint: Any) -> list[str]:
     return out
 
 
+def _where(vm: str, backend: str, identity: str | None) -> str:
+    """ "agent-1 (pve, 104)"; a Lima instance's identity is its name, said once:
+    "agent-1 (laptop)", not "agent-1 (laptop, agent-1)"."""
+    shown = f", {identity}" if identity and identity != vm else ""
+    return f"{vm} ({backend}{shown})"
+
+
 def _render_change(change: VMChange, paint: Any) -> list[str]:
     symbol = SYMBOLS[change.action]
-    head = f"  # {change.vm} ({change.backend}{', ' + change.identity if change.identity else ''})"
+    head = f"  # {_where(change.vm, change.backend, change.identity)}"
     verb = _VERBS[change.verb]
     if change.would is not None:
         verb = f"is blocked: it {_WOULD[change.would]}"
@@ -285,108 +307,3 @@ def _value(field: str, value: object) -> str:
     if field in _SIZE_FIELDS and isinstance(value, int):
         return json.dumps(format_size(value))
     return json.dumps(value, default=str)
-
-
-# Bumped only when a key is removed or changes meaning; new keys keep the version.
-# schemas/plan.schema.json describes it; docs/output.md explains it.
-PLAN_FORMAT_VERSION = "1"
-
-
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    add, chg, destroy = plan.counts()
-
-    def fields(items: tuple[FieldChange, ...]) -> list[dict[str, Any]]:
-        return [
-            {
-                "field": f.field,
-                "before": f.before,
-                "after": f.after,
-                "forces_replacement": f.forces_replacement,
-                "requires_restart": f.requires_restart,
-                "pending_reboot": f.pending_reboot,
-            }
-            for f in items
-        ]
-
-    data: dict[str, Any] = {
-        "format_version": PLAN_FORMAT_VERSION,
-        "project": plan.project,
-        "refresh_only": plan.refresh_only,
-        "observed_fingerprint": plan.observed_fingerprint,
-        "changes": [
-            {
-                "vm": c.vm,
-                "backend": c.backend,
-                "action": c.verb,
-                "identity": c.identity,
-                "fields": fields(c.fields),
-                "drift": fields(c.drift),
-                "reasons": list(c.reasons),
-                # What apply does inside the guest; a blocked change does nothing.
-                "guest": (c.guest if c.acts else GuestAction.NONE).value,
-                "reprovision": c.acts and c.guest is GuestAction.PROVISION,
-                "secrets_only": c.acts and c.guest is GuestAction.SECRETS,
-                "requires_restart": c.requires_restart,
-                "blocked_action": c.would,
-                "blockers": [
-                    {
-                        "reason": b.reason,
-                        "where": b.where or None,
-                        "kind": b.kind,
-                        "details": list(b.details),
-                    }
-                    for b in c.blockers
-                ],
-                "strategy": c.strategy.value if c.strategy else None,
-                "work_preserved": list(c.work_preserved),
-                # Every field the VM is to have (what a create's text lists with `+`);
-                # None for a delete. Sizes in bytes, as in `fields`.
-                "desired": c.desired.infra() if c.desired is not None else None,
-            }
-            for c in plan.changes
-        ],
-        "summary": {"add": add, "change": chg, "destroy": destroy, "has_changes": plan.has_changes},
-        "unknown_backends": dict(plan.unknown_backends),
-        "warnings": list(plan.warnings),
-        "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
-    }
-    # Only when there are any, so every other plan reads as it always has.
-    for c, out in zip(plan.changes, data["changes"], strict=True):
-        if c.base is not None:
-            out["base"] = c.base
-        if c.out_of_date is not None:
-            out["out_of_date"] = c.out_of_date
-    if plan.bases:
-        data["bases"] = [base_to_json(b) for b in plan.bases]
-    # Only when asked for, so every other plan reads as it always has.
-    if plan.targets:
-        data["targets"] = list(plan.targets)
-    if plan.replacements:
-        data["replace"] = list(plan.replacements)
-    return data
-
-
-def base_to_json(base: BaseChange) -> dict[str, Any]:
-    d = base.desired
-    return {
-        "backend": base.backend,
-        "name": base.name,
-        "action": base.action.value,
-        "fingerprint": base.fingerprint,
-        "identity": base.identity,
-        "reasons": list(base.reasons),
-        "for_vms": list(base.for_vms),
-        "desired": (
-            {
-                "from": d.source,
-                "user": d.user,
-                "packages": list(d.content.packages),
-                "agents": list(d.content.agents),
-                "docker": d.docker,
-                "steps": [s.name for s in d.content.steps],
-                "declared": d.declared,
-            }
-            if d is not None
-            else None
-        ),
-    }

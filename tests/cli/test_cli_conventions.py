@@ -27,7 +27,7 @@ def sand_env(sand: Sand, **extra: str) -> dict[str, str]:
     ("args", "says"),
     [
         (["plan", "--bogus"], "unrecognized arguments: --bogus"),
-        (["apply", "--parallelism", "many"], "invalid int value: 'many'"),
+        (["apply", "--parallelism", "many"], "'many' is not a whole number from 1 to 100"),
         (["--log-format", "xml", "validate"], "invalid choice: 'xml'"),
         (["status", "--log-format", "xml"], "invalid choice: 'xml'"),
         (["status", "--deep", "--timeout", "0"], "is not a number of seconds above 0"),
@@ -48,11 +48,11 @@ def test_a_usage_error_exits_1_with_argparse_message(tmp_path, args, says):
 
 
 def test_the_manifest_twice_and_different_is_a_usage_error(tmp_path):
-    proc = Sand(tmp_path).run("validate", "a.yaml", "-f", "b.yaml")
+    proc = Sand(tmp_path).run("plan", "a.yaml", "-f", "b.yaml")
     assert proc.returncode == 1
-    assert "sand validate: error: the manifest is given twice (a.yaml and -f b.yaml)" in proc.stderr
-    assert "usage: sand validate" in proc.stderr
-    assert Sand(tmp_path).run("validate", "a.yaml", "-f", "a.yaml").stderr.startswith("a.yaml:")
+    assert "sand plan: error: the manifest is given twice (a.yaml and -f b.yaml)" in proc.stderr
+    assert "usage: sand plan" in proc.stderr
+    assert Sand(tmp_path).run("plan", "a.yaml", "-f", "a.yaml").stderr.startswith("a.yaml:")
 
 
 @pytest.fixture

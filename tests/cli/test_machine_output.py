@@ -1,6 +1,6 @@
 """`plan --json`, `status --json` and `apply --json` as a pipeline reads them: the real
 command line against fakepve, each document validated against its JSON Schema under
-schemas/ (draft-07), so the schemas and docs/output.md describe what sand prints."""
+sand/schemas/ (draft-07), so the schemas and docs/output.md describe what sand prints."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 against fakepve: each step with its own clock and, for a bounded wait, its limit; retries
 shown as they are scheduled ("PVE 503, retry 1/5 in 0.4s"); timestamped plain lines off a
 terminal; ``apply --json`` one JSON object per line, every line valid against
-schemas/apply.schema.json; and behind the retries, the far side: one VM, made once."""
+sand/schemas/apply.schema.json; and behind the retries, the far side: one VM, made once."""
 
 from __future__ import annotations
 

@@ -63,11 +63,11 @@ def test_pve_down_makes_every_vm_unknown_text_and_json(tmp_path: Path, fakepve_s
     proc = sand.run("status")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    assert_unknown_text(proc.stdout, ["web-1", "web-2"], "pve", "Connection refused")
+    assert_unknown_text(proc.stdout, ["web-1", "web-2"], "pve", "connection refused by 127.0.0.1")
 
     proc = sand.run("status", "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert_unknown_json(proc.stdout, ["web-1", "web-2"], "pve", "Connection refused")
+    assert_unknown_json(proc.stdout, ["web-1", "web-2"], "pve", "connection refused by 127.0.0.1")
     rows = {r["vm"]: r for r in json.loads(proc.stdout)["vms"]}
     assert rows["web-1"]["conditions"]["Provisioned"] == "Unknown"
     assert rows["web-2"]["desired"] is None and rows["web-2"]["identity"] is None

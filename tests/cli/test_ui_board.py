@@ -306,3 +306,19 @@ async def test_a_yes_while_another_applier_holds_the_lease_changes_nothing(
         await answer(pilot, app, "yes")
         await applied(pilot, app)
         assert [vm.name for vm in rig.vms()] == ["web-1"]
+
+
+async def test_l_shows_the_wait_for_the_guest_with_its_clock(
+    sand: Sand, fakepve_server: Any
+) -> None:
+    rig = fakepve_server
+    sand.write(rig.manifest([{"name": "web-1"}]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    rig.stop_agent(vm.vmid)  # its address never comes: sand waits up to 300 s
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        await pilot.press("l")
+        waiting = "web-1… waiting for the guest agent to report an address"
+        await until(pilot, lambda: waiting in status(app) and "/ 300s" in status(app), "l")

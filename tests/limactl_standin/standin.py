@@ -88,7 +88,14 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "templates": {"NAME": {...}},         # extra/overridden templates (name -> YAML map)
      "missing_templates": ["NAME"],        # templates that "do not exist"
      "guests": {"vm1": {"address": "10.213.0.5", "port": 22, "user": "claude",
-                        "identity": "/path/client_key"}}}   # back an instance by a real sshd
+                        "identity": "/path/client_key",     # back an instance by a real sshd;
+                        "rekey": ["argv"]}}}    # run at every start: new guest host keys
+
+Like Lima, it refuses to run as root (before anything, ``--version`` included) unless
+``$LIMACTL_STANDIN_ALLOW_ROOT`` is set, which sand's suite sets (it runs as root); it
+refuses port 22 in any forward (``validatePort``); the host agent's ``ha.stderr.log`` is
+JSON lines. ``tests/backends/lima/test_standin_contract.py`` runs one sequence against
+this and the real limactl and compares them.
 
 Every invocation is appended to ``$LIMACTL_STANDIN_LOG`` or
 ``<LIMA_HOME>/_standin/invocations.jsonl`` as ``{"time", "argv", "lima_home", "pid",
@@ -107,6 +114,7 @@ import platform
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -128,6 +136,10 @@ class Fatal(Exception):
 
 
 # --- logging ---------------------------------------------------------------------------
+
+
+# limactl refuses root; sand's suite runs as root, so it sets this (tests/conftest.py).
+ALLOW_ROOT_ENV = "LIMACTL_STANDIN_ALLOW_ROOT"
 
 
 def _ts() -> str:
@@ -507,6 +519,13 @@ def validate(doc: dict[str, Any]) -> None:
         for key in ("guestPort", "hostPort"):
             if key in rule and not (isinstance(rule[key], int) and 0 < rule[key] <= 65535):
                 fatal(f"field `portForwards[{i}].{key}` must be an integer between 1 and 65535")
+            if rule.get(key) == 22:  # Lima's validatePort: its own SSH forward owns 22
+                fatal(f"field `portForwards[{i}].{key}` must not be 22")
+        for key in ("guestPortRange", "hostPortRange"):
+            ends = rule.get(key) or []
+            for j, end in enumerate(ends if isinstance(ends, list) else []):
+                if end == 22:
+                    fatal(f"field `portForwards[{i}].{key}[{j}]` must not be 22")
         if rule.get("guestIPMustBeZero") and rule.get("guestIP") not in ("0.0.0.0", None):
             fatal(
                 f"field `portForwards[{i}].guestIPMustBeZero` can only be true when field "
@@ -1115,12 +1134,19 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         while not (d / GUEST_FILE).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
     if msg := fault(cfg, "start", name):
+        # The host agent logs JSON lines (it runs with --log-format=json).
         (d / "ha.stderr.log").write_text(
-            f'time="{_ts()}" level=error msg={json.dumps(msg)}\n', encoding="utf-8"
+            json.dumps({"level": "fatal", "msg": msg, "time": _ts()}) + "\n", encoding="utf-8"
         )
         fatal(msg)
     conf = resolve(y, cfg)
     guest = guest_of(name, cfg)
+    if rekey := guest.get("rekey"):
+        # Lima's host agent writes a new cloud-init instance-id at every start, and
+        # cloud-init then makes the guest new SSH host keys: the backing guest does too.
+        done = subprocess.run([str(a) for a in rekey], capture_output=True, check=False)
+        if done.returncode:
+            fatal(f"rekeying the guest failed: {done.stderr.decode(errors='replace')}")
     key = ensure_user_key()
     port = int(guest.get("port") or conf["ssh"]["localPort"] or 0)
     if not port:
@@ -1377,6 +1403,10 @@ def main(argv: list[str]) -> int:
         return 1
     tty = args.tty if args.tty is not None else (not args.yes and sys.stdout.isatty())
     log_invocation(words, tty)
+    if os.geteuid() == 0 and not os.environ.get(ALLOW_ROOT_ENV):
+        # Lima refuses root before anything else, --version included (cmd/limactl/main.go).
+        sys.stderr.write("limactl: must not run as the root user\n")
+        return 1
     try:
         if args.tty is not None and args.yes:
             fatal("cannot use both --tty and --yes flags at the same time")
@@ -1390,9 +1420,6 @@ def main(argv: list[str]) -> int:
             return 0
         if cfg.get("require_tty_false") and not (args.tty is False or args.yes):
             fatal("stand-in: require_tty_false is set and this call did not pass --tty=false")
-        if os.environ.get("LIMACTL_STANDIN_REFUSE_ROOT") and os.geteuid() == 0:
-            sys.stderr.write("limactl: must not run as the root user\n")
-            return 1
         cmd = args.command
         if cmd == "list":
             return cmd_list(args, cfg)

@@ -169,3 +169,21 @@ def test_merge_keys_keep_yaml_precedence_and_a_key_written_twice_is_still_refuse
     with pytest.raises(ManifestError) as info:
         parse_manifest(twice, "m.yaml")
     assert [str(p) for p in info.value.problems] == ["m.yaml:45:5: duplicate key 'name'"]
+
+
+def test_a_merge_of_a_merge_keeps_precedence_and_a_merge_of_a_scalar_is_located() -> None:
+    agent = "  - name: agent\n    memory: 8GiB\n"
+    text = BASE.replace(
+        agent,
+        "  - &a {name: agent, cpus: 2, memory: 8GiB}\n"
+        "  - &b {<<: *a, name: other, cpus: 3}\n"
+        "  - <<: [*b, {cpus: 5, state: stopped}]\n    name: third\n",
+    )
+    third = parse_manifest(text).vms[-1]
+    assert (third.name, third.cpus, third.memory, third.state) == ("third", 3, 8 << 30, "stopped")
+    scalar = BASE.replace(agent, "  - <<: 3\n    name: agent\n")
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(scalar, "m.yaml")
+    assert [str(p) for p in info.value.problems] == [
+        "m.yaml:43:9: a merge key (<<) takes a mapping or a list of mappings"
+    ]

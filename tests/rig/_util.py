@@ -49,6 +49,7 @@ def run(
     timeout: float | None = 600,
     env: dict[str, str] | None = None,
     capture: bool = True,
+    cwd: os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run a command, raising RigError with its output when it fails."""
     args = [os.fspath(a) for a in argv]
@@ -59,6 +60,7 @@ def run(
         stderr=subprocess.PIPE if capture else None,
         timeout=timeout,
         env=env,
+        cwd=cwd,
         check=False,
     )
     if check and proc.returncode != 0:

@@ -636,6 +636,16 @@ class NetnsGuest:
         dir), bypassing SSH -- for assertions about the guest's state."""
         return run([*self._nsenter(), *argv], input=input, timeout=timeout, check=check)
 
+    def rekey_argv(self) -> list[str]:
+        """A command that gives the guest new SSH host keys, as cloud-init does at each
+        start of a real Lima guest, and makes its sshd (SIGHUP: re-exec) serve them."""
+        script = (
+            "set -e; rm -f /etc/ssh/ssh_host_*; "
+            "ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key; "
+            "kill -HUP $(pgrep -P 1 -x sshd)"
+        )
+        return [*self._nsenter(), "sh", "-c", script]
+
     def read_file(self, path: str) -> bytes:
         """A file's bytes as the guest sees it (including its tmpfs mounts)."""
         return self.run_root(["cat", "--", path], check=True).stdout

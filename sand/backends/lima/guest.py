@@ -14,7 +14,7 @@ from sand.backends.lima.context import Ctx
 from sand.backends.lima.sshconfig import parse_ssh_config
 from sand.desired import DesiredVM
 from sand.errors import BackendError
-from sand.guest.endpoint import GuestEndpoint
+from sand.guest.endpoint import BOOT_MARK, GuestEndpoint
 from sand.observed import ObservedVM
 from sand.state.private import write_private_file
 
@@ -46,7 +46,12 @@ async def endpoint(
     if ctx.runner.remote:
         identity = await local_key(ctx, identity)
     uid = d.get("uid") or ""
-    alias = f"lima-{current.name}" + (f".{uid}" if uid else "")
+    incarnation = f"lima-{current.name}" + (f".{uid}" if uid else "")
+    boot = d.get("boot") or ""
+    # The pin follows the guest's boot: every start makes new host keys (see
+    # docs/security.md), so a new start is met as a new machine and trusted on first
+    # contact, while a key that changes within one start is still refused.
+    alias = incarnation + (f"{BOOT_MARK}{boot}" if boot else "")
     return GuestEndpoint(
         host=host,
         port=port,
@@ -54,6 +59,7 @@ async def endpoint(
         identity=identity,
         host_key_policy="pin",
         host_key_alias=alias,
+        host_key_family=incarnation,
         jump=ctx.jump,
     )
 

@@ -38,6 +38,7 @@ class LimaInstance:
     param: Mapping[str, str]
     config: Mapping[str, Any] | None
     errors: tuple[str, ...]
+    host_agent_pid: int = 0
 
     @property
     def readable(self) -> bool:
@@ -86,6 +87,7 @@ def parse_instance(obj: Mapping[str, Any]) -> LimaInstance:
         param={str(k): str(v) for k, v in param.items()} if isinstance(param, dict) else {},
         config=config if isinstance(config, dict) else None,
         errors=tuple(str(e) for e in errors) if isinstance(errors, list) else (str(errors),),
+        host_agent_pid=_int(obj.get("hostAgentPID")) or 0,
     )
 
 

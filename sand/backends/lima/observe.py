@@ -148,6 +148,18 @@ def _version_warning(ctx: Ctx, text: str) -> list[str]:
     return []
 
 
+def boot_token(agent_pid: int, agent_started: float | None) -> str:
+    """Names one start of a Lima instance: its host agent's pid and start second.
+
+    Lima's host agent writes a new cloud-init instance-id at every start, so the guest
+    makes new SSH host keys at every start; the guest's key pin follows this token.
+    """
+    parts = [str(agent_pid)] if agent_pid else []
+    if agent_started is not None:
+        parts.append(str(int(agent_started)))
+    return "-".join(parts)
+
+
 def observed(
     ctx: Ctx, inst: LimaInstance, sidecar: Sidecar | None, agent_started: float | None = None
 ) -> ObservedVM:
@@ -173,6 +185,8 @@ def observed(
     }
     if inst.errors:
         details["errors"] = "; ".join(inst.errors)
+    if inst.power == "running" and (boot := boot_token(inst.host_agent_pid, agent_started)):
+        details["boot"] = boot
     return ObservedVM(
         backend=ctx.name,
         name=inst.name,

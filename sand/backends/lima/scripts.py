@@ -183,8 +183,26 @@ exit 0
 # Prints "PID ARGS" of every process whose command line mentions limactl (none: nothing,
 # also where ps is missing): a limactl start/stop/clone a killed sand left running goes
 # on without it, and recovery waits for it. The caller picks out the ones that matter.
+# The limactl processes that may act on this Lima home: this user's only (``ps -U``),
+# and, where /proc shows a process's environment (Linux), only those whose LIMA_HOME
+# (default ~/.lima, relative to their cwd) is this one. Elsewhere (macOS) a process of
+# this user counts whatever its home: waiting too long is the safe side.
 PROCESSES = r"""
-ps -A -o pid= -o args= 2>/dev/null | grep -F limactl
+home=${LIMA_HOME:-$HOME/.lima}
+home=$(cd -- "$home" 2>/dev/null && pwd -P) || home=
+ps -ww -U "$(id -u)" -o pid= -o args= 2>/dev/null | grep -F limactl | while read -r pid args; do
+  env=/proc/$pid/environ
+  if [ -n "$home" ] && [ -r "$env" ]; then
+    h=$(tr '\0' '\n' < "$env" 2>/dev/null | sed -n 's/^LIMA_HOME=//p' | tail -n 1)
+    if [ -z "$h" ]; then
+      h=$(tr '\0' '\n' < "$env" 2>/dev/null | sed -n 's/^HOME=//p' | tail -n 1)/.lima
+    fi
+    case $h in /*) ;; *) h=/proc/$pid/cwd/$h ;; esac
+    h=$(cd -- "$h" 2>/dev/null && pwd -P) || continue
+    [ "$h" = "$home" ] || continue
+  fi
+  printf '%s %s\n' "$pid" "$args"
+done
 exit 0
 """
 

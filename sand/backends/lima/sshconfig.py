@@ -9,6 +9,8 @@ not inherit: it pins guest host keys itself).
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass
 
 
@@ -20,38 +22,43 @@ class SshConfig:
     identity: str | None = None
 
 
-def _unquote(value: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    return value
+# OpenSSH's readconf.c: a keyword, then whitespace or one "=" (with whitespace around
+# it), then arguments split as its argv_split() does: double or single quotes group,
+# a backslash escapes, an argument starting with "#" ends the line. Keywords are
+# case-insensitive; spaces and tabs are the same.
+_LINE = re.compile(r"\s*([A-Za-z][A-Za-z0-9]*)(?:\s*=\s*|\s+)(.*)$")
+
+
+def _arguments(rest: str) -> list[str]:
+    try:
+        return shlex.split(rest, comments=True, posix=True)
+    except ValueError:  # an unterminated quote: OpenSSH refuses the line too
+        return []
 
 
 def parse_ssh_config(text: str, host: str | None = None) -> SshConfig:
-    """The first ``Host`` block (or the one naming ``host``); first value of a key wins."""
+    """The first ``Host`` block (or the one naming ``host``); first value of a key wins,
+    as in OpenSSH. A ``Match`` block ends a ``Host`` block and is not read."""
     values: dict[str, str] = {}
     in_block = False
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
+        found = _LINE.match(raw)
+        if found is None or raw.lstrip().startswith("#"):
             continue
-        key, _, value = line.partition(" ")
-        if "=" in key:
-            key, _, rest = line.partition("=")
-            value = rest
-        key = key.strip().lower()
-        if key == "host":
+        key, args = found.group(1).lower(), _arguments(found.group(2))
+        if not args:
+            continue
+        if key in ("host", "match"):
             if in_block:
                 break
-            names = value.split()
-            in_block = host is None or host in names
+            in_block = key == "host" and (host is None or host in args)
             continue
         if in_block and key not in values:
-            values[key] = _unquote(value)
+            values[key] = args[0]
     port = values.get("port")
     return SshConfig(
         hostname=values.get("hostname") or None,
-        port=int(port) if port and port.isdigit() else None,
+        port=int(port) if port and port.isdigit() and 0 < int(port) < 65536 else None,
         user=values.get("user") or None,
         identity=values.get("identityfile") or None,
     )

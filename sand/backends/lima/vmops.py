@@ -4,6 +4,7 @@ and the refusals that come before any change."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from sand import activity
@@ -89,8 +90,26 @@ async def start(ctx: Ctx, name: str) -> None:
     log = ""
     tail = await ctx.runner.run(scripts.tail_argv(name, "ha.stderr.log"), timeout=30)
     if tail.ok and tail.stdout.strip():
-        log = "last lines of ha.stderr.log:\n" + quoted(tail.stdout.decode(errors="replace"))
+        text = host_agent_log(tail.stdout.decode(errors="replace"))
+        log = "last lines of ha.stderr.log:\n" + quoted(text)
     raise error(ctx, res, f"limactl start {name}", log)
+
+
+def host_agent_log(text: str) -> str:
+    """The host agent's log as a person reads it: Lima writes JSON lines
+    (``{"level": ..., "msg": ..., "time": ...}``); each becomes ``level: msg``,
+    anything else stays as it is."""
+    lines = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict) and isinstance(entry.get("msg"), str):
+            lines.append(f"{entry.get('level') or 'log'}: {entry['msg']}")
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 async def stop(ctx: Ctx, name: str) -> None:

@@ -97,6 +97,7 @@ class PveClient:
         self._api: Any = None
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
+        self.reached = False  # PVE answered at least once (a refusal then is a restart)
 
     def __repr__(self) -> str:
         return f"PveClient({self.backend}, https://{self.host}:{self.port})"
@@ -155,15 +156,16 @@ class PveClient:
         resource = api(path)
         try:
             if method == "GET":
-                return resource.get(**args)
+                return self._answered(resource.get(**args))
             if method == "POST":
-                return resource.post(**args)
+                return self._answered(resource.post(**args))
             if method == "PUT":
-                return resource.put(**args)
+                return self._answered(resource.put(**args))
             if method == "DELETE":
-                return resource.delete(**args)
+                return self._answered(resource.delete(**args))
             raise ValueError(method)
         except proxmoxer.core.ResourceException as e:
+            self.reached = True
             reason = str(e.content or "").strip()
             if e.errors:
                 reason += f" {e.errors}"
@@ -184,14 +186,25 @@ class PveClient:
                 kind=ErrorKind.UNREACHABLE,
                 transient=False,
             )
+        except requests.exceptions.ConnectionError as e:
+            if not _refused(e):
+                self._fail(what, f"{type(e).__name__}: {_short(e)}", **_UNREACHABLE)
+            # Nothing listens there. Before PVE ever answered this run it is the address
+            # that is wrong, and retrying it cost a plan 12 s for nothing; after, it is
+            # pveproxy restarting, which passes.
+            self._fail(
+                what,
+                f"connection refused by {self.host}:{self.port}: nothing listens there; check "
+                "the backend's host and port (PVE's API listens on 8006) and that pveproxy "
+                "runs",
+                kind=ErrorKind.UNREACHABLE,
+                transient=self.reached,
+            )
         except (
-            requests.exceptions.ConnectionError,
             requests.exceptions.Timeout,
             requests.exceptions.ChunkedEncodingError,
         ) as e:
-            self._fail(
-                what, f"{type(e).__name__}: {_short(e)}", kind=ErrorKind.UNREACHABLE, transient=True
-            )
+            self._fail(what, f"{type(e).__name__}: {_short(e)}", **_UNREACHABLE)
         except ValueError as e:  # a reply that is not JSON
             self._fail(
                 what, f"unreadable answer: {_short(e)}", kind=ErrorKind.UNREACHABLE, transient=True
@@ -204,6 +217,10 @@ class PveClient:
                 transient=False,
             )
         return None  # unreachable: _fail raises
+
+    def _answered(self, reply: Any) -> Any:
+        self.reached = True
+        return reply
 
     # --- requests ---------------------------------------------------------------
 
@@ -361,6 +378,26 @@ def _retry_reason(e: BaseException) -> str:
     if e.status:
         return f"PVE {e.status}"
     return "PVE unreachable" if e.kind is ErrorKind.UNREACHABLE else f"PVE {e.kind.value}"
+
+
+_UNREACHABLE: dict[str, Any] = {"kind": ErrorKind.UNREACHABLE, "transient": True}
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a connection error is, underneath requests' and urllib3's wrappers, a
+    refused connection (an RST: no process listens at that address)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cause = todo.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        todo += [cause.__cause__, cause.__context__, getattr(cause, "reason", None)]
+        todo += [a for a in cause.args if isinstance(a, BaseException)]
+    return False
 
 
 def _short(e: BaseException) -> str:

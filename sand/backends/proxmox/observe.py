@@ -267,7 +267,8 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
     try:
         rows = await listing(ctx)
     except ProxmoxError as e:
-        if not e.transient:
+        # Unreachable (a refused connection is final before PVE ever answered): unknown.
+        if not (e.transient or e.kind is ErrorKind.UNREACHABLE):
             raise
         return Observation(
             backend=ctx.name,

@@ -69,6 +69,19 @@ class Jobs:
         with contextlib.suppress(RuntimeError):  # the board's loop closed: nobody to tell
             self.board.post_message(Call(fn))
 
+    def waiting(self, vm: str, doing: str) -> contextlib.AbstractContextManager[Any]:
+        """The board's status line, while ``s`` or ``l`` waits to reach ``vm``: the step
+        under way with its clock and limit ("pve-1: waiting for the guest agent to
+        report an address  45s / 300s"), once a second, as an apply's rows show it."""
+        from sand.cli.waits import StepClock, watched
+
+        def tick(steps: StepClock) -> None:
+            if steps.text:
+                line = steps.line()
+                self.post(lambda: self.board.say(f"{doing} {vm}… {line}"))
+
+        return watched(tick, every=1.0)
+
     def spawn(self, name: str, fn: Callable[[], None]) -> threading.Thread:
         thread = threading.Thread(target=fn, name=f"sand-ui-{name}", daemon=True)
         thread.start()
@@ -206,7 +219,8 @@ class Jobs:
         self.board.say(f"sweeping {vm}'s checkouts (read-only)…")
 
         def run() -> None:
-            text = self.board.fleet.land(vm)
+            with self.waiting(vm, "sweeping"):
+                text = self.board.fleet.land(vm)
             self.post(lambda: self._landed(vm, text))
 
         self.spawn("land", run)
@@ -220,7 +234,8 @@ class Jobs:
 
         def run() -> None:
             try:
-                endpoint = self.board.fleet.endpoint(vm)
+                with self.waiting(vm, "connecting to"):
+                    endpoint = self.board.fleet.endpoint(vm)
             except Exception as exc:
                 self.failed(f"shell {vm}", exc)
                 return

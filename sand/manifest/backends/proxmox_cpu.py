@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from sand.manifest.fields import advertise, rule
+from pydantic import Field
+
+from sand.manifest.fields import rule
 
 DEFAULT_CPU = "host"
 
@@ -79,5 +81,13 @@ def cpu_type_problem(value: str) -> str | None:
 PveCpuType = Annotated[
     str,
     rule(cpu_type_problem),
-    advertise(r"^(custom-[A-Za-z][A-Za-z0-9_-]*|[A-Za-z0-9][A-Za-z0-9_-]*)$"),
+    # PVE's names exactly (case matters: 'HOST' is refused), or a custom model's.
+    Field(
+        json_schema_extra={
+            "anyOf": [
+                {"type": "string", "enum": sorted(BUILTIN_CPU_TYPES)},
+                {"type": "string", "pattern": _CUSTOM.pattern},
+            ]
+        }
+    ),
 ]

@@ -18,6 +18,7 @@ import pytest
 from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.manifest.backends import LimaConfig, SshTarget
 from tests.limactl_standin import StandIn
+from tests.limactl_standin.standin import ALLOW_ROOT_ENV
 from tests.required import require
 
 SSHD = "/usr/sbin/sshd"
@@ -106,7 +107,9 @@ def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
         f"AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
         "StrictModes no\nLogLevel VERBOSE\nAcceptEnv LANG\n"
-        f"SetEnv PATH={standin.bin_dir}:/usr/local/bin:/usr/bin:/bin\n"
+        # The remote "Lima host" runs as root, as the suite does: the stand-in is told.
+        f"SetEnv PATH={standin.bin_dir}:/usr/local/bin:/usr/bin:/bin"
+        f" {ALLOW_ROOT_ENV}=1\n"
     )
     log = d / "sshd.log"
     proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])

@@ -124,6 +124,9 @@ async def test_a_failing_start_is_a_backend_error_with_the_log(
     text = str(err.value)
     assert text.startswith("backend laptop: `limactl start vm1` failed")
     assert "did not receive an event" in text and "ha.stderr.log" in text
+    # The host agent's JSON lines read as words: `level: msg`, no JSON punctuation.
+    assert '  | fatal: did not receive an event with the "running" status' in text
+    assert '{"level"' not in text
     # The instance is marked (fingerprint ""), so the next plan converges it; the journal
     # entry is closed because nothing is left half-made.
     assert journal.pending() == []
@@ -289,7 +292,7 @@ async def test_limactl_refusing_root_is_reported(
     standin: StandIn, backend: LimaBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     require(os.geteuid() == 0, "needs root to test the refusal")
-    monkeypatch.setenv("LIMACTL_STANDIN_REFUSE_ROOT", "1")
+    monkeypatch.delenv("LIMACTL_STANDIN_ALLOW_ROOT")
     obs = await backend.observe([])
     assert obs.unknown_reason is not None and "must not run as the root user" in obs.unknown_reason
 

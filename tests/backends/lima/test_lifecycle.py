@@ -304,7 +304,10 @@ async def test_endpoint_from_ssh_config(
     assert ep.user == "claude"
     assert ep.identity == str(standin.lima_home / "_config" / "user")
     assert ep.host_key_policy == "pin"
-    assert ep.host_key_alias == f"lima-vm1.{current.details['uid']}"
+    # The pin follows the guest's boot (a new host key at every start).
+    assert ep.host_key_family == f"lima-vm1.{current.details['uid']}"
+    assert ep.host_key_alias == f"{ep.host_key_family}.boot-{current.details['boot']}"
+    assert current.details["boot"].replace("-", "").isdigit()
     assert ep.jump is None
 
 

@@ -3,14 +3,22 @@ an operator set. Assertions read the stand-in's instances and sidecars on disk."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sand.apply.recovery import replay_journal
-from sand.backends.lima import LimaBackend, make_lima_backend
+from sand.backends.lima import LimaBackend, make_lima_backend, recover
 from sand.backends.protocol import RecoveryAction
 from sand.errors import BackendError
 from sand.manifest.backends import LimaConfig
@@ -19,6 +27,7 @@ from sand.plan import Action, make_plan
 from sand.state.journal import Journal
 from tests.backends.lima.conftest import desired, one
 from tests.limactl_standin import StandIn
+from tests.required import require
 
 
 def sidecar(standin: StandIn, name: str) -> dict[str, object]:
@@ -178,3 +187,56 @@ async def test_protection_sand_set_is_lifted_as_the_manifest_says(
     assert [f.field for f in change.fields] == ["protect"]
     await backend.update(state.vms[0], seen, ["protect"], journal)
     assert not (standin.instance_dir("vm1") / "protected").exists()
+
+
+@pytest.fixture
+def fake_limactl() -> Iterator[Callable[..., None]]:
+    """Starts processes that look like `limactl start vm1` (a Python script named
+    limactl): as another user, or with another LIMA_HOME."""
+    where = Path(tempfile.mkdtemp(prefix="sand-fake-limactl-"))
+    where.chmod(0o755)
+    script = where / "limactl"
+    script.write_text("import time\ntime.sleep(300)\n")
+    script.chmod(0o755)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(lima_home: Path, user: str | None = None) -> None:
+        gid = pwd.getpwnam(user).pw_gid if user else 0
+        prefix = ["setpriv", f"--reuid={user}", f"--regid={gid}", "--clear-groups"]
+        # The system's python: another user may not reach this one's (under /root).
+        argv = [*(prefix if user else []), "/usr/bin/python3", str(script), "start", "vm1"]
+        env = {**os.environ, "LIMA_HOME": str(lima_home)}
+        started.append(subprocess.Popen(argv, env=env, cwd="/"))
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(where)
+
+
+async def test_recovery_waits_only_for_limactl_of_this_user_and_this_lima_home(
+    standin: StandIn, backend: LimaBackend, fake_limactl: Callable[..., None], tmp_path: Path
+) -> None:
+    require(os.geteuid() == 0, "starting a process as another user needs root")
+    require(Path("/usr/bin/python3").exists(), "the system python3 (a process of nobody's)")
+    other_home = tmp_path / "other-lima"
+    other_home.mkdir()
+    fake_limactl(standin.lima_home, user="nobody")  # another Lima user, same name
+    fake_limactl(other_home)  # this user, another LIMA_HOME
+    deadline = time.monotonic() + 10
+    while len(_fakes()) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(_fakes()) == 2
+    assert await recover.in_flight(backend.ctx, "vm1") == []
+    fake_limactl(standin.lima_home)  # this user, this LIMA_HOME: the one to wait for
+    while len(_fakes()) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    (busy,) = await recover.in_flight(backend.ctx, "vm1")
+    assert busy.startswith("limactl start (pid ")
+
+
+def _fakes() -> list[str]:
+    ps = ["ps", "-ww", "-A", "-o", "args="]
+    out = subprocess.run(ps, capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "sand-fake-limactl-" in line]

@@ -56,7 +56,8 @@ def test_api_refusing_connections(rig: FakePveRig, tmp_path: Path) -> None:
     assert res.returncode == 1
     (line,) = res.stdout.splitlines()
     assert line.startswith(f"pve: error: the PVE API at https://127.0.0.1:{port} is unreachable")
-    assert "Connection refused" in line
+    assert f"connection refused by 127.0.0.1:{port}: nothing listens there" in line
+    assert "check the backend's host and port" in line
 
 
 def test_api_with_a_certificate_sand_does_not_trust(rig: FakePveRig, tmp_path: Path) -> None:

@@ -178,7 +178,16 @@ async def test_no_answer_at_all_is_unreachable(rig: FakePveRig) -> None:
     with pytest.raises(ProxmoxError) as caught:
         await client.request("GET", "version", retry=False)
     assert caught.value.kind is K.UNREACHABLE and caught.value.status is None
-    assert caught.value.transient  # a refused connection may be a node restarting
+    # Refused before PVE ever answered: the address is wrong, retrying it wastes time.
+    assert not caught.value.transient
+    await client.close()
+    # Refused after PVE has answered: a node restarting pveproxy, which passes.
+    client = PveClient("pve", "127.0.0.1", rig.port, rig.token_file, verify=rig.ca_file)
+    await client.request("GET", "version", retry=False)
+    client.port, client._api = port, None  # its next connection goes where none listens
+    with pytest.raises(ProxmoxError) as caught:
+        await client.request("GET", "version", retry=False)
+    assert caught.value.kind is K.UNREACHABLE and caught.value.transient
     await client.close()
 
 

@@ -187,7 +187,7 @@ async def test_a_briefly_failing_listing_is_retried(
 async def test_an_unreachable_api_means_unknown(rig: FakePveRig) -> None:
     backend = rig.make_backend(port=1)  # nothing listens there
     obs = await backend.observe([])
-    assert obs.unknown_reason is not None and "ConnectionError" in obs.unknown_reason
+    assert obs.unknown_reason is not None and "connection refused by" in obs.unknown_reason
     await backend.close()
 
 

@@ -1,0 +1,129 @@
+"""A plan as JSON (``sand plan --json``; sand/schemas/plan.schema.json): the same records
+the text renderer reads, serialised."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sand.backends.protocol import RecoveryDecision
+from sand.plan.model import BaseChange, FieldChange, GuestAction, Plan
+
+_THEN = {
+    "create": "create",
+    "update": "update in place",
+    "reprovision": "reprovision",
+    "replace": "replace",
+    "delete": "destroy",
+}
+
+
+def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
+    """The "will recover: delete half-made clone 123, then create" line of a decision."""
+    change = plan.change_for(decision.backend, decision.vm)
+    then = _THEN.get(change.verb) if change is not None else None
+    return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
+
+
+# Bumped only when a key is removed or changes meaning; new keys keep the version.
+# sand/schemas/plan.schema.json describes it; docs/output.md explains it.
+PLAN_FORMAT_VERSION = "1"
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    add, chg, destroy = plan.counts()
+
+    def fields(items: tuple[FieldChange, ...]) -> list[dict[str, Any]]:
+        return [
+            {
+                "field": f.field,
+                "before": f.before,
+                "after": f.after,
+                "forces_replacement": f.forces_replacement,
+                "requires_restart": f.requires_restart,
+                "pending_reboot": f.pending_reboot,
+            }
+            for f in items
+        ]
+
+    data: dict[str, Any] = {
+        "format_version": PLAN_FORMAT_VERSION,
+        "project": plan.project,
+        "refresh_only": plan.refresh_only,
+        "observed_fingerprint": plan.observed_fingerprint,
+        "changes": [
+            {
+                "vm": c.vm,
+                "backend": c.backend,
+                "action": c.verb,
+                "identity": c.identity,
+                "fields": fields(c.fields),
+                "drift": fields(c.drift),
+                "reasons": list(c.reasons),
+                # What apply does inside the guest; a blocked change does nothing.
+                "guest": (c.guest if c.acts else GuestAction.NONE).value,
+                "reprovision": c.acts and c.guest is GuestAction.PROVISION,
+                "secrets_only": c.acts and c.guest is GuestAction.SECRETS,
+                "requires_restart": c.requires_restart,
+                "blocked_action": c.would,
+                "blockers": [
+                    {
+                        "reason": b.reason,
+                        "where": b.where or None,
+                        "kind": b.kind,
+                        "details": list(b.details),
+                    }
+                    for b in c.blockers
+                ],
+                "strategy": c.strategy.value if c.strategy else None,
+                "work_preserved": list(c.work_preserved),
+                # Every field the VM is to have (what a create's text lists with `+`);
+                # None for a delete. Sizes in bytes, as in `fields`.
+                "desired": c.desired.infra() if c.desired is not None else None,
+            }
+            for c in plan.changes
+        ],
+        "summary": {"add": add, "change": chg, "destroy": destroy, "has_changes": plan.has_changes},
+        "unknown_backends": dict(plan.unknown_backends),
+        "warnings": list(plan.warnings),
+        "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
+    }
+    # Only when there are any, so every other plan reads as it always has.
+    for c, out in zip(plan.changes, data["changes"], strict=True):
+        if c.base is not None:
+            out["base"] = c.base
+        if c.out_of_date is not None:
+            out["out_of_date"] = c.out_of_date
+    if plan.bases:
+        data["bases"] = [base_to_json(b) for b in plan.bases]
+    # Only when asked for, so every other plan reads as it always has.
+    if plan.targets:
+        data["targets"] = list(plan.targets)
+    if plan.replacements:
+        data["replace"] = list(plan.replacements)
+    return data
+
+
+def base_to_json(base: BaseChange) -> dict[str, Any]:
+    d = base.desired
+    return {
+        "backend": base.backend,
+        "name": base.name,
+        "action": base.action.value,
+        "fingerprint": base.fingerprint,
+        "identity": base.identity,
+        "reasons": list(base.reasons),
+        "for_vms": list(base.for_vms),
+        "desired": (
+            {
+                "from": d.source,
+                "user": d.user,
+                "packages": list(d.content.packages),
+                "agents": list(d.content.agents),
+                "docker": d.docker,
+                "steps": [s.name for s in d.content.steps],
+                "declared": d.declared,
+            }
+            if d is not None
+            else None
+        ),
+    }
