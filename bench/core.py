@@ -25,12 +25,14 @@ def _median_ms(argv: list[str], runs: int = 15) -> float:
     return statistics.median(samples)
 
 
-def startup() -> list[tuple[str, str]]:
-    """`sand --version` and `sand validate` against a bare interpreter, median of 15."""
-    bare = _median_ms([sys.executable, "-c", "pass"])
-    version = _median_ms([sys.executable, "-m", "sand", "--version"])
-    validate = _median_ms([sys.executable, "-m", "sand", "validate", "manifests/example.yaml"])
-    help_ = _median_ms([sys.executable, "-m", "sand", "plan", "--help"])
+def startup(runs: int = 15) -> list[tuple[str, str]]:
+    """`sand --version` and `sand validate` against a bare interpreter, median of ``runs``."""
+    bare = _median_ms([sys.executable, "-c", "pass"], runs)
+    version = _median_ms([sys.executable, "-m", "sand", "--version"], runs)
+    validate = _median_ms(
+        [sys.executable, "-m", "sand", "validate", "manifests/example.yaml"], runs
+    )
+    help_ = _median_ms([sys.executable, "-m", "sand", "plan", "--help"], runs)
     return [
         ("python -c pass", f"{bare:.0f} ms"),
         (
@@ -111,11 +113,11 @@ print(json.dumps({"seconds": elapsed,
 """
 
 
-def fleet_plan() -> list[tuple[str, str]]:
+def fleet_plan(sizes: tuple[int, ...] = (10, 100, 1000)) -> list[tuple[str, str]]:
     """Load, resolve and plan a converged fleet in a fresh process: time and peak memory."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n in (10, 100, 1000):
+        for n in sizes:
             path = Path(tmp) / f"fleet-{n}.yaml"
             path.write_text(fleet_manifest(n))
             out = subprocess.run(

@@ -1,13 +1,14 @@
-"""Create throughput: 50 VMs on fakepve with real task durations, against the
-ideal parallel bound.
+"""Cold creates on fakepve: requests per VM by endpoint, and time with slow clones
+beside the time an ideal scheduler would take.
 
-    python bench/create_throughput.py [--vms 50] [--clone-secs 1.0] [--start-secs 0.5]
+    python bench/create_throughput.py [--sizes 10,50] [--clone-secs 5] [--scale 1]
 
-Clones are the bottleneck PVE imposes (a storage lock per clone); sand runs at
-most ``clone_parallelism`` (default 2) clones per backend at once, and
-everything else (config, resize, start) in parallel up to ``--parallelism``
-(default 10). The ideal bound is therefore ceil(N / 2) clone durations plus
-one start; the ratio says how much polling and API overhead sand adds.
+Requests: N VMs created with tasks that end at once (fakepve time scale 0), the
+request log grouped by endpoint. Slow clones: PVE seconds scaled to real ones by
+``--scale`` (1: real time; sand's own waits are never scaled, so a scale below 1
+magnifies its polling). sand runs at most ``clone_parallelism``
+clones per backend at once, the rest of each create in parallel; the ideal
+scheduler runs ceil(N / k) waves of clones, then one start, with no API time.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,66 +33,113 @@ from sand.plan import make_plan  # noqa: E402
 from sand.state.journal import Journal  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
 
+START_SECS = 1.0  # PVE seconds of a start task
+
 
 async def _no_provisioning(*_args: object) -> None:
     raise AssertionError("benchmark runs with provision: false")
 
 
-def measure(vms: int, clone_secs: float, start_secs: float, parallelism: int) -> dict[str, float]:
+def _endpoint(method: str, path: str) -> str:
+    path = re.sub(r"/qemu/\d+", "/qemu/{id}", path)
+    return f"{method} {re.sub(r'/tasks/[^/]+', '/tasks/{upid}', path)}"
+
+
+def measure(
+    vms: int, clone_secs: float, scale: float, clone_parallelism: int | None = None
+) -> dict[str, object]:
+    """One cold apply of ``vms`` creates: seconds, the backend's clone parallelism and
+    the request log by endpoint."""
     from fakepve.certs import make_cert
 
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_cert(tmp, hosts=("127.0.0.1",))[:2]
-        rig = FakePveRig(pki, Path(tmp) / "pve", time_scale=1.0)
+        rig = FakePveRig(pki, Path(tmp) / "pve", time_scale=scale)
         try:
             rig.set_task_secs("qmclone", clone_secs)
-            rig.set_task_secs("qmstart", start_secs)
+            rig.set_task_secs("qmstart", START_SECS)
             manifest = Manifest.model_validate(
                 rig.manifest([{"name": f"c-{i:03d}"} for i in range(vms)])
             )
             state = build_desired(manifest)
-            backend = rig.make_backend(fast=False)  # the product's own poll and retry policy
+            overrides = (
+                {} if clone_parallelism is None else {"clone_parallelism": clone_parallelism}
+            )
+            backend = rig.make_backend(fast=False, **overrides)  # the product's own policies
             journal = Journal(Path(tmp) / "journal.jsonl")
 
             async def run() -> tuple[float, bool]:
                 obs = await backend.observe(state.vms)
-                plan = make_plan(state, {"pve": obs}, {"pve": backend.field_policy})
+                plan = make_plan(state, {"pve": obs}, {"pve": backend.capabilities})
+                rig.clear_log()
                 started = time.perf_counter()
-                result = await execute(
-                    plan, {"pve": backend}, journal, _no_provisioning, parallelism=parallelism
-                )
+                result = await execute(plan, {"pve": backend}, journal, _no_provisioning)
                 elapsed = time.perf_counter() - started
                 await backend.close()
                 return elapsed, result.ok
 
             elapsed, ok = asyncio.run(run())
             assert ok and len(rig.vms()) == vms
-            ideal = math.ceil(vms / backend.clone_parallelism) * clone_secs + start_secs
-            return {"elapsed": elapsed, "ideal": ideal, "requests": float(len(rig.log))}
+            return {
+                "elapsed": elapsed,
+                "k": backend.clone_parallelism,
+                "requests": Counter(_endpoint(r.method, r.path) for r in rig.log),
+            }
         finally:
             rig.stop()
 
 
-def rows(vms: int = 50, clone_secs: float = 1.0, start_secs: float = 0.5) -> list[tuple[str, str]]:
-    m = measure(vms, clone_secs, start_secs, parallelism=10)
-    serial = vms * (clone_secs + start_secs)
-    return [
-        (f"{vms} creates, clone {clone_secs}s, start {start_secs}s", f"{m['elapsed']:.1f} s"),
-        ("ideal bound (2 clones at a time)", f"{m['ideal']:.1f} s"),
-        ("ratio to ideal", f"{m['elapsed'] / m['ideal']:.2f}x"),
-        ("speed-up over one at a time", f"{serial / m['elapsed']:.1f}x (serial {serial:.0f} s)"),
-        ("API requests per VM", f"{m['requests'] / vms:.1f}"),
-    ]
+def request_rows(sizes: tuple[int, ...] = (10, 50, 200)) -> list[tuple[str, str]]:
+    out = []
+    for n in sizes:
+        spent = measure(n, 0.0, 0.0)["requests"]
+        assert isinstance(spent, Counter)
+        total = sum(spent.values())
+        out.append((f"N={n} cold create: requests per VM", f"{total / n:.1f} ({total} in all)"))
+        out += [(f"  {k}", f"{v / n:.1f}") for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
+    return out
+
+
+def slow_rows(
+    sizes: tuple[int, ...] = (10, 50), clone_secs: float = 5.0, scale: float = 1.0
+) -> list[tuple[str, str]]:
+    out = []
+    for n in sizes:
+        m = measure(n, clone_secs, scale)
+        k = int(str(m["k"]))
+        seconds = float(str(m["elapsed"]))
+        ideal = (math.ceil(n / k) * clone_secs + START_SECS) * scale
+        forks10 = (math.ceil(n / 10) * clone_secs + START_SECS) * scale
+        out.append(
+            (
+                f"N={n}, {clone_secs * scale:g} s clones, {k} at a time (default)",
+                f"{seconds:.1f} s; ideal {ideal:.1f} s ({seconds / ideal:.2f}x); "
+                f"ideal at 10 at a time {forks10:.1f} s",
+            )
+        )
+    return out
+
+
+def rows(
+    sizes: tuple[int, ...] = (10, 50),
+    request_sizes: tuple[int, ...] = (10, 50, 200),
+    clone_secs: float = 5.0,
+    scale: float = 1.0,
+) -> list[tuple[str, str]]:
+    return request_rows(request_sizes) + slow_rows(sizes, clone_secs, scale)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--vms", type=int, default=50)
-    parser.add_argument("--clone-secs", type=float, default=1.0)
-    parser.add_argument("--start-secs", type=float, default=0.5)
+    parser.add_argument("--sizes", default="10,50")
+    parser.add_argument("--request-sizes", default="10,50,200")
+    parser.add_argument("--clone-secs", type=float, default=5.0)
+    parser.add_argument("--scale", type=float, default=1.0)
     args = parser.parse_args()
-    for key, value in rows(args.vms, args.clone_secs, args.start_secs):
-        print(f"{key:45} {value}")
+    sizes = tuple(int(s) for s in args.sizes.split(",") if s)
+    request_sizes = tuple(int(s) for s in args.request_sizes.split(",") if s)
+    for key, value in rows(sizes, request_sizes, args.clone_secs, args.scale):
+        print(f"{key:52} {value}")
     return 0
 
 

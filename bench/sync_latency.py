@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import hmac
+import os
 import random
 import statistics
 import sys
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.cli.sync_rig import Repo, SyncProcess, free_port, private_file  # noqa: E402
+from tests.cli.test_sync import vm_manifest  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
 from tests.rig.gitserver import GitServer  # noqa: E402
 
@@ -50,39 +52,54 @@ def _poke(port: int) -> None:
 def measure(commits: int, *, webhook: bool, interval: float) -> list[float]:
     from fakepve.certs import make_cert
 
-    with tempfile.TemporaryDirectory() as tmp, GitServer("bench-token", host="127.0.0.1") as git:
+    with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         pki = make_cert(tmp, hosts=("127.0.0.1",))[:2]
-        rig = FakePveRig(pki, work / "pve")
-        repo = Repo(git, "fleet", rig.manifest([{"name": "l-1"}]))
-        token = private_file(work / "git.token", "bench-token")
-        args = ["--repo", repo.url, "--token-file", str(token)]
-        port = free_port()
-        if webhook:
-            secret = private_file(work / "hook.secret", SECRET)
-            args += ["--interval", "3600", "--listen", f"127.0.0.1:{port}"]
-            args += ["--webhook-secret-file", str(secret)]
-        else:
-            args += ["--interval", str(interval)]
-        (work / "sync").mkdir()
-        sync = SyncProcess(work / "sync", *args)
-        latencies = []
-        try:
-            sync.wait_for(lambda: sync.said("applied (converged)"))
-            for n in range(1, commits + 1):
-                # Polling: pushed at a random point between two fetches, as people push.
-                time.sleep(0.3 if webhook else random.uniform(0.3, interval + 0.3))
-                sha = repo.push(rig.manifest([{"name": "l-1", "cpus": 1 + n % 2}]), f"c{n}")
-                pushed = time.monotonic()
-                if webhook:
-                    _poke(port)
-                sync.wait_for(lambda s=sha: s[:12] in sync.applying(), timeout=interval * 3 + 30)
-                latencies.append(time.monotonic() - pushed)
-                sync.wait_for(lambda s=sha: f"revision {s[:12]} applied" in sync.text())
-        finally:
-            sync.stop()
-            rig.stop()
-        return latencies
+        # sand sends a token over HTTPS only; the git of the sync process trusts the cert.
+        os.environ["GIT_SSL_CAINFO"] = pki[0]
+        with GitServer("bench-token", host="127.0.0.1", tls=pki) as git:
+            return _measure(work, pki, git, commits, webhook=webhook, interval=interval)
+
+
+def _measure(
+    work: Path,
+    pki: tuple[str, str],
+    git: GitServer,
+    commits: int,
+    *,
+    webhook: bool,
+    interval: float,
+) -> list[float]:
+    rig = FakePveRig(pki, work / "pve")
+    repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "l-1"}]))
+    token = private_file(work / "git.token", "bench-token")
+    args = ["--repo", repo.url, "--token-file", str(token), "--host-dir", str(rig.workdir)]
+    port = free_port()
+    if webhook:
+        secret = private_file(work / "hook.secret", SECRET)
+        args += ["--interval", "3600", "--listen", f"127.0.0.1:{port}"]
+        args += ["--webhook-secret-file", str(secret)]
+    else:
+        args += ["--interval", str(interval)]
+    (work / "sync").mkdir()
+    sync = SyncProcess(work / "sync", *args)
+    latencies = []
+    try:
+        sync.wait_for(lambda: sync.said("applied (converged)"))
+        for n in range(1, commits + 1):
+            # Polling: pushed at a random point between two fetches, as people push.
+            time.sleep(0.3 if webhook else random.uniform(0.3, interval + 0.3))
+            sha = repo.push(vm_manifest(rig, [{"name": "l-1", "cpus": 1 + n % 2}]), f"c{n}")
+            pushed = time.monotonic()
+            if webhook:
+                _poke(port)
+            sync.wait_for(lambda s=sha: s[:12] in sync.applying(), timeout=interval * 3 + 30)
+            latencies.append(time.monotonic() - pushed)
+            sync.wait_for(lambda s=sha: f"revision {s[:12]} applied" in sync.text())
+    finally:
+        sync.stop()
+        rig.stop()
+    return latencies
 
 
 def rows(commits: int = 5, interval: float = 5.0) -> list[tuple[str, str]]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from sand.apply.engine import ApplyResult, execute
 from sand.apply.events import Hooks
 from sand.apply.provisioning import (
     GuestSecrets,
@@ -29,6 +29,9 @@ from sand.plan.targeting import check_names, no_such_vm, steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
 from sand.state.records import record_results
+
+if TYPE_CHECKING:
+    from sand.apply.engine import ApplyResult
 
 
 async def compute_plan(
@@ -214,6 +217,8 @@ async def carry_out(
     allow_data_loss: bool = False,
 ) -> ApplyOutcome:
     """Execute an approved plan and record each VM's outcome."""
+    # The engine is imported by an apply only: a plan never runs it.
+    from sand.apply.engine import execute
     from sand.apply.guard import refuse_if_holding
     from sand.state.paths import project_dir
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sand.backends.proxmox.client import PveClient
+from sand.backends.proxmox.coalesce import Fresh
 from sand.manifest.backends import ProxmoxConfig
 
 
@@ -49,7 +50,15 @@ class Ctx:
 
     def __post_init__(self) -> None:
         self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._fresh: tuple[asyncio.AbstractEventLoop, Fresh[Any]] | None = None
         self.cloning_ids: set[int] = set()  # vmids this process is cloning into now
+
+    def fresh_listing(self, fetch: Callable[[], Awaitable[Any]]) -> Fresh[Any]:
+        """The listing shared by creates' duplicate checks (one per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._fresh is None or self._fresh[0] is not loop:
+            self._fresh = (loop, Fresh(fetch))
+        return self._fresh[1]
 
     @property
     def clone_slots(self) -> asyncio.Semaphore:

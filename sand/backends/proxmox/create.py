@@ -119,8 +119,7 @@ async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]
     want = {vm.name: vm}
     found: list[ObservedVM] = []
     for row in rows:
-        unnamed_clone = row.get("lock") and not row.get("name")
-        if row.get("name") != vm.name and not unnamed_clone:
+        if not _may_be_ours(row, vm.name):
             continue
         outcome = classify(ctx, row, want)
         if outcome is DEEP:
@@ -140,12 +139,27 @@ async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]
     return sorted(found, key=lambda o: int(o.identity))
 
 
+def _may_be_ours(row: Row, name: str) -> bool:
+    """A row find_own would look into for entry ``name``."""
+    return row.get("name") == name or bool(row.get("lock") and not row.get("name"))
+
+
+async def _rows_for(ctx: Ctx, vm: DesiredVM) -> list[Row]:
+    """The listing a create starts from: the observation's own (no request per VM),
+    unless it shows a VM that may be this entry's (then a fresh one decides whether to
+    adopt it). A VM made since the observation is found by the check after the clone."""
+    seen = ctx.last_rows
+    if seen is not None and not any(_may_be_ours(r, vm.name) for r in seen):
+        return [dict(r) for r in seen]
+    return await listing(ctx)
+
+
 async def create(
     ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False
 ) -> ObservedVM:
     pubkey = read_pubkey(ctx)
     async with _entry_lock(ctx, vm.name):
-        rows = await listing(ctx)
+        rows = await _rows_for(ctx, vm)
         own = await find_own(ctx, rows, vm)
         if own:
             return await _adopt(ctx, vm, own[0], journal, pubkey)
@@ -219,7 +233,11 @@ async def _setup(
     *,
     check_duplicates: bool = False,
 ) -> ObservedVM:
-    """Configure, resize and start a cloned VM; every step may be repeated safely."""
+    """Configure, resize and start a cloned VM; every step may be repeated safely.
+
+    A fresh clone (``check_duplicates``) costs no read that sand can answer itself: the
+    config it wrote is merged into the one it read, the VM is known to be stopped, and
+    the VM returned is built from what was written (the next observation verifies it)."""
     path = vmops.vm_path(node, vmid)
     track: vmops.Track = lambda upid: journal.task(entry, upid)  # noqa: E731
     config = await read_config(ctx, node, vmid)
@@ -227,11 +245,16 @@ async def _setup(
     configured = tags.complete and tags.project == ctx.project and tags.identity == str(vmid)
     # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too.
     if not configured or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
-        await ctx.client.put(f"{path}/config", **_base_config(ctx, vm, vmid, config, pubkey))
+        params = _base_config(ctx, vm, vmid, config, pubkey)
+        await ctx.client.put(f"{path}/config", **params)
         journal.step(entry, "configured")
-        config = await read_config(ctx, node, vmid)
+        config = {**config, **{k: v for k, v in params.items() if v is not None}}
     if check_duplicates:
-        others = [o for o in await find_own(ctx, await listing(ctx), vm) if int(o.identity) < vmid]
+        # Only a VM with a lower id than ours makes ours the duplicate: ours, and any
+        # made later, are not looked into.
+        rows = await ctx.fresh_listing(lambda: listing(ctx)).get()
+        earlier = [r for r in rows if int(r["vmid"]) < vmid]
+        others = await find_own(ctx, earlier, vm)
         if others:
             # A parallel run made this entry's VM first: remove ours, take theirs.
             await vmops.destroy(ctx, node, vmid, track=track)
@@ -239,17 +262,34 @@ async def _setup(
             journal.finish(entry, "duplicate")
             return await _adopt(ctx, vm, others[0], journal, pubkey)
     disk = vmops.boot_disk(config)
+    size = disk[1] if disk is not None else 0
     if disk is not None and vm.disk > disk[1]:
         await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
         journal.step(entry, "resized")
-    status = await vmops.read_status(ctx, node, vmid)
-    if status.get("status") != "running":
+        size = vm.disk
+    # A fresh clone is stopped; an adopted VM may have been started by the run it was
+    # made by.
+    stopped = check_duplicates or (
+        (await vmops.read_status(ctx, node, vmid)).get("status") != "running"
+    )
+    if stopped:
         await vmops.start(ctx, node, vmid, track=track)
         journal.step(entry, "started")
     journal.finish(entry)
-    # Cloned into (or adopted from) this backend's pool.
-    observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=ctx.config.pool)
-    return observed
+    if not check_duplicates:
+        # Cloned into (or adopted from) this backend's pool.
+        observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=ctx.config.pool)
+        return observed
+    row = vmops.row_of(node, vmid, {"status": "running", "name": vm.name}, config)
+    row.update(
+        maxcpu=vm.cpus,
+        maxmem=mk.memory_mib(vm.memory) * mk.MIB,
+        maxdisk=size,
+        pool=ctx.config.pool,
+    )
+    made = classify(ctx, row, {vm.name: vm}, config)
+    assert isinstance(made, ObservedVM)
+    return made
 
 
 def _base_config(
