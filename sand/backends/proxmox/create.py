@@ -171,6 +171,10 @@ async def create(
 
             assert vm.base is not None
             found = ready_base(ctx, rows, vm.base.fingerprint)
+            if found is None and rows is not None:
+                # The observation's listing predates a base this very run built: look again.
+                rows = await listing(ctx)
+                found = ready_base(ctx, rows, vm.base.fingerprint)
             if found is None:
                 raise ProxmoxError(
                     ctx.name,
