@@ -112,7 +112,9 @@ def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
         f" {ALLOW_ROOT_ENV}=1\n"
     )
     log = d / "sshd.log"
-    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
+    # A session of its own: a hangup meant for the test run's process group (a terminal
+    # closing, a job control shell) must not make sshd re-exec in the middle of a test.
+    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], start_new_session=True)
     deadline = time.monotonic() + 10
     while True:
         try:
