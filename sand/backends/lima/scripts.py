@@ -73,51 +73,57 @@ done
 exit 0
 """
 
+# Shared by the scripts that take content on stdin: ``whole FILE SIZE WHAT OUTCOME``
+# copies stdin to FILE and keeps it only when it holds SIZE bytes. A sand killed before
+# (or while) it wrote closes the script's stdin early, and what arrived cut short must
+# never be used (an empty marker over a whole one, an instance made of half a config).
+_WHOLE = r"""
+set -eu
+whole() {
+  cat > "$1"
+  n=$(wc -c < "$1" | tr -d ' ')
+  [ "$n" = "$2" ] && return 0
+  rm -f "$1"
+  echo "sand: $3 arrived cut short ($n of $2 bytes); $4" >&2
+  exit 4
+}
+"""
+
 # $1 = the configuration's length, $2 = the instance name; then the limactl argv, to which
 # the configuration's file is added. limactl never reads sand's pipe itself: a sand killed
 # before it wrote the whole configuration (its pipe closed early) would have Lima create
 # an instance from whatever arrived — nothing, here, and then of the --set values alone.
-CREATE_FROM_STDIN = r"""
-set -eu
+CREATE_FROM_STDIN = (
+    _WHOLE
+    + r"""
 d=${LIMA_HOME:-$HOME/.lima}/_sand
 mkdir -p "$d"
 umask 077
 f="$d/create-$$.yaml"
 rm -f "$f"
-cat > "$f"
-n=$(wc -c < "$f" | tr -d ' ')
-if [ "$n" != "$1" ]; then
-  rm -f "$f"
-  echo "sand: the configuration of $2 arrived cut short ($n of $1 bytes); nothing created" >&2
-  exit 4
-fi
+whole "$f" "$1" "the configuration of $2" "nothing created"
 shift 2
 if "$@" "$f"; then rc=0; else rc=$?; fi
 rm -f "$f"
 exit "$rc"
 """
+)
 
 # $1 = instance name, $2 = sidecar file name, $3 = its length; stdin = the content.
 # Atomic (rename), and only whole.
-WRITE_SIDECAR = r"""
-set -eu
+WRITE_SIDECAR = (
+    _WHOLE
+    + r"""
 d=${LIMA_HOME:-$HOME/.lima}/$1
 if [ ! -f "$d/lima.yaml" ]; then
   echo "sand: instance directory $d has no lima.yaml" >&2
   exit 3
 fi
 umask 077
-cat > "$d/$2.tmp"
-# A sand killed before (or while) it wrote closes this script's stdin early: an empty or
-# cut marker must never replace a whole one, so only the announced length is moved in.
-n=$(wc -c < "$d/$2.tmp" | tr -d ' ')
-if [ "$n" != "$3" ]; then
-  rm -f "$d/$2.tmp"
-  echo "sand: $2 for $1 arrived cut short ($n of $3 bytes); left as it was" >&2
-  exit 4
-fi
+whole "$d/$2.tmp" "$3" "$2 for $1" "left as it was"
 mv -f "$d/$2.tmp" "$d/$2"
 """
+)
 
 # $1 = instance name. Removes a directory that has no lima.yaml: what an interrupted
 # `limactl clone` (or delete) leaves, which `limactl delete` refuses since Lima 2.2.
