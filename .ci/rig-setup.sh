@@ -7,7 +7,8 @@
 # Cold-cache timings on the 2-core CI machine: rootfs ~1 min, qemu image
 # ~1.5 min (most of it apt downloading and unpacking the kernel), Lima ~3 min
 # (go build of limactl and lima-guestagent; cached per version afterwards), the
-# Lima image ~2 min (cloud-init and a kernel over the workbench tree).
+# Lima image ~2 min (cloud-init and a kernel over the workbench tree), the Proxmox
+# template image ~10 s (a copy of the Lima image with qemu-guest-agent).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ PACKAGES=(
   qemu-utils      # qemu-img for per-guest qcow2 overlays
   ca-certificates
   gcc libc6-dev   # cgo: Lima's Makefile builds limactl with CGO_ENABLED=1
+  genisoimage     # the NoCloud drive of a Proxmox guest, made as PVE makes it
+  dnsmasq-base    # DHCP for the Proxmox guests' bridge
 )
 
 missing=()
@@ -61,6 +64,8 @@ t3=$SECONDS
 "$PYTHON" -m tests.rig.limabuild build
 # A Debian 12 image with cloud-init that Lima boots (direct kernel, TCG).
 "$PYTHON" -m tests.rig.limaimage build
+# The Proxmox template's disk: that image plus qemu-guest-agent (a copy, ~10 s).
+"$PYTHON" -m tests.rig.pveimage build
 "$PYTHON" -m tests.rig.lima env >/dev/null
 t4=$SECONDS
 echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \

@@ -26,6 +26,7 @@ from fakepve.lxc import format_size
 from fakepve.qemu import is_cdrom, join_drive, split_drive
 
 from tests.fakepve_rig.fidelity import Fidelity
+from tests.fakepve_rig.machines import Machines
 
 API = "/api2/json"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -60,8 +61,9 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(Fidelity, FakePve):  # type: ignore[misc]
-    """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`)."""
+class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
+    """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`), with real
+    machines behind its VMs when given a hypervisor (:mod:`tests.fakepve_rig.machines`)."""
 
     def __init__(self, *args: Any, pve_version: int = 9, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,6 +1,6 @@
 """Real-guest test rig for sand.
 
-Three kinds of real SSH targets, all built from one cached Debian bookworm
+Real SSH targets, all built from one cached Debian bookworm
 debootstrap so they behave like the Debian guests sand provisions:
 
 * :class:`tests.rig.guest.NetnsGuest` -- a "container" guest: its own network
@@ -8,6 +8,10 @@ debootstrap so they behave like the Debian guests sand provisions:
   rootfs, running a real OpenSSH ``sshd``.  Starts in well under a second.
 * :class:`tests.rig.qemu.QemuGuest` -- one full VM (own kernel, systemd as
   PID 1) under ``qemu-system-x86_64 -accel tcg``.
+* :class:`tests.rig.pveguests.QemuHypervisor` -- real VMs behind a fakepve rig's
+  VMs: each that starts boots (TCG) with the NoCloud drive PVE would generate from
+  its config, DHCP on a bridge of its own, its qemu-guest-agent answering the API
+  (image: :mod:`tests.rig.pveimage`, the real-Lima image plus the agent).
 * :class:`tests.rig.gitserver.GitServer` -- ``git http-backend`` behind HTTP
   basic auth with a token, reachable from netns guests.
 
