@@ -29,6 +29,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -52,6 +53,7 @@ CMDLINE = (
     " rcupdate.rcu_cpu_stall_timeout=300 nowatchdog nmi_watchdog=0 tsc=reliable"
 )
 MAX_MEMORY_MIB = 1536
+_ACK = re.compile(r"DHCPACK\(\S+\) (\S+) (\S+)")
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Machine:
     proc: subprocess.Popen[bytes]
     launched: float = field(default_factory=time.monotonic)
     addressed: float | None = None  # when the agent first reported an IPv4 address
+    address: str | None = None  # the one it reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -88,6 +91,7 @@ class QemuHypervisor:
         self.sources: dict[int, int] = {}  # vmid -> the VM it was cloned from
         self.network = ipaddress.ip_network("10.214.0.0/24")
         self._dnsmasq: subprocess.Popen[bytes] | None = None
+        self.errors: list[str] = []
 
     # --- the network -----------------------------------------------------------------
 
@@ -142,6 +146,14 @@ class QemuHypervisor:
             return {}
         return {w[1].lower(): w[2] for w in (line.split() for line in lines) if len(w) >= 3}
 
+    def acks(self) -> list[tuple[str, str]]:
+        """Every address dnsmasq gave, as (MAC, IPv4), oldest first (released ones too)."""
+        try:
+            text = (self.dir / "dnsmasq.log").read_text(errors="replace")
+        except OSError:
+            return []
+        return [(mac.lower(), ip) for ip, mac in _ACK.findall(text)]
+
     # --- the machines (called on fakepve's loop) ------------------------------------------
 
     def cloned(self, source: int, vmid: int) -> None:
@@ -159,6 +171,13 @@ class QemuHypervisor:
         return self.image / "rootfs.raw", "raw"
 
     def start(self, vmid: int, config: dict[str, Any]) -> None:
+        try:
+            self._start(vmid, config)
+        except Exception as exc:  # on fakepve's loop: nobody else would see it
+            self.errors.append(f"VM {vmid} did not start: {exc}")
+            raise
+
+    def _start(self, vmid: int, config: dict[str, Any]) -> None:
         if self.runs(vmid):
             return
         disk = self.disk(vmid)
@@ -236,9 +255,15 @@ class QemuHypervisor:
         m = self.machines[vmid]
         result = await self._qga(m, command)
         if command == "guest-network-get-interfaces" and m.addressed is None:
-            addrs = [a for i in result or [] for a in i.get("ip-addresses") or []]
-            if any(a.get("ip-address-type") == "ipv4" and a.get("prefix") != 8 for a in addrs):
-                m.addressed = time.monotonic()
+            nic = [i for i in result or [] if str(i.get("hardware-address")).lower() == m.mac]
+            ipv4 = [
+                str(a.get("ip-address"))
+                for i in nic
+                for a in i.get("ip-addresses") or []
+                if a.get("ip-address-type") == "ipv4"
+            ]
+            if ipv4:
+                m.addressed, m.address = time.monotonic(), ipv4[0]
         return result
 
     async def _qga(self, m: Machine, command: str, *, reply: bool = True) -> Any:
@@ -289,7 +314,7 @@ class QemuHypervisor:
 
     def consoles(self) -> str:
         """Every machine's serial log (tail), for a failing test's message."""
-        out = []
+        out = list(self.errors)
         for m in [*self.past, *self.machines.values()]:
             out.append(f"--- VM {m.vmid} console (tail) ---\n{m.console[-4000:]}")
         return "\n".join(out)
