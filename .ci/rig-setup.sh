@@ -62,6 +62,9 @@ t3=$SECONDS
 # A Debian 12 image with cloud-init that Lima boots (direct kernel, TCG).
 "$PYTHON" -m tests.rig.limaimage build
 "$PYTHON" -m tests.rig.lima env >/dev/null
+# sand's dependencies where the Lima user's /usr/bin/python3 can read them (the
+# real_lima tier runs sand as that user; root's site-packages may be unreadable).
+"$PYTHON" -m tests.rig.limapy >/dev/null
 t4=$SECONDS
 echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \
   "qemu image in $((t3 - t2))s, Lima in $((t4 - t3))s"
