@@ -88,11 +88,18 @@ class Tier:
         (templates / f"{TEMPLATE}.yaml").write_text(yaml.safe_dump(template))
         self.write_manifest(memory="2GiB")
         stand_in_agents(self.root / "agents")
+        # sand's own code, copied where the Lima user reads it: a checkout under /root
+        # (mode 0700, as a CI clone may be) is not.
+        shutil.copytree(
+            limapy.REPO / "sand",
+            self.root / "py" / "sand",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
         shutil.chown(self.root, lima.uid, lima.gid)
         for path in self.root.rglob("*"):
             shutil.chown(path, lima.uid, lima.gid)
         self.env = {
-            "PYTHONPATH": f"{limapy.REPO}:{site}",
+            "PYTHONPATH": f"{self.root / 'py'}:{site}",
             "LIMA_TEMPLATES_PATH": f"{templates}:{lima.prefix / 'share/lima/templates'}",
             "LIMA_HOME": str(self.root / "lima"),
             "SAND_STATE_DIR": str(self.root / "state"),
