@@ -67,6 +67,9 @@ t3=$SECONDS
 # The Proxmox template's disk: that image plus qemu-guest-agent (a copy, ~10 s).
 "$PYTHON" -m tests.rig.pveimage build
 "$PYTHON" -m tests.rig.lima env >/dev/null
+# sand's dependencies where the Lima user's /usr/bin/python3 can read them (the
+# real_lima tier runs sand as that user; root's site-packages may be unreadable).
+"$PYTHON" -m tests.rig.limapy >/dev/null
 t4=$SECONDS
 echo "rig-setup: rootfs ready in $((t1 - t0))s, workbench in $((t2 - t1))s," \
   "qemu image in $((t3 - t2))s, Lima in $((t4 - t3))s"

@@ -22,7 +22,7 @@ import pwd
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,19 +82,26 @@ class LimaRig:
             "LANG": "C.UTF-8",
         }
 
-    def argv(self, command: Sequence[str]) -> list[str]:
-        """``command`` as the rig's user (setpriv: no setuid helper, no PAM)."""
+    def argv(self, command: Sequence[str], extra: Mapping[str, str] | None = None) -> list[str]:
+        """``command`` as the rig's user (setpriv: no setuid helper, no PAM), with the
+        rig's environment plus ``extra``."""
+        env = {**self.env(), **(extra or {})}
         return [
             "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups",
-            "--reset-env", "--", "env", *(f"{k}={v}" for k, v in self.env().items()),
+            "--reset-env", "--", "env", *(f"{k}={v}" for k, v in env.items()),
             *command,
         ]  # fmt: skip
 
     def run(
-        self, command: Sequence[str], *, cwd: Path | None = None, timeout: float = 300
+        self,
+        command: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        timeout: float = 300,
+        extra: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.argv(command),
+            self.argv(command, extra),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -8,7 +8,14 @@ What a Lima guest needs beyond the rig's other guests, each found by booting:
   and wait for the user's session;
 * sshd with Debian's own config (``UsePAM yes``): the rig's ``UsePAM no`` refuses
   key logins to the account cloud-init creates, which it locks;
-* an ``/etc/hosts``: Lima's ``06-etc-hosts.sh`` edits it.
+* an ``/etc/hosts``: Lima's ``06-etc-hosts.sh`` edits it;
+* iptables (Lima's ``30-install-packages.sh`` apt-gets it at first boot whenever the
+  host resolver is on, i.e. always here) and rsync (``limactl copy`` prefers it), baked
+  in so no boot reaches deb.debian.org.
+
+What keeps a boot alive under TCG on a loaded two-core host (see KERNEL_CMDLINE): the
+kernel's RCU stall detector, watchdogs and Spectre/Meltdown mitigations are off. The
+tier also gives the guest one vCPU (tests/e2e/test_real_lima.py).
 
 CLI::
 
@@ -39,10 +46,48 @@ PACKAGES = (
     "isc-dhcp-client",
     "ifupdown",
     "udev",
+    "iptables",
+    "rsync",
 )
-RECIPE_VERSION = 1
+RECIPE_VERSION = 3
 SIZE = "6G"
-KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0"
+# Under TCG a vCPU thread starved by the host's other load looks, to the guest, like a
+# CPU stuck for tens of seconds: Debian's kernel (6.1, CONFIG_RCU_CPU_STALL_TIMEOUT=21)
+# then reports an RCU stall, printing backtraces to the emulated serial console with
+# interrupts off, which starves it further; a first boot seen that way never finished.
+# So: no RCU stall reports, no soft/hard lockup watchdog, and no mitigations (KPTI alone
+# flushes TCG's software TLB at every syscall). The clocksource watchdog stays: the TSC
+# is calibrated while the host is busy, and with `tsc=reliable` a guest was seen running
+# its clock 4x too fast (journald's start "timed out" after 25 s of real time).
+# A test image's choices, not a guest's to copy.
+KERNEL_CMDLINE = " ".join(
+    (
+        "root=/dev/vda rw console=ttyS0",
+        "rcupdate.rcu_cpu_stall_suppress=1 rcupdate.rcu_cpu_stall_suppress_at_boot=1",
+        "rcupdate.rcu_cpu_stall_timeout=300",
+        "nowatchdog nmi_watchdog=0 mitigations=off",
+    )
+)
+# cloud-init as Lima uses it (pkg/cidata/cidata.TEMPLATE.d/user-data: users, write_files,
+# bootcmd, growpart, timezone, ca_certs, ssh keys, and its boot.sh as a per-boot script)
+# and nothing else: each module costs seconds under TCG (an RSA host key ~20 s, locale
+# generation, grub and apt configuration). Only an ed25519 host key, the one sand pins.
+CLOUD_CFG = """\
+datasource_list: [NoCloud, None]
+ssh_genkeytypes: [ed25519]
+cloud_init_modules: [migrator, seed_random, bootcmd, write-files, growpart, resizefs, set_hostname,
+  update_hostname, update_etc_hosts, ca-certs, users-groups, ssh]
+cloud_config_modules: [timezone, runcmd]
+cloud_final_modules: [write-files-deferred, scripts-per-once, scripts-per-boot,
+  scripts-per-instance, scripts-user, final-message, power-state-change]
+"""
+# Modules udev would load for devices a Lima guest under TCG never uses (each load
+# verifies a signature in emulated code: ~20 s for kvm alone).
+NOT_LOADED = ("kvm", "kvm_amd", "kvm_intel", "iTCO_wdt", "iTCO_vendor_support", "pcspkr",
+              "powernow_k8")  # fmt: skip
+# The initrd only needs the root disk (virtio) and its filesystem: Debian's default
+# (MODULES=most) packs 35 MB of modules and loads dozens at every boot.
+INITRD_MODULES = ("virtio_pci", "virtio_blk", "ext4", "crc32c_generic")
 # Units that only cost boot time under TCG.
 MASKED = (
     "systemd-networkd-wait-online.service",
@@ -80,7 +125,10 @@ def lima_images(dest: Path) -> list[dict[str, object]]:
 def _configure(tree: Path) -> None:
     write(tree / "etc/fstab", "/dev/vda / ext4 rw,errors=remount-ro 0 0\n")
     write(tree / "etc/hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
-    write(tree / "etc/cloud/cloud.cfg.d/90-sand-rig.cfg", "datasource_list: [NoCloud, None]\n")
+    write(tree / "etc/cloud/cloud.cfg.d/90-sand-rig.cfg", CLOUD_CFG)
+    write(tree / "etc/modprobe.d/sand-rig.conf", "".join(f"blacklist {m}\n" for m in NOT_LOADED))
+    write(tree / "etc/initramfs-tools/conf.d/sand-rig.conf", "MODULES=list\n")
+    write(tree / "etc/initramfs-tools/modules", "".join(f"{m}\n" for m in INITRD_MODULES))
     (tree / "etc/ssh/sshd_config.d/00-sand-rig.conf").unlink(missing_ok=True)
     for key in (tree / "etc/ssh").glob("ssh_host_*"):
         key.unlink()  # cloud-init makes them at every boot, as on a real Lima guest
@@ -117,6 +165,7 @@ def build() -> Path:
             )
             resolv.unlink()
             _configure(tree)
+            chroot_sh(tree, "update-initramfs -u -k all", timeout=900)
             kernel = sorted((tree / "boot").glob("vmlinuz-*"))
             initrd = sorted((tree / "boot").glob("initrd.img-*"))
             if not kernel or not initrd:
