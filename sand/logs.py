@@ -1,13 +1,16 @@
 """Logging (structlog): human console by default, JSON for CI, always redacted
 and inert (no event can carry a terminal control sequence, see sand.terminal).
 
-structlog (and rich behind its console renderer) is imported only when logging
-is configured, which commands that never reach a backend skip: that keeps
-`sand validate` fast.
+structlog is imported only when logging is configured, which commands that never
+reach a backend skip: that keeps `sand validate` fast. It is imported with rich out
+of its sight: structlog otherwise imports rich's traceback and pretty-printer at its
+own import when rich is installed (tens of milliseconds of every `sand plan`), and
+sand renders exceptions as plain tracebacks anyway.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import logging
 import os
 import sys
@@ -19,16 +22,39 @@ from sand.terminal import inert_processor
 __all__ = ["REDACTED", "configure", "get_logger", "redact", "register_secret"]
 
 
-def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
-    """Set up structlog once per process: console (human) or json (CI)."""
+class _NoRich(importlib.abc.MetaPathFinder):
+    """Refuses ``rich`` while structlog is first imported."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "rich" or name.startswith("rich."):
+            raise ImportError(f"{name} is not loaded for structlog")
+
+
+def _structlog() -> Any:
+    if "structlog" not in sys.modules and "rich" not in sys.modules:
+        hide = _NoRich()
+        sys.meta_path.insert(0, hide)
+        try:
+            import structlog
+        finally:
+            sys.meta_path.remove(hide)
     import structlog
 
+    return structlog
+
+
+def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
+    """Set up structlog once per process: console (human) or json (CI)."""
+    structlog = _structlog()
     out = stream or sys.stderr
     renderer: Any
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty() and _colour_ok())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=out.isatty() and _colour_ok(),
+            exception_formatter=structlog.dev.plain_traceback,
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -55,7 +81,7 @@ def _colour_ok() -> bool:
 def lifecycle_logger() -> Any:
     """A logger that --log-level does not filter below info: each run's start and
     finish events (``--log-format json``) are for pipelines, always there."""
-    import structlog
+    structlog = _structlog()
 
     return structlog.wrap_logger(
         None, wrapper_class=structlog.make_filtering_bound_logger(logging.INFO)
@@ -63,6 +89,6 @@ def lifecycle_logger() -> Any:
 
 
 def get_logger(name: str = "sand") -> Any:
-    import structlog
+    structlog = _structlog()
 
     return structlog.get_logger(name)

@@ -17,13 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import structlog
 import tenacity
 
 from sand.activity import Retry, retrying
 
 T = TypeVar("T")
-log = structlog.get_logger("sand.retry")
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,12 @@ async def retry_async(
         failure = state.outcome.exception() if state.outcome is not None else None
         delay = state.upcoming_sleep
         said = reason(failure) if failure is not None else "failed"
-        log.debug("retry", layer=layer, reason=said, attempt=state.attempt_number, delay=delay)
+        # Imported here, once logging is set up (sand.logs loads it without rich).
+        import structlog
+
+        structlog.get_logger("sand.retry").debug(
+            "retry", layer=layer, reason=said, attempt=state.attempt_number, delay=delay
+        )
         retrying(Retry(layer, said, state.attempt_number, retries, delay, backoff.deadline))
 
     async for attempt in tenacity.AsyncRetrying(

@@ -231,7 +231,7 @@ async def _apply_one(
         await backend.delete(current, journal)
         return None
     assert vm is not None
-    provisioned = False
+    provisioned = marked = False
     delivered: SecretsRecord | None = None
     if change.action is Action.REPLACE:
         # Provisioned inside: the replacement must work before the old VM goes.
@@ -241,7 +241,12 @@ async def _apply_one(
         say(Phase.CREATING, "creating from its golden base" if change.base else "")
         # Each backend limits its own clone step (clone_parallelism): only the
         # clone contends for the storage lock, not the configure/start after it.
-        current = await backend.create(vm, journal, from_base=change.base is not None)
+        # Nothing to provision or finish: the create writes the converged marker with
+        # its own configuration (one write, not two).
+        marked = not vm.provision and not _finishing(vm)
+        current = await backend.create(
+            vm, journal, from_base=change.base is not None, converged=marked
+        )
         if vm.provision:
             say(Phase.PROVISIONING)
             delivered = await kit.provisioner(vm, backend, current, change)
@@ -266,15 +271,19 @@ async def _apply_one(
     if change.action in (Action.CREATE, Action.REPLACE):
         # Creates always boot (provisioning needs a running guest) and are
         # unprotected until provisioned; settle power state and protection last.
-        finishing = [
-            f for f, on in (("state", vm.state == "stopped"), ("protect", vm.protect)) if on
-        ]
+        finishing = _finishing(vm)
         if finishing:
             say(Phase.FINISHING, "setting " + ", ".join(finishing))
             current = await backend.update(vm, current, finishing, journal)
     say(Phase.RECORDING)
-    await backend.mark_converged(vm, current, delivered)
+    if not marked:
+        await backend.mark_converged(vm, current, delivered)
     return current
+
+
+def _finishing(vm: DesiredVM) -> list[str]:
+    """What a create or replace settles after it: power state, protection."""
+    return [f for f, on in (("state", vm.state == "stopped"), ("protect", vm.protect)) if on]
 
 
 async def _reprovision_keeping(

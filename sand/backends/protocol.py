@@ -196,9 +196,13 @@ class Backend(Protocol):
         ...
 
     async def create(
-        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
     ) -> ObservedVM:
         """Create, configure and start (if desired) a VM; its marker has fingerprint ''.
+
+        ``converged``: nothing follows the create (no provisioning, nothing to finish):
+        the VM is left marked as ``mark_converged(vm, made)`` would mark it (no secrets),
+        and the caller does not mark it again.
 
         ``from_base``: clone it from the ready golden base of ``vm.base`` (built earlier
         in this run, or listed ready), and record that base's fingerprint on its marker;

@@ -1,14 +1,30 @@
-"""``sand plan`` starts only what it uses: the modules a plan process imports
-(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process) hold neither the
-execution engine nor the terminal UI (Textual, the board)."""
+"""Each command starts only what it uses, read off the modules its process imports
+(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process): ``sand plan``
+holds neither the execution engine nor the terminal UI (Textual, the board) nor
+rich (structlog would import its traceback and pretty-printer); ``sand --version``
+and ``sand validate`` hold no backend, HTTP client or logging; the Proxmox backend
+imports its HTTP client (requests, proxmoxer) only when it sends a request."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
 from tests.cli.helpers import Sand
 
-NOT_FOR_A_PLAN = ("sand.apply.engine", "sand.apply.replace", "textual", "sand.cli.ui")
+# rich itself is looked for (and refused) while structlog loads: its parts must not load.
+RICH = ("rich.console", "rich.traceback", "rich.pretty")
+NOT_FOR_A_PLAN = ("sand.apply.engine", "sand.apply.replace", "textual", "sand.cli.ui", *RICH)
+CLIENTS = ("requests", "proxmoxer", "urllib3", "asyncssh")
+NOT_TO_VALIDATE = (*CLIENTS, *NOT_FOR_A_PLAN, "sand.backends", "sand.apply", "structlog")
+# --version needs no manifest either: no pydantic models are built, no YAML is read.
+NOT_FOR_THE_VERSION = (*NOT_TO_VALIDATE, "pydantic", "yaml", "sand.manifest")
+
+
+def among(modules: set[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules for p in packages if m == p or m.startswith(p + "."))
 
 
 def imported(stderr: str) -> set[str]:
@@ -32,7 +48,28 @@ def test_a_plan_process_imports_neither_the_engine_nor_the_ui(sand: Sand) -> Non
     assert proc.returncode == 2, proc.stderr[-2000:]
     modules = imported(proc.stderr)
     assert "sand.plan" in modules  # the list is read right
-    found = sorted(
-        m for m in modules for bad in NOT_FOR_A_PLAN if m == bad or m.startswith(bad + ".")
+    assert among(modules, NOT_FOR_A_PLAN) == []
+
+
+def test_version_and_validate_import_no_backend_client_nor_logging(sand: Sand) -> None:
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    version = sand.run("--version", env=env)
+    assert version.returncode == 0, version.stderr[-2000:]
+    assert "sand.cli.main" in imported(version.stderr)
+    assert among(imported(version.stderr), NOT_FOR_THE_VERSION) == []
+    validate = sand.run("validate", env=env)
+    assert validate.returncode == 0, validate.stderr[-2000:]
+    assert "sand.manifest.models" in imported(validate.stderr)
+    assert among(imported(validate.stderr), NOT_TO_VALIDATE) == []
+
+
+def test_the_proxmox_backend_imports_its_http_client_with_its_first_request() -> None:
+    code = (
+        "import sys\n"
+        "from sand.backends.proxmox.backend import ProxmoxBackend\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {clients!r}))"
+    ).format(clients=set(CLIENTS) - {"asyncssh"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    assert found == []
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -103,9 +103,12 @@ class LimaBackend:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
     async def create(
-        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
     ) -> ObservedVM:
-        return await create_mod.create(self.ctx, vm, journal, from_base=from_base)
+        made = await create_mod.create(self.ctx, vm, journal, from_base=from_base)
+        if converged:  # its marker is its own step here: one more write costs little
+            await lifecycle.mark_converged(self.ctx, vm, made, None)
+        return made
 
     async def build_base(
         self, base: DesiredBase, provision: BaseProvisioner, journal: Journal

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
@@ -78,9 +78,11 @@ class ProxmoxBackend:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
     async def create(
-        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
     ) -> ObservedVM:
-        return await create_mod.create(self.ctx, vm, journal, from_base=from_base)
+        return await create_mod.create(
+            self.ctx, vm, journal, from_base=from_base, converged=converged
+        )
 
     async def build_base(
         self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
@@ -130,14 +132,30 @@ class ProxmoxBackend:
         wait: float = 0.0,
         on_wait: Callable[[LeaseBusy], None] | None = None,
     ) -> AbstractAsyncContextManager[LeaseGrant]:
-        return keep(
-            ProxmoxLease(self.ctx, holder, ttl),
-            project=self.ctx.project,
-            backend=self.name,
-            ttl=ttl,
-            wait=wait,
-            on_wait=on_wait,
+        return self._holding(
+            keep(
+                ProxmoxLease(self.ctx, holder, ttl),
+                project=self.ctx.project,
+                backend=self.name,
+                ttl=ttl,
+                wait=wait,
+                on_wait=on_wait,
+            )
         )
+
+    @asynccontextmanager
+    async def _holding(
+        self, lease: AbstractAsyncContextManager[LeaseGrant]
+    ) -> AsyncIterator[LeaseGrant]:
+        """The lease, counted on the context while it is held (a create then needs no
+        check for another run's duplicate: no other run writes). Losing it cancels the
+        holder, which leaves this body too."""
+        async with lease as grant:
+            self.ctx.leases_held += 1
+            try:
+                yield grant
+            finally:
+                self.ctx.leases_held -= 1
 
     async def lease_record(self) -> LeaseRecord | None:
         return await read_lease(self.ctx)

@@ -21,6 +21,7 @@ project's golden block for this entry and its own vmid is refused.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from typing import Any
 
@@ -94,8 +95,10 @@ async def build(
             timeout=ctx.timeouts.template,
             on_upid=track,
         )
-        if str((await read_config(ctx, node, vmid)).get("template", "")) != "1":
+        config = await read_config(ctx, node, vmid)
+        if str(config.get("template", "")) != "1":
             raise ProxmoxError(ctx.name, f"VM {vmid} is still not a template after conversion")
+        _remember(ctx, node, vmid, config)
     except SandError:
         await _discard(ctx, node, vmid, entry, journal)
         raise
@@ -106,6 +109,20 @@ async def build(
                 del ctx.addresses[ip]
     journal.finish(entry)
     return ObservedBase(ctx.name, base.name, str(vmid), base.fingerprint, True)
+
+
+def _remember(ctx: Ctx, node: str, vmid: int, config: dict[str, Any]) -> None:
+    """The base just built, as the next listing would show it, added to the rows the
+    observation read (every create of this run finds its templates there) and its
+    config to the templates read this batch: clones of it ask PVE for neither."""
+    disk = vmops.boot_disk(config)
+    row = vmops.row_of(node, vmid, {"status": "stopped"}, config)
+    row.update(type="qemu", pool=ctx.config.pool, maxdisk=disk[1] if disk else 0)
+    if ctx.last_rows is not None:
+        ctx.last_rows = [*(r for r in ctx.last_rows if str(r["vmid"]) != str(vmid)), row]
+    read: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    read.set_result(config)
+    ctx.template_configs[(node, str(vmid))] = read
 
 
 async def _clone(

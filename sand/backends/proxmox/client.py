@@ -20,18 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import proxmoxer
-import requests
-import structlog
-
 from sand import activity
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError, classify_answer, classify_task
 from sand.backends.proxmox.token import ApiToken, read_token
+from sand.logs import get_logger
 from sand.manifest.values import hostname_problem
 from sand.retrying import Backoff, retry_async
 from sand.terminal import one_line
-
-log = structlog.get_logger("sand.proxmox")
 
 # What a segment of an API path is made of: names and ids PVE's own formats
 # allow, vmids, and UPIDs ("UPID:node:…:user@realm!token:"). No '.'/'..'
@@ -105,6 +100,10 @@ class PveClient:
     # --- plumbing ---------------------------------------------------------------
 
     def _connect(self) -> Any:
+        # Imported by the first request (requests and urllib3 are most of it): a
+        # command that never reaches this backend does not pay for them.
+        import proxmoxer
+
         with self._init_lock:
             if self._api is None:
                 token = read_token(self.token_file, self.backend)
@@ -150,6 +149,9 @@ class PveClient:
         )
 
     def _sync(self, method: str, path: str, params: Mapping[str, Any]) -> Any:
+        import proxmoxer
+        import requests
+
         api = self._connect()
         what = f"{method} /{path}"
         args = {k: _form(v) for k, v in params.items() if v is not None}
@@ -338,7 +340,9 @@ class PveClient:
             warnings = tuple(f"{what}: {w}" for w in (found or [exitstatus]))
             self.warnings.extend(warnings)
             for w in warnings:
-                log.warning("proxmox.task_warning", backend=self.backend, warning=w, upid=upid)
+                get_logger("sand.proxmox").warning(
+                    "proxmox.task_warning", backend=self.backend, warning=w, upid=upid
+                )
             return TaskResult(upid, exitstatus, warnings)
         tail = "\n  ".join(lines[-8:]) or "(no log)"
         kind, transient = classify_task(exitstatus)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from sand import activity
 from sand.backends.proxmox import marker as mk
@@ -27,6 +27,14 @@ ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave
 CLONE_ATTEMPTS = 4  # clones retried after a transient task failure (storage lock timeout)
 
 
+class Cloned(NamedTuple):
+    """A clone made: its vmid, its journal entry and the description it was given."""
+
+    vmid: int
+    entry: JournalEntry
+    description: str
+
+
 class _Taken(Exception):
     """The vmid went to another client between nextid and clone."""
 
@@ -40,9 +48,9 @@ async def clone(
     journal: Journal,
     *,
     base: str = "",
-) -> tuple[int, JournalEntry]:
-    """Clone ``template`` into a fresh vmid on ``node``: the vmid and its journal entry
-    (step ``cloned``). ``base``: the template is that golden base (its fingerprint goes
+) -> Cloned:
+    """Clone ``template`` into a fresh vmid on ``node`` (its journal entry at step
+    ``cloned``). ``base``: the template is that golden base (its fingerprint goes
     into the marker)."""
     # The id is asked for only once a clone slot is ours: PVE reserves nothing,
     # so creates queued behind the slot limit would all be handed the same id.
@@ -61,7 +69,7 @@ async def _allocate_and_clone(
     storage: str,
     journal: Journal,
     base: str = "",
-) -> tuple[int, JournalEntry]:
+) -> Cloned:
     for _ in range(ID_ATTEMPTS):
         vmid = int(await ctx.client.get("cluster/nextid"))
         # Another clone slot of this process may have been handed the same id a
@@ -74,7 +82,7 @@ async def _allocate_and_clone(
         finally:
             ctx.cloning_ids.discard(vmid)
         if result is not None:
-            return vmid, result
+            return Cloned(vmid, *result)
     raise ProxmoxError(
         ctx.name,
         f"could not allocate a vmid for {vm.name!r}: {ID_ATTEMPTS} ids were taken by other "
@@ -92,8 +100,9 @@ async def _try_clone(
     journal: Journal,
     vmid: int,
     base: str = "",
-) -> JournalEntry | None:
-    """Clone into ``vmid``; None when another client took that id first."""
+) -> tuple[JournalEntry, str] | None:
+    """Clone into ``vmid`` (its entry and description); None when another client took
+    that id first."""
     entry = journal.begin(
         "create",
         backend=ctx.name,
@@ -137,7 +146,7 @@ async def _try_clone(
             journal.finish(entry, "failed")
         raise  # otherwise the clone may still be running: recover() settles it
     journal.step(entry, "cloned")
-    return entry
+    return entry, params["description"]
 
 
 async def _clone_task(

@@ -47,6 +47,14 @@ class Ctx:
     addresses: dict[str, str] = field(default_factory=dict)
     # The last listing observe read: preflight finds templates in it without a request.
     last_rows: list[Mapping[str, Any]] | None = None
+    # Templates' configs read since the last observation, one read each (a batch of
+    # clones of one template reads it once): (node, vmid) -> the read.
+    template_configs: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = field(
+        default_factory=dict
+    )
+    # Project leases this backend holds now (``lease``): while one is held no other run
+    # of the project writes, so what the observation saw is all there is.
+    leases_held: int = 0
 
     def __post_init__(self) -> None:
         self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None

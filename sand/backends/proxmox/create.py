@@ -1,13 +1,19 @@
 """Create: adopt a VM of ours if one exists, else clone the template, configure, start.
 
 Order (each step journalled): pick node, the clone into a fresh vmid
-(``clone.py``), one config PUT (CPU, memory, NIC, cloud-init, tags), a
-duplicate check, disk resize, start.
+(``clone.py``), one config PUT (CPU, memory, NIC, cloud-init, tags; the
+fingerprints too when nothing follows), a duplicate check (unless the
+project's lease is held), disk resize (when the disk grows), start.
+
+Requests per VM: the id, the clone and its task, the config write, the start
+and its task: six; a disk larger than the template's adds the resize and its
+task. The template's config is read once per batch, not per clone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import urllib.parse
 import weakref
@@ -19,7 +25,14 @@ from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import DEEP, Row, classify, listing, read_config
+from sand.backends.proxmox.observe import (
+    DEEP,
+    Row,
+    classify,
+    listing,
+    read_config,
+    template_config,
+)
 from sand.backends.proxmox.pending import cpu_type_of
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
@@ -155,14 +168,17 @@ async def _rows_for(ctx: Ctx, vm: DesiredVM) -> list[Row]:
 
 
 async def create(
-    ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False
+    ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
 ) -> ObservedVM:
+    """``converged``: nothing follows the create (no provisioning, nothing to finish),
+    so its one config write carries the desired fingerprints (what ``mark_converged``
+    would write after it)."""
     pubkey = read_pubkey(ctx)
     async with _entry_lock(ctx, vm.name):
         rows = await _rows_for(ctx, vm)
         own = await find_own(ctx, rows, vm)
         if own:
-            return await _adopt(ctx, vm, own[0], journal, pubkey)
+            return await _adopt(ctx, vm, own[0], journal, pubkey, converged)
         ref, storage = parse_image(vm.image, ctx.config.storage)
         node = await pick_node(ctx, vm)
         base = ""
@@ -170,11 +186,8 @@ async def create(
             from sand.backends.proxmox.bases import ready_base
 
             assert vm.base is not None
+            # A base this very run built is in the rows: its build added it.
             found = ready_base(ctx, rows, vm.base.fingerprint)
-            if found is None and rows is not None:
-                # The observation's listing predates a base this very run built: look again.
-                rows = await listing(ctx)
-                found = ready_base(ctx, rows, vm.base.fingerprint)
             if found is None:
                 raise ProxmoxError(
                     ctx.name,
@@ -195,16 +208,44 @@ async def create(
         if not vm.node:  # PVE clones local storage on the template's node only
             node = await locality.clone_node(ctx, template, node, storage)
         ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
-        vmid, entry = await clone(ctx, vm, template, node, storage, journal, base=base)
+        # Read before the clone (once per batch): a clone's config is its template's.
+        source = await template_config(ctx, template)
+        made = await clone(ctx, vm, template, node, storage, journal, base=base)
         try:
-            return await _setup(ctx, vm, node, vmid, entry, journal, pubkey, check_duplicates=True)
+            known = _cloned_config(source, vm.name, made.description)
+            if vmops.bridge_of(source.get("net0")) != ctx.config.bridge:
+                # Its NIC moves to another bridge keeping the MAC PVE gave the clone,
+                # which only the clone's own config shows.
+                known = await read_config(ctx, node, made.vmid)
+            return await _setup(
+                ctx,
+                vm,
+                node,
+                made.vmid,
+                made.entry,
+                journal,
+                pubkey,
+                cloned=known,
+                converged=converged,
+            )
         except ProxmoxError:
-            journal.step(entry, "failed")
+            journal.step(made.entry, "failed")
             raise
 
 
+def _cloned_config(source: dict[str, Any], name: str, description: str) -> dict[str, Any]:
+    """A fresh clone's config, known without reading it: its template's, with the name
+    and description the clone gave it. PVE gives every NIC of a clone a new MAC: the
+    template's is not the clone's, so none is kept."""
+    config = {k: v for k, v in source.items() if k not in ("digest", "template", "lock")}
+    for key in [k for k in config if re.fullmatch(r"net\d+", k)]:
+        config[key] = vmops.without_mac(config[key])
+    config.update(name=name, description=description)
+    return config
+
+
 async def _adopt(
-    ctx: Ctx, vm: DesiredVM, own: ObservedVM, journal: Journal, pubkey: str
+    ctx: Ctx, vm: DesiredVM, own: ObservedVM, journal: Journal, pubkey: str, converged: bool
 ) -> ObservedVM:
     """Take over a VM of ours for this entry (made by a parallel or an interrupted run)."""
     node = own.node or ""
@@ -223,7 +264,13 @@ async def _adopt(
         adopt=True,
         incarnation=str(block.get("op") or ""),
     )
-    return await _setup(ctx, vm, node, int(own.identity), entry, journal, pubkey)
+    made = await _setup(ctx, vm, node, int(own.identity), entry, journal, pubkey)
+    if converged:
+        from sand.backends.proxmox.lifecycle import mark_converged
+
+        await mark_converged(ctx, vm, made)
+        made, _ = await vmops.read_vm(ctx, node, made.identity, vm, pool=ctx.config.pool)
+    return made
 
 
 async def _setup(
@@ -235,27 +282,30 @@ async def _setup(
     journal: Journal,
     pubkey: str,
     *,
-    check_duplicates: bool = False,
+    cloned: dict[str, Any] | None = None,
+    converged: bool = False,
 ) -> ObservedVM:
-    """Configure, resize and start a cloned VM; every step may be repeated safely.
+    """Configure, resize and start a VM; every step may be repeated safely.
 
-    A fresh clone (``check_duplicates``) costs no read that sand can answer itself: the
-    config it wrote is merged into the one it read, the VM is known to be stopped, and
-    the VM returned is built from what was written (the next observation verifies it)."""
+    A fresh clone (``cloned``: its config, known from its template's) costs no read
+    that sand can answer itself: the config it wrote is merged into the one it knows,
+    the VM is known to be stopped, and the VM returned is built from what was written
+    (the next observation verifies it)."""
     path = vmops.vm_path(node, vmid)
     track: vmops.Track = lambda upid: journal.task(entry, upid)  # noqa: E731
-    config = await read_config(ctx, node, vmid)
+    config = cloned if cloned is not None else await read_config(ctx, node, vmid)
     tags = mk.parse_tags(config.get("tags"))
     configured = tags.complete and tags.project == ctx.project and tags.identity == str(vmid)
     # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too.
     if not configured or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
-        params = _base_config(ctx, vm, vmid, config, pubkey)
+        params = _base_config(ctx, vm, vmid, config, pubkey, converged=converged)
         await ctx.client.put(f"{path}/config", **params)
         journal.step(entry, "configured")
         config = {**config, **{k: v for k, v in params.items() if v is not None}}
-    if check_duplicates:
+    if cloned is not None and not ctx.leases_held:
         # Only a VM with a lower id than ours makes ours the duplicate: ours, and any
-        # made later, are not looked into.
+        # made later, are not looked into. Under the project's lease no other run
+        # creates: what the observation showed was all there is.
         rows = await ctx.fresh_listing(lambda: listing(ctx)).get()
         earlier = [r for r in rows if int(r["vmid"]) < vmid]
         others = await find_own(ctx, earlier, vm)
@@ -264,23 +314,25 @@ async def _setup(
             await vmops.destroy(ctx, node, vmid, track=track)
             journal.step(entry, "duplicate-removed")
             journal.finish(entry, "duplicate")
-            return await _adopt(ctx, vm, others[0], journal, pubkey)
+            return await _adopt(ctx, vm, others[0], journal, pubkey, converged)
     disk = vmops.boot_disk(config)
     size = disk[1] if disk is not None else 0
     if disk is not None and vm.disk > disk[1]:
+        # Its own endpoint and task: PVE's config takes no disk size (``size=`` there
+        # is informational), so a disk larger than the template's costs two requests.
         await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
         journal.step(entry, "resized")
         size = vm.disk
     # A fresh clone is stopped; an adopted VM may have been started by the run it was
     # made by.
-    stopped = check_duplicates or (
+    stopped = cloned is not None or (
         (await vmops.read_status(ctx, node, vmid)).get("status") != "running"
     )
     if stopped:
         await vmops.start(ctx, node, vmid, track=track)
         journal.step(entry, "started")
     journal.finish(entry)
-    if not check_duplicates:
+    if cloned is None:
         # Cloned into (or adopted from) this backend's pool.
         observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=ctx.config.pool)
         return observed
@@ -297,7 +349,7 @@ async def _setup(
 
 
 def _base_config(
-    ctx: Ctx, vm: DesiredVM, vmid: int, config: dict[str, Any], pubkey: str
+    ctx: Ctx, vm: DesiredVM, vmid: int, config: dict[str, Any], pubkey: str, *, converged: bool
 ) -> dict[str, Any]:
     # The creation time the clone wrote into the description (now, for a clone an older
     # sand began): the tags carry it from here on.
@@ -308,10 +360,11 @@ def _base_config(
         ctx.project,
         vm.name,
         str(vmid),
-        "",
-        "",
+        vm.fingerprint if converged else "",
+        vm.guest_fingerprint if converged else "",
         vm.image,
         backend=ctx.name,
+        incarnation=str((block or {}).get("op") or ""),
         created_at=made,
         base=came_from,
     )
@@ -321,12 +374,19 @@ def _base_config(
         # The template's CPU type is not kept: kvm64 (PVE's default) livelocks agents.
         "cpu": vm.cpu,
         "memory": mk.memory_mib(vm.memory),
-        "net0": vmops.with_bridge(config.get("net0"), ctx.config.bridge),
         "ciuser": vm.user,
         "sshkeys": urllib.parse.quote(pubkey + "\n", safe=""),
         "ipconfig0": "ip=dhcp",
         "tags": mk.merge_tags(config.get("tags"), marker),
     }
+    if converged:
+        # The marker mark_converged would write next (fingerprints in tags and block).
+        params["description"] = mk.merge_description(
+            config.get("description"), marker, protect=vm.protect
+        )
+    if vmops.bridge_of(config.get("net0")) != ctx.config.bridge:
+        # Model kept; a NIC without its MAC gets a new one from PVE.
+        params["net0"] = vmops.with_bridge(config.get("net0"), ctx.config.bridge)
     agent = str(config.get("agent") or "0")
     if agent.split(",")[0] not in ("1", "enabled=1"):
         params["agent"] = "1"

@@ -256,7 +256,7 @@ async def _locality_findings(ctx: Ctx, template: Any, storage: str) -> list[Find
         return []
     try:
         rows = await ctx.client.get("cluster/resources", type="storage") or []
-        names = await locality.template_storages(ctx, template, {})
+        names = await locality.template_storages(ctx, template)
     except ProxmoxError as e:
         return [Finding("warning", f"cannot tell where the template can be cloned: {e.detail}")]
     storages = {(str(r.get("node")), str(r.get("storage"))): r for r in rows}

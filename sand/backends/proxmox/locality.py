@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.observe import Row, read_config
+from sand.backends.proxmox.observe import Row, template_config
 
 # qemu-server's drive keys (PVE::QemuServer::Drive::is_valid_drivename).
 DRIVE = re.compile(r"^(ide|sata|scsi|virtio)\d+$|^(efidisk0|tpmstate0)$")
@@ -49,13 +49,9 @@ def not_shared(
     return out
 
 
-async def template_storages(ctx: Ctx, template: Row, cache: dict[str, list[str]]) -> list[str]:
-    """The storages of the template's volumes (one config read per template per run)."""
-    key = str(template["vmid"])
-    if key not in cache:
-        config = await read_config(ctx, str(template.get("node")), template["vmid"])
-        cache[key] = volume_storages(config)
-    return cache[key]
+async def template_storages(ctx: Ctx, template: Row) -> list[str]:
+    """The storages of the template's volumes (one config read per template per batch)."""
+    return volume_storages(await template_config(ctx, template))
 
 
 def local_reason(template: Row, local: list[str]) -> str:
@@ -74,5 +70,5 @@ async def clone_node(ctx: Ctx, template: Row, node: str, storage: str) -> str:
         return node
     rows = await ctx.client.get("cluster/resources", type="storage") or []
     storages = {(str(r.get("node")), str(r.get("storage"))): r for r in rows if isinstance(r, dict)}
-    names = [*await template_storages(ctx, template, {}), storage]
+    names = [*await template_storages(ctx, template), storage]
     return tnode if not_shared(storages, tnode, names) else node

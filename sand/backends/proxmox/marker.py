@@ -44,6 +44,7 @@ lower-cased, de-duplicated and sorted, so sand writes them that way too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -150,6 +151,14 @@ def is_sand_tag(tag: str) -> bool:
 
 
 def parse_tags(value: object) -> TagMarker:
+    """What the tags say. An observation asks this of each VM's tags several times
+    (the base check, classify, the bases' and the lease's scans): answered once per
+    distinct text (a TagMarker is frozen, so one answer may be shared)."""
+    return _parse_tags(str(value) if value else "")
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_tags(value: str) -> TagMarker:
     tool = False
     project = identity = fingerprint = backend = golden = None
     secrets, secrets_at, created_at, base = "", 0, 0, ""

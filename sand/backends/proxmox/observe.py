@@ -48,6 +48,19 @@ async def read_config(ctx: Ctx, node: str, vmid: str | int) -> dict[str, Any]:
     return dict(data or {})
 
 
+async def template_config(ctx: Ctx, template: Row) -> dict[str, Any]:
+    """The config of a template clones are made from: read once per batch (since the
+    last observation), however many clones of it are made at once."""
+    key = (str(template.get("node")), str(template["vmid"]))
+    loop = asyncio.get_running_loop()
+    held = ctx.template_configs.get(key)
+    failed = held is not None and held.done() and (held.cancelled() or held.exception())
+    if held is None or held.get_loop() is not loop or failed:
+        held = asyncio.ensure_future(read_config(ctx, *key))
+        ctx.template_configs[key] = held
+    return dict(await asyncio.shield(held))
+
+
 def power_of(row: Row) -> str:
     status = str(row.get("status") or "")
     return status if status in ("running", "stopped") else "unknown"
@@ -277,6 +290,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
             requests=ctx.client.requests - start,
         )
     ctx.last_rows = list(rows)
+    ctx.template_configs.clear()  # a new batch: templates are read afresh
     decided: list[ObservedVM] = []
     deep: list[Row] = []
     for row in rows:

@@ -51,7 +51,6 @@ class _Cluster:
     storages: dict[tuple[str, str], Mapping[str, Any]] | None = None
     bridges: dict[str, set[str] | None] = field(default_factory=dict)
     pool_exists: bool | None = None
-    template_storages: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -229,7 +228,7 @@ async def _clone_locality(
     if not cluster.storages:
         return online  # not readable: warned already
     try:
-        names = await locality.template_storages(ctx, template, cluster.template_storages)
+        names = await locality.template_storages(ctx, template)
     except ProxmoxError as e:
         cluster.warnings.append(f"preflight could not read the template's config: {e.detail}")
         return online

@@ -349,3 +349,23 @@ def with_bridge(net: object, bridge: str) -> str:
         return f"virtio,bridge={bridge}"
     kept = [p for p in parts if not p.startswith("bridge=")]
     return ",".join([kept[0], f"bridge={bridge}", *kept[1:]])
+
+
+def bridge_of(net: object) -> str | None:
+    """The bridge of a netN value, None when it names none."""
+    for part in str(net or "").split(","):
+        key, _, value = part.partition("=")
+        if key == "bridge":
+            return value
+    return None
+
+
+def without_mac(net: object) -> str:
+    """A netN value with its MAC left out (PVE makes a new one when it is written)."""
+    parts = [p for p in str(net or "").split(",") if p]
+    kept = [p for p in parts if not p.startswith("macaddr=")]
+    if kept:
+        model, _, value = kept[0].partition("=")
+        if value.count(":") == 5:  # ``virtio=BC:24:11:..``: the model with its MAC
+            kept[0] = model
+    return ",".join(kept)

@@ -43,7 +43,7 @@ async def test_hanging_requests_time_out_and_are_retried(rig: FakePveRig, journa
     backend = rig.make_backend()
     backend.ctx.client.http_timeout = 0.3
     backend.ctx.client.retry = Backoff(attempts=10, initial=0.005, cap=0.02)
-    rig.run(rig.pve.flaky_network, hang_rate=0.1, hang_secs=1)
+    rig.run(rig.pve.flaky_network, hang_rate=0.2, hang_secs=1)
     rig.run(rig.pve._random.seed, 99)
     entries = FLEET[:2]
     _, result = await apply(backend, state_of(rig, entries), journal)
