@@ -109,6 +109,20 @@ class Findings(list[str]):
 
 
 Probe = Callable[[Target, float], Awaitable[list[str]]]
+# A guest's endpoint, by what makes it the same guest in the same boot.
+Endpoints = dict[tuple[str, ...], GuestEndpoint]
+
+
+def endpoint_key(target: Target) -> tuple[str, ...]:
+    o = target.observed
+    return (
+        target.vm.name,
+        o.identity,
+        o.node or "",
+        o.address or "",
+        o.details.get("boot", ""),
+        o.details.get("ssh_port", ""),
+    )
 
 
 def guest_checks(vm: DesiredVM) -> list[Check]:
@@ -172,22 +186,32 @@ async def check_health(
     return dict(await asyncio.gather(*(one(t) for t in todo)))
 
 
-async def probe_guest(target: Target, timeout: float) -> list[str]:
+async def probe_guest(
+    target: Target, timeout: float, endpoints: Endpoints | None = None
+) -> list[str]:
     """One guest's problems: SSH first (nothing else can be known without it), then
-    every declared agent and secret, in one read-only script."""
+    every declared agent and secret, in one read-only script. ``endpoints``: where
+    the guest was reached before (the board's, across refreshes), kept when it answers,
+    forgotten when it does not."""
     from sand.guest.ssh import ATTEMPT_TIMEOUT, connect
 
     phase = "ssh unreachable"
     start = time.monotonic()
+    key = endpoint_key(target)
+    endpoint = endpoints.pop(key, None) if endpoints is not None else None
     try:
         async with asyncio.timeout(timeout):
-            endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
+            if endpoint is None:
+                endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
             left = max(0.1, timeout - (time.monotonic() - start))
             async with connect(
                 endpoint, deadline=left, attempt_timeout=min(ATTEMPT_TIMEOUT, left)
             ) as conn:
                 phase = "guest check"
-                return await _run_checks(conn, endpoint, target.vm)
+                found = await _run_checks(conn, endpoint, target.vm)
+                if endpoints is not None:
+                    endpoints[key] = endpoint
+                return found
     except TimeoutError:
         return [f"{phase}: no answer within {timeout:g}s"]
     except SandError as exc:

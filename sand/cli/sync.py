@@ -115,6 +115,7 @@ def _secret(path: str) -> bytes:
 def cmd_sync(args: argparse.Namespace) -> int:
     import asyncio
 
+    from sand.apply.agentread import AgentReader
     from sand.apply.gitmirror import GitMirror
     from sand.apply.sync import START, NoMetrics, Syncer, SyncMetrics
     from sand.apply.unattended import Reconciler
@@ -147,6 +148,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report=ConsoleReport("sync"),
             hooks=inflight,
             lease_wait=args.lease_wait,
+            # The agents' state is exported with the metrics: read after each run.
+            agents=AgentReader() if prometheus is not None else None,
         )
         syncer = Syncer(mirror, args.path, host_dir, reconciler, metrics)
         if args.once:

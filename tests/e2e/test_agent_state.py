@@ -29,16 +29,15 @@ from tests.provision.e2e_helpers import stand_in_agents
 pytestmark = pytest.mark.e2e
 
 STATE = ".local/state/sand/agents.json"
-MANIFEST = """\
+HEAD = """\
 apiVersion: sand/v1
 project: agentse2e
 backends:
   laptop: {type: lima, lima_home: ./lima, derive_bases: false}
 defaults: {image: debian-12, disk: 20GiB, memory: 2GiB}
 vms:
-  - name: dev-1
-    agents: [claude, codex, opencode, pi]
 """
+MANIFEST = HEAD + "  - name: dev-1\n    agents: [claude, codex, opencode, pi]\n"
 
 
 class Fleet:
