@@ -4,7 +4,9 @@ seconds to answer; the keys must not wait), one refresh after the other."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sand.apply.notify import Announcer, Transition
@@ -39,7 +41,12 @@ class BoardAlerts:
                 self._say(f"notify: {exc}")
 
     def _say(self, text: str) -> None:
-        self.board.call_from_thread(self.board.say, text)
+        self._on_board(lambda: self.board.say(text))
 
     def _desktop(self, t: Transition) -> None:
-        tell_desktop(t, lambda: self.board.call_from_thread(self.board.bell))
+        tell_desktop(t, lambda: self._on_board(self.board.bell))
+
+    def _on_board(self, fn: Callable[[], None]) -> None:
+        # A board that has just closed has no loop left to call on: nothing to show then.
+        with contextlib.suppress(RuntimeError):
+            self.board.call_from_thread(fn)
