@@ -9,6 +9,8 @@ nowhere else -- no argv on the host or in the guest, no screen, no state file.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_watch import Watch
 from tests.cli.ui_pilot import board, observed, screen_text, until
 from tests.e2e.test_agent_board import refreshed
 from tests.e2e.test_agent_state import HEAD, Fleet
@@ -153,3 +156,43 @@ async def test_each_transition_is_told_once_and_the_url_stays_secret(
     assert watch.samples > 10 and watch.containing(CANARY) == []
     assert CANARY not in shown
     assert CANARY not in everything_under(tmp_path / "state")
+
+
+def test_apply_watch_tells_a_transition_once_on_the_console_webhook_and_desktop(
+    tmp_path: Path, netns_guest: Any
+) -> None:
+    """`sand apply --watch` reads the agents' state after each run when the manifest has
+    notify:, and tells each transition once (debounce 0: at the first run that sees it)."""
+    hook = Webhook()
+    guest = netns_guest()
+    desktop = desktop_stand_in(tmp_path / "desktop")
+    notify = f"  - name: dev-1\nnotify:\n  webhook: {{url: '{hook.url}'}}\n  desktop: true\n"
+    fleet = Fleet(tmp_path, guest, HEAD + notify + "  debounce: 0\n")
+    fleet.as_user("mkdir -p ~/work")
+    base = {"session_id": "w-1", "cwd": f"{fleet.home}/work"}
+    env = {**fleet.env, "PATH": f"{desktop.parent}:{fleet.env['PATH']}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sand", "apply", "--watch", "--interval", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # Watch's line readers and waits, around a watch started with this fleet's env.
+    watch = Watch.__new__(Watch)
+    watch.proc, watch.err, watch.out = proc, [], []
+    for stream, sink in ((proc.stderr, watch.err), (proc.stdout, watch.out)):
+        threading.Thread(target=Watch._pump, args=(stream, sink), daemon=True).start()
+    try:
+        watch.wait_for(lambda: len(watch.runs()) >= 2)  # the first read has been made
+        fleet.claude_hook("Notification", {
+            **base, "message": "Claude needs your permission to use Bash",
+            "notification_type": "permission_prompt"})  # fmt: skip
+        watch.wait_for(lambda: len(hook.posts) == 1)
+        runs = len(watch.runs())
+        watch.wait_for(lambda: len(watch.runs()) >= runs + 3)
+    finally:
+        watch.stop()
+        hook.close()
+    assert [body["state"] for _path, body in hook.posts] == ["needs-input"]
+    said = "".join(watch.err)
+    assert said.count(f"agent: dev-1: claude session w-1 needs input in {fleet.home}/work") == 1
+    calls = [json.loads(line) for line in desktop.read_text().splitlines()]
+    assert calls == [["--app-name=sand", "sand", "dev-1: claude needs input"]]
