@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.limactl_standin import StandIn
+from tests.machine_schemas import validate
 from tests.provision.e2e_helpers import stand_in_agents
 
 pytestmark = pytest.mark.e2e
@@ -112,7 +113,9 @@ class Fleet:
     def deep(self) -> dict[str, Any]:
         proc = self.sand("status", "--deep", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return {r["vm"]: r for r in json.loads(proc.stdout)["vms"]}["dev-1"]
+        doc = json.loads(proc.stdout)
+        validate("status", doc)  # the agents key as status.schema.json says
+        return {r["vm"]: r for r in doc["vms"]}["dev-1"]
 
 
 def states(sessions: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
