@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sand.agentstate import MAX_BYTES, STATE_FILE, AgentReport, parse_state
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import SandError
@@ -48,8 +49,13 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #   agent NAME        NAME is executable where sand's agents step puts agents, or on PATH
 #   env FILE VAR      the tmpfs file FILE (relative to sand's tmpfs root) sets VAR
 #   file FILE         the tmpfs file FILE exists and is not empty (a repo token)
+#   agents            last: a marker line, then the agents' state file, bounded (the
+#                     guest's word, read as data: sand.agentstate)
 # The tmpfs root is either of the two secrets.sh may choose.
-HEALTH_SCRIPT = r"""
+AGENTS_MARK = "--sand-agents--"
+HEALTH_SCRIPT = (
+    f"AGENTS_MARK={AGENTS_MARK}\nAGENTS_FILE={STATE_FILE}\nAGENTS_MAX={MAX_BYTES + 1}\n"
+    + r"""
 uid=$(id -u) || exit 1
 tmpfs() { for r in "/run/user/$uid/sand" "/dev/shm/sand-$uid"; do
   if [ -f "$r/$1" ] && [ ! -L "$r/$1" ]; then printf '%s' "$r/$1"; return 0; fi; done; return 1; }
@@ -63,10 +69,13 @@ while [ $# -gt 0 ]; do
   agent) say agent "$2"; shift 2 ;;
   env) say env_set "$2" "$3"; shift 3 ;;
   file) say file_set "$2"; shift 2 ;;
+  agents) echo "$AGENTS_MARK"; f="$HOME/$AGENTS_FILE"
+    if [ -f "$f" ] && [ ! -L "$f" ]; then head -c "$AGENTS_MAX" -- "$f"; fi; exit 0 ;;
   *) exit 2 ;;
   esac
 done
 """
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,34 @@ class Target:
     backend: Backend
 
 
+class Findings(list[str]):
+    """A guest's problems (a list, as every caller reads it), and what its agents were
+    doing when the same exchange read their state file (None: not read)."""
+
+    agents: AgentReport | None = None
+
+    @classmethod
+    def of(cls, problems: list[str], agents: AgentReport | None = None) -> Findings:
+        found = cls(problems)
+        found.agents = agents
+        return found
+
+
 Probe = Callable[[Target, float], Awaitable[list[str]]]
+# A guest's endpoint, by what makes it the same guest in the same boot.
+Endpoints = dict[tuple[str, ...], GuestEndpoint]
+
+
+def endpoint_key(target: Target) -> tuple[str, ...]:
+    o = target.observed
+    return (
+        target.vm.name,
+        o.identity,
+        o.node or "",
+        o.address or "",
+        o.details.get("boot", ""),
+        o.details.get("ssh_port", ""),
+    )
 
 
 def guest_checks(vm: DesiredVM) -> list[Check]:
@@ -150,22 +186,32 @@ async def check_health(
     return dict(await asyncio.gather(*(one(t) for t in todo)))
 
 
-async def probe_guest(target: Target, timeout: float) -> list[str]:
+async def probe_guest(
+    target: Target, timeout: float, endpoints: Endpoints | None = None
+) -> list[str]:
     """One guest's problems: SSH first (nothing else can be known without it), then
-    every declared agent and secret, in one read-only script."""
+    every declared agent and secret, in one read-only script. ``endpoints``: where
+    the guest was reached before (the board's, across refreshes), kept when it answers,
+    forgotten when it does not."""
     from sand.guest.ssh import ATTEMPT_TIMEOUT, connect
 
     phase = "ssh unreachable"
     start = time.monotonic()
+    key = endpoint_key(target)
+    endpoint = endpoints.pop(key, None) if endpoints is not None else None
     try:
         async with asyncio.timeout(timeout):
-            endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
+            if endpoint is None:
+                endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
             left = max(0.1, timeout - (time.monotonic() - start))
             async with connect(
                 endpoint, deadline=left, attempt_timeout=min(ATTEMPT_TIMEOUT, left)
             ) as conn:
                 phase = "guest check"
-                return await _run_checks(conn, endpoint, target.vm)
+                found = await _run_checks(conn, endpoint, target.vm)
+                if endpoints is not None:
+                    endpoints[key] = endpoint
+                return found
     except TimeoutError:
         return [f"{phase}: no answer within {timeout:g}s"]
     except SandError as exc:
@@ -177,16 +223,21 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
     from sand.guest.ssh import where
 
     checks = guest_checks(vm)
-    if not checks:
+    # The agents' hooks write their state where this same exchange reads it.
+    agents = bool(vm.provision and vm.agents)
+    if not checks and not agents:
         return []
-    words = [w for c in checks for w in c.words]
+    words = [w for c in checks for w in c.words] + (["agents"] if agents else [])
     step = Step("health", ("/bin/sh", "-c", HEALTH_SCRIPT, "sand-health", *words), False)
     runner = SshRunner(conn, "health check", where=where(endpoint))
+    limit = 64 * len(checks) + len(AGENTS_MARK) + MAX_BYTES + 2
     result = await runner.run_command(
-        step.command(endpoint.user, vm.user), limit=64 * len(checks), timeout=None
+        step.command(endpoint.user, vm.user), limit=limit, timeout=None
     )
-    answers = result.stdout.decode(errors="replace").split()
-    if result.exit_status != 0 or len(answers) != len(checks):
+    head, marked, state = result.stdout.partition(f"{AGENTS_MARK}\n".encode())
+    report = parse_state(state) if marked else None
+    answers = head.decode(errors="replace").split()
+    if result.exit_status != 0 or len(answers) != len(checks) or (agents and not marked):
         # The guest's own words stay there: the person needs to know the check could
         # not run (sudo refused, no /bin/sh), not what it printed.
         return [f"guest check: could not run as {vm.user} (exit {result.exit_status})"]
@@ -196,4 +247,4 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
             problems.append(check.missing)
         elif answer != "ok":
             return [f"guest check: could not run as {vm.user} (unexpected answer)"]
-    return problems
+    return Findings.of(problems, report)

@@ -103,10 +103,17 @@ def status_from(
     unknown = dict(plan.unknown_backends)
     rows = [
         _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm))
+        | {"agents": _agents(health.get(c.vm))}
         for c in plan.changes
     ]
     rows += _recorded_but_unseen(plan, records, unknown)
     return StatusReport(rows, unknown, leases or [], list(plan.warnings))
+
+
+def _agents(found: list[str] | None) -> dict[str, Any] | None:
+    """What the deep check read of the guest's agents (:mod:`sand.agentstate`)."""
+    report = getattr(found, "agents", None)
+    return report.to_json() if report is not None else None
 
 
 async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:

@@ -13,14 +13,18 @@ and comes back as a :class:`RunResult`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from sand.agentstate import AgentReport
+from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks, NoHooks
 from sand.apply.lease import ProjectLeases, leased
+from sand.apply.notify import Announcer
 from sand.apply.reconcile import (
     ApplyOutcome,
     Prepared,
@@ -90,6 +94,8 @@ class RunResult:
     plan: Plan | None = None
     outcome: ApplyOutcome | None = None  # None: nothing was carried out
     error: SandError | None = None
+    # VM -> what its agents reported after the run (None: not read; sand.apply.agentread)
+    agents: dict[str, AgentReport] | None = None
 
     @property
     def ok(self) -> bool:
@@ -133,6 +139,11 @@ class Reconciler:
     hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
     backoff: Backoff = field(default_factory=Backoff)
     lease_wait: float = 300.0  # a busy lease is waited for: nobody is at the keyboard
+    # Reads the agents' state after each run, from the run's own plan: always with
+    # ``always_read`` (sync --metrics), else when the manifest asks to be told (notify:).
+    agents: AgentReader | None = None
+    always_read: bool = False
+    announce: Announcer | None = None  # tells the transitions each read shows
 
     async def run(
         self,
@@ -154,7 +165,17 @@ class Reconciler:
         try:
             leases = ProjectLeases(session, holder, wait=self.lease_wait, on_wait=self._waiting)
             async with leases:
-                return await self._run(session, leases, reason, targets)
+                result = await self._run(session, leases, reason, targets)
+            if (
+                self.agents is not None
+                and result.plan is not None
+                and (self.always_read or session.loaded.manifest.notify is not None)
+            ):
+                agents = await self.agents.read(result.plan, session.backends)
+                result = replace(result, agents=agents)
+                if self.announce is not None:
+                    await asyncio.to_thread(self.announce, session.loaded, agents)
+            return result
         except SandError as exc:
             get_logger().error(f"{self.command} run failed", error=str(exc), layer=exc.layer)
             self.report.note(str(exc))

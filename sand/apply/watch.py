@@ -21,7 +21,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks, NoHooks
+from sand.apply.notify import Announcer
 from sand.apply.unattended import Backoff, Reconciler, RunReport, Silent
 from sand.apply.wakeups import Wakeups
 from sand.errors import ManifestError
@@ -47,6 +49,10 @@ class Watcher:
     backoff: Backoff = field(default_factory=Backoff)
     runs: int = 0
     last_good: str | None = None
+    # The agents' state, read after each run when the manifest has notify: (kept across
+    # runs: the endpoints it knows, the transitions already told).
+    agents: AgentReader = field(default_factory=AgentReader)
+    announce: Announcer | None = None
 
     def referenced_files(self) -> set[Path]:
         """The manifest, the host's secrets.yaml beside it and the secret files either
@@ -84,6 +90,8 @@ class Watcher:
             report=self.report,
             hooks=self.hooks,
             backoff=self.backoff,
+            agents=self.agents,
+            announce=self.announce,
         )
         await reconciler.run(self.manifest, reason, targets=targets)
 

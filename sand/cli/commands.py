@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
@@ -83,6 +84,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from sand.agentstate import report_from_json, session_lines
     from sand.apply.status import status_report
     from sand.terminal import continued
 
@@ -105,6 +107,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{r['vm']}: last error: {continued(r['last_error'])}")
         for problem in r.get("guest_health") or ():
             print(f"{r['vm']}: not healthy: {continued(problem)}")
+        for line in session_lines(report_from_json(r.get("agents")), time.time()):
+            print(f"{r['vm']}: {line}")
     for lease in report.leases:
         print(_lease_line(lease))
     for warning in report.warnings:

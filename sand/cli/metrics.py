@@ -13,6 +13,10 @@ HTTP server on a thread of its own.
     sand_apply_duration_seconds                      histogram of applies that changed VMs
     sand_sync_errors_total{layer}                    failures by the layer that failed
                                                      (git, manifest, lease, backend, ...)
+    sand_agent_sessions{vm,agent,state}              sessions by state, as the guests'
+                                                     agent hooks reported after the run
+    sand_agent_idle_seconds{vm}                      since when no session has been
+                                                     working (VMs with one working: 0)
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from sand.agentstate import AgentReport, counts
 from sand.apply.gitmirror import Revision
 from sand.apply.sync import vm_status
 from sand.apply.unattended import RunResult
@@ -76,6 +81,18 @@ class PrometheusMetrics:
             ["layer"],
             registry=r,
         )
+        self.agent_sessions = Gauge(
+            "sand_agent_sessions",
+            "Agent sessions on each VM by state, as its guest's hooks reported them.",
+            ["vm", "agent", "state"],
+            registry=r,
+        )
+        self.agent_idle = Gauge(
+            "sand_agent_idle_seconds",
+            "Seconds since no agent session on the VM has been working (0: one is).",
+            ["vm"],
+            registry=r,
+        )
         for layer in ("git", "manifest", "lease", "backend"):
             self.errors.labels(layer=layer)  # present at 0 before the first failure
         self._last_revision = ""
@@ -96,6 +113,21 @@ class PrometheusMetrics:
             for (backend, vm), status in sorted(vm_status(result).items()):
                 for s in STATUSES:
                     self.vms.labels(backend=backend, vm=vm, status=s).set(int(s == status))
+
+        if result.agents is not None:
+            self._agents(result.agents)
+
+    def _agents(self, reports: dict[str, AgentReport]) -> None:
+        self.agent_sessions.clear()
+        self.agent_idle.clear()
+        now = time.time()
+        for vm, agent, state, n in counts(reports):
+            self.agent_sessions.labels(vm=vm, agent=agent, state=state).set(n)
+        for vm, report in sorted(reports.items()):
+            if not report.sessions:
+                continue  # no session ever reported: idle since it is not known
+            since = report.idle_since()
+            self.agent_idle.labels(vm=vm).set(0 if since is None else max(0.0, now - since))
 
     def failed(self, layer: str) -> None:
         self.errors.labels(layer=layer).inc()

@@ -115,7 +115,9 @@ def _secret(path: str) -> bytes:
 def cmd_sync(args: argparse.Namespace) -> int:
     import asyncio
 
+    from sand.apply.agentread import AgentReader
     from sand.apply.gitmirror import GitMirror
+    from sand.apply.notify import Announcer
     from sand.apply.sync import START, NoMetrics, Syncer, SyncMetrics
     from sand.apply.unattended import Reconciler
     from sand.cli.inflight import track
@@ -147,6 +149,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report=ConsoleReport("sync"),
             hooks=inflight,
             lease_wait=args.lease_wait,
+            # The agents' state is exported with the metrics, and told as notify: asks.
+            agents=AgentReader(),
+            always_read=prometheus is not None,
+            announce=Announcer(say=ConsoleReport("sync").note),
         )
         syncer = Syncer(mirror, args.path, host_dir, reconciler, metrics)
         if args.once:

@@ -37,7 +37,9 @@ class ConsoleReport:
 def watch(args: argparse.Namespace) -> int:
     """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
     ``sand.cli.main``, which names what was left in progress and exits 130."""
+    from sand.apply.notify import Announcer
     from sand.apply.watch import Watcher
+    from sand.cli.desktop import tell_desktop, terminal_bell
     from sand.cli.inflight import track
     from sand.cli.progress import progress_view
     from sand.manifest import load_manifest
@@ -55,6 +57,9 @@ def watch(args: argparse.Namespace) -> int:
             allow_mass_delete=args.allow_mass_delete,
             report=ConsoleReport(),
             hooks=inflight,
+            announce=Announcer(
+                say=ConsoleReport().note, desktop=lambda t: tell_desktop(t, terminal_bell)
+            ),
         )
         try:
             asyncio.run(watcher.run())

@@ -44,6 +44,7 @@ from sand.manifest.fields import (
     UserName,
     rule,
 )
+from sand.manifest.notify import Notify
 
 API_VERSION = "sand/v1"
 
@@ -454,4 +455,9 @@ class Manifest(Strict):
         default_factory=list,
         description="The VMs; a VM left out is deleted on the next apply.",
         examples=[[{"name": "agent-1"}]],
+    )
+    notify: Notify | None = Field(
+        default=None,
+        description="Who hears of an agent that needs input, is done or failed (docs/agents.md).",
+        examples=[{"webhook": {"secret": "NTFY_URL"}, "desktop": True}],
     )

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
+from sand.manifest.notify import Notify, Webhook
 from sand.manifest.schema import schema
 from sand.manifest.sizes import SIZE_PATTERN
 
@@ -38,6 +39,8 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),
+    ("`notify`", Notify, "Who hears of an agent's state ([agents](agents.md))."),
+    ("`notify.webhook`", Webhook, "A JSON POST that ntfy and Slack both read."),
 ]
 
 INTRO = """\

@@ -31,6 +31,9 @@ def check_references(data: Any) -> Iterator[Finding]:
     default_backend = _str(defaults.get("backend"))
     if default_backend is not None and backends and default_backend not in backends:
         yield ("defaults", "backend"), _unknown("backend", default_backend, backends)
+    hook = _str(_dict(_dict(data.get("notify")).get("webhook")).get("secret"))
+    if hook is not None and hook not in secrets:
+        yield ("notify", "webhook", "secret"), _unknown("secret", hook, secrets)
     for name, repo in repos.items():
         token = _str(_dict(repo).get("token"))
         if token is not None and token not in secrets:

@@ -107,7 +107,23 @@ class FixedFleet(Fleet):
                 "at": at,
             },
         }
-        return Snapshot(plan, status_from(plan, records), taken=time.time(), seconds=0.1)
+        report = status_from(plan, records)
+        # What two guests' agents reported (the board reads it on each refresh).
+        agents = {
+            "agent-1": [("claude", "c-1", "needs-input", 3 * 60)],
+            "review": [("claude", "c-7", "working", 12 * 60), ("codex", "x-2", "done", HOUR)],
+        }
+        for row in report.rows:
+            said = agents.get(row["vm"], [])
+            row["agents"] = {
+                "sessions": [
+                    {"agent": a, "session": s, "state": st, "since": int(self.now - ago),
+                     "cwd": "/home/claude/src/app"}
+                    for a, s, st, ago in said
+                ],
+                "problem": None,
+            } if row["vm"] != "gpu-1" else None  # fmt: skip
+        return Snapshot(plan, report, taken=time.time(), seconds=0.1)
 
     def plan(self) -> Plan:
         return self.fixed_plan()

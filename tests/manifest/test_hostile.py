@@ -383,6 +383,43 @@ CASES = [
     ),
     Case("vm-name-lease", AGENT, "  - name: sand-lease-demo\n", "sand-lease", "reserved"),
     Case("vm-name-golden", AGENT, "  - name: sand-golden-wb-0123abcd\n", "sand-golden", "reserved"),
+    # --- notify: a webhook URL may carry a token; no message ever repeats it
+    Case(
+        "notify-unknown-secret",
+        REPOS,
+        "notify:\n  webhook: {secret: HOOK}\n" + REPOS,
+        "HOOK",
+        "unknown secret 'HOOK'",
+    ),
+    Case(
+        "notify-url-scheme",
+        REPOS,
+        "notify:\n  webhook: {url: 'file:///etc/hunter2'}\n" + REPOS,
+        "'file",
+        "http:// or https://",
+    ),
+    Case(
+        "notify-url-space",
+        REPOS,
+        "notify:\n  webhook: {url: 'https://h.test/ hunter2'}\n" + REPOS,
+        "'https",
+        "a space or a control character",
+    ),
+    Case(
+        "notify-url-and-secret",
+        REPOS,
+        "notify:\n  webhook: {url: 'https://h.test/x', secret: TOKEN}\n" + REPOS,
+        "{url",
+        "exactly one of 'url' or 'secret'",
+    ),
+    Case(
+        "notify-state",
+        REPOS,
+        "notify:\n  states: [working]\n" + REPOS,
+        "working",
+        "'needs-input', 'done' or 'failed'",
+    ),
+    Case("notify-debounce", REPOS, "notify:\n  debounce: -1\n" + REPOS, "-1", "0"),
 ]
 
 
@@ -446,6 +483,7 @@ CLI_CASES = [
     "pve-same-pool-loopback-spellings",
     "image-from-itself",
     "vm-name-temporary",
+    "notify-unknown-secret",
 ]
 
 

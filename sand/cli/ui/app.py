@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from sand.apply.events import StepEvent
 from sand.cli.ui import work
+from sand.cli.ui.alerts import BoardAlerts
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.fleet import Fleet, Snapshot
 from sand.cli.ui.keys import BINDINGS, KeyActions
@@ -71,6 +72,7 @@ class Board(KeyActions, App[int]):
         self.watch_runner = watch  # a sand.cli.ui.watching.BoardWatch, or None
         self.state = BoardState()
         self.jobs = work.Jobs(self)
+        self.alerts = BoardAlerts(self)  # notify: for each refresh's agent state
         self.exit_code = 0
 
     # --- layout ------------------------------------------------------------------
@@ -116,6 +118,7 @@ class Board(KeyActions, App[int]):
         if not self.jobs.applying and snapshot.taken > self.jobs.apply_finished:
             s.activity.clear()  # the last apply's results are in the records now
         s.rows = snapshot.rows
+        self.alerts.seen(snapshot)
         if s.plan is None or s.plan_kind == "status" or snapshot.taken > s.plan_taken:
             s.plan, s.plan_kind = snapshot.plan, "status"
         self._redraw_rows()

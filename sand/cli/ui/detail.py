@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sand.agentstate import session_lines
 from sand.cli.ui.model import Activity, BoardRow, age, shown
 from sand.plan.model import VMChange
 from sand.plan.render import render_change, render_drift
@@ -45,6 +46,10 @@ def detail_text(d: Detail, width: int = 78) -> str:
         lines.append(f"  now: {d.activity.text(time.monotonic())}")
     if r.last_at is not None:
         lines.append(f"  last apply: {r.last_whole(time.time())}")
+    if r.agents is not None:
+        lines += ["", "agents (what the guest's hooks report):"]
+        said = session_lines(r.agents, time.time())
+        lines += [f"  {shown(x, width)}" for x in said] or ["  (no session has reported)"]
     lines += ["", _heading("planned change", d.plan_kind)]
     if d.change is None:
         lines.append("  (not in the last plan)")

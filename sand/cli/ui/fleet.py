@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.status import StatusReport
@@ -62,6 +63,7 @@ class Fleet:
     # Observe in a child process (sand ui itself); None: on the calling thread (tests).
     observer: Observer | None = None
     _primed: LoadedManifest | None = field(default=None, repr=False)
+    agents: AgentReader = field(default_factory=AgentReader, repr=False)
 
     def loaded(self) -> LoadedManifest | None:
         """The manifest, loaded again only when the file changed (None: load it)."""
@@ -112,9 +114,15 @@ class Fleet:
         session = open_session(self.manifest, lock=False, loaded=self.loaded())
         try:
             plan = await status_plan(session)
+            # The agents' state: one guest exchange per running VM with agents, from
+            # this refresh's listing and the endpoints the reader remembers.
+            agents = await self.agents.read(plan, session.backends)
         finally:
             await session.close()
         report = status_from(plan, load_records(session.project))
+        for row in report.rows:
+            if row["vm"] in agents:
+                row["agents"] = agents[row["vm"]].to_json()
         return Snapshot(plan, report, seconds=time.monotonic() - started)
 
     def plan(self) -> Plan:

@@ -18,6 +18,8 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
+from sand.agentstate import AgentReport, report_from_json
+from sand.agentstate import cell as agent_cell
 from sand.apply.events import Phase, StepEvent
 from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
@@ -27,7 +29,9 @@ from sand.terminal import one_line
 # them (80 columns over SSH), the address, then the backend, then the age give way
 # rather than push the rest behind a horizontal scroll: the detail pane has all three.
 LAST_COLUMN = "LAST APPLY"  # also what an apply under way is doing to the VM
-COLUMNS = ("VM", "SYNC", "HEALTH", "PROV", "POWER", "LAST APPLY", "AGE", "BACKEND", "ADDRESS")
+COLUMNS = (
+    "VM", "SYNC", "HEALTH", "PROV", "POWER", "AGENT", "LAST APPLY", "AGE", "BACKEND", "ADDRESS",
+)  # fmt: skip
 GIVE_WAY = 3  # the last columns, dropped right to left when they do not fit
 
 
@@ -102,6 +106,8 @@ class BoardRow:
     last_ok: bool | None
     last_at: float | None  # when (epoch seconds)
     unobservable: bool  # its backend could not be observed this time
+    # What its agents reported in the refresh's guest read (None: not read).
+    agents: AgentReport | None = None
 
     def cells(
         self, now: float, activity: Activity | None = None, last_room: int | None = None
@@ -116,6 +122,7 @@ class BoardRow:
             "HEALTH": self.health,
             "PROV": self.provisioned,
             "POWER": self.power,
+            "AGENT": agent_cell(self.agents, now),
             "LAST APPLY": shown(last, last_room or 60),
             "AGE": age(self.created_at, now),
             "BACKEND": self.backend,
@@ -143,7 +150,8 @@ class BoardRow:
 
     def matches(self, text: str) -> bool:
         """The filter (``/``): every word appears somewhere in the row, any case."""
-        hay = " ".join((self.vm, self.backend, self.sync, self.why, self.power)).lower()
+        agent = agent_cell(self.agents, 0).rsplit(" ", 1)[0] if self.agents else ""
+        hay = " ".join((self.vm, self.backend, self.sync, self.why, self.power, agent)).lower()
         return all(word in hay for word in text.lower().split())
 
 
@@ -173,6 +181,7 @@ def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
         last_ok=None if not r.get("last_reconcile") else not r.get("last_error"),
         last_at=_epoch(r.get("last_reconcile")),
         unobservable=unknown,
+        agents=report_from_json(r.get("agents")),
     )
 
 
@@ -244,7 +253,8 @@ def summary(rows: Iterable[BoardRow]) -> str:
 _GREEN, _YELLOW, _RED = Style(color="green"), Style(color="yellow"), Style(color="red")
 _SYNC_STYLE = {"Synced": _GREEN, "OutOfSync": _YELLOW, "Unknown": _RED}
 _HEALTH_STYLE = {"Healthy": _GREEN, "Unhealthy": _RED, "Unknown": _RED}
-_SYNC, _HEALTH = COLUMNS.index("SYNC"), COLUMNS.index("HEALTH")
+_AGENT_STYLE = {"needs-input": Style(color="yellow", bold=True), "failed": _RED, "working": _GREEN}
+_SYNC, _HEALTH, _AGENT = COLUMNS.index("SYNC"), COLUMNS.index("HEALTH"), COLUMNS.index("AGENT")
 _LAST = COLUMNS.index(LAST_COLUMN)
 
 Cell = str | Text
@@ -308,4 +318,7 @@ def painted(
     ):
         if style is not None:
             cells[column].stylize(style)
+    head = row.agents.headline() if row.agents is not None else None
+    if head is not None and head.state in _AGENT_STYLE:
+        cells[_AGENT].stylize(_AGENT_STYLE[head.state])
     return tuple(cells)

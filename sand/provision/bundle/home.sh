@@ -36,6 +36,10 @@ agent_file claude "$files/claude-settings.json" "$HOME/.claude/settings.json"
 agent_file codex "$files/codex-config.toml" "$HOME/.codex/config.toml"
 agent_file opencode "$files/opencode.json" "$HOME/.config/opencode/opencode.json"
 agent_file pi "$files/pi-settings.json" "$HOME/.pi/agent/settings.json"
+# Each agent reports its sessions' state to the bundle's agent-state hook (docs/agents.md):
+# Claude's and Codex's through the files above, OpenCode and Pi through these.
+agent_file opencode "$files/opencode-sand-state.js" "$HOME/.config/opencode/plugin/sand-state.js"
+agent_file pi "$files/pi-sand-state.ts" "$HOME/.pi/agent/extensions/sand-state.ts"
 
 # Skip Claude Code's first-run wizard (upstream issue #73). This is Claude's
 # own state file (your login lands here too), so it is only ever created.
