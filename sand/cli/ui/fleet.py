@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sand.apply.events import Hooks
-from sand.apply.reconcile import ApplyOutcome, Prepared
+from sand.apply.reconcile import ApplyOutcome
+from sand.apply.run import QuietView
 from sand.apply.status import StatusReport
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
@@ -138,48 +139,20 @@ class Fleet:
         approved with ``yes`` (``ask``), the mass-delete and unpushed-work guards in
         force (the board has no --allow-mass-delete or --allow-data-loss), the engine's
         events to ``hooks``. None: nothing ran (not approved, or refused)."""
-        from sand.apply.lease import ProjectLeases, leased, same_changes
-        from sand.apply.reconcile import (
-            carry_out,
-            mass_delete_problem,
-            recover_and_plan,
-            settle_unchanged,
-        )
-        from sand.backends.lease import LeaseHolder
+        from sand.apply.run import ApplyRun
         from sand.project import open_session
 
         session = open_session(self.manifest, lock=True)
-        # One writer per project, as `sand apply`: the lease is taken before the first
-        # change (a journal replay, or the approved plan), never to look.
-        leases = ProjectLeases(session, LeaseHolder.here(command="ui"))
         try:
-            async with leases:
-
-                async def plan_now() -> Prepared:
-                    return await recover_and_plan(session, before_replay=leases.for_replay)
-
-                prepared = await plan_now()
-                for line in prepared.recovered:
-                    note(f"Recovered: {line}")
-                plan = prepared.plan
-                if not plan.has_changes:
-                    await ask(plan, None)  # shown, nothing to approve
-                    return settle_unchanged(session, prepared)
-                problem = mass_delete_problem(plan)
-                approved = await ask(plan, problem)
-                if problem or not approved:
-                    return None
-                prepared, again = await leased(leases, prepared, plan_now)
-                if again and not same_changes(plan, prepared.plan):
-                    # What was approved is not what would run: a person decides again.
-                    note(
-                        "another applier changed the VMs since this plan was made; nothing "
-                        "was done: press a to see the plan as it is now"
-                    )
-                    return None
-                return await carry_out(session, prepared, parallelism=10, hooks=hooks)
+            # One writer per project, as `sand apply`: the lease is taken before the
+            # first change (a journal replay, or the approved plan), never to look.
+            view = _BoardView(note, hooks)
+            end = await ApplyRun(session, _Dialog(ask), view, command="ui").run()
         finally:
             await session.close()
+        if end.refusal is not None:
+            note(str(end.refusal))
+        return end.outcome
 
     def land(self, vm: str) -> str:
         """What ``sand land VM`` prints: the guest's checkouts, swept read-only."""
@@ -197,3 +170,26 @@ class Fleet:
         from sand.cli.verb_commands import pinned_endpoint
 
         return asyncio.run(pinned_endpoint(str(self.manifest), vm))
+
+
+@dataclass(frozen=True)
+class _Dialog:
+    """The board's approval: the plan in a dialog, ``yes`` typed into it."""
+
+    ask: Ask
+    person: bool = True
+
+    async def approve(self, plan: Plan, problem: str | None) -> bool:
+        return await self.ask(plan, problem) and problem is None
+
+
+class _BoardView(QuietView):
+    """What settling the journal did goes to the status line."""
+
+    def __init__(self, note: Callable[[str], None], hooks: Hooks) -> None:
+        super().__init__(hooks)
+        self.note = note
+
+    def recovered(self, lines: Collection[str]) -> None:
+        for line in lines:
+            self.note(f"Recovered: {line}")
