@@ -59,7 +59,7 @@ async def compute_plan(
 
     ``guest_checks``: ask the guests of no-op VMs whether their tmpfs still holds
     their secrets (one SSH session each). Off for ``sand status``, which contacts a
-    guest only when asked (``--deep``, :mod:`sand.apply.health`).
+    guest only when asked (``--deep``, :mod:`sand.survey.health`).
 
     Journal entries still open (``sand plan`` never replays them) are folded in: what
     replaying them will do is listed first, and planned as done.
@@ -110,8 +110,8 @@ async def compute_plan(
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:
-        from sand.apply.guard import guard_plan
-        from sand.apply.preflight import preflight_plan
+        from sand.survey.guard import guard_plan
+        from sand.survey.preflight import preflight_plan
 
         plan = await preflight_plan(plan, session)
         plan = await guard_plan(plan, session, allow_data_loss=allow_data_loss)
@@ -219,8 +219,8 @@ async def carry_out(
     """Execute an approved plan and record each VM's outcome."""
     # The engine is imported by an apply only: a plan never runs it.
     from sand.apply.engine import execute
-    from sand.apply.guard import refuse_if_holding
     from sand.state.paths import project_dir
+    from sand.survey.guard import refuse_if_holding
 
     plan = prepared.plan
     started = time.monotonic()

@@ -176,7 +176,7 @@ class ApplyRun:
         if self.hold_back is not None:
             prepared = replace(prepared, plan=self.hold_back(prepared.plan))
         if self.saved is not None:
-            from sand.apply.planfile import check_still_valid  # a saved plan's run only
+            from sand.survey.planfile import check_still_valid  # a saved plan's run only
 
             check_still_valid(self.saved, self.session, prepared.plan)
         return prepared

@@ -55,7 +55,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     plan = asyncio.run(run())
     if args.out:
-        from sand.apply.planfile import save_plan
+        from sand.survey.planfile import save_plan
 
         save_plan(args.out, session, plan)
     if args.json:
@@ -157,8 +157,8 @@ def run_apply(
     command: str = "apply",
     lease_wait: float = 0.0,
 ) -> int:
-    from sand.apply.planfile import read_plan_file, saved_steering
     from sand.project import open_session
+    from sand.survey.planfile import read_plan_file, saved_steering
 
     saved = read_plan_file(manifest)
     if saved is not None:

@@ -83,7 +83,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from sand.apply.status import status_report
+    from sand.survey.status import status_report
     from sand.terminal import continued
 
     if args.timeout is not None and not args.deep:

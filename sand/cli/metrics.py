@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sand.apply.gitmirror import Revision
-from sand.apply.sync import vm_status
-from sand.apply.unattended import RunResult
+from sand.loops.gitmirror import Revision
+from sand.loops.sync import vm_status
+from sand.loops.unattended import RunResult
 
 if TYPE_CHECKING:
     import threading
@@ -34,7 +34,7 @@ DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 
 class PrometheusMetrics:
-    """A :class:`sand.apply.sync.SyncMetrics` that Prometheus scrapes."""
+    """A :class:`sand.loops.sync.SyncMetrics` that Prometheus scrapes."""
 
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram

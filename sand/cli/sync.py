@@ -1,5 +1,5 @@
 """``sand sync``: the console, the webhook listener and the metrics around
-:class:`sand.apply.sync.Syncer` (which itself prints nothing)."""
+:class:`sand.loops.sync.Syncer` (which itself prints nothing)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from sand.errors import PlanRefused
 if TYPE_CHECKING:
     import asyncio
 
-    from sand.apply.sync import Syncer
     from sand.cli.hooks import HookServer
     from sand.cli.metrics import PrometheusMetrics
+    from sand.loops.sync import Syncer
 
 
 def add_sync_parser(sub: Any) -> None:
@@ -115,12 +115,12 @@ def _secret(path: str) -> bytes:
 def cmd_sync(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sand.apply.gitmirror import GitMirror
-    from sand.apply.sync import START, NoMetrics, Syncer, SyncMetrics
-    from sand.apply.unattended import Reconciler
     from sand.cli.inflight import track
     from sand.cli.progress import progress_view
     from sand.cli.watch import ConsoleReport, _now
+    from sand.loops.gitmirror import GitMirror
+    from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
+    from sand.loops.unattended import Reconciler
     from sand.manifest.hostsecrets import load_host_secrets
 
     _check(args)

@@ -1,4 +1,4 @@
-"""``sand apply --watch``: the console around ``sand.apply.watch.Watcher``."""
+"""``sand apply --watch``: the console around ``sand.loops.watch.Watcher``."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ class ConsoleReport:
 def watch(args: argparse.Namespace) -> int:
     """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
     ``sand.cli.main``, which names what was left in progress and exits 130."""
-    from sand.apply.watch import Watcher
     from sand.cli.inflight import track
     from sand.cli.progress import progress_view
+    from sand.loops.watch import Watcher
     from sand.manifest import load_manifest
 
     load_manifest(Path(args.manifest))  # a bad manifest at start is an error, exit 1

@@ -2,7 +2,7 @@
 
 Each call here runs off the UI thread (a worker thread with its own event loop), so a
 slow backend never holds a key press; none of it knows about the screen. It reuses
-the CLI's own pieces: ``sand status``'s rows (:func:`sand.apply.status.status_from`),
+the CLI's own pieces: ``sand status``'s rows (:func:`sand.survey.status.status_from`),
 ``sand plan``'s plan (:func:`sand.apply.reconcile.compute_plan`), ``sand apply``'s
 recover, mass-delete guard, approval and carry-out, ``sand land``'s sweep.
 """
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome
 from sand.apply.run import QuietView
-from sand.apply.status import StatusReport
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
 from sand.plan.model import Plan
+from sand.survey.status import StatusReport
 
 if TYPE_CHECKING:
     from sand.cli.ui.observer import Observer
@@ -105,9 +105,9 @@ class Fleet:
         self._primed = loaded
 
     async def observe_async(self) -> Snapshot:
-        from sand.apply.status import status_from, status_plan
         from sand.project import open_session
         from sand.state.records import load_records
+        from sand.survey.status import status_from, status_plan
 
         started = time.monotonic()
         session = open_session(self.manifest, lock=False, loaded=self.loaded())

@@ -1,6 +1,6 @@
 """``sand ui --watch``: the board re-plans on every save of the manifest (or a secret
 file it names) and re-observes every ``--interval``, with ``sand apply --watch``'s own
-debounce and single-flight (:class:`sand.apply.watch.Watcher`, whose loop this reuses).
+debounce and single-flight (:class:`sand.loops.watch.Watcher`, whose loop this reuses).
 
 What differs is what a run does. A save re-observes and plans in full, and the board
 shows the plan; nothing is applied (``a`` applies). A periodic run re-observes and
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sand.apply.reconcile import ApplyOutcome
-from sand.apply.watch import Watcher
 from sand.errors import ManifestError, SandError
+from sand.loops.watch import Watcher
 from sand.plan.model import Plan
 
 if TYPE_CHECKING:

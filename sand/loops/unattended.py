@@ -22,10 +22,10 @@ from typing import Protocol
 from sand.apply.events import Hooks, NoHooks
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import ApplyRun, AutoApprove, QuietView, Steering
-from sand.apply.wakeups import PERIODIC
 from sand.backends.lease import LeaseBusy
 from sand.errors import SandError
 from sand.logs import get_logger
+from sand.loops.wakeups import PERIODIC
 from sand.plan.model import Action, GuestAction, Plan
 from sand.project import open_session
 
