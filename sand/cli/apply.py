@@ -1,4 +1,4 @@
-"""``sand plan``, ``sand apply`` and ``sand destroy``: the prompts, the summaries and
+"""``sand apply``, ``sand destroy`` and ``sand reset``: the prompts, the summaries and
 the exit codes around the reconcile loop (which itself prints nothing)."""
 
 from __future__ import annotations
@@ -6,74 +6,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sand.apply.lease import same_changes
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import PARALLELISM, ApplyRun, Approver, AutoApprove, RunEnd, Steering
-from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from sand.cli.colour import use_colour
+from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.outcome import report_outcome
 from sand.errors import PlanRefused
-from sand.plan import Action, Plan
+from sand.plan import Plan
 from sand.plan.render import plan_to_json, render_text
 
 if TYPE_CHECKING:
     from sand.apply.events import Hooks
     from sand.backends.lease import LeaseBusy
-
-
-def use_colour(stream: Any) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org);
-    ``--no-color`` sets it (``sand.cli.main``)."""
-    import os
-
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from sand.apply.reconcile import compute_plan
-    from sand.project import open_session
-
-    session = open_session(args.manifest, lock=False)
-
-    async def run() -> Plan:
-        try:
-            return await compute_plan(
-                session,
-                refresh_only=args.refresh_only,
-                allow_data_loss=args.allow_data_loss,
-                targets=args.target,
-                replace_vms=args.replace,
-            )
-        finally:
-            await session.close()
-
-    plan = asyncio.run(run())
-    if args.out:
-        from sand.survey.planfile import save_plan
-
-        save_plan(args.out, session, plan)
-    if args.json:
-        print(json.dumps(plan_to_json(plan), indent=2, default=str))
-    else:
-        sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
-        if args.out:
-            print(f"\nSaved the plan to {args.out}; apply it with: sand apply {args.out}")
-    if plan.unknown_backends:
-        # A plan that could not see a backend is incomplete, not "no changes".
-        return EXIT_ERROR
-    if any(c.action is Action.BLOCKED for c in plan.changes):
-        # Apply would refuse these and exit 1: a plan must not read as fine (CI gates).
-        print("Error: the plan has blocked changes (marked !); see above.", file=sys.stderr)
-        return EXIT_ERROR
-    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
-        return EXIT_CHANGES
-    return EXIT_OK
 
 
 def cmd_apply(args: argparse.Namespace) -> int:

@@ -118,7 +118,11 @@ def _handler(command: str) -> Any:
         from sand.cli import completion
 
         return completion.cmd_completion
-    if command in ("plan", "apply", "destroy", "reset"):
+    if command == "plan":
+        from sand.cli.plan import cmd_plan  # the engine is not imported to plan
+
+        return cmd_plan
+    if command in ("apply", "destroy", "reset"):
         from sand.cli import apply
 
         return getattr(apply, name)

@@ -242,7 +242,7 @@ def _live(out: TextIO) -> Iterator[_LiveView]:
     from rich.console import Console
     from rich.live import Live
 
-    from sand.cli.apply import use_colour
+    from sand.cli.colour import use_colour
 
     view = _LiveView()
     console = Console(file=out, no_color=not use_colour(out))  # NO_COLOR, --no-color

@@ -1,6 +1,7 @@
-"""``sand plan`` starts only what it uses: the modules a plan process imports
-(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process) hold neither the
-execution engine nor the terminal UI (Textual, the board)."""
+"""``sand plan`` and ``sand status`` start only what they use: the modules their process
+imports (``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process) hold neither
+the engine that carries a plan out (``sand.apply``) nor the terminal UI (Textual, the
+board): they read the world through ``sand.survey``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from tests.cli.helpers import Sand
 
-NOT_FOR_A_PLAN = ("sand.apply.engine", "sand.apply.replace", "textual", "sand.cli.ui")
+NOT_FOR_A_PLAN = ("sand.apply", "sand.loops", "textual", "sand.cli.ui")
 
 
 def imported(stderr: str) -> set[str]:
@@ -27,11 +28,16 @@ def sand(tmp_path, fakepve_server):
     return s
 
 
-def test_a_plan_process_imports_neither_the_engine_nor_the_ui(sand: Sand) -> None:
-    proc = sand.run("plan", "--detailed-exitcode", env={"PYTHONPROFILEIMPORTTIME": "1"})
-    assert proc.returncode == 2, proc.stderr[-2000:]
+@pytest.mark.parametrize(
+    ("command", "code"), [(("plan", "--detailed-exitcode"), 2), (("status",), 0)]
+)
+def test_a_plan_or_status_process_imports_neither_the_engine_nor_the_ui(
+    sand: Sand, command: tuple[str, ...], code: int
+) -> None:
+    proc = sand.run(*command, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == code, proc.stderr[-2000:]
     modules = imported(proc.stderr)
-    assert "sand.plan" in modules  # the list is read right
+    assert "sand.survey" in modules  # the list is read right
     found = sorted(
         m for m in modules for bad in NOT_FOR_A_PLAN if m == bad or m.startswith(bad + ".")
     )

@@ -3,7 +3,7 @@
 Each call here runs off the UI thread (a worker thread with its own event loop), so a
 slow backend never holds a key press; none of it knows about the screen. It reuses
 the CLI's own pieces: ``sand status``'s rows (:func:`sand.survey.status.status_from`),
-``sand plan``'s plan (:func:`sand.apply.reconcile.compute_plan`), ``sand apply``'s
+``sand plan``'s plan (:func:`sand.survey.plan.compute_plan`), ``sand apply``'s
 recover, mass-delete guard, approval and carry-out, ``sand land``'s sweep.
 """
 
@@ -92,8 +92,8 @@ class Fleet:
         loaded = self.loaded()
         if loaded is None or loaded is self._primed:
             return
-        from sand.apply.provisioning import GuestSecrets
         from sand.project import open_session
+        from sand.survey.guest_secrets import GuestSecrets
 
         session = open_session(self.manifest, lock=False, loaded=loaded)
         try:
@@ -123,8 +123,8 @@ class Fleet:
         return asyncio.run(self.plan_async())
 
     async def plan_async(self) -> Plan:
-        from sand.apply.reconcile import compute_plan
         from sand.project import open_session
+        from sand.survey.plan import compute_plan
 
         session = open_session(self.manifest, lock=False)
         try:
