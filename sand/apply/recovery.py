@@ -50,5 +50,3 @@ async def replay_journal(journal: Journal, backends: Mapping[str, Backend]) -> R
         out.decisions.append(decision)
         out.done.append(f"{what_of(entry)}: {how}")
     return out
-
-

@@ -115,9 +115,7 @@ def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
     if command == "completion":
-        from sand.cli import completion
-
-        return completion.cmd_completion
+        return cmd_completion
     if command == "plan":
         from sand.cli.plan import cmd_plan  # the engine is not imported to plan
 
@@ -133,3 +131,11 @@ def _handler(command: str) -> Any:
     from sand.cli import commands
 
     return getattr(commands, name)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``sand completion SHELL``: the script shtab makes from this parser."""
+    import shtab  # only this command needs it
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return 0

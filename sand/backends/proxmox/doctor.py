@@ -14,9 +14,10 @@ from typing import Any
 
 from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.create import parse_image, read_pubkey
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import listing
+from sand.backends.proxmox.refusals import Permissions, holds
+from sand.backends.proxmox.sources import parse_image, read_pubkey
 
 # On the pool (projected onto the VMs sand creates).
 VM_PRIVILEGES = (
@@ -44,8 +45,6 @@ DANGEROUS = (
     "Sys.Console",
 )
 TOO_BROAD_PATHS = ("/", "/vms")
-
-Permissions = Mapping[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -81,23 +80,6 @@ class DoctorReport:
 
     def lines(self) -> list[str]:
         return [f"proxmox {self.backend}: {f}" for f in self.findings]
-
-
-def holds(perms: Permissions, path: str, privilege: str, also: tuple[str, ...] = ()) -> bool:
-    """Whether ``privilege`` applies on ``path``: on it, on a propagating parent, or on one
-    of ``also`` (the pool the object is a member of)."""
-    for candidate in (path, *also):
-        parts = candidate.rstrip("/").split("/")
-        for i in range(len(parts), 0, -1):
-            prefix = "/".join(parts[:i]) or "/"
-            granted = perms.get(prefix) or {}
-            if privilege in granted and (prefix == candidate or _propagates(granted[privilege])):
-                return True
-    return False
-
-
-def _propagates(flag: Any) -> bool:
-    return str(flag).lower() not in ("0", "false", "")
 
 
 def check_permissions(

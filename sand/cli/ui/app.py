@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
@@ -25,30 +24,15 @@ from sand.cli.ui.keys import BINDINGS, KeyActions
 from sand.cli.ui.model import (
     COLUMNS,
     LAST_COLUMN,
-    Activity,
     BoardRow,
     next_activity,
     painted,
     shown,
     summary,
 )
+from sand.cli.ui.state import BoardState
 from sand.cli.ui.table import RowsView
 from sand.plan.model import Plan
-
-
-@dataclass
-class BoardState:
-    """What the board knows: the last snapshot, the newest plan, live activity."""
-
-    snapshot: Snapshot | None = None
-    rows: list[BoardRow] = field(default_factory=list)
-    plan: Plan | None = None  # the newest plan (a refresh's, or p's)
-    plan_kind: str = "status"
-    plan_taken: float = 0.0  # when p (or a watch) planned last: a newer refresh wins
-    activity: dict[str, Activity] = field(default_factory=dict)
-    landing: dict[str, str] = field(default_factory=dict)
-    filter: str = ""
-    error: str = ""
 
 
 class Board(KeyActions, App[int]):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome
@@ -26,12 +26,17 @@ from sand.plan.model import Plan
 from sand.survey.status import StatusReport
 
 if TYPE_CHECKING:
-    from sand.cli.ui.observer import Observer
     from sand.guest.endpoint import GuestEndpoint
     from sand.manifest import LoadedManifest
 
 # (the plan, why it may not run or None) -> approved? The board asks in a dialog.
 Ask = Callable[[Plan, str | None], Awaitable[bool]]
+
+
+class Observes(Protocol):
+    """Where observations are made (``sand.cli.ui.observer.Observer``: a child process)."""
+
+    def observe(self) -> Snapshot: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Fleet:
     # the keys, for tens of milliseconds).
     _loaded: tuple[tuple[int, int, int], LoadedManifest] | None = field(default=None, repr=False)
     # Observe in a child process (sand ui itself); None: on the calling thread (tests).
-    observer: Observer | None = None
+    observer: Observes | None = None
     _primed: LoadedManifest | None = field(default=None, repr=False)
 
     def loaded(self) -> LoadedManifest | None:

@@ -23,12 +23,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, BinaryIO
+from typing import IO, BinaryIO
 
+from sand.cli.ui.fleet import Fleet, Snapshot
 from sand.errors import SandError
-
-if TYPE_CHECKING:
-    from sand.cli.ui.fleet import Snapshot
 
 _LENGTH = 8
 
@@ -39,8 +37,6 @@ class ObserverError(SandError):
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     """The child's loop: one snapshot (or the error) per request line, until EOF."""
-    from sand.cli.ui.fleet import Fleet
-
     fleets: dict[str, Fleet] = {}
     for line in requests:
         path = line.decode().rstrip("\n")

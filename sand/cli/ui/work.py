@@ -18,7 +18,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.message import Message
 
@@ -27,7 +27,36 @@ from sand.errors import SandError
 from sand.plan.model import Plan
 
 if TYPE_CHECKING:
-    from sand.cli.ui.app import Board
+    from sand.cli.ui.fleet import Fleet, Snapshot
+    from sand.cli.ui.state import BoardState
+
+
+class Board(Protocol):
+    """The board as its jobs see it (``sand.cli.ui.app.Board``)."""
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    @property
+    def state(self) -> BoardState: ...
+
+    def say(self, text: str) -> None: ...
+
+    def show_error(self, text: str) -> None: ...
+
+    def show_landing(self, vm: str, text: str) -> None: ...
+
+    def show_plan(self, plan: Plan, kind: str = "plan") -> None: ...
+
+    def show_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def show_step(self, event: StepEvent) -> None: ...
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
+
+    def suspend(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Call(Message):
