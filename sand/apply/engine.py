@@ -23,6 +23,7 @@ from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, BaseProvisioner
+from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.logs import get_logger
@@ -92,7 +93,7 @@ async def execute(
     journal: Journal,
     provisioner: Provisioner,
     *,
-    parallelism: int = 10,
+    parallelism: int = PARALLELISM,
     hooks: Hooks | None = None,
     guard: Guard | None = None,
     archives: Path | None = None,

@@ -32,12 +32,10 @@ from sand.apply.reconcile import (
     settle_unchanged,
 )
 from sand.backends.lease import LeaseBusy, LeaseHolder
+from sand.defaults import PARALLELISM
 from sand.errors import PlanRefused
 from sand.plan.model import Plan
 from sand.project import Session
-
-# VMs changed at once, unless ``--parallelism`` says otherwise.
-PARALLELISM = 10
 
 SUPERSEDED = (
     "another applier changed the VMs since this plan was made; nothing was done: "

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from sand.apply.lease import same_changes
 from sand.apply.reconcile import ApplyOutcome, Prepared
-from sand.apply.run import PARALLELISM, ApplyRun, Approver, AutoApprove, RunEnd, Steering
+from sand.apply.run import ApplyRun, Approver, AutoApprove, RunEnd, Steering
 from sand.cli.colour import use_colour
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.outcome import report_outcome
+from sand.defaults import PARALLELISM
 from sand.errors import PlanRefused
 from sand.plan import Plan
 from sand.plan.render import plan_to_json, render_text

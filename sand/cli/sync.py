@@ -9,6 +9,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from sand import defaults
 from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
@@ -55,9 +56,9 @@ def add_sync_parser(sub: Any) -> None:
     p.add_argument(
         "--interval",
         type=INTERVAL,
-        default=60.0,
+        default=defaults.INTERVAL,
         metavar="S",
-        help="fetch every S seconds, 0.5 to 86400 (default 60)",
+        help=f"fetch every S seconds, 0.5 to 86400 (default {defaults.INTERVAL:g})",
     )
     p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
     p.add_argument("--listen", metavar="ADDR", help="serve POST /hooks/git on HOST:PORT")
@@ -70,9 +71,10 @@ def add_sync_parser(sub: Any) -> None:
     p.add_argument(
         "--lease-wait",
         type=LEASE_WAIT,
-        default=300.0,
+        default=defaults.UNATTENDED_LEASE_WAIT,
         metavar="S",
-        help="seconds a run waits while another applier holds the project's lease (default 300)",
+        help="seconds a run waits while another applier holds the project's lease "
+        f"(default {defaults.UNATTENDED_LEASE_WAIT:g})",
     )
     p.set_defaults(handler=cmd_sync)
 

@@ -23,6 +23,7 @@ from sand.apply.events import Hooks, NoHooks
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import ApplyRun, AutoApprove, QuietView, Steering
 from sand.backends.lease import LeaseBusy
+from sand.defaults import UNATTENDED_LEASE_WAIT
 from sand.errors import SandError
 from sand.logs import get_logger
 from sand.loops.wakeups import PERIODIC
@@ -126,7 +127,7 @@ class Reconciler:
     report: RunReport = field(default_factory=Silent)
     hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
     backoff: Backoff = field(default_factory=Backoff)
-    lease_wait: float = 300.0  # a busy lease is waited for: nobody is at the keyboard
+    lease_wait: float = UNATTENDED_LEASE_WAIT  # nobody is at the keyboard to retry
 
     async def run(
         self,

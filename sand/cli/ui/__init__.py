@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from sand import defaults
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
 # How long quitting waits for an apply it stopped to close its session and journal.
@@ -62,8 +63,8 @@ def run_board(manifest: Path, *, interval: float, watch: bool, log: Path | None 
         watcher = BoardWatch(
             manifest=manifest,
             interval=interval,
-            debounce=0.5,  # apply --watch's default
-            parallelism=10,
+            debounce=defaults.DEBOUNCE,  # apply --watch's default
+            parallelism=defaults.PARALLELISM,
             allow_mass_delete=False,
         )
     # Observations run in a child process: their work never shares the interpreter

@@ -16,6 +16,7 @@ from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 
+from sand import defaults
 from sand.apply.events import StepEvent
 from sand.cli.ui import work
 from sand.cli.ui.detail import Detail, detail_text
@@ -48,7 +49,9 @@ class Board(KeyActions, App[int]):
     """
     BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
-    def __init__(self, fleet: Fleet, *, interval: float = 30.0, watch: Any = None) -> None:
+    def __init__(
+        self, fleet: Fleet, *, interval: float = defaults.BOARD_INTERVAL, watch: Any = None
+    ) -> None:
         super().__init__()
         self.fleet = fleet
         self.interval = interval
