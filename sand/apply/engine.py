@@ -25,7 +25,7 @@ from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, BaseProvisioner
 from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
@@ -84,7 +84,7 @@ class ApplyResult:
 class BaseFailed(SandError):
     """A VM's golden base could not be built: the VM is not created."""
 
-    layer = "base"
+    layer = ErrorLayer.BASE
 
 
 async def execute(
@@ -155,7 +155,7 @@ async def execute(
                 log.error("vm failed", vm=change.vm, layer=exc.layer, error=str(exc))
             except OSError as exc:
                 result.ok, result.layer, result.error = False, "host", str(exc)
-                say(Phase.FAILED, layer="host")
+                say(Phase.FAILED, layer=ErrorLayer.HOST)
         result.seconds = time.monotonic() - started
         return result
 

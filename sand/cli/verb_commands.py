@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 from sand import activity
 from sand.cli.confirm import confirm
 from sand.cli.waits import shown_while_waiting
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.terminal import one_line
 from sand.verbs.target import Target, connect, resolve
@@ -32,7 +32,7 @@ _REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
 
 
 class UsageError(SandError):
-    layer = "cli"
+    layer = ErrorLayer.CLI
 
 
 def cmd_shell(args: argparse.Namespace) -> int:

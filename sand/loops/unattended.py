@@ -24,7 +24,7 @@ from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import ApplyRun, AutoApprove, QuietView, Steering
 from sand.backends.lease import LeaseBusy
 from sand.defaults import UNATTENDED_LEASE_WAIT
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.loops.wakeups import PERIODIC
 from sand.plan.model import Action, GuestAction, Plan
@@ -114,9 +114,9 @@ class RunResult:
         if self.error is not None:
             return [self.error.layer]
         results = self.outcome.result.results if self.outcome and self.outcome.result else ()
-        layers = [r.layer or "apply" for r in results if not r.ok]
+        layers = [r.layer or ErrorLayer.APPLY for r in results if not r.ok]
         unknown = self.plan.unknown_backends if self.plan is not None else {}
-        return layers + ["backend"] * len(unknown)
+        return layers + [ErrorLayer.BACKEND] * len(unknown)
 
 
 @dataclass

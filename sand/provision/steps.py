@@ -30,7 +30,7 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import (
@@ -70,7 +70,7 @@ _CONTEXT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 class ProvisionSpecError(SandError):
     """A VM's guest spec cannot be provisioned as written (checked before any SSH)."""
 
-    layer = "provision"
+    layer = ErrorLayer.PROVISION
 
 
 DISK, TMPFS, NONE = "disk", "tmpfs", "none"  # where a step's ledger record lives

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.observed import ObservedVM
 from sand.plan.gates import Key, key_of, with_blockers, with_preserved_work
 from sand.plan.model import Action, Blocker, Plan, VMChange
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 class DataLossRefused(SandError):
     """A delete or replace was stopped because the VM holds work nowhere else."""
 
-    layer = "guard"
+    layer = ErrorLayer.GUARD
 
 
 @dataclass(frozen=True)

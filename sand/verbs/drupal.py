@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.state.private import private_file_problem
 from sand.terminal import one_line
 from sand.verbs.forge import USER_AGENT, ForgeError, http_open
@@ -31,7 +31,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_.\-]{16,255}$")
 
 
 class PublishRefused(SandError):
-    layer = "publish"
+    layer = ErrorLayer.PUBLISH
 
 
 @dataclass(frozen=True)

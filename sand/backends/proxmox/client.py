@@ -27,6 +27,7 @@ import structlog
 from sand import activity
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError, classify_answer, classify_task
 from sand.backends.proxmox.token import ApiToken, read_token
+from sand.errors import ErrorLayer
 from sand.manifest.values import hostname_problem
 from sand.retrying import Backoff, retry_async
 from sand.terminal import one_line
@@ -247,7 +248,7 @@ class PveClient:
                 once,
                 backoff=backoff,
                 retryable=lambda e: isinstance(e, ProxmoxError) and e.transient,
-                layer="proxmox",
+                layer=ErrorLayer.PROXMOX,
                 reason=_retry_reason,
             )
         except ProxmoxError as e:

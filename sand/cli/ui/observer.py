@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from sand.cli.ui.fleet import Fleet, Snapshot
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 
 _LENGTH = 8
 
 
 class ObserverError(SandError):
-    layer = "ui"
+    layer = ErrorLayer.UI
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
