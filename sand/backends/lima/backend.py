@@ -16,13 +16,13 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import bases, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
 from sand.backends.lima.context import Ctx
-from sand.backends.lima.doctor import DoctorReport
 from sand.backends.lima.doctor import doctor as run_doctor
 from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.protocol import (
     BaseProvisioner,
@@ -18,7 +19,6 @@ from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.backends.proxmox.lease import ProxmoxLease, read_lease
 from sand.backends.proxmox.template import TemplateResult, build

@@ -8,10 +8,10 @@ granted on ``/`` or ``/vms`` (that reaches VMs outside the pool).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -45,41 +45,6 @@ DANGEROUS = (
     "Sys.Console",
 )
 TOO_BROAD_PATHS = ("/", "/vms")
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning" | "ok"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.message}"
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    """Every check's finding. Iterating yields the problems only (errors and warnings,
-    as text), which is what ``sand doctor`` prints; an empty iteration means healthy."""
-
-    backend: str
-    findings: tuple[Finding, ...]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([str(f) for f in self.findings if f.severity != "ok"])
-
-    def __len__(self) -> int:
-        return sum(1 for f in self.findings if f.severity != "ok")
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    @property
-    def problems(self) -> list[str]:
-        return [f.message for f in self.findings if f.severity != "ok"]
-
-    def lines(self) -> list[str]:
-        return [f"proxmox {self.backend}: {f}" for f in self.findings]
 
 
 def check_permissions(
@@ -149,7 +114,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
     findings: list[Finding] = []
 
     def done() -> DoctorReport:
-        return DoctorReport(ctx.name, tuple(findings))
+        return DoctorReport(ctx.name, tuple(findings), "proxmox")
 
     try:
         token = ctx.client.token
