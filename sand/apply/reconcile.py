@@ -16,6 +16,7 @@ from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
 from sand.apply.recorded import record_expired, record_inventory
 from sand.apply.recovery import replay_journal
+from sand.backends.protocol import Warns
 from sand.plan import Action, Plan
 from sand.plan.targeting import check_names, no_such_vm
 from sand.project import Session, observe_all
@@ -152,7 +153,8 @@ async def carry_out(
     warnings = tuple(
         f"backend {name}: {warning}"
         for name, backend in session.backends.items()
-        for warning in getattr(backend, "warnings", ()) or ()
+        if isinstance(backend, Warns)
+        for warning in backend.warnings
     )
     return ApplyOutcome(
         plan, result, prepared.recovered, time.monotonic() - started, warnings=warnings

@@ -173,17 +173,17 @@ def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
+    from sand.backends.protocol import Backend, Diagnoses
     from sand.errors import SandError
     from sand.project import open_session
 
     session = open_session(args.manifest, lock=False)
 
-    async def check(backend: Any) -> list[str]:
-        doctor = getattr(backend, "doctor", None)
-        if doctor is None:
+    async def check(backend: Backend) -> list[str]:
+        if not isinstance(backend, Diagnoses):
             return []
         try:
-            return list(await doctor())
+            return list(await backend.doctor())
         except SandError as exc:  # a check that could not even run is a finding too
             return [f"error: {exc}"]
 
