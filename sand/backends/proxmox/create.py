@@ -13,7 +13,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
-from sand.backends.proxmox import locality, vmops
+from sand.backends.proxmox import locality, units, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.bases import ready_base
 from sand.backends.proxmox.clone import clone
@@ -208,7 +208,7 @@ async def _setup(
     row = vmops.row_of(node, vmid, {"status": "running", "name": vm.name}, config)
     row.update(
         maxcpu=vm.cpus,
-        maxmem=mk.memory_mib(vm.memory) * mk.MIB,
+        maxmem=units.memory_mib(vm.memory) * units.MIB,
         maxdisk=size,
         pool=ctx.config.pool,
     )
@@ -241,7 +241,7 @@ def _base_config(
         "sockets": 1,
         # The template's CPU type is not kept: kvm64 (PVE's default) livelocks agents.
         "cpu": vm.cpu,
-        "memory": mk.memory_mib(vm.memory),
+        "memory": units.memory_mib(vm.memory),
         "net0": vmops.with_bridge(config.get("net0"), ctx.config.bridge),
         "ciuser": vm.user,
         "sshkeys": urllib.parse.quote(pubkey + "\n", safe=""),

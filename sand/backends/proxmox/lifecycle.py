@@ -10,7 +10,7 @@ from typing import Any
 
 from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
+from sand.backends.proxmox import units, vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -138,7 +138,7 @@ async def update(
         if "cpu" in fields and vm.cpu:
             params["cpu"] = vm.cpu
         if "memory" in fields:
-            params["memory"] = mk.memory_mib(vm.memory)
+            params["memory"] = units.memory_mib(vm.memory)
         if "protect" in fields:
             params["protection"] = 1 if vm.protect else 0
             params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)

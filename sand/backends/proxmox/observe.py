@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sand.backends.proxmox import golden_seen
+from sand.backends.proxmox import golden_seen, units
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -251,8 +251,8 @@ def _observed(
         power=power_of(row),
         cpus=_int(row.get("maxcpu")),
         cpu=cpu,
-        memory=mk.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
-        disk=mk.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
+        memory=units.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
+        disk=units.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
         protect=protect,
         operator_protected=operator_protected,
         lock=str(lock) if lock else None,
