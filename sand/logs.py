@@ -21,6 +21,7 @@ __all__ = ["REDACTED", "configure", "get_logger", "redact", "register_secret"]
 
 def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog once per process: console (human) or json (CI)."""
+    # here, not at the top: importing it loads rich and structlog
     import structlog
 
     out = stream or sys.stderr
@@ -55,6 +56,7 @@ def _colour_ok() -> bool:
 def lifecycle_logger() -> Any:
     """A logger that --log-level does not filter below info: each run's start and
     finish events (``--log-format json``) are for pipelines, always there."""
+    # here, not at the top: importing it loads rich and structlog
     import structlog
 
     return structlog.wrap_logger(
@@ -63,6 +65,7 @@ def lifecycle_logger() -> Any:
 
 
 def get_logger(name: str = "sand") -> Any:
+    # here, not at the top: importing it loads rich and structlog
     import structlog
 
     return structlog.get_logger(name)

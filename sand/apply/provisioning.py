@@ -29,6 +29,7 @@ def make_base_provisioner(session: Session) -> BaseProvisioner:
     """Provisions a golden base's build machine: its machine steps, then generalized."""
 
     async def provision_built(base: DesiredBase, endpoint: GuestEndpoint) -> None:
+        # here, not at the top: sand apply starts without it
         from sand.provision import provision_base
 
         await provision_base(endpoint, base)
@@ -40,7 +41,10 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
     async def provision_vm(
         vm: DesiredVM, backend: Backend, current: ObservedVM, change: VMChange
     ) -> SecretsRecord:
+        # here, not at the top: sand apply starts without it
         from sand.provision import deliver_secrets, provision
+
+        # here, not at the top: sand apply starts without it
         from sand.state.provlog import record_provision_log
 
         only_secrets = change.guest is GuestAction.SECRETS

@@ -20,6 +20,7 @@ from sand.backends.protocol import Warns
 from sand.plan import Action, Plan
 from sand.plan.targeting import check_names, no_such_vm
 from sand.project import Session, observe_all
+from sand.state.paths import project_dir
 from sand.state.records import record_results
 from sand.survey.guest_secrets import GuestSecrets
 from sand.survey.plan import compute_plan
@@ -129,7 +130,8 @@ async def carry_out(
     """Execute an approved plan and record each VM's outcome."""
     # The engine is imported by an apply only: a plan never runs it.
     from sand.apply.engine import execute
-    from sand.state.paths import project_dir
+
+    # here, not at the top: sand apply starts without it
     from sand.survey.guard import refuse_if_holding
 
     plan = prepared.plan

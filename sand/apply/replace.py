@@ -179,6 +179,7 @@ async def restore_kept(
     backend: Backend, vm: DesiredVM, new: ObservedVM, kit: ReplaceKit, say: Say
 ) -> bool:
     """Restore the archive a destroy-before-create kept for ``vm``, if there is one."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import Archive, read_entries, relative_roots, restore_in
 
     path = kept_archive(kit, vm.name)
@@ -196,6 +197,7 @@ async def carry_over(
     backend: Backend, vm: DesiredVM, old: ObservedVM, new: ObservedVM, kit: ReplaceKit, tag: str
 ) -> None:
     """Old guest → host file (0600) → new guest, verified; the file is removed after."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import restore_in
 
     archive = await _archive(backend, vm, old, kit, kept=False, tag=tag)
@@ -208,6 +210,7 @@ async def carry_over(
 async def _archive(
     backend: Backend, vm: DesiredVM, old: ObservedVM, kit: ReplaceKit, *, kept: bool, tag: str = ""
 ) -> Archive:
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import PreserveError, archive_out
 
     if kit.archives is None:

@@ -18,10 +18,12 @@ from sand.apply.run import ApplyRun, Approver, AutoApprove, RunEnd, Steering
 from sand.cli.colour import use_colour
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.outcome import report_outcome
+from sand.cli.progress import progress_view
 from sand.defaults import PARALLELISM
 from sand.errors import PlanRefused
 from sand.plan import Plan
 from sand.plan.render import plan_to_json, render_text
+from sand.project import open_session
 
 if TYPE_CHECKING:
     from sand.apply.events import Hooks
@@ -36,6 +38,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             )
         if args.target or args.replace:
             raise PlanRefused("--target and --replace are for one apply, never with --watch")
+        # here, not at the top: sand apply starts without it
         from sand.cli.watch import watch
 
         return watch(args)
@@ -109,7 +112,7 @@ def run_apply(
     command: str = "apply",
     lease_wait: float = 0.0,
 ) -> int:
-    from sand.project import open_session
+    # here, not at the top: sand apply starts without it
     from sand.survey.planfile import read_plan_file, saved_steering
 
     saved = read_plan_file(manifest)
@@ -223,14 +226,15 @@ class _Console:
 
     @contextlib.contextmanager
     def carrying_out(self) -> Iterator[Hooks]:
+        # here, not at the top: sand apply starts without it
         from sand.cli.inflight import track
-        from sand.cli.progress import progress_view
 
         with progress_view(self.progress_mode) as view:
             yield track(view)  # what Ctrl-C will say was left in progress
 
 
 def _approved(destroy: bool) -> bool:
+    # here, not at the top: sand apply starts without it
     from sand.cli.confirm import apply_question, confirm
 
     return confirm("\n" + apply_question(destroy))

@@ -82,6 +82,7 @@ def print_vm_names(words: list[str]) -> int:
     """The manifest's VM names, one a line; ``words`` is the command line so far
     (the program's name first). Always exits 0: completion must never print errors
     into the prompt."""
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest import load_manifest
 
     try:

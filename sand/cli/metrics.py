@@ -37,6 +37,7 @@ class PrometheusMetrics:
     """A :class:`sand.loops.sync.SyncMetrics` that Prometheus scrapes."""
 
     def __init__(self) -> None:
+        # here, not at the top: importing it loads prometheus_client
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -101,6 +102,7 @@ class PrometheusMetrics:
         self.errors.labels(layer=layer).inc()
 
     def serve(self, host: str, port: int) -> None:
+        # here, not at the top: importing it loads prometheus_client
         from prometheus_client import start_http_server
 
         self._server = start_http_server(port, addr=host, registry=self.registry)

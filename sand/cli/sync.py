@@ -92,6 +92,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _address(flag: str, text: str) -> tuple[str, int]:
+    # here, not at the top: sand --help starts without it
     from sand.cli.hooks import parse_address
 
     try:
@@ -101,7 +102,10 @@ def _address(flag: str, text: str) -> tuple[str, int]:
 
 
 def _secret(path: str) -> bytes:
+    # here, not at the top: sand --help starts without it
     from sand.logs import register_secret
+
+    # here, not at the top: sand --help starts without it
     from sand.state.private import private_file_problem
 
     problem = private_file_problem(Path(path))
@@ -115,14 +119,28 @@ def _secret(path: str) -> bytes:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    # here, not at the top: sand --help starts without it
     import asyncio
 
+    # here, not at the top: sand --help starts without it
     from sand.cli.inflight import track
+
+    # here, not at the top: sand --help starts without it
     from sand.cli.progress import progress_view
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.watch import ConsoleReport, _now
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.loops.gitmirror import GitMirror
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.loops.unattended import Reconciler
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest.hostsecrets import load_host_secrets
 
     _check(args)
@@ -134,6 +152,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     metrics: SyncMetrics = NoMetrics()
     prometheus = None
     if metrics_at is not None:
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.metrics import PrometheusMetrics
 
         metrics = prometheus = PrometheusMetrics()
@@ -186,9 +205,13 @@ class _Serving:
         self.prometheus = prometheus
 
     async def run(self, where: str) -> None:
+        # here, not at the top: sand --help starts without it
         import asyncio
+
+        # here, not at the top: sand --help starts without it
         import signal
 
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.watch import _now
 
         args = self.args
@@ -218,7 +241,10 @@ class _Serving:
                 self.prometheus.stop()
 
     def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> HookServer:
+        # here, not at the top: sand --help starts without it
         from sand.cli.hooks import HookServer
+
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.watch import _now
 
         report, metrics = self.syncer.reconciler.report, self.syncer.metrics

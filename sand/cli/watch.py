@@ -9,6 +9,11 @@ import time
 from pathlib import Path
 
 from sand.apply.reconcile import ApplyOutcome
+from sand.cli.inflight import track
+from sand.cli.outcome import report_outcome
+from sand.cli.progress import progress_view
+from sand.loops.watch import Watcher
+from sand.manifest import load_manifest
 from sand.plan import Plan
 from sand.plan.render import render_text
 from sand.terminal import continued
@@ -28,7 +33,6 @@ class ConsoleReport:
         sys.stdout.flush()
 
     def show_outcome(self, outcome: ApplyOutcome) -> None:
-        from sand.cli.outcome import report_outcome
 
         report_outcome(outcome, as_json=False)
         sys.stdout.flush()
@@ -37,10 +41,6 @@ class ConsoleReport:
 def watch(args: argparse.Namespace) -> int:
     """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
     ``sand.cli.main``, which names what was left in progress and exits 130."""
-    from sand.cli.inflight import track
-    from sand.cli.progress import progress_view
-    from sand.loops.watch import Watcher
-    from sand.manifest import load_manifest
 
     load_manifest(Path(args.manifest))  # a bad manifest at start is an error, exit 1
     print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)

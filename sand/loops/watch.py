@@ -88,6 +88,7 @@ class Watcher:
         await reconciler.run(self.manifest, reason, targets=targets)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        # here, not at the top: importing it loads watchfiles
         from watchfiles import awatch
 
         stop = stop or asyncio.Event()

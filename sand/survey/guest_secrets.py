@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
 from sand.desired import DesiredState, DesiredVM
-from sand.errors import SandError
+from sand.errors import SandError, SecretError
 from sand.observed import Observation, SecretsRecord
 from sand.plan.model import Action, GuestAction, Plan, VMChange
 
@@ -49,7 +49,7 @@ class GuestSecrets:
 
     def _resolved(self) -> dict[str, SecretValue]:
         if self._values is None:
-            from sand.errors import SecretError
+            # here, not at the top: sand plan starts without it
             from sand.secrets import resolve_secrets, secret_names
 
             names = sorted(secret_names(self.session.desired.vms))
@@ -76,6 +76,7 @@ class GuestSecrets:
 
     def not_compared(self, desired: DesiredState) -> list[str]:
         """Per VM whose secrets could not be read (lenient), why they were not compared."""
+        # here, not at the top: sand plan starts without it
         from sand.secrets import secret_names
 
         self._resolved()
@@ -87,13 +88,17 @@ class GuestSecrets:
         return out
 
     def for_vm(self, vm: DesiredVM) -> dict[str, str]:
+        # here, not at the top: sand plan starts without it
         from sand.secrets.resolve import values_for
 
         return values_for(vm, self._resolved())
 
     def stamp(self, vm: DesiredVM) -> str:
         """The stamp of ``vm``'s secret values now; "" when it is given none."""
+        # here, not at the top: sand plan starts without it
         from sand.secrets import secret_names
+
+        # here, not at the top: sand plan starts without it
         from sand.secrets.stamp import Stamper
 
         names = secret_names([vm])

@@ -99,7 +99,10 @@ async def compute_plan(
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:
+        # here, not at the top: sand plan starts without it
         from sand.survey.guard import guard_plan
+
+        # here, not at the top: sand plan starts without it
         from sand.survey.preflight import preflight_plan
 
         plan = await preflight_plan(plan, session)

@@ -65,6 +65,7 @@ async def resolve(manifest: str, name: str) -> AsyncIterator[Target]:
 @contextlib.asynccontextmanager
 async def connect(endpoint: GuestEndpoint) -> AsyncIterator[Connection]:
     """The guest connection for a verb: sand's transport, with a person's deadline."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import connect as guest_connect
 
     async with guest_connect(endpoint, deadline=CONNECT_DEADLINE) as conn:

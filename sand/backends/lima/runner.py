@@ -248,6 +248,7 @@ class RemoteRunner:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
+            # here, not at the top: importing it loads asyncssh and cryptography
             import asyncssh
 
             t = self.target
@@ -308,6 +309,7 @@ class RemoteRunner:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Completed:
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         conn = await self._connection()
@@ -338,6 +340,7 @@ class RemoteRunner:
         return Completed(tuple(argv), code, out, err)
 
     async def start(self, argv: Sequence[str]) -> HeldProcess:
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         conn = await self._connection()
@@ -367,6 +370,7 @@ class _RemoteProcess:
         self.where = where
 
     async def readline(self, timeout: float) -> bytes:
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         try:
@@ -377,6 +381,7 @@ class _RemoteProcess:
             raise TransportError(f"SSH to {self.where} failed: {exc}") from None
 
     async def write(self, data: bytes) -> None:
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         try:
@@ -386,6 +391,7 @@ class _RemoteProcess:
             raise TransportError(f"SSH to {self.where} failed: {exc}") from None
 
     async def close(self) -> None:
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         with contextlib.suppress(OSError, asyncssh.Error):

@@ -33,6 +33,7 @@ from sand.cli.ui.model import (
 )
 from sand.cli.ui.state import BoardState
 from sand.cli.ui.table import RowsView
+from sand.cli.ui.work import read_detail_files
 from sand.plan.model import Plan
 
 
@@ -185,7 +186,6 @@ class Board(KeyActions, App[int]):
         if row is None:
             pane.update("(no VM selected)" if self.state.rows else "")
             return
-        from sand.cli.ui.work import read_detail_files
 
         plan = self.state.plan
         change = plan.change_for(row.backend, row.vm) if plan is not None else None

@@ -27,6 +27,7 @@ from typing import IO, BinaryIO
 
 from sand.cli.ui.fleet import Fleet, Snapshot
 from sand.errors import ErrorLayer, SandError
+from sand.logs import configure
 
 _LENGTH = 8
 
@@ -127,7 +128,6 @@ def main() -> int:
     # (the board's ui.log).
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from sand.logs import configure
 
     configure("console", "info", stream=sys.stderr)
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):  # the board is gone
