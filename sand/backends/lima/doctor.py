@@ -27,7 +27,8 @@ from pathlib import Path
 from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import MIN_VERSION, version_tuple
-from sand.backends.lima.runner import HostRunner, RemoteRunner
+from sand.backends.lima.remote import RemoteRunner
+from sand.backends.lima.runner import HostRunner
 from sand.errors import SandError
 
 TIMEOUT = 60.0
