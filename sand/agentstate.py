@@ -3,7 +3,7 @@
 Provisioning installs, for every declared agent, hooks that call the bundle's
 ``agent-state`` writer; it keeps one record per session in one guest file,
 ``~/.local/state/sand/agents.json``. ``sand status --deep`` and the board read that
-file in the same SSH exchange as the guest's health check (:mod:`sand.apply.health`).
+file in the same SSH exchange as the guest's health check (:mod:`sand.survey.health`).
 
 The file is the guest's word, and the guest is where the agents run: it is read
 bounded (:data:`MAX_BYTES`), parsed as data, every field checked against a closed

@@ -9,14 +9,55 @@ whatever they wrote must not drive the terminal it is printed on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
 
 from sand.terminal import inert, quoted
+
+
+class ErrorLayer(StrEnum):
+    """Where a failure happened: what an error, a VM's result, a failed step and a
+    retry name (``[layer]`` in output, ``layer`` in JSON and logs)."""
+
+    SAND = "sand"
+    # The manifest, the host's state and secrets, and the plan.
+    MANIFEST = "manifest"
+    SECRETS = "secrets"
+    STATE = "state"
+    PLAN = "plan"
+    GUARD = "guard"
+    LEASE = "lease"
+    # Carrying a plan out: the run, the host, a golden base, the backends.
+    APPLY = "apply"
+    HOST = "host"
+    BASE = "base"
+    BACKEND = "backend"
+    PROXMOX = "proxmox"
+    # Reaching and changing a guest.
+    TRANSPORT = "transport"
+    SSH = "ssh"
+    SFTP = "sftp"
+    GUEST = "guest"
+    PROVISION = "provision"
+    PRESERVE = "preserve"
+    # The verbs and what they talk to.
+    CLI = "cli"
+    VERBS = "verbs"
+    SHELL = "shell"
+    CP = "cp"
+    LAND = "land"
+    PUBLISH = "publish"
+    FORGE = "forge"
+    GH = "gh"
+    # What runs by itself, and the board.
+    GIT = "git"
+    UI = "ui"
 
 
 class SandError(Exception):
     """Base of every error sand reports to a person."""
 
-    layer = "sand"
+    layer: ClassVar[ErrorLayer] = ErrorLayer.SAND
 
     def __str__(self) -> str:
         return inert(super().__str__())
@@ -38,7 +79,7 @@ class Problem:
 class ManifestError(SandError):
     """The manifest is invalid; holds every problem found, not just the first."""
 
-    layer = "manifest"
+    layer = ErrorLayer.MANIFEST
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.column, p.message))
@@ -48,13 +89,13 @@ class ManifestError(SandError):
 class SecretError(SandError):
     """A secret source could not be resolved. Never carries the value."""
 
-    layer = "secrets"
+    layer = ErrorLayer.SECRETS
 
 
 class BackendError(SandError):
     """A backend (Proxmox API, limactl) refused or failed an operation."""
 
-    layer = "backend"
+    layer = ErrorLayer.BACKEND
 
     def __init__(self, message: str, *, backend: str = "", transient: bool = False) -> None:
         self.backend = backend
@@ -66,7 +107,7 @@ class BackendError(SandError):
 class TransportError(SandError):
     """The connection itself failed (SSH to a guest or a remote Lima host)."""
 
-    layer = "transport"
+    layer = ErrorLayer.TRANSPORT
 
     def __init__(self, message: str, *, transient: bool = True) -> None:
         self.transient = transient
@@ -76,7 +117,7 @@ class TransportError(SandError):
 class GuestCommandError(SandError):
     """A command inside the guest ran and failed."""
 
-    layer = "guest"
+    layer = ErrorLayer.GUEST
 
     def __init__(self, step: str, exit_status: int | None, output_tail: str) -> None:
         self.step = step
@@ -92,10 +133,10 @@ class GuestCommandError(SandError):
 class StateError(SandError):
     """Host state (journal, lock, plan file) is unusable."""
 
-    layer = "state"
+    layer = ErrorLayer.STATE
 
 
 class PlanRefused(SandError):
     """A plan is safe to compute but not to apply as it stands (mass delete, stale plan)."""
 
-    layer = "plan"
+    layer = ErrorLayer.PLAN

@@ -31,6 +31,7 @@ class _NoRich(importlib.abc.MetaPathFinder):
 
 
 def _structlog() -> Any:
+    # here, not at the top: structlog loads only when something logs, with rich hidden
     if "structlog" not in sys.modules and "rich" not in sys.modules:
         hide = _NoRich()
         sys.meta_path.insert(0, hide)

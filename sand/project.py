@@ -52,6 +52,7 @@ class Session:
 
 
 def desired_from(loaded: LoadedManifest) -> DesiredState:
+    # here, not at the top: sand plan starts without it
     from sand.provision.bundle import bundle_digest, machine_digest
 
     return build_desired(loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest())
@@ -69,6 +70,7 @@ def open_session(
     ``loaded``: the manifest at ``path`` as already loaded (by a caller that knows the
     file has not changed since); ``host_dir``: where the manifest's relative host paths
     point (default: beside it)."""
+    # here, not at the top: sand plan starts without it
     from sand.backends.factory import make_backends
 
     loaded = loaded if loaded is not None else load_manifest(path)

@@ -23,8 +23,9 @@ from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, BaseProvisioner
+from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
@@ -83,7 +84,7 @@ class ApplyResult:
 class BaseFailed(SandError):
     """A VM's golden base could not be built: the VM is not created."""
 
-    layer = "base"
+    layer = ErrorLayer.BASE
 
 
 async def execute(
@@ -92,7 +93,7 @@ async def execute(
     journal: Journal,
     provisioner: Provisioner,
     *,
-    parallelism: int = 10,
+    parallelism: int = PARALLELISM,
     hooks: Hooks | None = None,
     guard: Guard | None = None,
     archives: Path | None = None,
@@ -154,7 +155,7 @@ async def execute(
                 log.error("vm failed", vm=change.vm, layer=exc.layer, error=str(exc))
             except OSError as exc:
                 result.ok, result.layer, result.error = False, "host", str(exc)
-                say(Phase.FAILED, layer="host")
+                say(Phase.FAILED, layer=ErrorLayer.HOST)
         result.seconds = time.monotonic() - started
         return result
 

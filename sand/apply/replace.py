@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 from sand.apply.events import Phase, Steps
 from sand.backends.protocol import Backend, RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
-from sand.errors import BackendError, SandError
+from sand.errors import SandError
 from sand.logs import get_logger
 from sand.manifest.names import TEMP_SUFFIX
 from sand.observed import ObservedVM, Ownership, SecretsRecord
 from sand.plan.model import Strategy, VMChange
 from sand.state.journal import Journal, JournalEntry, PendingEntry
+from sand.survey.recovered import standing
 
 if TYPE_CHECKING:
     from sand.provision.preserve import Archive
@@ -178,6 +179,7 @@ async def restore_kept(
     backend: Backend, vm: DesiredVM, new: ObservedVM, kit: ReplaceKit, say: Say
 ) -> bool:
     """Restore the archive a destroy-before-create kept for ``vm``, if there is one."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import Archive, read_entries, relative_roots, restore_in
 
     path = kept_archive(kit, vm.name)
@@ -195,6 +197,7 @@ async def carry_over(
     backend: Backend, vm: DesiredVM, old: ObservedVM, new: ObservedVM, kit: ReplaceKit, tag: str
 ) -> None:
     """Old guest → host file (0600) → new guest, verified; the file is removed after."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import restore_in
 
     archive = await _archive(backend, vm, old, kit, kept=False, tag=tag)
@@ -207,6 +210,7 @@ async def carry_over(
 async def _archive(
     backend: Backend, vm: DesiredVM, old: ObservedVM, kit: ReplaceKit, *, kept: bool, tag: str = ""
 ) -> Archive:
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.provision.preserve import PreserveError, archive_out
 
     if kit.archives is None:
@@ -254,101 +258,6 @@ async def _discard(
     journal.finish(entry, "failed")
 
 
-@dataclass(frozen=True)
-class _Standing:
-    """What a backend shows of one create-before-destroy replace."""
-
-    old_present: bool  # the very VM that was replaced (its identity and incarnation)
-    made: ObservedVM | None  # the replacement, still under its temporary name
-
-
-async def _standing(entry: PendingEntry, backend: Backend, going: frozenset[str]) -> _Standing:
-    """Look at the backend: is the old VM still there (and not about to go), and is the
-    replacement under its temporary name? ``going``: identities another unfinished entry
-    (the old VM's own delete) removes before this one is settled."""
-    temp = str(entry.detail("temp") or "")
-    obs = await backend.observe([])
-    if obs.unknown_reason:
-        raise BackendError(f"cannot see the replacement {temp}: {obs.unknown_reason}")
-    uid = str(entry.detail("old_uid") or "")
-    incarnation = str(entry.detail("old_incarnation") or "")
-
-    def is_old(vm: ObservedVM) -> bool:
-        if vm.identity != entry.identity or vm.name == temp:
-            return False
-        if uid and vm.details.get("uid", "") != uid:
-            return False  # Lima: a successor under the same instance name
-        seen = vm.marker.incarnation if vm.marker is not None else ""
-        return not (incarnation and seen and seen != incarnation)
-
-    made = [o for o in obs.vms if o.name == temp and o.ownership is Ownership.MANAGED]
-    old_present = entry.identity not in going and any(is_old(o) for o in obs.vms)
-    return _Standing(old_present=old_present, made=made[0] if made else None)
-
-
-async def decide_replace(
-    entry: PendingEntry, backend: Backend, going: frozenset[str] = frozenset()
-) -> RecoveryDecision:
-    """What settling a replace a crash interrupted does. A replace is settled as one unit
-    and decided from what exists, never from its steps alone:
-
-    - the old VM is still there (and no unfinished delete removes it): the replacement,
-      whatever state it reached, is removed and the old VM left untouched; the next plan
-      replaces again;
-    - the old VM is gone or going: the replacement *is* the VM now (it holds the copy of
-      the ``preserve:`` paths) and is kept and given the VM's name, never removed.
-
-    Destroy-before-create: after the delete the next plan creates the VM again and
-    restores the kept archive.
-    """
-    vm, temp = entry.vm, str(entry.detail("temp") or "")
-    old = entry.identity
-    steps = list(entry.steps or [])
-
-    def say(
-        action: RecoveryAction,
-        summary: str,
-        *,
-        identity: str = old,
-        absent: bool = False,
-        renamed_to: str = "",
-    ) -> RecoveryDecision:
-        return RecoveryDecision(
-            entry=entry.id,
-            backend=backend.name,
-            vm=vm,
-            op="replace",
-            identity=identity,
-            action=action,
-            summary=summary,
-            absent=absent,
-            renamed_to=renamed_to,
-        )
-
-    if entry.detail("strategy") == Strategy.DESTROY_BEFORE_CREATE.value or not temp:
-        if "old-deleted" in steps:
-            return say(RecoveryAction.NOTHING, f"the old VM {old} of {vm} was deleted; create it")
-        return say(RecoveryAction.NOTHING, f"the replace of {vm} stopped before VM {old} went")
-    now = await _standing(entry, backend, going)
-    if now.old_present:
-        if now.made is None:
-            return say(RecoveryAction.NOTHING, f"no replacement of {vm} was made; VM {old} stays")
-        return say(
-            RecoveryAction.DELETE,
-            f"remove the unfinished replacement {temp} of {vm} (VM {old} is untouched)",
-            identity=now.made.identity,
-            absent=True,
-        )
-    if now.made is None:
-        return say(RecoveryAction.NOTHING, f"the replacement of {vm} already carries its name")
-    return say(
-        RecoveryAction.FINISH,
-        f"name the replacement {temp} {vm} (the old VM {old} is gone)",
-        identity=now.made.identity,
-        renamed_to=vm,
-    )
-
-
 async def act_replace(
     entry: PendingEntry, backend: Backend, journal: Journal, decision: RecoveryDecision
 ) -> str:
@@ -357,7 +266,7 @@ async def act_replace(
     if decision.action not in (RecoveryAction.DELETE, RecoveryAction.FINISH):
         return decision.summary
     temp = str(entry.detail("temp") or "")
-    now = await _standing(entry, backend, frozenset())
+    now = await standing(entry, backend, frozenset())
     if now.made is None or now.made.identity != decision.identity:
         return f"{decision.summary}: nothing to do any more"
     if now.old_present:

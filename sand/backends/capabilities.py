@@ -19,6 +19,12 @@ class Mutability(StrEnum):
     REPLACE = "forces replacement"
 
 
+def fields_with(policy: Mapping[str, Mutability], *kinds: Mutability) -> tuple[str, ...]:
+    """The fields ``policy`` gives one of ``kinds``, in its order: what a backend's own
+    update path reads off its declared policy instead of listing them again."""
+    return tuple(name for name, kind in policy.items() if kind in kinds)
+
+
 # Fields the planner compares, and whether the guest itself must be reprovisioned.
 INFRA_FIELDS = ("image", "cpus", "cpu", "memory", "disk", "state", "protect", "node", "ports")
 

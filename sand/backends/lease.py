@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 
 DEFAULT_TTL = 60.0
@@ -171,7 +171,7 @@ def first_record(project: str, holder: LeaseHolder, ttl: float, now: float) -> L
 class LeaseBusy(SandError):
     """Another applier holds the lease (and kept it for as long as this one waited)."""
 
-    layer = "lease"
+    layer = ErrorLayer.LEASE
 
     def __init__(self, project: str, backend: str, record: LeaseRecord | None) -> None:
         self.project = project
@@ -191,7 +191,7 @@ class LeaseBusy(SandError):
 class LeaseLost(SandError):
     """The lease could not be renewed in time, or another applier holds it now."""
 
-    layer = "lease"
+    layer = ErrorLayer.LEASE
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, Sec
 BaseProvisioner = Callable[[DesiredBase, GuestEndpoint], Awaitable[None]]
 
 if TYPE_CHECKING:
+    from sand.backends.doctor import DoctorReport
     from sand.state.journal import Journal, PendingEntry
 
 
@@ -115,8 +116,171 @@ class PreflightReport:
     requests: int = 0  # API calls / commands spent, for budgets
 
 
+class Observes(Protocol):
+    """What a backend shows: read-only, and cheap."""
+
+    name: str
+    type: str
+    # What planning must know of this backend type: which desired fields change in
+    # place, need a restart or force replacement; whether names are unique.
+    capabilities: Capabilities
+    clone_parallelism: int
+
+    async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
+        """Read-only; one listing, deep reads only where fingerprints differ.
+
+        MUST NOT answer a listing it could not read or trust with an Observation that
+        reads as empty: it returns one with ``unknown_reason`` set (and no VMs), or
+        raises a :class:`~sand.errors.SandError`, which the session records as unknown.
+        An empty answer would plan every VM's re-creation and leave the real ones
+        unseen; unknown blocks every change on the backend this run."""
+        ...
+
+    async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
+        """Read-only: check what planned changes need (image, placement, capacity).
+
+        Called after ``observe`` and only when something would change; it costs a
+        bounded number of requests per backend (per distinct template, storage or
+        node), never one per VM. A check that cannot be made (no privilege to read
+        it) is a warning, not a problem.
+        """
+        ...
+
+
+class Lifecycle(Protocol):
+    """What a backend does to one VM: each MUST journal first and refuse a VM that is
+    not MANAGED."""
+
+    async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
+        """Give a managed VM (a replacement made under a temporary name) its final name."""
+        ...
+
+    async def create(
+        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
+    ) -> ObservedVM:
+        """Create, configure and start (if desired) a VM; its marker has fingerprint ''.
+
+        ``converged``: nothing follows the create (no provisioning, nothing to finish):
+        the VM is left marked as ``mark_converged(vm, made)`` would mark it (no secrets),
+        and the caller does not mark it again.
+
+        ``from_base``: clone it from the ready golden base of ``vm.base`` (built earlier
+        in this run, or listed ready), and record that base's fingerprint on its marker;
+        refused when there is none ready. Otherwise it is made from ``vm.image``.
+
+        MUST journal the intent before the first call that makes anything, and write
+        this project's marker (naming the VM's own identity) before the VM is left
+        running, so recovery can tell a half-made VM (remove) from a made one (adopt)."""
+        ...
+
+    async def update(
+        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+    ) -> ObservedVM:
+        """Change ``fields`` in place (restarting when the policy says so).
+
+        MUST refuse a VM that is not MANAGED, before any call that changes it."""
+        ...
+
+    async def delete(self, current: ObservedVM, journal: Journal) -> None:
+        """Stop and remove a managed VM with everything it owns.
+
+        MUST refuse a VM that is not MANAGED (checked again on a fresh read where the
+        backend can read it) and MUST succeed, changing nothing, when the VM is already
+        gone; a VM it cannot see but that still exists is refused."""
+        ...
+
+    async def mark_converged(
+        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
+    ) -> None:
+        """Write the marker with the desired fingerprints: the VM is in sync.
+
+        ``secrets``: what this run delivered; None keeps the stamp the VM carries.
+        MUST refuse a VM that is not MANAGED: a marker is never written on another's."""
+        ...
+
+    async def endpoint(
+        self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
+    ) -> GuestEndpoint:
+        """Where to SSH (may wait for the guest agent/boot, at most ``wait`` seconds when
+        given). ``vm`` is None for a VM the manifest no longer names (a sweep before
+        deleting it): the login user then comes from what the backend recorded."""
+        ...
+
+
+class GoldenBases(Protocol):
+    """The golden bases a backend builds VMs from."""
+
+    async def build_base(
+        self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
+    ) -> ObservedBase:
+        """Build golden base ``base``: a machine made from ``base.source``, started, handed
+        to ``provision``, stopped and frozen, then marked ready with its fingerprint.
+
+        MUST journal the build before its first call, and MUST NOT mark it ready (the
+        only state a VM is cloned from) until it is frozen: a build cut short leaves a
+        base that is never cloned from, and that recovery or the next plan removes."""
+        ...
+
+    async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
+        """Delete a golden base the plan found unused; what was done, in words.
+
+        MUST re-check on a fresh read first and keep it (saying why, not raising) when
+        a VM made from it exists now or something holds it (a lock, a clone running);
+        MUST refuse one that does not carry this project's base marker for this entry."""
+        ...
+
+
+class Recovers(Protocol):
+    """What a crashed run left, decided and settled."""
+
+    async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
+        """What replaying ``entry`` (left by a crashed run) would do; changes nothing.
+
+        With ``wait`` (apply), tasks and processes the killed run left running are awaited
+        (bounded) first; without it (plan), such an entry is decided as WAIT. For an
+        interrupted create it MUST decide DELETE for a VM of this entry that carries no
+        marker yet, ADOPT for one carrying this project's marker, and MOOT for anything
+        else at that identity (never touched)."""
+        ...
+
+    async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
+        """Carry out ``decision`` (identity re-checked first); say what was done. It MUST
+        NOT settle the entry: only the journal replay does, after this returns."""
+        ...
+
+    async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
+        """For recorded VMs the listing did not show, checked by id: identity → None when
+        confirmed gone, else why it is believed to still exist."""
+        ...
+
+
+class Leases(Protocol):
+    """One writer per project."""
+
+    def lease(
+        self,
+        holder: LeaseHolder,
+        *,
+        ttl: float,
+        wait: float = 0.0,
+        on_wait: Callable[[LeaseBusy], None] | None = None,
+    ) -> AbstractAsyncContextManager[LeaseGrant]:
+        """Hold this project's lease on this backend for the body (see
+        :mod:`sand.backends.lease`): taken before the first change, renewed while held,
+        released at the end. A busy one is waited for up to ``wait`` seconds.
+
+        MUST NOT cost a no-op run anything: nothing of it is read or written until it
+        is taken, and ``observe`` stays one listing."""
+        ...
+
+    async def lease_record(self) -> LeaseRecord | None:
+        """Read-only: the project's lease as stored (None: never taken), for ``sand
+        status``."""
+        ...
+
+
 @runtime_checkable
-class Backend(Protocol):
+class Backend(Observes, Lifecycle, GoldenBases, Recovers, Leases, Protocol):
     """A place VMs live. Implementations: ``sand.backends.proxmox``, ``sand.backends.lima``.
 
     Rules every implementation MUST keep (each names the contract test that checks it,
@@ -164,146 +328,22 @@ class Backend(Protocol):
        (``tests/contract/test_golden_bases.py``).
     """
 
-    name: str
-    type: str
-    # What planning must know of this backend type: which desired fields change in
-    # place, need a restart or force replacement; whether names are unique.
-    capabilities: Capabilities
-    clone_parallelism: int
-
-    async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        """Read-only; one listing, deep reads only where fingerprints differ.
-
-        MUST NOT answer a listing it could not read or trust with an Observation that
-        reads as empty: it returns one with ``unknown_reason`` set (and no VMs), or
-        raises a :class:`~sand.errors.SandError`, which the session records as unknown.
-        An empty answer would plan every VM's re-creation and leave the real ones
-        unseen; unknown blocks every change on the backend this run."""
-        ...
-
-    async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
-        """Read-only: check what planned changes need (image, placement, capacity).
-
-        Called after ``observe`` and only when something would change; it costs a
-        bounded number of requests per backend (per distinct template, storage or
-        node), never one per VM. A check that cannot be made (no privilege to read
-        it) is a warning, not a problem.
-        """
-        ...
-
-    async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
-        """Give a managed VM (a replacement made under a temporary name) its final name."""
-        ...
-
-    async def create(
-        self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
-    ) -> ObservedVM:
-        """Create, configure and start (if desired) a VM; its marker has fingerprint ''.
-
-        ``converged``: nothing follows the create (no provisioning, nothing to finish):
-        the VM is left marked as ``mark_converged(vm, made)`` would mark it (no secrets),
-        and the caller does not mark it again.
-
-        ``from_base``: clone it from the ready golden base of ``vm.base`` (built earlier
-        in this run, or listed ready), and record that base's fingerprint on its marker;
-        refused when there is none ready. Otherwise it is made from ``vm.image``.
-
-        MUST journal the intent before the first call that makes anything, and write
-        this project's marker (naming the VM's own identity) before the VM is left
-        running, so recovery can tell a half-made VM (remove) from a made one (adopt)."""
-        ...
-
-    async def build_base(
-        self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
-    ) -> ObservedBase:
-        """Build golden base ``base``: a machine made from ``base.source``, started, handed
-        to ``provision``, stopped and frozen, then marked ready with its fingerprint.
-
-        MUST journal the build before its first call, and MUST NOT mark it ready (the
-        only state a VM is cloned from) until it is frozen: a build cut short leaves a
-        base that is never cloned from, and that recovery or the next plan removes."""
-        ...
-
-    async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
-        """Delete a golden base the plan found unused; what was done, in words.
-
-        MUST re-check on a fresh read first and keep it (saying why, not raising) when
-        a VM made from it exists now or something holds it (a lock, a clone running);
-        MUST refuse one that does not carry this project's base marker for this entry."""
-        ...
-
-    async def update(
-        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
-    ) -> ObservedVM:
-        """Change ``fields`` in place (restarting when the policy says so).
-
-        MUST refuse a VM that is not MANAGED, before any call that changes it."""
-        ...
-
-    async def delete(self, current: ObservedVM, journal: Journal) -> None:
-        """Stop and remove a managed VM with everything it owns.
-
-        MUST refuse a VM that is not MANAGED (checked again on a fresh read where the
-        backend can read it) and MUST succeed, changing nothing, when the VM is already
-        gone; a VM it cannot see but that still exists is refused."""
-        ...
-
-    async def mark_converged(
-        self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
-    ) -> None:
-        """Write the marker with the desired fingerprints: the VM is in sync.
-
-        ``secrets``: what this run delivered; None keeps the stamp the VM carries.
-        MUST refuse a VM that is not MANAGED: a marker is never written on another's."""
-        ...
-
-    async def endpoint(
-        self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
-    ) -> GuestEndpoint:
-        """Where to SSH (may wait for the guest agent/boot, at most ``wait`` seconds when
-        given). ``vm`` is None for a VM the manifest no longer names (a sweep before
-        deleting it): the login user then comes from what the backend recorded."""
-        ...
-
-    async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
-        """What replaying ``entry`` (left by a crashed run) would do; changes nothing.
-
-        With ``wait`` (apply), tasks and processes the killed run left running are awaited
-        (bounded) first; without it (plan), such an entry is decided as WAIT. For an
-        interrupted create it MUST decide DELETE for a VM of this entry that carries no
-        marker yet, ADOPT for one carrying this project's marker, and MOOT for anything
-        else at that identity (never touched)."""
-        ...
-
-    async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
-        """Carry out ``decision`` (identity re-checked first); say what was done. It MUST
-        NOT settle the entry: only the journal replay does, after this returns."""
-        ...
-
-    async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
-        """For recorded VMs the listing did not show, checked by id: identity → None when
-        confirmed gone, else why it is believed to still exist."""
-        ...
-
-    def lease(
-        self,
-        holder: LeaseHolder,
-        *,
-        ttl: float,
-        wait: float = 0.0,
-        on_wait: Callable[[LeaseBusy], None] | None = None,
-    ) -> AbstractAsyncContextManager[LeaseGrant]:
-        """Hold this project's lease on this backend for the body (see
-        :mod:`sand.backends.lease`): taken before the first change, renewed while held,
-        released at the end. A busy one is waited for up to ``wait`` seconds.
-
-        MUST NOT cost a no-op run anything: nothing of it is read or written until it
-        is taken, and ``observe`` stays one listing."""
-        ...
-
-    async def lease_record(self) -> LeaseRecord | None:
-        """Read-only: the project's lease as stored (None: never taken), for ``sand
-        status``."""
-        ...
-
     async def close(self) -> None: ...
+
+
+# Abilities a backend may have besides the protocol: asked with isinstance, never getattr.
+
+
+@runtime_checkable
+class Diagnoses(Protocol):
+    """``sand doctor``: checks of the backend's setup (privileges, versions, paths)."""
+
+    async def doctor(self) -> DoctorReport: ...
+
+
+@runtime_checkable
+class Warns(Protocol):
+    """What the backend reported while applying (a PVE task's "WARNINGS: n")."""
+
+    @property
+    def warnings(self) -> list[str]: ...

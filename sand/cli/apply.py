@@ -1,77 +1,33 @@
-"""``sand plan``, ``sand apply`` and ``sand destroy``: the prompts, the summaries and
+"""``sand apply``, ``sand destroy`` and ``sand reset``: the prompts, the summaries and
 the exit codes around the reconcile loop (which itself prints nothing)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sand.apply.lease import same_changes
 from sand.apply.reconcile import ApplyOutcome, Prepared
-from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from sand.apply.run import ApplyRun, Approver, AutoApprove, RunEnd, Steering
+from sand.cli.colour import use_colour
+from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.outcome import report_outcome
+from sand.cli.progress import progress_view
+from sand.defaults import PARALLELISM
 from sand.errors import PlanRefused
-from sand.plan import Action, Plan
+from sand.plan import Plan
 from sand.plan.render import plan_to_json, render_text
-from sand.project import Session
+from sand.project import open_session
 
 if TYPE_CHECKING:
-    from sand.apply.lease import ProjectLeases
+    from sand.apply.events import Hooks
     from sand.backends.lease import LeaseBusy
-
-
-def use_colour(stream: Any) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org);
-    ``--no-color`` sets it (``sand.cli.main``)."""
-    import os
-
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from sand.apply.reconcile import compute_plan
-    from sand.project import open_session
-
-    session = open_session(args.manifest, lock=False)
-
-    async def run() -> Plan:
-        try:
-            return await compute_plan(
-                session,
-                refresh_only=args.refresh_only,
-                allow_data_loss=args.allow_data_loss,
-                targets=args.target,
-                replace_vms=args.replace,
-            )
-        finally:
-            await session.close()
-
-    plan = asyncio.run(run())
-    if args.out:
-        from sand.apply.planfile import save_plan
-
-        save_plan(args.out, session, plan)
-    if args.json:
-        print(json.dumps(plan_to_json(plan), indent=2, default=str))
-    else:
-        sys.stdout.write(render_text(plan, colour=use_colour(sys.stdout)))
-        if args.out:
-            print(f"\nSaved the plan to {args.out}; apply it with: sand apply {args.out}")
-    if plan.unknown_backends:
-        # A plan that could not see a backend is incomplete, not "no changes".
-        return EXIT_ERROR
-    if any(c.action is Action.BLOCKED for c in plan.changes):
-        # Apply would refuse these and exit 1: a plan must not read as fine (CI gates).
-        print("Error: the plan has blocked changes (marked !); see above.", file=sys.stderr)
-        return EXIT_ERROR
-    if args.detailed_exitcode and (plan.has_changes or (args.refresh_only and plan.drifted())):
-        return EXIT_CHANGES
-    return EXIT_OK
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -82,6 +38,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             )
         if args.target or args.replace:
             raise PlanRefused("--target and --replace are for one apply, never with --watch")
+        # here, not at the top: sand apply starts without it
         from sand.cli.watch import watch
 
         return watch(args)
@@ -131,7 +88,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     return run_apply(
         args.manifest,
         auto_approve=args.auto_approve,
-        parallelism=10,
+        parallelism=PARALLELISM,
         allow_mass_delete=True,
         as_json=False,
         destroy=True,
@@ -155,8 +112,8 @@ def run_apply(
     command: str = "apply",
     lease_wait: float = 0.0,
 ) -> int:
-    from sand.apply.planfile import read_plan_file, saved_steering
-    from sand.project import open_session
+    # here, not at the top: sand apply starts without it
+    from sand.survey.planfile import read_plan_file, saved_steering
 
     saved = read_plan_file(manifest)
     if saved is not None:
@@ -173,157 +130,111 @@ def run_apply(
             "no terminal to confirm on; re-run with --auto-approve to apply unattended"
         )
     session = open_session(manifest, lock=True)
-    run = _Run(
+    view = _Console(as_json=as_json, progress_mode="json" if as_json else progress_mode)
+    approver: Approver = (
+        AutoApprove(person=saved is not None) if auto_approve else _Question(destroy)
+    )
+    run = ApplyRun(
         session,
+        approver,
+        view,
+        Steering(
+            destroy=destroy,
+            allow_data_loss=allow_data_loss,
+            allow_mass_delete=allow_mass_delete,
+            targets=tuple(targets),
+            replace_vms=tuple(replace_vms),
+        ),
         parallelism=parallelism,
-        allow_mass_delete=allow_mass_delete,
-        as_json=as_json,
-        destroy=destroy,
-        progress_mode="json" if as_json else progress_mode,
-        allow_data_loss=allow_data_loss,
-        ask=not auto_approve,
-        targets=tuple(targets),
-        replace_vms=tuple(replace_vms),
         command=command,
         lease_wait=lease_wait,
+        saved=saved,
     )
-    return asyncio.run(run.apply(saved))
+
+    async def apply() -> RunEnd:
+        try:
+            return await run.run()
+        finally:
+            await session.close()
+
+    end = asyncio.run(apply())
+    if end.refusal is not None:
+        raise end.refusal
+    if end.outcome is None:
+        print("Apply cancelled.")
+        return EXIT_ERROR
+    if end.outcome.result is not None or as_json:
+        report_outcome(end.outcome, as_json)
+    return _exit_code(end.outcome, as_json)
+
+
+def _exit_code(outcome: ApplyOutcome, as_json: bool) -> int:
+    """0 only when everything converged: a failure, an unknown backend or a blocked VM
+    is not."""
+    if not outcome.ok:
+        return EXIT_ERROR
+    parts = outcome.not_converged()
+    if not parts:
+        return EXIT_OK
+    if not as_json:
+        print(f"Not converged: {', '.join(parts)}.", file=sys.stderr)
+    return EXIT_ERROR
 
 
 @dataclass(frozen=True)
-class _Run:
-    """One ``sand apply``/``destroy``/``reset`` run: its options, typed once."""
+class _Question:
+    """The terminal question: only ``yes`` approves."""
 
-    session: Session
-    ask: bool  # confirm with the person before anything changes
-    parallelism: int
-    allow_mass_delete: bool
-    as_json: bool
     destroy: bool
+    person: bool = True
+
+    async def approve(self, plan: Plan, problem: str | None) -> bool:
+        if problem or not plan.has_changes:
+            return False
+        return _approved(self.destroy)
+
+
+@dataclass(frozen=True)
+class _Console:
+    """``sand apply``'s terminal: the plan as text (or the JSON stream's first line),
+    the live progress while the plan is carried out."""
+
+    as_json: bool
     progress_mode: str
-    allow_data_loss: bool
-    targets: tuple[str, ...]
-    replace_vms: tuple[str, ...]
-    command: str = "apply"  # what the lease names
-    lease_wait: float = 0.0  # seconds to wait for another applier's lease
 
-    async def apply(self, saved: dict[str, Any] | None) -> int:
-        from sand.apply.lease import ProjectLeases
-        from sand.backends.lease import LeaseHolder
+    def waiting(self, busy: LeaseBusy) -> None:
+        print(f"Waiting for the lease: {busy}", file=sys.stderr, flush=True)
 
-        holder = LeaseHolder.here(command=self.command)
-        leases = ProjectLeases(self.session, holder, wait=self.lease_wait, on_wait=_waiting)
-        try:
-            async with leases:
-                return await self._apply(saved, leases)
-        finally:
-            await self.session.close()
+    def recovered(self, lines: Collection[str]) -> None:
+        for line in lines:
+            print(f"Recovered: {line}", file=sys.stderr)
 
-    async def _apply(self, saved: dict[str, Any] | None, leases: ProjectLeases) -> int:
-        from sand.apply.lease import leased, same_changes
-        from sand.apply.reconcile import (
-            carry_out,
-            mass_delete_problem,
-            recover_and_plan,
-            settle_unchanged,
-        )
-        from sand.cli.progress import progress_view
-
-        session = self.session
-
-        async def plan() -> Prepared:
-            return await recover_and_plan(
-                session,
-                destroy=self.destroy,
-                allow_data_loss=self.allow_data_loss,
-                targets=self.targets,
-                replace_vms=self.replace_vms,
-                before_replay=leases.for_replay,
-            )
-
-        prepared = await plan()
-        print_recovered(prepared)
-        plan_seen = prepared.plan
-        if saved is not None:
-            from sand.apply.planfile import check_still_valid
-
-            check_still_valid(saved, session, plan_seen)
+    def planned(self, prepared: Prepared) -> None:
         if self.as_json:
             # The stream's first line: the plan about to run (the last: its outcome).
             from sand.cli.progress import write_json_line
 
-            body = {"plan": plan_to_json(plan_seen), "recovered": list(prepared.recovered)}
+            body = {"plan": plan_to_json(prepared.plan), "recovered": list(prepared.recovered)}
             write_json_line(sys.stdout, "plan", body)
         else:
-            sys.stdout.write(render_text(plan_seen, colour=use_colour(sys.stdout)))
-        if not plan_seen.has_changes:
-            outcome = settle_unchanged(session, prepared)
-            if self.as_json:
-                report_outcome(outcome, as_json=True)
-            return self._exit_code(outcome)
-        problem = mass_delete_problem(plan_seen)
-        if problem and not self.allow_mass_delete:
-            raise PlanRefused(problem)
-        if self.ask and not _approved(self.destroy):
-            print("Apply cancelled.")
-            return EXIT_ERROR
-        prepared, again = await leased(leases, prepared, plan)
-        if again:
-            print_recovered(prepared)
-            if saved is not None:
-                from sand.apply.planfile import check_still_valid
+            sys.stdout.write(render_text(prepared.plan, colour=use_colour(sys.stdout)))
 
-                check_still_valid(saved, session, prepared.plan)  # another wrote: stale?
-            if (self.ask or saved is not None) and not same_changes(plan_seen, prepared.plan):
-                # What was approved is not what would run: a person decides again.
-                raise PlanRefused(
-                    "another applier changed the VMs since this plan was made; nothing was "
-                    "done: run sand apply again to see the plan as it is now"
-                )
-            problem = mass_delete_problem(prepared.plan)
-            if problem and not self.allow_mass_delete:
-                raise PlanRefused(problem)
-            if not self.as_json and not same_changes(plan_seen, prepared.plan):
-                print("\nAnother applier changed the VMs meanwhile; the plan now:\n")
-                sys.stdout.write(render_text(prepared.plan, colour=use_colour(sys.stdout)))
-            if not prepared.plan.has_changes:
-                return self._exit_code(settle_unchanged(session, prepared))
+    def replanned(self, approved: Plan, now: Plan) -> None:
+        if not self.as_json and not same_changes(approved, now):
+            print("\nAnother applier changed the VMs meanwhile; the plan now:\n")
+            sys.stdout.write(render_text(now, colour=use_colour(sys.stdout)))
+
+    @contextlib.contextmanager
+    def carrying_out(self) -> Iterator[Hooks]:
+        # here, not at the top: sand apply starts without it
         from sand.cli.inflight import track
 
         with progress_view(self.progress_mode) as view:
-            outcome = await carry_out(
-                session,
-                prepared,
-                parallelism=self.parallelism,
-                hooks=track(view),  # what Ctrl-C will say was left in progress
-                allow_data_loss=self.allow_data_loss,
-            )
-        report_outcome(outcome, self.as_json)
-        return self._exit_code(outcome)
-
-    def _exit_code(self, outcome: ApplyOutcome) -> int:
-        """0 only when everything converged: a failure, an unknown backend or a
-        blocked VM is not."""
-        if not outcome.ok:
-            return EXIT_ERROR
-        parts = outcome.not_converged()
-        if not parts:
-            return EXIT_OK
-        if not self.as_json:
-            print(f"Not converged: {', '.join(parts)}.", file=sys.stderr)
-        return EXIT_ERROR
+            yield track(view)  # what Ctrl-C will say was left in progress
 
 
 def _approved(destroy: bool) -> bool:
+    # here, not at the top: sand apply starts without it
     from sand.cli.confirm import apply_question, confirm
 
     return confirm("\n" + apply_question(destroy))
-
-
-def _waiting(busy: LeaseBusy) -> None:
-    print(f"Waiting for the lease: {busy}", file=sys.stderr, flush=True)
-
-
-def print_recovered(prepared: Prepared) -> None:
-    for line in prepared.recovered:
-        print(f"Recovered: {line}", file=sys.stderr)

@@ -85,7 +85,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from sand.agentstate import report_from_json, session_lines
-    from sand.apply.status import status_report
+    from sand.survey.status import status_report
     from sand.terminal import continued
 
     if args.timeout is not None and not args.deep:
@@ -177,17 +177,17 @@ def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
+    from sand.backends.protocol import Backend, Diagnoses
     from sand.errors import SandError
     from sand.project import open_session
 
     session = open_session(args.manifest, lock=False)
 
-    async def check(backend: Any) -> list[str]:
-        doctor = getattr(backend, "doctor", None)
-        if doctor is None:
+    async def check(backend: Backend) -> list[str]:
+        if not isinstance(backend, Diagnoses):
             return []
         try:
-            return list(await doctor())
+            return list(await backend.doctor())
         except SandError as exc:  # a check that could not even run is a finding too
             return [f"error: {exc}"]
 

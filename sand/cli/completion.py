@@ -1,4 +1,5 @@
-"""``sand completion bash|zsh|fish``: a completion script made from the parser by shtab.
+"""Completion for ``sand completion bash|zsh|fish`` (the script shtab makes from the parser,
+in ``sand.cli.main``): which arguments complete what.
 
 shtab is imported only when this command runs. VM names come from the manifest on
 the command line being completed (``-f FILE``, else ./sand.yaml) through the hidden
@@ -9,7 +10,6 @@ no backend is contacted, and nothing is printed when it cannot be read.
 from __future__ import annotations
 
 import argparse
-import sys
 
 # Functions the bash and zsh completers below call, given words typed so far (so the
 # helper finds the same -f the command will use); shtab puts them in the script's
@@ -67,15 +67,6 @@ def complete_files(*actions: argparse.Action) -> None:
 _MANIFEST_FLAGS = ("-f", "--file", "--manifest")
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
-    import shtab
-
-    from sand.cli.main import build_parser
-
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
-    return 0
-
-
 def manifest_in(words: list[str]) -> str:
     """The manifest a command line names with -f/--file/--manifest (else ./sand.yaml)."""
     found = "sand.yaml"
@@ -91,6 +82,7 @@ def print_vm_names(words: list[str]) -> int:
     """The manifest's VM names, one a line; ``words`` is the command line so far
     (the program's name first). Always exits 0: completion must never print errors
     into the prompt."""
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest import load_manifest
 
     try:

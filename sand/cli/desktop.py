@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 
 from sand.agentstate import state_words
-from sand.apply.notify import Transition
+from sand.loops.notify import Transition
 
 # osascript reads the words as its script's arguments: nothing is parsed as AppleScript.
 _OSASCRIPT = ("on run argv", "display notification (item 2 of argv) with title (item 1 of argv)",

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from sand import defaults
 from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR
 
@@ -66,9 +67,9 @@ def add_apply_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--parallelism",
         type=PARALLELISM,
-        default=10,
+        default=defaults.PARALLELISM,
         metavar="N",
-        help="VMs created or changed at once, 1 to 100 (default 10)",
+        help=f"VMs created or changed at once, 1 to 100 (default {defaults.PARALLELISM})",
     )
     p.add_argument(
         "--allow-mass-delete",

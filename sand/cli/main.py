@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sand import __version__
+from sand.cli.completion import print_vm_names
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
 from sand.cli.flags import resolve_manifest
 from sand.cli.parser import build_parser
 from sand.errors import ManifestError, SandError
+from sand.terminal import continued
 
 __all__ = ["build_parser", "main"]
 
@@ -25,8 +27,6 @@ __all__ = ["build_parser", "main"]
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["__complete-vms"]:  # the shell completion's helper, not a command
-        from sand.cli.completion import print_vm_names
-
         return print_vm_names(words[1:])
     try:
         try:
@@ -60,6 +60,7 @@ def _main(words: list[str]) -> int:
         os.environ["NO_COLOR"] = "1"  # one switch for every place colour is decided
     json_logs = args.log_format == "json"
     if json_logs or args.command not in ("validate", "schema", "completion"):
+        # here, not at the top: sand --help starts without it
         from sand.logs import configure
 
         # A pipeline that asks for JSON logs wants the run's progress in them too.
@@ -96,14 +97,15 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, str]]:
         )
         return EXIT_ERROR, {"error": f"the manifest is invalid ({count})"}
     except SandError as exc:
+        # here, not at the top: sand --help starts without it
         from sand.redaction import redact
-        from sand.terminal import continued
 
         # str(exc) is inert; continued() also keeps a quoted line from starting a line.
         message = redact(str(exc))
         print(f"Error: {continued(message, '  ')}", file=sys.stderr)
         return EXIT_ERROR, {"error": message}
     except KeyboardInterrupt:
+        # here, not at the top: sand --help starts without it
         from sand.cli.inflight import interrupted_message
 
         message = interrupted_message()
@@ -115,10 +117,13 @@ def _handler(command: str) -> Any:
     """The function running ``command``, imported only now (so --help stays cheap)."""
     name = "cmd_" + command.replace("-", "_")
     if command == "completion":
-        from sand.cli import completion
+        return cmd_completion
+    if command == "plan":
+        from sand.cli.plan import cmd_plan  # the engine is not imported to plan
 
-        return completion.cmd_completion
-    if command in ("plan", "apply", "destroy", "reset"):
+        return cmd_plan
+    if command in ("apply", "destroy", "reset"):
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli import apply
 
         return getattr(apply, name)
@@ -126,6 +131,15 @@ def _handler(command: str) -> Any:
         from sand.cli.ui import cmd_ui  # Textual is imported by this command only
 
         return cmd_ui
+    # here, not at the top: sand --help starts without it
     from sand.cli import commands
 
     return getattr(commands, name)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``sand completion SHELL``: the script shtab makes from this parser."""
+    import shtab  # only this command needs it
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return 0

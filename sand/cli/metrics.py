@@ -25,9 +25,9 @@ import time
 from typing import TYPE_CHECKING
 
 from sand.agentstate import AgentReport, counts
-from sand.apply.gitmirror import Revision
-from sand.apply.sync import vm_status
-from sand.apply.unattended import RunResult
+from sand.loops.gitmirror import Revision
+from sand.loops.sync import vm_status
+from sand.loops.unattended import RunResult
 
 if TYPE_CHECKING:
     import threading
@@ -39,9 +39,10 @@ DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 
 class PrometheusMetrics:
-    """A :class:`sand.apply.sync.SyncMetrics` that Prometheus scrapes."""
+    """A :class:`sand.loops.sync.SyncMetrics` that Prometheus scrapes."""
 
     def __init__(self) -> None:
+        # here, not at the top: importing it loads prometheus_client
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -133,6 +134,7 @@ class PrometheusMetrics:
         self.errors.labels(layer=layer).inc()
 
     def serve(self, host: str, port: int) -> None:
+        # here, not at the top: importing it loads prometheus_client
         from prometheus_client import start_http_server
 
         self._server = start_http_server(port, addr=host, registry=self.registry)

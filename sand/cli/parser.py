@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sand import __version__
+from sand import __version__, defaults
 from sand.cli.completion import VM_NAMES, complete_files
 from sand.cli.flags import (
     DEBOUNCE,
@@ -187,16 +187,17 @@ def _add_plan_and_apply(sub: Subcommands) -> None:
     p.add_argument(
         "--interval",
         type=INTERVAL,
-        default=60.0,
+        default=defaults.INTERVAL,
         metavar="S",
-        help="watch: re-observe every S seconds, 0.5 to 86400 (default 60)",
+        help=f"watch: re-observe every S seconds, 0.5 to 86400 (default {defaults.INTERVAL:g})",
     )
     p.add_argument(
         "--debounce",
         type=DEBOUNCE,
-        default=0.5,
+        default=defaults.DEBOUNCE,
         metavar="S",
-        help="watch: seconds a save settles before the re-plan, 0 to 60 (default 0.5)",
+        help="watch: seconds a save settles before the re-plan, 0 to 60 "
+        f"(default {defaults.DEBOUNCE:g})",
     )
 
     p = sub.add_parser(
@@ -254,9 +255,10 @@ def _add_views(sub: Subcommands) -> None:
     p.add_argument(
         "--interval",
         type=INTERVAL,
-        default=30.0,
+        default=defaults.BOARD_INTERVAL,
         metavar="S",
-        help="re-observe every S seconds, 0.5 to 86400 (one listing per backend; default 30)",
+        help="re-observe every S seconds, 0.5 to 86400 (one listing per backend; "
+        f"default {defaults.BOARD_INTERVAL:g})",
     )
     p.add_argument(
         "--watch",

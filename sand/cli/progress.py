@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from sand.apply.events import Hooks, NoHooks, Phase, StepEvent
+from sand.logs import get_logger
 from sand.redaction import redact
 
 # Bumped only when a key is removed or changes meaning (sand/schemas/apply.schema.json).
@@ -150,7 +151,6 @@ class LogView:
     """Each event as a structured log event (``--log-format json`` puts them on stderr)."""
 
     def __init__(self) -> None:
-        from sand.logs import get_logger
 
         self.log = get_logger("sand.progress")
 
@@ -212,7 +212,10 @@ class _LiveView:
             self.live.update(self)
 
     def __rich__(self) -> Any:
+        # here, not at the top: importing it loads rich
         from rich.table import Table
+
+        # here, not at the top: importing it loads rich
         from rich.text import Text
 
         grid = Table.grid(padding=(0, 2))
@@ -239,10 +242,14 @@ class _LiveView:
 
 @contextmanager
 def _live(out: TextIO) -> Iterator[_LiveView]:
+    # here, not at the top: importing it loads rich
     from rich.console import Console
+
+    # here, not at the top: importing it loads rich
     from rich.live import Live
 
-    from sand.cli.apply import use_colour
+    # here, not at the top: sand shell/cp/land/publish starts without it
+    from sand.cli.colour import use_colour
 
     view = _LiveView()
     console = Console(file=out, no_color=not use_colour(out))  # NO_COLOR, --no-color

@@ -1,5 +1,5 @@
 """``sand sync``: the console, the webhook listener and the metrics around
-:class:`sand.apply.sync.Syncer` (which itself prints nothing)."""
+:class:`sand.loops.sync.Syncer` (which itself prints nothing)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from sand import defaults
 from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
@@ -17,9 +18,9 @@ from sand.errors import PlanRefused
 if TYPE_CHECKING:
     import asyncio
 
-    from sand.apply.sync import Syncer
     from sand.cli.hooks import HookServer
     from sand.cli.metrics import PrometheusMetrics
+    from sand.loops.sync import Syncer
 
 
 def add_sync_parser(sub: Any) -> None:
@@ -55,9 +56,9 @@ def add_sync_parser(sub: Any) -> None:
     p.add_argument(
         "--interval",
         type=INTERVAL,
-        default=60.0,
+        default=defaults.INTERVAL,
         metavar="S",
-        help="fetch every S seconds, 0.5 to 86400 (default 60)",
+        help=f"fetch every S seconds, 0.5 to 86400 (default {defaults.INTERVAL:g})",
     )
     p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
     p.add_argument("--listen", metavar="ADDR", help="serve POST /hooks/git on HOST:PORT")
@@ -70,9 +71,10 @@ def add_sync_parser(sub: Any) -> None:
     p.add_argument(
         "--lease-wait",
         type=LEASE_WAIT,
-        default=300.0,
+        default=defaults.UNATTENDED_LEASE_WAIT,
         metavar="S",
-        help="seconds a run waits while another applier holds the project's lease (default 300)",
+        help="seconds a run waits while another applier holds the project's lease "
+        f"(default {defaults.UNATTENDED_LEASE_WAIT:g})",
     )
     p.set_defaults(handler=cmd_sync)
 
@@ -90,6 +92,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _address(flag: str, text: str) -> tuple[str, int]:
+    # here, not at the top: sand --help starts without it
     from sand.cli.hooks import parse_address
 
     try:
@@ -99,7 +102,10 @@ def _address(flag: str, text: str) -> tuple[str, int]:
 
 
 def _secret(path: str) -> bytes:
+    # here, not at the top: sand --help starts without it
     from sand.logs import register_secret
+
+    # here, not at the top: sand --help starts without it
     from sand.state.private import private_file_problem
 
     problem = private_file_problem(Path(path))
@@ -113,17 +119,35 @@ def _secret(path: str) -> bytes:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    # here, not at the top: sand --help starts without it
     import asyncio
 
-    from sand.apply.agentread import AgentReader
-    from sand.apply.gitmirror import GitMirror
-    from sand.apply.notify import Announcer
-    from sand.apply.sync import START, NoMetrics, Syncer, SyncMetrics
-    from sand.apply.unattended import Reconciler
+    # here, not at the top: sand --help starts without it
     from sand.cli.inflight import track
+
+    # here, not at the top: sand --help starts without it
     from sand.cli.progress import progress_view
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.watch import ConsoleReport, _now
+
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.loops.gitmirror import GitMirror
+
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.loops.notify import Announcer
+
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
+
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.loops.unattended import Reconciler
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest.hostsecrets import load_host_secrets
+
+    # here, not at the top: importing it loads the backends
+    from sand.survey.agentread import AgentReader
 
     _check(args)
     hooks_at = _address("--listen", args.listen) if args.listen else None
@@ -134,6 +158,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     metrics: SyncMetrics = NoMetrics()
     prometheus = None
     if metrics_at is not None:
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.metrics import PrometheusMetrics
 
         metrics = prometheus = PrometheusMetrics()
@@ -190,9 +215,13 @@ class _Serving:
         self.prometheus = prometheus
 
     async def run(self, where: str) -> None:
+        # here, not at the top: sand --help starts without it
         import asyncio
+
+        # here, not at the top: sand --help starts without it
         import signal
 
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.watch import _now
 
         args = self.args
@@ -222,7 +251,10 @@ class _Serving:
                 self.prometheus.stop()
 
     def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> HookServer:
+        # here, not at the top: sand --help starts without it
         from sand.cli.hooks import HookServer
+
+        # here, not at the top: importing it loads pydantic and yaml
         from sand.cli.watch import _now
 
         report, metrics = self.syncer.reconciler.report, self.syncer.metrics

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 from sand import activity
 from sand.cli.confirm import confirm
 from sand.cli.waits import shown_while_waiting
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.terminal import one_line
 from sand.verbs.target import Target, connect, resolve
@@ -32,7 +32,7 @@ _REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
 
 
 class UsageError(SandError):
-    layer = "cli"
+    layer = ErrorLayer.CLI
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -53,6 +53,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
             "--raw is for a command (sand shell --raw VM -- CMD); an interactive shell is "
             "your terminal talking to the guest's, byte for byte"
         )
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.shell import tmux_command
 
     with shown_while_waiting(args.vm):
@@ -63,6 +64,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 
 async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> int:
+    # here, not at the top: importing it loads asyncssh and cryptography
     from sand.guest.stream import run_streaming
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
@@ -72,6 +74,7 @@ async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> 
 
 async def pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
     """The endpoint, its host key pinned first (the ssh client only checks pins)."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import KnownHosts, host_key_alias
 
     async with resolve(manifest, vm) as target:
@@ -83,7 +86,10 @@ async def pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
 
 
 def run_ssh(endpoint: GuestEndpoint, *, command: str | None = None, tty: bool = False) -> int:
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import KnownHosts, host_key_alias
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.shell import jump_config, ssh_argv
 
     with tempfile.TemporaryDirectory(prefix="sand-ssh-") as scratch:
@@ -123,7 +129,10 @@ def cmd_cp(args: argparse.Namespace) -> int:
 async def _cp(
     manifest: str, src_vm: str | None, src: str, dst_vm: str | None, dst: str, recursive: bool
 ) -> int:
+    # here, not at the top: importing it loads asyncssh and cryptography
     from sand.guest.sftp import GuestRefused, open_sftp
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.copy import download, upload
 
     def report(line: str) -> None:
@@ -172,10 +181,19 @@ async def land_vm(
 ) -> int:
     """``sand land VM``: the guest's checkouts swept and told to ``out`` (the board of
     ``sand ui`` passes its own), the ledger appended."""
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.guest.runner import SshRunner
+
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import where
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.github import Gh
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.land import land
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.ledger import ledger_path
 
     async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
@@ -194,6 +212,7 @@ async def land_vm(
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.drupal import (
         DrupalSites,
         PublishRefused,
@@ -201,7 +220,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         read_token,
         token_path,
     )
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.forge import GitLab
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.publish import confirm_and_execute
 
     token = read_token(token_path())  # before anything else: no token, no work
@@ -224,8 +247,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab) -> PublishPlan:
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.guest.runner import SshRunner
+
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import where
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.publish import prepare
 
     async with resolve(args.manifest, args.vm) as target:

@@ -113,24 +113,28 @@ def add_verb_parsers(sub: Any) -> None:
 
 
 def _shell(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.verb_commands import cmd_shell
 
     return cmd_shell(args)
 
 
 def _cp(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.verb_commands import cmd_cp
 
     return cmd_cp(args)
 
 
 def _land(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.verb_commands import cmd_land
 
     return cmd_land(args)
 
 
 def _publish(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.verb_commands import cmd_publish
 
     return cmd_publish(args)

@@ -1,4 +1,4 @@
-"""``sand apply --watch``: the console around ``sand.apply.watch.Watcher``."""
+"""``sand apply --watch``: the console around ``sand.loops.watch.Watcher``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import time
 from pathlib import Path
 
 from sand.apply.reconcile import ApplyOutcome
+from sand.cli.desktop import tell_desktop, terminal_bell
+from sand.cli.inflight import track
+from sand.cli.outcome import report_outcome
+from sand.cli.progress import progress_view
+from sand.loops.notify import Announcer
+from sand.loops.watch import Watcher
+from sand.manifest import load_manifest
 from sand.plan import Plan
 from sand.plan.render import render_text
 from sand.terminal import continued
@@ -28,7 +35,6 @@ class ConsoleReport:
         sys.stdout.flush()
 
     def show_outcome(self, outcome: ApplyOutcome) -> None:
-        from sand.cli.outcome import report_outcome
 
         report_outcome(outcome, as_json=False)
         sys.stdout.flush()
@@ -37,13 +43,6 @@ class ConsoleReport:
 def watch(args: argparse.Namespace) -> int:
     """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
     ``sand.cli.main``, which names what was left in progress and exits 130."""
-    from sand.apply.notify import Announcer
-    from sand.apply.watch import Watcher
-    from sand.cli.desktop import tell_desktop, terminal_bell
-    from sand.cli.inflight import track
-    from sand.cli.progress import progress_view
-    from sand.manifest import load_manifest
-
     load_manifest(Path(args.manifest))  # a bad manifest at start is an error, exit 1
     print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
     # Plain lines, not a live view: a watch's runs interleave with its notes.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
@@ -245,7 +245,6 @@ def with_fingerprints(vm: DesiredVM) -> DesiredVM:
 
 
 def _replace(item: T, **changes: object) -> T:
-    from dataclasses import replace
 
     return replace(item, **changes)  # type: ignore[type-var]
 

@@ -155,6 +155,7 @@ class SshRunner:
         TransportError when the connection fails or closes before the command
         reports how it ended; a non-zero exit is a result, not an error.
         """
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         what = step or self.step
@@ -205,6 +206,7 @@ class SshRunner:
         unbounded (for sand's own bundle scripts only, like ``limit=None``), and each
         piece of it is also handed to ``on_output`` as it arrives (progress). A command
         that ends without the marker line returns as it ended."""
+        # here, not at the top: importing it loads asyncssh and cryptography
         import asyncssh
 
         what = step or self.step
@@ -281,6 +283,7 @@ async def _until_line(
 async def _feed(
     proc: asyncssh.SSHClientProcess[bytes], data: bytes | BinaryIO, *, eof: bool = True
 ) -> None:
+    # here, not at the top: importing it loads asyncssh and cryptography
     import asyncssh
 
     # A command that exits without reading all of its stdin is not a failure of

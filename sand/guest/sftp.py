@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import asyncssh
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.fs import Entry, entry_from_mode
 
 CHUNK = 4 << 20
@@ -22,7 +22,7 @@ CHUNK = 4 << 20
 class GuestRefused(SandError):
     """The guest's SFTP server refused a request (no permission, no such directory)."""
 
-    layer = "sftp"
+    layer = ErrorLayer.SFTP
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

@@ -30,7 +30,7 @@ from typing import Any
 import asyncssh
 
 from sand import activity
-from sand.errors import TransportError
+from sand.errors import ErrorLayer, TransportError
 from sand.guest import user_known_hosts
 from sand.guest.endpoint import BOOT_MARK, GuestEndpoint, JumpHost
 from sand.guest.user_known_hosts import known_hosts_name
@@ -209,7 +209,7 @@ async def connect(
                 attempts=None, initial=_BACKOFF_FIRST, cap=_BACKOFF_MAX, deadline=deadline
             ),
             retryable=lambda e: isinstance(e, OSError | asyncssh.Error),  # TimeoutError too
-            layer="ssh",
+            layer=ErrorLayer.SSH,
             reason=_describe,
         )
     except (OSError, asyncssh.Error) as exc:

@@ -10,7 +10,7 @@ reply is NUL-framed with a fixed number of fields per checkout; anything else
 is refused rather than guessed at.
 
 It sits below both of its readers: ``sand land`` (:mod:`sand.verbs.land`)
-shows it, and the unpushed-work guard (:mod:`sand.apply.guard`) reads it
+shows it, and the unpushed-work guard (:mod:`sand.survey.guard`) reads it
 before a VM that may hold a person's work is deleted.
 """
 

@@ -27,6 +27,7 @@ def known_hosts_name(host: str, port: int) -> str:
 
 
 def read(path: str | Path) -> asyncssh.SSHKnownHosts:
+    # here, not at the top: importing it loads asyncssh and cryptography
     import asyncssh
 
     return asyncssh.read_known_hosts(str(Path(path).expanduser()))

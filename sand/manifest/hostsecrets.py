@@ -24,9 +24,9 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from sand.errors import ManifestError, Problem
+from sand.manifest.content import SecretSource
 from sand.manifest.fields import EnvName, Strict
 from sand.manifest.loader import MAX_BYTES, validation_problems
-from sand.manifest.models import SecretSource
 from sand.manifest.yamlmarks import load_marked
 
 HOST_SECRETS = "secrets.yaml"

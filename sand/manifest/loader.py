@@ -11,7 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sand.errors import ManifestError, Problem
-from sand.manifest.backends import CONFIGS
+from sand.manifest import content as c
+from sand.manifest import models as m
+from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.collisions import check_collisions
 from sand.manifest.models import Manifest
 from sand.manifest.references import check_references
@@ -166,8 +168,6 @@ def _allowed_keys(data: Any, path: Path) -> list[str]:
 
 
 def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
-    from sand.manifest import models as m
-    from sand.manifest.backends import SshTarget
 
     table: dict[Path, type[BaseModel]] = {(): m.Manifest, ("defaults",): m.Defaults}
     if path in table:
@@ -180,11 +180,11 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
     if head == ("vms",) and len(path) == 4 and path[2] == "ports":
         return m.Port
     if head == ("repos",) and len(path) == 2:
-        return m.Repo
+        return c.Repo
     if head == ("secrets",) and len(path) == 2:
-        return m.Secret
+        return c.Secret
     if head == ("secrets",) and len(path) == 3:
-        return m.SecretSource
+        return c.SecretSource
     if head == ("backends",) and len(path) >= 2:
         node = data.get("backends", {}).get(path[1]) if isinstance(data, dict) else None
         kind = node.get("type") if isinstance(node, dict) else None

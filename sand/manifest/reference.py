@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sand.manifest import content as c
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.notify import Notify, Webhook
@@ -25,17 +26,17 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ),
     ("`backends.<name>.ssh`", SshTarget, "A remote Lima host."),
     ("`defaults`", m.Defaults, "Values every VM takes unless it sets its own."),
-    ("`secrets.<NAME>`", m.Secret, "A named secret; the name is its default variable name."),
-    ("`secrets.<NAME>.from`", m.SecretSource, "Exactly one source; values never live here."),
-    ("`repos.<name>`", m.Repo, "A repository cloned into VMs that list it."),
+    ("`secrets.<NAME>`", c.Secret, "A named secret; the name is its default variable name."),
+    ("`secrets.<NAME>.from`", c.SecretSource, "Exactly one source; values never live here."),
+    ("`repos.<name>`", c.Repo, "A repository cloned into VMs that list it."),
     (
         "`images.<name>`",
-        m.GoldenImage,
+        c.GoldenImage,
         "A golden image: provisioned once into a base per backend that uses it; VMs "
         "naming it as their `image` are created from that base ([golden images]"
         "(provisioning.md#golden-images)).",
     ),
-    ("`images.<name>.steps[]`", m.ImageStep, "A step of your own the base runs."),
+    ("`images.<name>.steps[]`", c.ImageStep, "A step of your own the base runs."),
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),

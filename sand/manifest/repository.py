@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sand.errors import Problem
+from sand.manifest.content import SecretSource
 from sand.manifest.hostsecrets import host_secrets_file
 from sand.manifest.loader import LoadedManifest
-from sand.manifest.models import SecretSource
 
 # A backend's host files, by where they sit in its config: read on the sync host, and
 # a token file is presented to whichever host the manifest names.

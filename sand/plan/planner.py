@@ -23,6 +23,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
 from sand.backends.capabilities import Capabilities, Mutability
@@ -312,7 +313,6 @@ def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:
 
 
 def _report_only(change: VMChange) -> VMChange:
-    from dataclasses import replace
 
     return replace(
         change,

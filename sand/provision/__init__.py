@@ -32,6 +32,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__ and name != "bundle_digest":
+        # here, not at the top: importing it loads asyncssh, pydantic, rich and yaml
         from sand.provision import provisioner
 
         return getattr(provisioner, name)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.guest.runner import RunResult, SshRunner
 from sand.guest.ssh import connect, where
@@ -95,7 +95,7 @@ done
 class PreserveError(SandError):
     """Preserved paths could not be carried over, or arrived different."""
 
-    layer = "preserve"
+    layer = ErrorLayer.PRESERVE
 
 
 @dataclass(frozen=True)

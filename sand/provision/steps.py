@@ -27,19 +27,22 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 from typing import get_args
-from urllib.parse import urlsplit
 
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
-from sand.errors import SandError
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import (
-    home_path_problem,
-    normalise_home_path,
     package_problem,
-    repo_url_problem,
 )
 from sand.provision.bundle import GUEST_DIR, Bundle
+from sand.provision.checks import (
+    ProvisionSpecError,
+    check_url,
+    check_user,
+    credential_context,
+    guest_path,
+    slug,
+)
 from sand.refname import branch_problem
 
 AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
@@ -61,16 +64,8 @@ BASE_PACKAGES = (
     "tzdata",
 )
 
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IMAGE_STEP = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-_CONTEXT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
-
-
-class ProvisionSpecError(SandError):
-    """A VM's guest spec cannot be provisioned as written (checked before any SSH)."""
-
-    layer = "provision"
 
 
 DISK, TMPFS, NONE = "disk", "tmpfs", "none"  # where a step's ledger record lives
@@ -143,58 +138,6 @@ def fields(*records: Sequence[str]) -> bytes:
                 raise ProvisionSpecError("a provisioning value contains a NUL character")
             out += value.encode() + b"\x00"
     return bytes(out)
-
-
-# --- validation -------------------------------------------------------------------
-
-
-def check_user(user: str) -> str:
-    if not _USER.match(user):
-        raise ProvisionSpecError(f"user {user!r} is not a valid Linux user name")
-    return user
-
-
-def guest_path(path: str, what: str) -> str:
-    """A normalised '~' or '~/…' path made only of safe segments.
-
-    The manifest refuses anything else at validate time; this is the same rule
-    again for specs that reach provisioning another way. The guest script
-    checks once more that the resolved path is inside the user's home.
-    """
-    problem = home_path_problem(path)
-    if problem:
-        raise ProvisionSpecError(f"{what}: {problem}")
-    return normalise_home_path(path)
-
-
-def slug(path: str) -> str:
-    """A file name for a guest path: readable, and unique by a hash of the path."""
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", path.removeprefix("~/").strip("/~")) or "home"
-    return f"{tail[-40:].strip('-.') or 'p'}-{hashlib.sha256(path.encode()).hexdigest()[:10]}"
-
-
-def credential_context(url: str, repo: str) -> str:
-    """scheme://host[:port] of an HTTP(S) clone URL, refusing embedded credentials."""
-    parts = urlsplit(url)
-    if parts.password is not None or parts.username is not None:
-        raise ProvisionSpecError(
-            f"repo {repo!r}: the URL carries credentials; put the token in a secret and name "
-            "it in the repo's 'token'"
-        )
-    context = f"{parts.scheme}://{parts.netloc}"
-    if not _CONTEXT.match(context):
-        raise ProvisionSpecError(
-            f"repo {repo!r}: a token is only used over http(s); {url!r} is not an http(s) URL"
-        )
-    return context
-
-
-def check_url(url: str, repo: str) -> str:
-    problem = repo_url_problem(url)
-    if problem:
-        # The problem never quotes a URL that carries credentials.
-        raise ProvisionSpecError(f"repo {repo!r}: {problem}")
-    return url
 
 
 # --- the steps ----------------------------------------------------------------------

@@ -21,8 +21,9 @@ from typing import NoReturn
 from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
 from sand.logs import register_secret
+from sand.manifest.content import SecretSource
 from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
-from sand.manifest.models import Manifest, SecretSource
+from sand.manifest.models import Manifest
 from sand.state.private import private_file_problem
 
 COMMAND_TIMEOUT = 30.0

@@ -18,6 +18,7 @@ def state_root() -> Path:
     if override:
         root = Path(override)
     else:
+        # here, not at the top: importing it loads platformdirs
         from platformdirs import user_state_dir
 
         root = Path(user_state_dir("sand", appauthor=False))

@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from sand.errors import GuestCommandError, SandError
+from sand.errors import ErrorLayer, GuestCommandError, SandError
 from sand.guest.runner import EXPAND, GuestRunner, failed, guest_path_arg
 from sand.refname import is_object_id
 from sand.terminal import one_line
@@ -34,7 +34,7 @@ _FILE, _EXEC, _LINK, _GITLINK = "100644", "100755", "120000", "160000"
 class ChangeSetError(SandError):
     """The guest's commits cannot be published as they are (nothing was sent)."""
 
-    layer = "publish"
+    layer = ErrorLayer.PUBLISH
 
 
 @dataclass(frozen=True)

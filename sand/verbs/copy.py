@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.fs import Entry, GuestFS, entry_from_mode
 from sand.terminal import one_line
 
@@ -34,7 +34,7 @@ Report = Callable[[str], None]
 
 
 class CopyRefused(SandError):
-    layer = "cp"
+    layer = ErrorLayer.CP
 
 
 @dataclass

@@ -18,7 +18,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
+from sand.redaction import register_secret
 from sand.state.private import private_file_problem
 from sand.terminal import one_line
 from sand.verbs.forge import USER_AGENT, ForgeError, http_open
@@ -31,7 +32,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_.\-]{16,255}$")
 
 
 class PublishRefused(SandError):
-    layer = "publish"
+    layer = ErrorLayer.PUBLISH
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,6 @@ def read_token(path: Path) -> str:
         raise PublishRefused(f"the drupal.org token {path} cannot be read") from None
     if not _TOKEN.match(token):
         raise PublishRefused(f"the drupal.org token {path} does not hold a token")
-    from sand.redaction import register_secret
 
     register_secret(token)
     return token

@@ -17,7 +17,7 @@ from email.message import Message
 from typing import IO, Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.terminal import one_line
 
 MAX_RESPONSE = 8 << 20
@@ -25,7 +25,7 @@ USER_AGENT = "sand-publish/1"
 
 
 class ForgeError(SandError):
-    layer = "forge"
+    layer = ErrorLayer.FORGE
 
 
 class DrupalOrgRefused(ForgeError):

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.remotes import Repo
 from sand.terminal import one_line, visible
 
@@ -30,7 +30,7 @@ _PR_URL = re.compile(r"^https://github\.com/([^/\s]+/[^/\s]+)/pull/([1-9][0-9]{0
 class GhError(SandError):
     """The workstation's gh is missing, not logged in, or refused a request."""
 
-    layer = "gh"
+    layer = ErrorLayer.GH
 
 
 @dataclass(frozen=True)

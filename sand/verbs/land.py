@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.runner import GuestRunner
 from sand.guest.sweep import Checkout, Sweep, sweep
 from sand.terminal import one_line
@@ -28,7 +28,7 @@ Opener = Callable[[str], bool]
 
 
 class LandRefused(SandError):
-    layer = "land"
+    layer = ErrorLayer.LAND
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ SCHEMA = 1
 
 
 def ledger_path(project: str) -> Path:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.state.paths import project_dir
 
     return project_dir(project) / LEDGER_FILE

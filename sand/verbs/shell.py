@@ -21,7 +21,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from sand.errors import SandError, TransportError
+from sand.errors import ErrorLayer, SandError, TransportError
 from sand.guest.endpoint import GuestEndpoint, JumpHost
 
 JUMP_ALIAS = "sand-jump"
@@ -56,7 +56,7 @@ exec tmux new-session -A -s "$s"
 
 
 class ShellRefused(SandError):
-    layer = "shell"
+    layer = ErrorLayer.SHELL
 
 
 def session_name(vm: str) -> str:

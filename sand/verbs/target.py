@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sand.desired import DesiredVM
-from sand.errors import BackendError, SandError
+from sand.errors import BackendError, ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Ownership
 from sand.project import observe_all, open_session
@@ -25,7 +25,7 @@ CONNECT_DEADLINE = 30.0
 
 
 class VMNotReachable(SandError):
-    layer = "verbs"
+    layer = ErrorLayer.VERBS
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ async def resolve(manifest: str, name: str) -> AsyncIterator[Target]:
 @contextlib.asynccontextmanager
 async def connect(endpoint: GuestEndpoint) -> AsyncIterator[Connection]:
     """The guest connection for a verb: sand's transport, with a person's deadline."""
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import connect as guest_connect
 
     async with guest_connect(endpoint, deadline=CONNECT_DEADLINE) as conn:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sand.apply.guard import _covered
+from sand.survey.guard import _covered
 from tests.cli.helpers import Sand
 
 

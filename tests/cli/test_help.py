@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from sand.apply.gitmirror import GitMirror
 from sand.cli.main import build_parser
 from sand.errors import SandError
+from sand.loops.gitmirror import GitMirror
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.render import render_text

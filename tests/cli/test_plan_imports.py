@@ -1,6 +1,7 @@
 """Each command starts only what it uses, read off the modules its process imports
-(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process): ``sand plan``
-holds neither the execution engine nor the terminal UI (Textual, the board) nor
+(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` of the process): ``sand plan`` and
+``sand status`` read the world through ``sand.survey`` and hold neither the engine that
+carries a plan out (``sand.apply``), the loops, the terminal UI (Textual, the board) nor
 rich (structlog would import its traceback and pretty-printer); ``sand --version``
 and ``sand validate`` hold no backend, HTTP client or logging; the Proxmox backend
 imports its HTTP client (requests, proxmoxer) only when it sends a request."""
@@ -16,7 +17,7 @@ from tests.cli.helpers import Sand
 
 # rich itself is looked for (and refused) while structlog loads: its parts must not load.
 RICH = ("rich.console", "rich.traceback", "rich.pretty")
-NOT_FOR_A_PLAN = ("sand.apply.engine", "sand.apply.replace", "textual", "sand.cli.ui", *RICH)
+NOT_FOR_A_PLAN = ("sand.apply", "sand.loops", "textual", "sand.cli.ui", *RICH)
 CLIENTS = ("requests", "proxmoxer", "urllib3", "asyncssh")
 NOT_TO_VALIDATE = (*CLIENTS, *NOT_FOR_A_PLAN, "sand.backends", "sand.apply", "structlog")
 # --version needs no manifest either: no pydantic models are built, no YAML is read.
@@ -43,11 +44,16 @@ def sand(tmp_path, fakepve_server):
     return s
 
 
-def test_a_plan_process_imports_neither_the_engine_nor_the_ui(sand: Sand) -> None:
-    proc = sand.run("plan", "--detailed-exitcode", env={"PYTHONPROFILEIMPORTTIME": "1"})
-    assert proc.returncode == 2, proc.stderr[-2000:]
+@pytest.mark.parametrize(
+    ("command", "code"), [(("plan", "--detailed-exitcode"), 2), (("status",), 0)]
+)
+def test_a_plan_or_status_process_imports_neither_the_engine_nor_the_ui(
+    sand: Sand, command: tuple[str, ...], code: int
+) -> None:
+    proc = sand.run(*command, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == code, proc.stderr[-2000:]
     modules = imported(proc.stderr)
-    assert "sand.plan" in modules  # the list is read right
+    assert "sand.survey" in modules  # the list is read right
     assert among(modules, NOT_FOR_A_PLAN) == []
 
 

@@ -213,7 +213,7 @@ def test_the_git_token_reaches_git_in_no_argv_and_a_url_with_one_is_refused(
     import asyncio
     import threading
 
-    from sand.apply.gitmirror import GitMirror
+    from sand.loops.gitmirror import GitMirror
 
     monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
     repo = Repo(git, "fleet", {"apiVersion": "sand/v1"})

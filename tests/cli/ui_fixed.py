@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from sand.apply.reconcile import ApplyOutcome
-from sand.apply.status import status_from
 from sand.backends.lima.backend import CAPABILITIES
 from sand.cli.ui.fleet import Ask, Fleet, Snapshot
 from sand.desired import build_desired
@@ -19,6 +18,7 @@ from sand.manifest import load_manifest
 from sand.observed import Marker, Observation, ObservedVM, Ownership
 from sand.plan import make_plan
 from sand.plan.model import Plan
+from sand.survey.status import status_from
 
 MANIFEST = """\
 apiVersion: sand/v1

@@ -164,7 +164,7 @@ def test_hung_guests_are_reported_in_parallel_and_only_when_asked(
 
 def test_the_check_script_answers_each_check_and_reads_no_value(netns_guest) -> None:
     """HEALTH_SCRIPT itself, in a guest, as its user: one answer per check, in order."""
-    from sand.apply.health import HEALTH_SCRIPT
+    from sand.survey.health import HEALTH_SCRIPT
 
     guest = netns_guest()
     root = f"/run/user/{guest.uid}/sand"

@@ -267,6 +267,7 @@ class FakePveRig:
         """A VM as sand leaves it converged for ``vm`` (marker in tags and description),
         sized as ``vm`` asks. ``identity`` other than vmid makes a copied marker."""
         from sand.backends.proxmox import marker as mk
+        from sand.backends.proxmox import units
         from sand.observed import Marker
 
         marker = Marker(
@@ -278,7 +279,7 @@ class FakePveRig:
             vm.image,
         )
         kwargs.setdefault("cores", vm.cpus)
-        kwargs.setdefault("memory_mib", mk.memory_mib(vm.memory))
+        kwargs.setdefault("memory_mib", units.memory_mib(vm.memory))
         kwargs.setdefault("disk", vm.disk)
         kwargs.setdefault("status", "running" if vm.state == "running" else "stopped")
         kwargs.setdefault("protection", vm.protect)

@@ -8,17 +8,15 @@ import shlex
 import pytest
 
 from sand.provision.bundle import Bundle
+from sand.provision.checks import ProvisionSpecError, guest_path, slug
 from sand.provision.steps import (
     CHECK_SECRETS,
-    ProvisionSpecError,
     check_secrets_step,
-    guest_path,
     machine_content,
     machine_steps,
     provision_steps,
     repos_step,
     secrets_step,
-    slug,
 )
 from tests.provision.helpers import make_vm, repo, secret
 

@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from sand.apply.health import Target, check_health, guest_checks
 from sand.cli.main import main
 from sand.desired import DesiredVM
 from sand.provision.steps import secret_files
+from sand.survey.health import Target, check_health, guest_checks
 from tests.unit.helpers import desired, observed_from
 
 MANIFEST = """\

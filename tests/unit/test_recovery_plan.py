@@ -6,11 +6,11 @@ import json
 from dataclasses import replace
 
 from sand.apply.reconcile import mass_delete_problem
-from sand.apply.recovery import fold_recovery
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.observed import Observation, Ownership
 from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
+from sand.survey.recovered import fold_recovery
 from tests.unit.helpers import POLICIES, converged, desired, observed_from, stale_marker
 
 

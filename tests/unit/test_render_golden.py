@@ -72,7 +72,7 @@ def test_the_json_plan_keeps_its_words():
 
 
 def test_the_json_status_keeps_its_words():
-    from sand.apply.status import StatusReport, _row
+    from sand.survey.status import StatusReport, _row
 
     plan = every_kind_of_change()
     from sand.backends.lease import HELD, LeaseHolder, LeaseRecord

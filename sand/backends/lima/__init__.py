@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sand.backends.lima.backend import FIELD_POLICY, LimaBackend
-from sand.backends.lima.runner import HostRunner, LocalRunner, RemoteRunner, RemoteTarget
+from sand.backends.lima.backend import LimaBackend
+from sand.backends.lima.lifecycle import FIELD_POLICY
+from sand.backends.lima.remote import RemoteRunner, RemoteTarget
+from sand.backends.lima.runner import HostRunner, LocalRunner
 from sand.backends.protocol import Backend
 from sand.errors import BackendError
 from sand.guest.endpoint import JumpHost

@@ -11,18 +11,18 @@ Every mutating limactl call is journalled first.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.capabilities import Capabilities
+from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import bases, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
 from sand.backends.lima.context import Ctx
-from sand.backends.lima.doctor import DoctorReport
 from sand.backends.lima.doctor import doctor as run_doctor
 from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount
@@ -40,19 +40,8 @@ from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
 
-FIELD_POLICY: Mapping[str, Mutability] = {
-    "image": Mutability.REPLACE,
-    "cpus": Mutability.RESTART,
-    "memory": Mutability.RESTART,
-    "disk": Mutability.GROW_ONLY,
-    "ports": Mutability.RESTART,
-    "state": Mutability.IN_PLACE,
-    "protect": Mutability.IN_PLACE,
-}
-
-
 # Instance names are unique on a Lima host (a directory each).
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, unique_names=True)
+CAPABILITIES = Capabilities(field_policy=lifecycle.FIELD_POLICY, unique_names=True)
 
 
 class LimaBackend:
@@ -179,4 +168,4 @@ class LimaBackend:
 
 def describe_policy() -> str:
     """The update-vs-replace table, for docs and ``sand explain``."""
-    return json.dumps({k: v.value for k, v in FIELD_POLICY.items()}, indent=2)
+    return json.dumps({k: v.value for k, v in lifecycle.FIELD_POLICY.items()}, indent=2)

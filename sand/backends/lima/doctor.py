@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import MIN_VERSION, version_tuple
-from sand.backends.lima.runner import HostRunner, RemoteRunner
+from sand.backends.lima.remote import RemoteRunner
+from sand.backends.lima.runner import HostRunner
 from sand.errors import SandError
 
 TIMEOUT = 60.0
@@ -61,43 +61,13 @@ printf 'version %s\n' "$v"
 """
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning" | "ok"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.message}"
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    """Like the Proxmox report: iterating yields the problems only, as text."""
-
-    backend: str
-    findings: tuple[Finding, ...]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([str(f) for f in self.findings if f.severity != "ok"])
-
-    def __len__(self) -> int:
-        return sum(1 for f in self.findings if f.severity != "ok")
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    def lines(self) -> list[str]:
-        return [f"lima {self.backend}: {f}" for f in self.findings]
-
-
 async def doctor(ctx: Ctx) -> DoctorReport:
     runner, limactl = ctx.runner, ctx.limactl
     if isinstance(runner, RemoteRunner):
         findings = await _remote(runner, limactl)
     else:
         findings = await _local(runner, limactl)
-    return DoctorReport(ctx.name, tuple(findings))
+    return DoctorReport(ctx.name, tuple(findings), "lima")
 
 
 # --- this machine -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from sand.desired import DesiredVM
 from sand.errors import BackendError
 from sand.guest.endpoint import BOOT_MARK, GuestEndpoint
 from sand.observed import ObservedVM
+from sand.state.paths import project_dir
 from sand.state.private import write_private_file
 
 
@@ -73,8 +74,6 @@ async def local_key(ctx: Ctx, remote_path: str) -> str:
         raise vmops.error(ctx, res, f"read the Lima identity {remote_path}")
     key_dir = ctx.key_dir
     if key_dir is None:
-        from sand.state.paths import project_dir
-
         key_dir = project_dir(ctx.project) / "lima-keys"
     tag = hashlib.sha256(f"{ctx.runner.where}\0{remote_path}".encode()).hexdigest()[:12]
     path = key_dir / f"{ctx.name}-{tag}"

@@ -5,8 +5,9 @@ journals its intent before the first limactl call."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.lima import limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
@@ -15,8 +16,21 @@ from sand.errors import BackendError
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry
 
-# Changed by ``limactl edit`` (the instance must be stopped for it).
-CONFIG_FIELDS = frozenset({"cpus", "memory", "disk", "ports"})
+# Which fields change in place, need a restart or force replacement: what planning
+# reads (``Capabilities``), and what this module's update path follows.
+FIELD_POLICY: Mapping[str, Mutability] = {
+    "image": Mutability.REPLACE,
+    "cpus": Mutability.RESTART,
+    "memory": Mutability.RESTART,
+    "disk": Mutability.GROW_ONLY,
+    "ports": Mutability.RESTART,
+    "state": Mutability.IN_PLACE,
+    "protect": Mutability.IN_PLACE,
+}
+
+# Changed by ``limactl edit`` (the instance must be stopped for it): what needs a
+# restart, and the disk, which grows only.
+CONFIG_FIELDS = frozenset(fields_with(FIELD_POLICY, Mutability.RESTART, Mutability.GROW_ONLY))
 
 
 async def update(

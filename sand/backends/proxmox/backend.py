@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.capabilities import Capabilities
+from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.protocol import (
     BaseProvisioner,
@@ -18,9 +19,9 @@ from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.doctor import DoctorReport
 from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.backends.proxmox.lease import ProxmoxLease, read_lease
+from sand.backends.proxmox.lifecycle import FIELD_POLICY
 from sand.backends.proxmox.template import TemplateResult, build
 from sand.backends.proxmox.template_request import make_request
 from sand.desired import DesiredVM
@@ -28,18 +29,6 @@ from sand.desired.spec import DesiredBase
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
-
-FIELD_POLICY: Mapping[str, Mutability] = {
-    "image": Mutability.REPLACE,
-    "node": Mutability.REPLACE,
-    "cpus": Mutability.RESTART,
-    "cpu": Mutability.RESTART,  # the CPU type: QEMU's -cpu is fixed at start
-    "memory": Mutability.RESTART,
-    "disk": Mutability.GROW_ONLY,
-    "state": Mutability.IN_PLACE,
-    "protect": Mutability.IN_PLACE,
-}
-
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
 CAPABILITIES = Capabilities(field_policy=FIELD_POLICY)

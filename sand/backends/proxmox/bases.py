@@ -30,10 +30,10 @@ from sand.backends.proxmox import guest, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import ID_ATTEMPTS
 from sand.backends.proxmox.context import Ctx, in_pool
-from sand.backends.proxmox.create import find_template, parse_image, pick_node, read_pubkey
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.golden_seen import BASE_NAME_PREFIX, built_here
 from sand.backends.proxmox.observe import Row, listing, read_config
+from sand.backends.proxmox.sources import find_template, parse_image, pick_node, read_pubkey
 from sand.desired.spec import DesiredBase
 from sand.errors import SandError
 from sand.observed import ObservedBase, ObservedVM, Ownership

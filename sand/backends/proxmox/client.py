@@ -21,8 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from sand import activity
-from sand.backends.proxmox.errors import ErrorKind, ProxmoxError, classify_answer, classify_task
+from sand.backends.proxmox.errors import (
+    ErrorKind,
+    ProxmoxError,
+    classify_answer,
+    classify_task,
+    refused_connection,
+    retry_reason,
+    shortened,
+)
 from sand.backends.proxmox.token import ApiToken, read_token
+from sand.errors import ErrorLayer
 from sand.logs import get_logger
 from sand.manifest.values import hostname_problem
 from sand.retrying import Backoff, retry_async
@@ -183,14 +192,14 @@ class PveClient:
         except requests.exceptions.SSLError as e:
             self._fail(
                 what,
-                f"TLS verification failed for https://{self.host}:{self.port} ({_short(e)}); "
+                f"TLS verification failed for https://{self.host}:{self.port} ({shortened(e)}); "
                 "set ca_file to the cluster's CA certificate",
                 kind=ErrorKind.UNREACHABLE,
                 transient=False,
             )
         except requests.exceptions.ConnectionError as e:
-            if not _refused(e):
-                self._fail(what, f"{type(e).__name__}: {_short(e)}", **_UNREACHABLE)
+            if not refused_connection(e):
+                self._fail(what, f"{type(e).__name__}: {shortened(e)}", **_UNREACHABLE)
             # Nothing listens there. Before PVE ever answered this run it is the address
             # that is wrong, and retrying it cost a plan 12 s for nothing; after, it is
             # pveproxy restarting, which passes.
@@ -206,15 +215,18 @@ class PveClient:
             requests.exceptions.Timeout,
             requests.exceptions.ChunkedEncodingError,
         ) as e:
-            self._fail(what, f"{type(e).__name__}: {_short(e)}", **_UNREACHABLE)
+            self._fail(what, f"{type(e).__name__}: {shortened(e)}", **_UNREACHABLE)
         except ValueError as e:  # a reply that is not JSON
             self._fail(
-                what, f"unreadable answer: {_short(e)}", kind=ErrorKind.UNREACHABLE, transient=True
+                what,
+                f"unreadable answer: {shortened(e)}",
+                kind=ErrorKind.UNREACHABLE,
+                transient=True,
             )
         except OSError as e:  # requests raises a bare OSError for a missing CA bundle
             self._fail(
                 what,
-                f"cannot connect to https://{self.host}:{self.port}: {_short(e)}",
+                f"cannot connect to https://{self.host}:{self.port}: {shortened(e)}",
                 kind=ErrorKind.UNREACHABLE,
                 transient=False,
             )
@@ -249,8 +261,8 @@ class PveClient:
                 once,
                 backoff=backoff,
                 retryable=lambda e: isinstance(e, ProxmoxError) and e.transient,
-                layer="proxmox",
-                reason=_retry_reason,
+                layer=ErrorLayer.PROXMOX,
+                reason=retry_reason,
             )
         except ProxmoxError as e:
             if not (e.transient and sent > 1):
@@ -375,35 +387,4 @@ def _form(value: Any) -> Any:
     return value
 
 
-def _retry_reason(e: BaseException) -> str:
-    """A failed request in a few words: "PVE 503", "PVE unreachable"."""
-    if not isinstance(e, ProxmoxError):
-        return type(e).__name__
-    if e.status:
-        return f"PVE {e.status}"
-    return "PVE unreachable" if e.kind is ErrorKind.UNREACHABLE else f"PVE {e.kind.value}"
-
-
 _UNREACHABLE: dict[str, Any] = {"kind": ErrorKind.UNREACHABLE, "transient": True}
-
-
-def _refused(e: BaseException) -> bool:
-    """Whether a connection error is, underneath requests' and urllib3's wrappers, a
-    refused connection (an RST: no process listens at that address)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [e]
-    while todo:
-        cause = todo.pop()
-        if cause is None or id(cause) in seen:
-            continue
-        seen.add(id(cause))
-        if isinstance(cause, ConnectionRefusedError):
-            return True
-        todo += [cause.__cause__, cause.__context__, getattr(cause, "reason", None)]
-        todo += [a for a in cause.args if isinstance(a, BaseException)]
-    return False
-
-
-def _short(e: BaseException) -> str:
-    text = str(e)
-    return text if len(text) <= 300 else text[:300] + "..."

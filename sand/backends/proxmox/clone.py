@@ -19,6 +19,7 @@ from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, read_config
 from sand.desired import DesiredVM
+from sand.errors import ErrorLayer
 from sand.observed import Marker
 from sand.retrying import retry_async
 from sand.state.journal import Journal, JournalEntry
@@ -184,7 +185,7 @@ async def _clone_task(
         clone,
         backoff=replace(ctx.client.retry, attempts=CLONE_ATTEMPTS),
         retryable=lock_contention,
-        layer="proxmox",
+        layer=ErrorLayer.PROXMOX,
         reason=lambda e: "clone task failed (storage lock)",
     )
 

@@ -17,11 +17,11 @@ import re
 import time
 import urllib.parse
 import weakref
-from pathlib import Path
 from typing import Any
 
-from sand.backends.proxmox import locality, vmops
+from sand.backends.proxmox import locality, units, vmops
 from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox.bases import ready_base
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -34,6 +34,7 @@ from sand.backends.proxmox.observe import (
     template_config,
 )
 from sand.backends.proxmox.pending import cpu_type_of
+from sand.backends.proxmox.sources import find_template, parse_image, pick_node, read_pubkey
 from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership
 from sand.state.journal import Journal, JournalEntry
@@ -47,84 +48,6 @@ def _entry_lock(ctx: Ctx, name: str) -> asyncio.Lock:
     locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
     key = (ctx.config.host, str(ctx.config.port), ctx.project, name)
     return locks.setdefault(key, asyncio.Lock())
-
-
-def parse_image(image: str, default_storage: str) -> tuple[str, str]:
-    """``template:<vmid-or-name>@<storage>`` as (template, storage)."""
-    ref = image[len("template:") :] if image.startswith("template:") else image
-    if "@" in ref:
-        ref, _, storage = ref.rpartition("@")
-        return ref, storage or default_storage
-    return ref, default_storage
-
-
-def find_template(ctx: Ctx, rows: list[Row], ref: str, node: str) -> Row:
-    if ref.isdigit():
-        found = [r for r in rows if str(r["vmid"]) == ref]
-        if found and not found[0].get("template"):
-            raise ProxmoxError(ctx.name, f"VM {ref} is not a template; sand clones templates only")
-    else:
-        found = [r for r in rows if r.get("name") == ref and r.get("template")]
-    if not found:
-        raise ProxmoxError(
-            ctx.name,
-            f"template {ref!r} not found on the cluster (or the token lacks VM.Audit on it)",
-        )
-    # A copy on the target node first, then any whose node is up (status "unknown":
-    # its node is offline, and a clone runs where its source lives).
-    found.sort(key=lambda r: (r.get("status") == "unknown", r.get("node") != node, int(r["vmid"])))
-    if found[0].get("status") == "unknown":
-        raise ProxmoxError(
-            ctx.name,
-            f"template {ref!r} is on node {found[0].get('node')}, which is offline",
-            transient=True,
-        )
-    return found[0]
-
-
-async def pick_node(ctx: Ctx, vm: DesiredVM | None) -> str:
-    """vm.node, the only placement node, or the online one with most free memory."""
-    candidates = [vm.node] if vm is not None and vm.node else ctx.config.placement_nodes
-    if len(candidates) == 1:
-        return candidates[0]
-    free: dict[str, int] = {}
-    for row in await ctx.client.get("nodes") or []:
-        name = str(row.get("node"))
-        if name in candidates and row.get("status", "online") == "online":
-            free[name] = (
-                int(row.get("maxmem") or 0) - int(row.get("mem") or 0) - ctx.reserved.get(name, 0)
-            )
-    if not free:
-        raise ProxmoxError(
-            ctx.name, f"none of the placement nodes ({', '.join(candidates)}) is online"
-        )
-    return max(sorted(free), key=lambda n: free[n])
-
-
-def read_pubkey_path(ctx: Ctx) -> Path:
-    return ctx.identity.with_name(ctx.identity.name + ".pub")
-
-
-def identity_problem(ctx: Ctx) -> str | None:
-    """The key pair a new VM is reached with: cloud-init installs the public half, sand
-    logs in with the private one. Checked before anything is made (or a lease taken)."""
-    for path, what in ((ctx.identity, "private key"), (read_pubkey_path(ctx), "public key")):
-        if not path.is_file():
-            return f"identity: the {what} {path} does not exist"
-    return None
-
-
-def read_pubkey(ctx: Ctx) -> str:
-    pub = read_pubkey_path(ctx)
-    try:
-        key = pub.read_text(encoding="utf-8").strip()
-    except OSError:
-        raise ProxmoxError(
-            ctx.name, f"public key {pub} of identity {ctx.identity} not found (cloud-init needs it)"
-        ) from None
-    if not key.startswith(("ssh-", "ecdsa-", "sk-")):
-        raise ProxmoxError(ctx.name, f"{pub} does not look like an OpenSSH public key")
-    return key
 
 
 async def find_own(ctx: Ctx, rows: list[Row], vm: DesiredVM) -> list[ObservedVM]:
@@ -183,8 +106,6 @@ async def create(
         node = await pick_node(ctx, vm)
         base = ""
         if from_base:
-            from sand.backends.proxmox.bases import ready_base
-
             assert vm.base is not None
             # A base this very run built is in the rows: its build added it.
             found = ready_base(ctx, rows, vm.base.fingerprint)
@@ -339,7 +260,7 @@ async def _setup(
     row = vmops.row_of(node, vmid, {"status": "running", "name": vm.name}, config)
     row.update(
         maxcpu=vm.cpus,
-        maxmem=mk.memory_mib(vm.memory) * mk.MIB,
+        maxmem=units.memory_mib(vm.memory) * units.MIB,
         maxdisk=size,
         pool=ctx.config.pool,
     )
@@ -373,7 +294,7 @@ def _base_config(
         "sockets": 1,
         # The template's CPU type is not kept: kvm64 (PVE's default) livelocks agents.
         "cpu": vm.cpu,
-        "memory": mk.memory_mib(vm.memory),
+        "memory": units.memory_mib(vm.memory),
         "ciuser": vm.user,
         "sshkeys": urllib.parse.quote(pubkey + "\n", safe=""),
         "ipconfig0": "ip=dhcp",

@@ -8,15 +8,16 @@ granted on ``/`` or ``/vms`` (that reaches VMs outside the pool).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.create import parse_image, read_pubkey
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import listing
+from sand.backends.proxmox.refusals import Permissions, holds
+from sand.backends.proxmox.sources import parse_image, read_pubkey
 
 # On the pool (projected onto the VMs sand creates).
 VM_PRIVILEGES = (
@@ -44,60 +45,6 @@ DANGEROUS = (
     "Sys.Console",
 )
 TOO_BROAD_PATHS = ("/", "/vms")
-
-Permissions = Mapping[str, Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning" | "ok"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.message}"
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    """Every check's finding. Iterating yields the problems only (errors and warnings,
-    as text), which is what ``sand doctor`` prints; an empty iteration means healthy."""
-
-    backend: str
-    findings: tuple[Finding, ...]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([str(f) for f in self.findings if f.severity != "ok"])
-
-    def __len__(self) -> int:
-        return sum(1 for f in self.findings if f.severity != "ok")
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    @property
-    def problems(self) -> list[str]:
-        return [f.message for f in self.findings if f.severity != "ok"]
-
-    def lines(self) -> list[str]:
-        return [f"proxmox {self.backend}: {f}" for f in self.findings]
-
-
-def holds(perms: Permissions, path: str, privilege: str, also: tuple[str, ...] = ()) -> bool:
-    """Whether ``privilege`` applies on ``path``: on it, on a propagating parent, or on one
-    of ``also`` (the pool the object is a member of)."""
-    for candidate in (path, *also):
-        parts = candidate.rstrip("/").split("/")
-        for i in range(len(parts), 0, -1):
-            prefix = "/".join(parts[:i]) or "/"
-            granted = perms.get(prefix) or {}
-            if privilege in granted and (prefix == candidate or _propagates(granted[privilege])):
-                return True
-    return False
-
-
-def _propagates(flag: Any) -> bool:
-    return str(flag).lower() not in ("0", "false", "")
 
 
 def check_permissions(
@@ -167,7 +114,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
     findings: list[Finding] = []
 
     def done() -> DoctorReport:
-        return DoctorReport(ctx.name, tuple(findings))
+        return DoctorReport(ctx.name, tuple(findings), "proxmox")
 
     try:
         token = ctx.client.token

@@ -134,3 +134,34 @@ def is_transient_status(status: int, message: str) -> bool:
 def is_transient_task(exitstatus: str) -> bool:
     """Whether a failed task ended for a reason that goes away (lock contention, no quorum)."""
     return bool(LOCK_TIMEOUT.search(exitstatus) or NO_QUORUM.search(exitstatus))
+
+
+def retry_reason(e: BaseException) -> str:
+    """A failed request in a few words: "PVE 503", "PVE unreachable"."""
+    if not isinstance(e, ProxmoxError):
+        return type(e).__name__
+    if e.status:
+        return f"PVE {e.status}"
+    return "PVE unreachable" if e.kind is ErrorKind.UNREACHABLE else f"PVE {e.kind.value}"
+
+
+def refused_connection(e: BaseException) -> bool:
+    """Whether a connection error is, underneath requests' and urllib3's wrappers, a
+    refused connection (an RST: no process listens at that address)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cause = todo.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        todo += [cause.__cause__, cause.__context__, getattr(cause, "reason", None)]
+        todo += [a for a in cause.args if isinstance(a, BaseException)]
+    return False
+
+
+def shortened(e: BaseException) -> str:
+    text = str(e)
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
+from sand.backends.proxmox import units, vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -17,9 +18,22 @@ from sand.desired import DesiredVM
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry, never
 
-UPDATABLE = ("cpus", "cpu", "memory", "disk", "state", "protect")
+# Which fields change in place, need a restart or force replacement: what planning
+# reads (``Capabilities``), and what this module's update path follows.
+FIELD_POLICY: Mapping[str, Mutability] = {
+    "image": Mutability.REPLACE,
+    "node": Mutability.REPLACE,
+    "cpus": Mutability.RESTART,
+    "cpu": Mutability.RESTART,  # the CPU type: QEMU's -cpu is fixed at start
+    "memory": Mutability.RESTART,
+    "disk": Mutability.GROW_ONLY,
+    "state": Mutability.IN_PLACE,
+    "protect": Mutability.IN_PLACE,
+}
+# What an update changes: every field that is not replaced.
+UPDATABLE = fields_with(FIELD_POLICY, *(m for m in Mutability if m is not Mutability.REPLACE))
 # Read by QEMU only when it starts: changed on a stopped VM.
-NEEDS_RESTART = frozenset({"cpus", "cpu", "memory"})
+NEEDS_RESTART = frozenset(fields_with(FIELD_POLICY, Mutability.RESTART))
 
 
 def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
@@ -124,7 +138,7 @@ async def update(
         if "cpu" in fields and vm.cpu:
             params["cpu"] = vm.cpu
         if "memory" in fields:
-            params["memory"] = mk.memory_mib(vm.memory)
+            params["memory"] = units.memory_mib(vm.memory)
         if "protect" in fields:
             params["protection"] = 1 if vm.protect else 0
             params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sand.backends.proxmox import golden_seen
+from sand.backends.proxmox import golden_seen, units
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -81,53 +81,72 @@ def classify(
     Whose VM it is comes from the one rule (:func:`owner`), on the tags alone while the
     listing decides, on tags and description after a deep read. What PVE adds to it stays
     here: a template, or a VM of ours outside this backend's pool, is never managed."""
+    if config is None:
+        return _from_listing(ctx, row, desired)
+    return _from_config(ctx, row, desired, config)
+
+
+def _from_listing(
+    ctx: Ctx, row: Row, desired: Mapping[str, DesiredVM]
+) -> ObservedVM | object | None:
+    """What the listing's row alone decides: another's VM by its tags, or ours when its
+    fingerprint tag vouches for everything the row cannot show; else DEEP or None."""
     vmid = str(row["vmid"])
     name = str(row.get("name") or "")
     tags = mk.parse_tags(row.get("tags"))
     locked = bool(row.get("lock"))
     template = bool(row.get("template"))
     mine = mk.backend_tag(ctx.name)
+    tag_claims = mk.claims(tags, None)
+    if tag_claims:
+        want = desired.get(name)
+        said = owner(ctx, vmid, tag_claims)
+        if said is not Ownership.MANAGED:
+            return _observed(ctx, row, said, _tag_marker(tags, name), None)
+        if (
+            want is not None
+            and not template
+            and not locked
+            and in_pool(ctx, row)
+            and tags.fingerprint
+            and tags.fingerprint == want.fingerprint
+        ):
+            # The fingerprint covers every field sand manages, guest content included,
+            # so what the listing cannot show is vouched for by it.
+            fast = Marker(
+                ctx.project,
+                name,
+                vmid,
+                want.fingerprint,
+                want.guest_fingerprint,
+                want.image,
+                secrets=tags.secrets,
+                secrets_at=tags.secrets_at,
+                backend=ctx.name if tags.backend == mine else "",
+                created_at=tags.created_at,
+                base=tags.base,
+            )
+            return _observed(
+                ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
+            )
+        return DEEP
+    if tags.present or name in desired:
+        return DEEP
+    if locked and row.get("pool") == ctx.config.pool:
+        return DEEP  # perhaps a clone of ours still in flight (no name, no tags yet)
+    return None
 
-    if config is None:
-        tag_claims = mk.claims(tags, None)
-        if tag_claims:
-            want = desired.get(name)
-            said = owner(ctx, vmid, tag_claims)
-            if said is not Ownership.MANAGED:
-                return _observed(ctx, row, said, _tag_marker(tags, name), None)
-            if (
-                want is not None
-                and not template
-                and not locked
-                and in_pool(ctx, row)
-                and tags.fingerprint
-                and tags.fingerprint == want.fingerprint
-            ):
-                # The fingerprint covers every field sand manages, guest content included,
-                # so what the listing cannot show is vouched for by it.
-                fast = Marker(
-                    ctx.project,
-                    name,
-                    vmid,
-                    want.fingerprint,
-                    want.guest_fingerprint,
-                    want.image,
-                    secrets=tags.secrets,
-                    secrets_at=tags.secrets_at,
-                    backend=ctx.name if tags.backend == mine else "",
-                    created_at=tags.created_at,
-                    base=tags.base,
-                )
-                return _observed(
-                    ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
-                )
-            return DEEP
-        if tags.present or name in desired:
-            return DEEP
-        if locked and row.get("pool") == ctx.config.pool:
-            return DEEP  # perhaps a clone of ours still in flight (no name, no tags yet)
-        return None
 
+def _from_config(
+    ctx: Ctx, row: Row, desired: Mapping[str, DesiredVM], config: Mapping[str, Any]
+) -> ObservedVM | None:
+    """What the row and the VM's config decide together (the description's marker, the
+    protection flag, the CPU type)."""
+    vmid = str(row["vmid"])
+    name = str(row.get("name") or "")
+    tags = mk.parse_tags(row.get("tags"))
+    template = bool(row.get("template"))
+    mine = mk.backend_tag(ctx.name)
     block = mk.parse_block(config.get("description")) or {}
     described = mk.parse_description(config.get("description"))
     found = mk.claims(tags, described)
@@ -245,8 +264,8 @@ def _observed(
         power=power_of(row),
         cpus=_int(row.get("maxcpu")),
         cpu=cpu,
-        memory=mk.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
-        disk=mk.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
+        memory=units.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
+        disk=units.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
         protect=protect,
         operator_protected=operator_protected,
         lock=str(lock) if lock else None,

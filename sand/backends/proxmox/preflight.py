@@ -32,9 +32,9 @@ from typing import Any
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.create import identity_problem, parse_image
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, listing
+from sand.backends.proxmox.sources import identity_problem, parse_image
 from sand.manifest.sizes import format_size
 
 # PVE refuses less (qemu-server's memory minimum is 16 MiB).

@@ -24,6 +24,26 @@ from sand.backends.protocol import PreflightItem, PreflightProblem
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 
+Permissions = Mapping[str, Mapping[str, Any]]
+
+
+def holds(perms: Permissions, path: str, privilege: str, also: tuple[str, ...] = ()) -> bool:
+    """Whether ``privilege`` applies on ``path``: on it, on a propagating parent, or on one
+    of ``also`` (the pool the object is a member of)."""
+    for candidate in (path, *also):
+        parts = candidate.rstrip("/").split("/")
+        for i in range(len(parts), 0, -1):
+            prefix = "/".join(parts[:i]) or "/"
+            granted = perms.get(prefix) or {}
+            if privilege in granted and (prefix == candidate or _propagates(granted[privilege])):
+                return True
+    return False
+
+
+def _propagates(flag: Any) -> bool:
+    return str(flag).lower() not in ("0", "false", "")
+
+
 AGENT_AUDIT = {8: "VM.Monitor", 9: "VM.GuestAgent.Audit"}
 LATEST = 9
 TAG_FIX = "pvesh set /cluster/options --user-tag-access user-allow=free"
@@ -108,7 +128,6 @@ async def write_refusals(
     a read the token may not make is a warning, never a block."""
     if not items:
         return [], []
-    from sand.backends.proxmox.doctor import holds  # doctor imports this module
 
     problems: list[PreflightProblem] = []
     warnings: list[str] = []

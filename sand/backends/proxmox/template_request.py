@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from sand.backends.proxmox.context import Ctx
-from sand.backends.proxmox.doctor import holds
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.refusals import Permissions, holds
 from sand.manifest.values import control_problem, pve_node_problem, pve_storage_problem
 
 # Debian's generic cloud image: cloud-init and the QEMU guest agent's package ready.
@@ -123,8 +121,6 @@ def _checksum(ctx: Ctx, value: str | None) -> tuple[str, str] | None:
 
 
 # --- privileges ------------------------------------------------------------------------
-
-Permissions = Mapping[str, Mapping[str, Any]]
 
 
 def build_privileges(ctx: Ctx, req: TemplateRequest, cpu: str) -> list[tuple[str, str, str]]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sand import activity
-from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox import units
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import classify, listing, read_config
@@ -214,7 +214,7 @@ async def resize(
     await ctx.client.task(
         "PUT",
         f"{vm_path(node, vmid)}/resize",
-        {"disk": disk, "size": mk.size_arg(size)},
+        {"disk": disk, "size": units.size_arg(size)},
         what=f"resize of VM {vmid} {disk}",
         timeout=ctx.timeouts.resize,
         on_upid=track,
@@ -314,7 +314,7 @@ def boot_disk(config: Mapping[str, Any]) -> tuple[str, int] | None:
         size = 0
         for part in value.split(",")[1:]:
             if part.startswith("size="):
-                size = mk.parse_size(part[5:]) or 0
+                size = units.parse_size(part[5:]) or 0
         return key, size
     return None
 

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from sand import defaults
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
 # How long quitting waits for an apply it stopped to close its session and journal.
@@ -21,6 +22,7 @@ APPLY_GRACE = 30.0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest import load_manifest
 
     manifest = Path(args.manifest)
@@ -38,8 +40,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def log_to_file(project: str, fmt: str, level: str | None) -> Path:
     """The run's log lines go to ``ui.log`` in the project's state dir (0600, redacted
     as every log is): on stderr they would be written across the board."""
+    # here, not at the top: sand ui starts without it
     from sand.logs import configure
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.state.paths import project_dir
+
+    # here, not at the top: sand ui starts without it
     from sand.state.private import PRIVATE_FILE
 
     path = project_dir(project) / "ui.log"
@@ -50,11 +57,19 @@ def log_to_file(project: str, fmt: str, level: str | None) -> Path:
 
 
 def run_board(manifest: Path, *, interval: float, watch: bool, log: Path | None = None) -> int:
+    # here, not at the top: sand ui starts without it
     import signal
 
+    # here, not at the top: importing it loads platformdirs, pydantic, rich, textual and yaml
     from sand.cli.ui.app import Board
+
+    # here, not at the top: importing it loads pydantic, rich and yaml
     from sand.cli.ui.fleet import Fleet
+
+    # here, not at the top: importing it loads pydantic, rich and yaml
     from sand.cli.ui.observer import Observer
+
+    # here, not at the top: importing it loads pydantic and yaml
     from sand.cli.ui.watching import BoardWatch
 
     watcher = None
@@ -62,8 +77,8 @@ def run_board(manifest: Path, *, interval: float, watch: bool, log: Path | None 
         watcher = BoardWatch(
             manifest=manifest,
             interval=interval,
-            debounce=0.5,  # apply --watch's default
-            parallelism=10,
+            debounce=defaults.DEBOUNCE,  # apply --watch's default
+            parallelism=defaults.PARALLELISM,
             allow_mass_delete=False,
         )
     # Observations run in a child process: their work never shares the interpreter
@@ -91,6 +106,7 @@ def run_board(manifest: Path, *, interval: float, watch: bool, log: Path | None 
             thread.join(APPLY_GRACE)
     code = board.return_code if board.return_code is not None else board.exit_code
     if code == EXIT_INTERRUPTED or board.jobs.was_stopped_mid_apply:
+        # here, not at the top: sand ui starts without it
         from sand.cli.inflight import interrupted_message
 
         print(interrupted_message(), file=sys.stderr)

@@ -1,5 +1,5 @@
 """The board's notifications (``notify:``): each refresh's agent state goes to an
-:class:`sand.apply.notify.Announcer` on a thread of its own (a webhook may take
+:class:`sand.loops.notify.Announcer` on a thread of its own (a webhook may take
 seconds to answer; the keys must not wait), one refresh after the other."""
 
 from __future__ import annotations
@@ -7,21 +7,32 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sand.apply.notify import Announcer, Transition
 from sand.cli.desktop import tell_desktop
 from sand.errors import SandError
+from sand.loops.notify import Announcer, Transition
 
 if TYPE_CHECKING:
     from sand.agentstate import AgentReport
-    from sand.cli.ui.app import Board
-    from sand.cli.ui.fleet import Snapshot
+    from sand.cli.ui.fleet import Fleet, Snapshot
     from sand.manifest import LoadedManifest
 
 
+class _Board(Protocol):
+    """What the alerts use of the board (``sand.cli.ui.app.Board``, above this module)."""
+
+    fleet: Fleet
+
+    def say(self, text: str) -> None: ...
+
+    def bell(self) -> None: ...
+
+    def call_from_thread(self, callback: Callable[[], None]) -> object: ...
+
+
 class BoardAlerts:
-    def __init__(self, board: Board) -> None:
+    def __init__(self, board: _Board) -> None:
         self.board = board
         self.gate = threading.Lock()  # one read at a time: the notifier's memory is one
         self.announce = Announcer(say=self._say, desktop=self._desktop)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
@@ -17,6 +16,7 @@ from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 
+from sand import defaults
 from sand.apply.events import StepEvent
 from sand.cli.ui import work
 from sand.cli.ui.alerts import BoardAlerts
@@ -26,30 +26,16 @@ from sand.cli.ui.keys import BINDINGS, KeyActions
 from sand.cli.ui.model import (
     COLUMNS,
     LAST_COLUMN,
-    Activity,
     BoardRow,
     next_activity,
     painted,
     shown,
     summary,
 )
+from sand.cli.ui.state import BoardState
 from sand.cli.ui.table import RowsView
+from sand.cli.ui.work import read_detail_files
 from sand.plan.model import Plan
-
-
-@dataclass
-class BoardState:
-    """What the board knows: the last snapshot, the newest plan, live activity."""
-
-    snapshot: Snapshot | None = None
-    rows: list[BoardRow] = field(default_factory=list)
-    plan: Plan | None = None  # the newest plan (a refresh's, or p's)
-    plan_kind: str = "status"
-    plan_taken: float = 0.0  # when p (or a watch) planned last: a newer refresh wins
-    activity: dict[str, Activity] = field(default_factory=dict)
-    landing: dict[str, str] = field(default_factory=dict)
-    filter: str = ""
-    error: str = ""
 
 
 class Board(KeyActions, App[int]):
@@ -65,7 +51,9 @@ class Board(KeyActions, App[int]):
     """
     BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
-    def __init__(self, fleet: Fleet, *, interval: float = 30.0, watch: Any = None) -> None:
+    def __init__(
+        self, fleet: Fleet, *, interval: float = defaults.BOARD_INTERVAL, watch: Any = None
+    ) -> None:
         super().__init__()
         self.fleet = fleet
         self.interval = interval
@@ -201,7 +189,6 @@ class Board(KeyActions, App[int]):
         if row is None:
             pane.update("(no VM selected)" if self.state.rows else "")
             return
-        from sand.cli.ui.work import read_detail_files
 
         plan = self.state.plan
         change = plan.change_for(row.backend, row.vm) if plan is not None else None

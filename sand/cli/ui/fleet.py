@@ -2,8 +2,8 @@
 
 Each call here runs off the UI thread (a worker thread with its own event loop), so a
 slow backend never holds a key press; none of it knows about the screen. It reuses
-the CLI's own pieces: ``sand status``'s rows (:func:`sand.apply.status.status_from`),
-``sand plan``'s plan (:func:`sand.apply.reconcile.compute_plan`), ``sand apply``'s
+the CLI's own pieces: ``sand status``'s rows (:func:`sand.survey.status.status_from`),
+``sand plan``'s plan (:func:`sand.survey.plan.compute_plan`), ``sand apply``'s
 recover, mass-delete guard, approval and carry-out, ``sand land``'s sweep.
 """
 
@@ -12,26 +12,32 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks
-from sand.apply.reconcile import ApplyOutcome, Prepared
-from sand.apply.status import StatusReport
+from sand.apply.reconcile import ApplyOutcome
+from sand.apply.run import QuietView
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
 from sand.plan.model import Plan
+from sand.survey.agentread import AgentReader
+from sand.survey.status import StatusReport
 
 if TYPE_CHECKING:
-    from sand.cli.ui.observer import Observer
     from sand.guest.endpoint import GuestEndpoint
     from sand.manifest import LoadedManifest
 
 # (the plan, why it may not run or None) -> approved? The board asks in a dialog.
 Ask = Callable[[Plan, str | None], Awaitable[bool]]
+
+
+class Observes(Protocol):
+    """Where observations are made (``sand.cli.ui.observer.Observer``: a child process)."""
+
+    def observe(self) -> Snapshot: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Fleet:
     # the keys, for tens of milliseconds).
     _loaded: tuple[tuple[int, int, int], LoadedManifest] | None = field(default=None, repr=False)
     # Observe in a child process (sand ui itself); None: on the calling thread (tests).
-    observer: Observer | None = None
+    observer: Observes | None = None
     _primed: LoadedManifest | None = field(default=None, repr=False)
     agents: AgentReader = field(default_factory=AgentReader, repr=False)
 
@@ -93,8 +99,8 @@ class Fleet:
         loaded = self.loaded()
         if loaded is None or loaded is self._primed:
             return
-        from sand.apply.provisioning import GuestSecrets
         from sand.project import open_session
+        from sand.survey.guest_secrets import GuestSecrets
 
         session = open_session(self.manifest, lock=False, loaded=loaded)
         try:
@@ -106,9 +112,9 @@ class Fleet:
         self._primed = loaded
 
     async def observe_async(self) -> Snapshot:
-        from sand.apply.status import status_from, status_plan
         from sand.project import open_session
         from sand.state.records import load_records
+        from sand.survey.status import status_from, status_plan
 
         started = time.monotonic()
         session = open_session(self.manifest, lock=False, loaded=self.loaded())
@@ -130,8 +136,8 @@ class Fleet:
         return asyncio.run(self.plan_async())
 
     async def plan_async(self) -> Plan:
-        from sand.apply.reconcile import compute_plan
         from sand.project import open_session
+        from sand.survey.plan import compute_plan
 
         session = open_session(self.manifest, lock=False)
         try:
@@ -146,48 +152,20 @@ class Fleet:
         approved with ``yes`` (``ask``), the mass-delete and unpushed-work guards in
         force (the board has no --allow-mass-delete or --allow-data-loss), the engine's
         events to ``hooks``. None: nothing ran (not approved, or refused)."""
-        from sand.apply.lease import ProjectLeases, leased, same_changes
-        from sand.apply.reconcile import (
-            carry_out,
-            mass_delete_problem,
-            recover_and_plan,
-            settle_unchanged,
-        )
-        from sand.backends.lease import LeaseHolder
+        from sand.apply.run import ApplyRun
         from sand.project import open_session
 
         session = open_session(self.manifest, lock=True)
-        # One writer per project, as `sand apply`: the lease is taken before the first
-        # change (a journal replay, or the approved plan), never to look.
-        leases = ProjectLeases(session, LeaseHolder.here(command="ui"))
         try:
-            async with leases:
-
-                async def plan_now() -> Prepared:
-                    return await recover_and_plan(session, before_replay=leases.for_replay)
-
-                prepared = await plan_now()
-                for line in prepared.recovered:
-                    note(f"Recovered: {line}")
-                plan = prepared.plan
-                if not plan.has_changes:
-                    await ask(plan, None)  # shown, nothing to approve
-                    return settle_unchanged(session, prepared)
-                problem = mass_delete_problem(plan)
-                approved = await ask(plan, problem)
-                if problem or not approved:
-                    return None
-                prepared, again = await leased(leases, prepared, plan_now)
-                if again and not same_changes(plan, prepared.plan):
-                    # What was approved is not what would run: a person decides again.
-                    note(
-                        "another applier changed the VMs since this plan was made; nothing "
-                        "was done: press a to see the plan as it is now"
-                    )
-                    return None
-                return await carry_out(session, prepared, parallelism=10, hooks=hooks)
+            # One writer per project, as `sand apply`: the lease is taken before the
+            # first change (a journal replay, or the approved plan), never to look.
+            view = _BoardView(note, hooks)
+            end = await ApplyRun(session, _Dialog(ask), view, command="ui").run()
         finally:
             await session.close()
+        if end.refusal is not None:
+            note(str(end.refusal))
+        return end.outcome
 
     def land(self, vm: str) -> str:
         """What ``sand land VM`` prints: the guest's checkouts, swept read-only."""
@@ -205,3 +183,26 @@ class Fleet:
         from sand.cli.verb_commands import pinned_endpoint
 
         return asyncio.run(pinned_endpoint(str(self.manifest), vm))
+
+
+@dataclass(frozen=True)
+class _Dialog:
+    """The board's approval: the plan in a dialog, ``yes`` typed into it."""
+
+    ask: Ask
+    person: bool = True
+
+    async def approve(self, plan: Plan, problem: str | None) -> bool:
+        return await self.ask(plan, problem) and problem is None
+
+
+class _BoardView(QuietView):
+    """What settling the journal did goes to the status line."""
+
+    def __init__(self, note: Callable[[str], None], hooks: Hooks) -> None:
+        super().__init__(hooks)
+        self.note = note
+
+    def recovered(self, lines: Collection[str]) -> None:
+        for line in lines:
+            self.note(f"Recovered: {line}")

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Input
 from sand.cli.ui.screens import KEYS, TextScreen
 
 if TYPE_CHECKING:
-    from sand.cli.ui.app import BoardState
+    from sand.cli.ui.state import BoardState
     from sand.cli.ui.work import Jobs
 
 BINDINGS: list[BindingType] = [

@@ -156,7 +156,7 @@ class BoardRow:
 
 
 def board_rows(report_rows: Sequence[Mapping[str, Any]], plan: Plan) -> list[BoardRow]:
-    """``sand status``'s rows (:func:`sand.apply.status.status_from`) for the board,
+    """``sand status``'s rows (:func:`sand.survey.status.status_from`) for the board,
     each with what only the plan's observation holds (address, creation time)."""
     changes = {(c.backend, c.vm): c for c in plan.changes}  # one pass: a fleet is big
     return [_board_row(r, changes.get((str(r["backend"]), str(r["vm"])))) for r in report_rows]

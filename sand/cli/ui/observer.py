@@ -23,24 +23,21 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, BinaryIO
+from typing import IO, BinaryIO
 
-from sand.errors import SandError
-
-if TYPE_CHECKING:
-    from sand.cli.ui.fleet import Snapshot
+from sand.cli.ui.fleet import Fleet, Snapshot
+from sand.errors import ErrorLayer, SandError
+from sand.logs import configure
 
 _LENGTH = 8
 
 
 class ObserverError(SandError):
-    layer = "ui"
+    layer = ErrorLayer.UI
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     """The child's loop: one snapshot (or the error) per request line, until EOF."""
-    from sand.cli.ui.fleet import Fleet
-
     fleets: dict[str, Fleet] = {}
     for line in requests:
         path = line.decode().rstrip("\n")
@@ -131,7 +128,6 @@ def main() -> int:
     # (the board's ui.log).
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from sand.logs import configure
 
     configure("console", "info", stream=sys.stderr)
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):  # the board is gone

@@ -1,6 +1,6 @@
 """``sand ui --watch``: the board re-plans on every save of the manifest (or a secret
 file it names) and re-observes every ``--interval``, with ``sand apply --watch``'s own
-debounce and single-flight (:class:`sand.apply.watch.Watcher`, whose loop this reuses).
+debounce and single-flight (:class:`sand.loops.watch.Watcher`, whose loop this reuses).
 
 What differs is what a run does. A save re-observes and plans in full, and the board
 shows the plan; nothing is applied (``a`` applies). A periodic run re-observes and
@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sand.apply.reconcile import ApplyOutcome
-from sand.apply.watch import Watcher
+from sand.cli.outcome import outcome_text
 from sand.errors import ManifestError, SandError
+from sand.loops.watch import Watcher
+from sand.manifest import load_manifest
 from sand.plan.model import Plan
 
 if TYPE_CHECKING:
@@ -39,7 +41,6 @@ class BoardReport:
         self.board.jobs.post(lambda: self.board.show_plan(plan, "plan"))
 
     def show_outcome(self, outcome: ApplyOutcome) -> None:
-        from sand.cli.outcome import outcome_text
 
         said = outcome_text(outcome)[0].replace("\n", " ")
         self.board.jobs.post(lambda: self.board.say(f"watch (selfHeal): {said}"))
@@ -53,6 +54,7 @@ class BoardWatch(Watcher):
 
     def start(self, board: Board) -> None:
         """Watch on a thread of its own until the board stops it."""
+        # here, not at the top: importing it loads rich and textual
         from sand.cli.ui.work import BoardHooks
 
         self.board = board
@@ -71,7 +73,6 @@ class BoardWatch(Watcher):
             self._loop.call_soon_threadsafe(self._stop.set)
 
     async def reconcile(self, reason: str, *, targets: Any = ()) -> None:
-        from sand.manifest import load_manifest
 
         self.runs += 1
         jobs = self.board.jobs

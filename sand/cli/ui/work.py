@@ -18,16 +18,53 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.message import Message
 
 from sand.apply.events import StepEvent
+from sand.cli.inflight import track
+from sand.cli.outcome import outcome_text
+from sand.cli.verb_commands import run_ssh
+from sand.cli.waits import StepClock, watched
 from sand.errors import SandError
 from sand.plan.model import Plan
+from sand.plan.render import render_text
+from sand.state.journal import Journal, journal_path
+from sand.state.provlog import load_provision_log
+from sand.verbs.shell import tmux_command
 
 if TYPE_CHECKING:
-    from sand.cli.ui.app import Board
+    from sand.cli.ui.fleet import Fleet, Snapshot
+    from sand.cli.ui.state import BoardState
+
+
+class Board(Protocol):
+    """The board as its jobs see it (``sand.cli.ui.app.Board``)."""
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    @property
+    def state(self) -> BoardState: ...
+
+    def say(self, text: str) -> None: ...
+
+    def show_error(self, text: str) -> None: ...
+
+    def show_landing(self, vm: str, text: str) -> None: ...
+
+    def show_plan(self, plan: Plan, kind: str = "plan") -> None: ...
+
+    def show_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def show_step(self, event: StepEvent) -> None: ...
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
+
+    def suspend(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Call(Message):
@@ -73,7 +110,6 @@ class Jobs:
         """The board's status line, while ``s`` or ``l`` waits to reach ``vm``: the step
         under way with its clock and limit ("pve-1: waiting for the guest agent to
         report an address  45s / 300s"), once a second, as an apply's rows show it."""
-        from sand.cli.waits import StepClock, watched
 
         def tick(steps: StepClock) -> None:
             if steps.text:
@@ -131,8 +167,8 @@ class Jobs:
         self.spawn("plan", run)
 
     def _planned(self, plan: Plan) -> None:
+        # here, not at the top: importing it loads platformdirs
         from sand.cli.ui.screens import TextScreen
-        from sand.plan.render import render_text
 
         self.board.show_plan(plan)
         self.board.say("planned; the detail pane shows the selected VM's change")
@@ -150,7 +186,6 @@ class Jobs:
         self.apply_thread = self.spawn("apply", self._apply)
 
     def _apply(self) -> None:
-        from sand.cli.inflight import track
 
         hooks = track(BoardHooks(self))  # what quitting mid-apply will say was left
 
@@ -183,8 +218,8 @@ class Jobs:
     def _confirm(
         self, plan: Plan, refusal: str | None, answer: concurrent.futures.Future[bool]
     ) -> None:
+        # here, not at the top: importing it loads platformdirs
         from sand.cli.ui.screens import ConfirmScreen
-        from sand.plan.render import render_text
 
         def done(approved: bool | None) -> None:
             if not answer.done():
@@ -203,8 +238,6 @@ class Jobs:
         elif outcome.result is None:
             self.board.say("No changes. Your VMs match the manifest.")
         else:
-            from sand.cli.outcome import outcome_text
-
             said, warnings = outcome_text(outcome)
             self.board.say(" ".join([said.replace("\n", " "), *warnings]))
 
@@ -244,10 +277,8 @@ class Jobs:
         self.spawn("shell", run)
 
     def _attach(self, vm: str, endpoint: Any) -> None:
+        # here, not at the top: importing it loads platformdirs
         from textual.app import SuspendNotSupported
-
-        from sand.cli.verb_commands import run_ssh
-        from sand.verbs.shell import tmux_command
 
         try:
             with self.board.suspend():
@@ -279,8 +310,6 @@ def read_detail_files(
     """The selected VM's journal entries and last provisioning log (local files, small)."""
     if project is None:
         return (), ()
-    from sand.state.journal import Journal, journal_path
-    from sand.state.provlog import load_provision_log
 
     try:
         return Journal(journal_path(project)).entries_for(vm), load_provision_log(project, vm)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sand.backends.proxmox.doctor import check_permissions, holds
+from sand.backends.proxmox.doctor import check_permissions
+from sand.backends.proxmox.refusals import holds
 from tests.fakepve_rig.rig import FakePveRig
 
 

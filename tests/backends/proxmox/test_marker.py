@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox import units
 from sand.observed import Marker
 
 M = Marker("demo", "web-1", "101", "0123456789abcdef", "fedcba9876543210", "template:t@s")
@@ -58,16 +59,16 @@ def test_description_without_a_block_has_no_marker() -> None:
 
 
 def test_sizes_in_pve_units() -> None:
-    assert mk.memory_mib(8 << 30) == 8192
-    assert mk.memory_mib(1_000_000) == 1  # rounded up to a whole MiB
-    assert mk.size_arg(100 << 30) == "100G"
-    assert mk.size_arg(1536 << 20) == "1536M"
-    assert mk.size_arg(1000) == "1K"
-    assert mk.parse_size("4096M") == 4 << 30
-    assert mk.observed_memory(2048 << 20, 2 << 30) == 2 << 30
-    assert mk.observed_memory(1 << 20, 1_000_000) == 1_000_000  # what sand set for it
-    assert mk.observed_disk((10 << 30) + (2 << 20), 10 << 30) == 10 << 30  # storage rounding
-    assert mk.observed_disk(12 << 30, 10 << 30) == 12 << 30
+    assert units.memory_mib(8 << 30) == 8192
+    assert units.memory_mib(1_000_000) == 1  # rounded up to a whole MiB
+    assert units.size_arg(100 << 30) == "100G"
+    assert units.size_arg(1536 << 20) == "1536M"
+    assert units.size_arg(1000) == "1K"
+    assert units.parse_size("4096M") == 4 << 30
+    assert units.observed_memory(2048 << 20, 2 << 30) == 2 << 30
+    assert units.observed_memory(1 << 20, 1_000_000) == 1_000_000  # what sand set for it
+    assert units.observed_disk((10 << 30) + (2 << 20), 10 << 30) == 10 << 30  # storage rounding
+    assert units.observed_disk(12 << 30, 10 << 30) == 12 << 30
 
 
 TAG = st.from_regex(r"[a-z0-9_][a-z0-9_+.\-]{0,12}", fullmatch=True)

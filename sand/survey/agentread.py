@@ -1,7 +1,7 @@
 """The agents' state of a whole fleet, read again and again (the board, ``sand sync``).
 
 Each read is the deep check's one guest exchange per running VM that declares agents
-(:func:`sand.apply.health.probe_guest`): its health answers come along for free and
+(:func:`sand.survey.health.probe_guest`): its health answers come along for free and
 are not used here. The plan it reads from is one the caller already has (the board's
 refresh, a sync run's), so the read adds no listing; and the endpoint of each guest
 is remembered from one read to the next, so after the first a read costs no backend
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sand.agentstate import AgentReport
-from sand.apply.health import Endpoints, Target, check_health, probe_guest, targets
 from sand.backends.protocol import Backend
 from sand.plan.model import Plan
+from sand.survey.health import Endpoints, Target, check_health, probe_guest, targets
 
 # The board reads on every refresh: a guest that does not answer within this costs
 # the refresh this much at most, and its row shows no agent state.

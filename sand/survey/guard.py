@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
+from sand.guest.runner import SshRunner
+from sand.guest.sweep import sweep
 from sand.observed import ObservedVM
 from sand.plan.gates import Key, key_of, with_blockers, with_preserved_work
 from sand.plan.model import Action, Blocker, Plan, VMChange
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 class DataLossRefused(SandError):
     """A delete or replace was stopped because the VM holds work nowhere else."""
 
-    layer = "guard"
+    layer = ErrorLayer.GUARD
 
 
 @dataclass(frozen=True)
@@ -140,9 +142,8 @@ async def refuse_if_holding(
 
 
 async def _sweep(backend: Backend, vm: DesiredVM | None, observed: ObservedVM) -> Sweep:
-    from sand.guest.runner import SshRunner
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import connect, where
-    from sand.guest.sweep import sweep
 
     endpoint = await backend.endpoint(vm, observed, wait=AGENT_WAIT)
     paths = [r.path for r in vm.repos] if vm is not None else []

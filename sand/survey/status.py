@@ -6,7 +6,7 @@ Their conditions are "Unknown" (not False), the report names each such backend
 with its reason, and the command exits 1.
 
 No guest is contacted unless ``deep``: then Healthy also needs the guest's own
-checks (:mod:`sand.apply.health`) to pass, and each row's ``guest_health`` lists
+checks (:mod:`sand.survey.health`) to pass, and each row's ``guest_health`` lists
 what failed (``None``: not checked).
 """
 
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sand.apply.health import DEEP_TIMEOUT, check_health, targets
-from sand.apply.reconcile import compute_plan
 from sand.backends.protocol import Backend
 from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import Session, open_session
 from sand.state.records import load_records
+from sand.survey.health import DEEP_TIMEOUT, check_health, targets
+from sand.survey.plan import compute_plan
 
 UNKNOWN = "Unknown"
 # Bumped only when a key is removed or changes meaning (sand/schemas/status.schema.json).
@@ -79,7 +79,7 @@ async def status_plan(session: Session) -> Plan:
     ``sand status``, the board of ``sand ui``)."""
     from dataclasses import replace
 
-    from sand.apply.provisioning import GuestSecrets
+    from sand.survey.guest_secrets import GuestSecrets
 
     # A secret that cannot be read now must not hide the fleet: its VMs are shown with
     # their secrets not compared, and the plan's warnings say which and why.

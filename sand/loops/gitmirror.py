@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sand.errors import SandError
+from sand.errors import ErrorLayer, SandError
 from sand.state.paths import state_root
 from sand.state.private import ensure_private_dir, private_file_problem
 
@@ -46,7 +46,7 @@ _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 class GitError(SandError):
     """Fetching or reading the repository ``sand sync`` follows failed."""
 
-    layer = "git"
+    layer = ErrorLayer.GIT
 
 
 def url_problem(url: str) -> str | None:

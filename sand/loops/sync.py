@@ -3,7 +3,7 @@
 A sibling of ``apply --watch`` whose trigger is a revision instead of a save. On
 every tick (``--interval``) or poke (a webhook), the branch's newest commit is
 fetched (``gitmirror``). A revision not seen before is validated; a valid one is
-applied once, by one :class:`~sand.apply.unattended.Reconciler` run, and recorded
+applied once, by one :class:`~sand.loops.unattended.Reconciler` run, and recorded
 (``sync.json`` beside the mirror): after a restart it is not applied again. A
 revision whose manifest is invalid is reported once, with its located problems
 (``sand.yaml@<revision>:LINE:COL``), and the last good revision stays in force.
@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sand.apply.gitmirror import GitError, GitMirror, Revision
-from sand.apply.unattended import Reconciler, RunResult
-from sand.apply.wakeups import PERIODIC, Wakeups
 from sand.errors import ManifestError, Problem, SandError
+from sand.loops.gitmirror import GitError, GitMirror, Revision
+from sand.loops.unattended import Reconciler, RunResult
+from sand.loops.wakeups import PERIODIC, Wakeups
 from sand.manifest import load_manifest
 from sand.manifest.repository import repository_problems
 from sand.state.private import write_private_file

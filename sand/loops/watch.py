@@ -10,7 +10,7 @@
 - A VM that keeps failing is retried with exponential backoff (1 s doubling,
   5 min cap) instead of on every tick.
 
-Each run is one :class:`sand.apply.unattended.Reconciler` run (``sand sync`` makes
+Each run is one :class:`sand.loops.unattended.Reconciler` run (``sand sync`` makes
 the same ones): it takes the project's leases before it changes anything.
 """
 
@@ -21,14 +21,14 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks, NoHooks
-from sand.apply.notify import Announcer
-from sand.apply.unattended import Backoff, Reconciler, RunReport, Silent
-from sand.apply.wakeups import Wakeups
 from sand.errors import ManifestError
+from sand.loops.notify import Announcer
+from sand.loops.unattended import Backoff, Reconciler, RunReport, Silent
+from sand.loops.wakeups import Wakeups
 from sand.manifest import load_manifest
 from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
+from sand.survey.agentread import AgentReader
 
 SAVED = "manifest saved"
 
@@ -96,6 +96,7 @@ class Watcher:
         await reconciler.run(self.manifest, reason, targets=targets)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        # here, not at the top: importing it loads watchfiles
         from watchfiles import awatch
 
         stop = stop or asyncio.Event()

@@ -32,7 +32,8 @@ from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.observed import ObservedVM
 from sand.plan.model import Plan
-from sand.provision.steps import Step, guest_path, slug
+from sand.provision.checks import guest_path, slug
+from sand.provision.steps import Step
 from sand.terminal import one_line
 
 if TYPE_CHECKING:

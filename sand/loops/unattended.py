@@ -21,23 +21,18 @@ from pathlib import Path
 from typing import Protocol
 
 from sand.agentstate import AgentReport
-from sand.apply.agentread import AgentReader
 from sand.apply.events import Hooks, NoHooks
-from sand.apply.lease import ProjectLeases, leased
-from sand.apply.notify import Announcer
-from sand.apply.reconcile import (
-    ApplyOutcome,
-    Prepared,
-    carry_out,
-    mass_delete_problem,
-    recover_and_plan,
-)
-from sand.apply.wakeups import PERIODIC
-from sand.backends.lease import LeaseBusy, LeaseHolder
-from sand.errors import PlanRefused, SandError
+from sand.apply.reconcile import ApplyOutcome, Prepared
+from sand.apply.run import ApplyRun, AutoApprove, QuietView, RunEnd, Steering
+from sand.backends.lease import LeaseBusy
+from sand.defaults import UNATTENDED_LEASE_WAIT
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
+from sand.loops.notify import Announcer
+from sand.loops.wakeups import PERIODIC
 from sand.plan.model import Action, GuestAction, Plan
-from sand.project import Session, open_session
+from sand.project import open_session
+from sand.survey.agentread import AgentReader
 
 BACKOFF_START, BACKOFF_CAP = 1.0, 300.0
 
@@ -94,7 +89,7 @@ class RunResult:
     plan: Plan | None = None
     outcome: ApplyOutcome | None = None  # None: nothing was carried out
     error: SandError | None = None
-    # VM -> what its agents reported after the run (None: not read; sand.apply.agentread)
+    # VM -> what its agents reported after the run (None: not read; sand.survey.agentread)
     agents: dict[str, AgentReport] | None = None
 
     @property
@@ -125,9 +120,9 @@ class RunResult:
         if self.error is not None:
             return [self.error.layer]
         results = self.outcome.result.results if self.outcome and self.outcome.result else ()
-        layers = [r.layer or "apply" for r in results if not r.ok]
+        layers = [r.layer or ErrorLayer.APPLY for r in results if not r.ok]
         unknown = self.plan.unknown_backends if self.plan is not None else {}
-        return layers + ["backend"] * len(unknown)
+        return layers + [ErrorLayer.BACKEND] * len(unknown)
 
 
 @dataclass
@@ -138,7 +133,7 @@ class Reconciler:
     report: RunReport = field(default_factory=Silent)
     hooks: Hooks = field(default_factory=NoHooks)  # each run's progress events
     backoff: Backoff = field(default_factory=Backoff)
-    lease_wait: float = 300.0  # a busy lease is waited for: nobody is at the keyboard
+    lease_wait: float = UNATTENDED_LEASE_WAIT  # nobody is at the keyboard to retry
     # Reads the agents' state after each run, from the run's own plan: always with
     # ``always_read`` (sync --metrics), else when the manifest asks to be told (notify:).
     agents: AgentReader | None = None
@@ -161,11 +156,24 @@ class Reconciler:
         except SandError as exc:
             self.report.note(str(exc))
             return RunResult(error=exc)
-        holder = LeaseHolder.here(command=self.command, revision=revision)
+        run = ApplyRun(
+            session,
+            AutoApprove(),
+            _Told(self.report, self.hooks, self.lease_wait),
+            Steering(
+                correct_drift=session.loaded.manifest.self_heal or reason != PERIODIC,
+                allow_mass_delete=self.allow_mass_delete,
+                targets=tuple(targets),
+            ),
+            parallelism=self.parallelism,
+            command=self.command,
+            revision=revision,
+            lease_wait=self.lease_wait,
+            hold_back=self._without_backed_off,
+        )
         try:
-            leases = ProjectLeases(session, holder, wait=self.lease_wait, on_wait=self._waiting)
-            async with leases:
-                result = await self._run(session, leases, reason, targets)
+            end = await run.run()
+            result = self._result(end)
             if (
                 self.agents is not None
                 and result.plan is not None
@@ -183,48 +191,22 @@ class Reconciler:
         finally:
             await session.close()
 
-    def _waiting(self, busy: LeaseBusy) -> None:
-        self.report.note(f"waiting (up to {self.lease_wait:.0f}s): {busy}")
-
-    async def _run(
-        self, session: Session, leases: ProjectLeases, reason: str, targets: Collection[str]
-    ) -> RunResult:
-        say = self.report.note
-        correct = session.loaded.manifest.self_heal or reason != PERIODIC
-
-        async def plan() -> Prepared:
-            prepared = await recover_and_plan(
-                session, correct_drift=correct, before_replay=leases.for_replay, targets=targets
-            )
-            for line in prepared.recovered:
-                say(f"Recovered: {line}")
-            return replace(prepared, plan=self._without_backed_off(prepared.plan))
-
-        prepared = await plan()
-        while True:  # ends: leases once held stay held, and a held one is fresh
-            problem = mass_delete_problem(prepared.plan)
-            if problem and not self.allow_mass_delete:
-                self.report.show_plan(prepared.plan)
-                say(f"refused: {problem}")
-                return RunResult(plan=prepared.plan, error=PlanRefused(problem))
-            if not prepared.plan.has_changes:
-                self.report.show_plan(prepared.plan)
-                return RunResult(plan=prepared.plan)
-            prepared, again = await leased(leases, prepared, plan)
-            if not again:
-                break
-            say("another applier changed the VMs since they were observed: planned again")
-        self.report.show_plan(prepared.plan)
-        outcome = await carry_out(session, prepared, parallelism=self.parallelism, hooks=self.hooks)
+    def _result(self, end: RunEnd) -> RunResult:
+        if end.refusal is not None:
+            self.report.note(f"refused: {end.refusal}")
+            return RunResult(plan=end.plan, error=end.refusal)
+        outcome = end.outcome
+        if outcome is None or outcome.result is None:
+            return RunResult(plan=end.plan)
         self.report.show_outcome(outcome)
         now = time.monotonic()
-        for r in outcome.result.results if outcome.result else ():
+        for r in outcome.result.results:
             if r.ok:
                 self.backoff.succeeded(r.vm)
             else:
                 self.backoff.failed(r.vm, now)
-                say(f"{r.vm} failed [{r.layer}]: {r.error}")
-        return RunResult(plan=prepared.plan, outcome=outcome)
+                self.report.note(f"{r.vm} failed [{r.layer}]: {r.error}")
+        return RunResult(plan=end.plan, outcome=outcome)
 
     def _without_backed_off(self, plan: Plan) -> Plan:
         now = time.monotonic()
@@ -235,3 +217,26 @@ class Reconciler:
             for c in plan.changes
         )
         return replace(plan, changes=kept)
+
+
+class _Told(QuietView):
+    """A run's plans and notes to its :class:`RunReport`."""
+
+    def __init__(self, report: RunReport, hooks: Hooks, lease_wait: float) -> None:
+        super().__init__(hooks)
+        self.report = report
+        self.lease_wait = lease_wait
+
+    def waiting(self, busy: LeaseBusy) -> None:
+        self.report.note(f"waiting (up to {self.lease_wait:.0f}s): {busy}")
+
+    def recovered(self, lines: Collection[str]) -> None:
+        for line in lines:
+            self.report.note(f"Recovered: {line}")
+
+    def planned(self, prepared: Prepared) -> None:
+        self.report.show_plan(prepared.plan)
+
+    def replanned(self, approved: Plan, now: Plan) -> None:
+        self.report.note("another applier changed the VMs since they were observed: planned again")
+        self.report.show_plan(now)

@@ -1,0 +1,110 @@
+"""The plan, read from the world: what ``sand plan`` shows and every apply approves.
+
+Nothing here changes anything: the backends are listed, the journal's open entries
+folded in as their replay will leave them, and the planned changes preflighted and
+swept for unpushed work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+
+from sand.desired import DesiredState
+from sand.observed import Observation
+from sand.plan import make_plan
+from sand.plan.bases import with_bases
+from sand.plan.model import Plan
+from sand.plan.targeting import steer
+from sand.project import Session, observe_all
+from sand.state.expired import load_expired
+from sand.survey.guest_secrets import GuestSecrets, check_guests
+from sand.survey.recovered import recovered_view
+
+
+async def compute_plan(
+    session: Session,
+    *,
+    refresh_only: bool = False,
+    correct_drift: bool = True,
+    destroy: bool = False,
+    secrets: GuestSecrets | None = None,
+    unsettled: Mapping[str, str] | None = None,
+    checks: bool = True,
+    guest_checks: bool = True,
+    allow_data_loss: bool = False,
+    targets: Collection[str] = (),
+    replace_vms: Collection[str] = (),
+) -> Plan:
+    """``unsettled``: backends whose journal replay failed, planned as unknown.
+
+    ``targets`` (``--target``): plan only these VMs; ``replace_vms`` (``--replace``):
+    replace these although nothing forces it (``sand.plan.targeting``).
+
+    ``checks``: preflight the planned changes and sweep the VMs to be deleted or
+    replaced for unpushed work (blocked unless ``allow_data_loss``). Off only for
+    read-only views such as ``sand status``.
+
+    ``guest_checks``: ask the guests of no-op VMs whether their tmpfs still holds
+    their secrets (one SSH session each). Off for ``sand status``, which contacts a
+    guest only when asked (``--deep``, :mod:`sand.survey.health`).
+
+    Journal entries still open (``sand plan`` never replays them) are folded in: what
+    replaying them will do is listed first, and planned as done.
+    """
+    desired = session.desired
+    if destroy:
+        desired = DesiredState(desired.project, desired.manifest, ())
+    observations = await observe_all(session.backends, desired)
+    for name, why in (unsettled or {}).items():
+        observations[name] = Observation(backend=name, vms=(), unknown_reason=why)
+    observations, recovery = await recovered_view(
+        session.journal, session.project, session.backends, observations, skip=unsettled or {}
+    )
+    stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
+    expired = load_expired(session.project)
+    now = time.time()  # one clock for both passes: a VM expires in both or in neither
+    plan = make_plan(
+        desired,
+        observations,
+        session.capabilities(),
+        secret_stamps=stamps,
+        correct_drift=correct_drift,
+        refresh_only=refresh_only,
+        recovery=recovery,
+        now=now,
+        expired=expired,
+    )
+    if stamps and guest_checks:
+        # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
+        # of otherwise no-op VMs whether their tmpfs still holds what was delivered.
+        lost, warnings = await check_guests(plan, observations, session.backends)
+        if lost or warnings:
+            plan = make_plan(
+                desired,
+                observations,
+                session.capabilities(),
+                secret_stamps=stamps,
+                secrets_lost=lost,
+                correct_drift=correct_drift,
+                recovery=recovery,
+                now=now,
+                expired=expired,
+            )
+            plan = replace(plan, warnings=plan.warnings + warnings)
+    # After planning the whole fleet, before the checks: only what will run is checked,
+    # and the mass-delete guard still counts every VM.
+    plan = steer(plan, targets=targets, replace_vms=replace_vms)
+    # Golden bases last: which creates (the --replace'd too) are cloned from which base.
+    plan = with_bases(plan, desired, observations)
+    if checks and not refresh_only and plan.has_changes:
+        # here, not at the top: sand plan starts without it
+        from sand.survey.guard import guard_plan
+
+        # here, not at the top: sand plan starts without it
+        from sand.survey.preflight import preflight_plan
+
+        plan = await preflight_plan(plan, session)
+        plan = await guard_plan(plan, session, allow_data_loss=allow_data_loss)
+    return plan
