@@ -8,6 +8,9 @@ import pytest
 
 from tests.cli.helpers import Sand
 
+# What a fresh interpreter imports is the subject: only a process of its own shows it.
+pytestmark = pytest.mark.sand_process
+
 NOT_FOR_A_PLAN = ("sand.apply.engine", "sand.apply.replace", "textual", "sand.cli.ui")
 
 
