@@ -34,3 +34,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped while SAND_RIG_REQUIRED is set: {reason}"
+
+
+@pytest.fixture(autouse=True)
+def sand_process_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``sand_process`` runs ``Sand.run`` as a subprocess (tests/cli/helpers);
+    so do the e2e tests, whose guests outlast any one run."""
+    if any(request.node.get_closest_marker(m) for m in ("sand_process", "e2e")):
+        monkeypatch.setattr("tests.cli.helpers.PROCESS_MARKED", True)

@@ -1,11 +1,23 @@
-"""Run the real `sand` command line in a subprocess against a fake backend."""
+"""Run the real `sand` command line against a fake backend: in this process (the
+default, :mod:`tests.cli.inprocess`) or, for a test about the process itself, in a
+subprocess of its own.
+
+A test marked ``@pytest.mark.sand_process`` (signals, terminals, exit by signal, two
+sands at once, what only a fresh interpreter shows) runs every ``Sand.run`` as
+``python -m sand``; so does a run from a thread other than the main one or from inside
+an event loop (sand's own ``asyncio.run`` and signal handlers need the main thread), and
+every run when ``SAND_TEST_CLI=process`` is set (the whole suite the old way, to compare).
+Both give the same ``subprocess.CompletedProcess``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +58,10 @@ class Sand:
     ) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, "SAND_STATE_DIR": str(self.state_dir), "NO_COLOR": "1"}
         full_env.update(env or {})
+        if not _in_a_process_of_its_own():
+            from tests.cli.inprocess import run_in_process
+
+            return run_in_process(list(args), cwd=self.workdir, env=full_env, stdin=stdin)
         return subprocess.run(
             [sys.executable, "-m", "sand", *args],
             capture_output=True,
@@ -61,6 +77,23 @@ class Sand:
         proc = self.run("plan", "--json", *extra)
         assert proc.returncode in (0, 2), proc.stderr
         return json.loads(proc.stdout)
+
+
+# Set by the autouse fixture ``sand_process_marker`` (tests/conftest.py) for a test
+# marked ``sand_process``.
+PROCESS_MARKED = False
+
+
+def _in_a_process_of_its_own() -> bool:
+    if PROCESS_MARKED or os.environ.get("SAND_TEST_CLI") == "process":
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return True
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def on_a_terminal(

@@ -178,8 +178,9 @@ def test_ctrl_c_exits_130_and_names_what_was_in_flight(fleet, fakepve_server):
     assert proc.returncode == 130, out + err
     assert "Interrupted: f-1 was creating; the next sand apply settles what was left" in err
     assert "Traceback" not in err
-    # What the message promises: the next apply settles it.
+    # What the message promises: the next apply settles it (once the clone is done).
     fakepve_server.set_task_secs("qmclone", 0.0)
+    fakepve_server.fast_forward()
     again = sand.run("apply", "-f", path, "--auto-approve")
     assert again.returncode == 0, again.stdout + again.stderr
     assert [vm.name for vm in fakepve_server.vms()] == ["f-1"]

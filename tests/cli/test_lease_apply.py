@@ -42,6 +42,7 @@ def test_a_plan_and_a_no_op_apply_take_no_lease_and_list_once(sand: Sand, fakepv
             assert [str(r) for r in rig.log] == ["GET /cluster/resources?type=vm -> 200"]
 
 
+@pytest.mark.real_clock  # --lease-wait waits while another holds it
 def test_apply_can_wait_for_a_busy_lease(sand: Sand, fakepve_server) -> None:
     rig = fakepve_server
     sand.write(rig.manifest([{"name": "n-1"}]))

@@ -15,6 +15,9 @@ import pytest
 
 from tests.cli.helpers import Sand
 
+# What a fresh interpreter imports is the subject: only a process of its own shows it.
+pytestmark = pytest.mark.sand_process
+
 # rich itself is looked for (and refused) while structlog loads: its parts must not load.
 RICH = ("rich.console", "rich.traceback", "rich.pretty")
 NOT_FOR_A_PLAN = ("sand.apply", "sand.loops", "textual", "sand.cli.ui", *RICH)

@@ -89,6 +89,7 @@ def test_plain_lines_carry_timestamps_limits_and_retries(sand, fakepve_server):
     assert "\x1b[" not in proc.stderr
 
 
+@pytest.mark.real_clock  # still-lines come on their own clock
 def test_a_quiet_step_gets_still_lines_on_its_own_clock():
     out = io.StringIO()
     view = LineView(out, heartbeat=0.3)
@@ -109,6 +110,7 @@ def test_a_quiet_step_gets_still_lines_on_its_own_clock():
     assert lines[-2].endswith("a: PVE 503, retry 1/5 in 1.6s") and lines[-1].endswith("a: done")
 
 
+@pytest.mark.real_clock  # the live clock against each limit
 @pytest.mark.fakepve_rig(time_scale=1.0)
 def test_the_live_view_runs_each_steps_clock_against_its_limit(sand, fakepve_server):
     fakepve_server.set_task_secs("qmclone", 3.0)

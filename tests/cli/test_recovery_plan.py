@@ -97,6 +97,7 @@ def test_plan_while_the_killed_runs_clone_still_runs_says_apply_waits(tmp_path, 
     assert f"web-1 (pve, {cloning.vmid}) will recover: wait for " in proc.stdout, proc.stdout
     assert rig.vm(cloning.vmid) is not None and rig.vm(cloning.vmid).lock == "clone"
     rig.set_task_secs("qmclone", 0.0)
+    rig.fast_forward()  # the killed run's clone is done
     proc = sand.run("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [vm.name for vm in rig.vms()] == ["web-1"]

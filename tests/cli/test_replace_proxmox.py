@@ -125,6 +125,9 @@ def test_destroy_before_create_only_when_the_node_cannot_hold_both(sand, fakepve
     assert sorted(v.name for v in rig.vms()) == ["big", "small"]
 
 
+# A process killed mid-replace and the runs around it, each a process of its own: with the
+# runs before and after it in the test's process it failed 2 runs in 3 (cause not found).
+@pytest.mark.sand_process
 @pytest.mark.parametrize("point", ["created", "old-deleted"])
 def test_a_kill_mid_replace_converges_to_one_vm(point, sand, fakepve_server, tmp_path):
     rig = fakepve_server

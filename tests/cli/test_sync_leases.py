@@ -153,6 +153,7 @@ def test_two_syncs_take_turns_and_make_every_vm_once(fakepve_server, git, hosts)
     assert any(s.said("planned again") for s in (first, second))
 
 
+@pytest.mark.real_clock  # the lease expiry between two syncs
 @pytest.mark.fakepve_rig(time_scale=0.05)
 def test_a_killed_holder_is_taken_over_once_its_lease_expires(fakepve_server, git, hosts) -> None:
     # Each sync in a pid namespace of its own, as on two hosts: nobody can tell the

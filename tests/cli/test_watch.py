@@ -213,8 +213,9 @@ def test_ctrl_c_during_a_watch_run_exits_130_naming_the_vm(tmp_path, fakepve_ser
         assert not any("Traceback" in line for line in w.err)
     finally:
         w.stop()
-    # What the message promises: the next apply settles it.
+    # What the message promises: the next apply settles it (once the clone is done).
     fakepve_server.set_task_secs("qmclone", 0.0)
+    fakepve_server.fast_forward()
     again = sand.run("apply", "--auto-approve")
     assert again.returncode == 0, again.stdout + again.stderr
     assert [vm.name for vm in fakepve_server.vms()] == ["w-2"]

@@ -335,6 +335,7 @@ def _hold_elsewhere(
     return holder
 
 
+@pytest.mark.real_clock  # the lease expiry, once per backend
 async def test_the_lease_of_a_killed_holder_expires(
     far: ContractRig, backend_of: MakeBackend, tmp_path: Path
 ) -> None:

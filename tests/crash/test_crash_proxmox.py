@@ -152,6 +152,7 @@ def task_started(task_type: str):
     return condition
 
 
+@pytest.mark.real_clock  # the next apply waits out the task
 @pytest.mark.fakepve_rig(time_scale=1.0)
 @pytest.mark.parametrize("task_type", ["qmshutdown", "qmstart"])
 def test_crash_mid_power_task_is_awaited_before_convergence(task_type, tmp_path, fakepve_server):

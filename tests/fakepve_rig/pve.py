@@ -7,6 +7,8 @@
 * ``task_warnings``: make a task end ``WARNINGS: n`` with ``WARN:`` log lines.
 * ``task_failures``: make the next task(s) of a type end ``TASK ERROR: <message>``
   before doing anything (a failed clone is cleaned up, as PVE does).
+* ``fast_forward()``: every timed wait under way (a 30-second clone a killed sand
+  left running) ends now, so a test waits for the moment it is about, not the rest.
 * the fidelity layer: what a real PVE refuses (:mod:`tests.fakepve_rig.fidelity`).
 * a request log with query strings, answer status and the token id that sent it,
   outermost middleware, so a dropped connection is logged too.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -77,6 +80,25 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
         # VMs ``GET /cluster/resources`` leaves out (a stale or cut-short cluster view);
         # each node's own list (``GET /nodes/{node}/qemu``) still shows them.
         self.hidden_from_listing: set[int] = set()
+        self._forward: asyncio.Event | None = None  # made on the server's loop
+
+    # --- time -----------------------------------------------------------------------
+
+    async def pause(self, secs: float) -> None:
+        """fakepve's pause (PVE seconds times ``time_scale``), cut short by fast_forward."""
+        if not (secs and self.time_scale):
+            return
+        if self._forward is None:
+            self._forward = asyncio.Event()
+        forward = self._forward
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(forward.wait(), secs * self.time_scale)
+
+    def fast_forward(self) -> None:
+        """End every pause under way now (on the server's loop); later ones run as set."""
+        if self._forward is not None:
+            self._forward.set()
+        self._forward = None
 
     # --- request log -------------------------------------------------------------
 

@@ -95,6 +95,33 @@ def test_cluster_options_without_sys_audit_show_allowed_tags_only(
     assert data["user-tag-access"]["user-allow"] == "list"
 
 
+@pytest.mark.fakepve_rig(time_scale=1.0)
+def test_fast_forward_ends_the_tasks_under_way_and_not_later_ones(
+    fakepve_server: FakePveRig,
+) -> None:
+    rig, api = fakepve_server, Api(fakepve_server)
+    rig.seed_vm(100, "a", status="stopped")
+    rig.set_task_secs("qmstart", 600.0)  # ten minutes of real time, unless cut short
+    status, upid = api.call("POST", "nodes/pve1/qemu/100/status/start")
+    assert status == 200
+
+    def task_status(upid: str) -> str:
+        return str(api.call("GET", f"nodes/pve1/tasks/{upid}/status")[1]["status"])
+
+    assert task_status(upid) == "running"
+    rig.fast_forward()
+    deadline = time.monotonic() + 30
+    while task_status(upid) == "running":
+        assert time.monotonic() < deadline, "the task was not cut short"
+        time.sleep(0.01)
+    assert rig.vm(100).status == "running"
+    api.call("POST", "nodes/pve1/qemu/100/status/stop", forceStop=1)  # untimed: at once
+    rig.set_task_secs("qmstart", 600.0)
+    status, later = api.call("POST", "nodes/pve1/qemu/100/status/start")
+    time.sleep(0.2)
+    assert task_status(later) == "running"  # a task started afterwards takes its time
+
+
 def test_serve_writes_the_ready_file(tmp_path: Path) -> None:
     ready = tmp_path / "ready.json"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}

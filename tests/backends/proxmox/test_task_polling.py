@@ -15,6 +15,7 @@ from sand.state.journal import Journal
 from tests.fakepve_rig.rig import FakePveRig
 
 
+@pytest.mark.real_clock  # the product poll cadence
 @pytest.mark.fakepve_rig(time_scale=1.0)
 async def test_a_running_task_is_looked_at_once_then_each_half_second_then_second(
     rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
