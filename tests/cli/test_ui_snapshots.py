@@ -16,6 +16,7 @@ from textual.pilot import Pilot
 
 from sand.apply.events import Phase, StepEvent
 from sand.cli.ui.app import Board
+from sand.cli.ui.screens import ConfirmScreen, TextScreen
 from tests.cli.ui_fixed import FixedFleet
 
 SIZE = (80, 24)
@@ -44,6 +45,16 @@ async def drawn(pilot: Pilot[Any]) -> None:
     await pilot.pause(0.1)
 
 
+async def shown(pilot: Pilot[Any], screen: type[Any]) -> None:
+    """Until ``screen`` is up (a plan is made on a worker: a loaded machine takes longer
+    than any fixed pause), then a moment for it to draw."""
+    for _ in range(1000):
+        if isinstance(pilot.app.screen, screen):
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.3)
+
+
 def test_the_fleet(fleet: FixedFleet, snap_compare: Any) -> None:
     assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=drawn)
 
@@ -61,7 +72,7 @@ def test_a_plan(fleet: FixedFleet, snap_compare: Any) -> None:
     async def planned(pilot: Pilot[Any]) -> None:
         await drawn(pilot)
         await pilot.press("p")
-        await pilot.pause(0.3)
+        await shown(pilot, TextScreen)
 
     assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=planned)
 
@@ -70,7 +81,7 @@ def test_the_apply_question(fleet: FixedFleet, snap_compare: Any) -> None:
     async def asked(pilot: Pilot[Any]) -> None:
         await drawn(pilot)
         await pilot.press("a")
-        await pilot.pause(0.3)
+        await shown(pilot, ConfirmScreen)
 
     assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=asked)
 
