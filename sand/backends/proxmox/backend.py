@@ -31,7 +31,7 @@ from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, Sec
 from sand.state.journal import Journal, PendingEntry
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY)
+CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True)
 
 
 class ProxmoxBackend:
