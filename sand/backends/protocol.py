@@ -347,3 +347,18 @@ class Warns(Protocol):
 
     @property
     def warnings(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Sleeps(Protocol):
+    """Idle VMs put to sleep and woken (``idle:``, ``sand sleep``, ``sand wake``).
+
+    ``how`` is "suspended" (hibernated to disk: memory, processes and tmux sessions
+    kept; only a backend whose capabilities say ``suspends``) or "stopped". Both MUST
+    journal first and refuse a VM that is not MANAGED."""
+
+    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None: ...
+
+    async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
+        """Resume a hibernated VM, start a stopped one; one already running is fine."""
+        ...
