@@ -88,6 +88,7 @@ class PreflightItem:
     action: str  # "create" | "replace" | "update"
     fields: tuple[str, ...] = ()  # the fields an update changes
     current: ObservedVM | None = None
+    sleep: str = ""  # an idle VM going to sleep: how ("suspended", "stopped"); "": not
 
 
 @dataclass(frozen=True)
