@@ -87,3 +87,28 @@ def test_ssh_sessions_and_tmux_clients_are_counted_and_the_checks_own_is_not(
     assert left.tmux_changed >= attached_at - 1
     alive = ["runuser", "-u", guest.user, "--", "tmux", "has-session", "-t", "dev-1"]
     assert guest.run_root(alive).returncode == 0
+
+
+def test_a_hostile_guests_presence_is_no_answer_and_nothing_sleeps_on_it(netns_guest) -> None:
+    """The guest owns the programs the check calls: a `date` printing escapes and a
+    flood, a `tmux` listing a million clients. What comes back is bounded numbers or
+    no answer at all (then the VM is not idle), never the guest's text."""
+    guest = netns_guest()
+    guest.run_root(["sh", "-c", "cat > /tmp/sand-health"], input=HEALTH_SCRIPT.encode(), check=True)
+    hostile_date = "#!/bin/sh\nprintf '\\033]52;c;cHduZWQ=\\a\\033[2J'; head -c 200000 /dev/zero\n"
+    guest.run_root(["sh", "-c", "cat > /usr/local/bin/date && chmod 755 /usr/local/bin/date"],
+                   input=hostile_date.encode(), check=True)  # fmt: skip
+    out = subprocess.run(ssh_argv(guest, "/bin/sh", "/tmp/sand-health", "agents"),
+                         capture_output=True, timeout=60, check=True).stdout  # fmt: skip
+    head, _, _ = out.partition(b"--sand-agents--\n")
+    assert _presence(head, AgentReport())[1] is None
+    guest.run_root(["rm", "/usr/local/bin/date"], check=True)
+    flood = "#!/bin/sh\nyes client | head -n 1000000\n"
+    guest.run_root(["sh", "-c", "cat > /usr/local/bin/tmux && chmod 755 /usr/local/bin/tmux"],
+                   input=flood.encode(), check=True)  # fmt: skip
+    out = subprocess.run(ssh_argv(guest, "/bin/sh", "/tmp/sand-health", "agents"),
+                         capture_output=True, timeout=60, check=True).stdout  # fmt: skip
+    head, _, _ = out.partition(b"--sand-agents--\n")
+    _, seen = _presence(head, AgentReport())
+    assert seen is None  # a million clients is not a number a guest has: no answer
+    assert len(out) < 200
