@@ -77,3 +77,22 @@ def test_wake_and_sleep_refuse_a_vm_the_manifest_does_not_declare(sand):
     for verb in ("wake", "sleep"):
         proc = sand.run(verb, "nobody")
         assert proc.returncode == 1 and "declares no VM named 'nobody'" in proc.stderr
+
+
+def test_an_apply_that_must_change_a_vm_asleep_wakes_it_first(sand, fakepve_server, tmp_path):
+    rig = fakepve_server
+    vmid = rig.vms_named("agent-1")[0].vmid
+    assert sand.run("sleep", "agent-1").returncode == 0
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "4GiB"}]))
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "(woken first: asleep since " in proc.stdout and "(suspended))" in proc.stdout
+    rig.clear_log()
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "waking agent-1, asleep since " in proc.stdout + proc.stderr
+    posts = power_posts(rig)
+    assert posts[0] == "resume" and "suspend" not in posts
+    vm = rig.vm(vmid)
+    assert vm.status == "running" and vm.lock is None and str(vm.config["memory"]) == "4096"
+    assert "asleep" not in json.loads(sand.run("status", "--json").stdout)["vms"][0]

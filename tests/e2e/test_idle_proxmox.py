@@ -67,8 +67,16 @@ def test_an_idle_vm_hibernates_to_disk_and_sand_shell_resumes_it(
 
     # A working agent is never put to sleep, however long ago it started working.
     write_agents(guest, "working", hours_ago=4)
+    rig.clear_log()
     proc = sand.run("plan", "--detailed-exitcode", env=env)
     assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+    # What asking the guest cost: its endpoint (the VM's config, its agent's addresses)
+    # beside the one listing; the exchange itself is the deep check's one SSH session.
+    assert [str(r) for r in rig.log] == [
+        "GET /cluster/resources?type=vm -> 200",
+        f"GET /nodes/pve1/qemu/{vmid}/config -> 200",
+        f"GET /nodes/pve1/qemu/{vmid}/agent/network-get-interfaces -> 200",
+    ]
     # A shell attached (an SSH session open) keeps it awake too.
     write_agents(guest, "done", hours_ago=3)
     with session(ssh_argv(guest, "sleep", "120")):
