@@ -356,7 +356,9 @@ class Sleeps(Protocol):
 
     ``how`` is "suspended" (hibernated to disk: memory, processes and tmux sessions
     kept; only a backend whose capabilities say ``suspends``) or "stopped". Both MUST
-    journal first and refuse a VM that is not MANAGED."""
+    journal first and refuse a VM that is not MANAGED, and a VM already as asked is
+    left as it is (``test_a_vm_that_is_not_ours_is_refused_by_every_mutation``,
+    ``test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said``)."""
 
     async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None: ...
 
