@@ -132,3 +132,21 @@ def test_the_idle_plan_keeps_its_words(monkeypatch):
     from tests.machine_schemas import validate
 
     validate("plan", data)
+
+
+def test_a_saved_plan_to_sleep_holds_while_only_the_idle_time_grew():
+    from sand.survey.planfile import _comparable
+
+    saved = plan_to_json(idle_fleet())["changes"]
+    later = json.loads(json.dumps(saved))
+    for change in later:
+        if "sleep" in change:
+            change["sleep"]["idle_seconds"] += 120
+            grown = change["sleep"]["why"].replace("idle 2h", "idle 2h2m ")
+            change["reasons"] = [
+                grown if r == change["sleep"]["why"] else r for r in change["reasons"]
+            ]
+            change["sleep"]["why"] = grown
+    assert _comparable(later) == _comparable(saved)
+    later[0]["sleep"]["how"] = "stopped"
+    assert _comparable(later) != _comparable(saved)
