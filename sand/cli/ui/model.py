@@ -206,11 +206,8 @@ def _why(r: Mapping[str, Any], unknown: bool) -> str:
         reason = (r.get("observed") or {}).get("reason") or "not observed"
         return shown(f"backend {r['backend']} not observed ({reason})", 120)
     conditions = r.get("conditions") or {}
-    asleep = r.get("asleep")
-    if conditions.get("Synced") is True and isinstance(asleep, Mapping):
-        since = asleep.get("since")
-        when = time.strftime(" since %H:%M", time.localtime(since)) if since else ""
-        return shown(f"asleep{when} ({asleep.get('how')})", 60)
+    if conditions.get("Synced") is True and r.get("asleep"):
+        return "asleep"  # "Synced (asleep)"; the power column says how
     if conditions.get("Synced") is True:
         return ""
     action, reasons, drift = r.get("action"), r.get("reasons") or [], r.get("drift") or []
