@@ -25,6 +25,7 @@ from sand.plan.render import asleep_words
 from sand.project import Session, observe_all
 from sand.state.asleep import SleepRecord, forget_asleep, remember_asleep
 from sand.survey.idle import asleep_records
+from sand.terminal import one_line
 
 Note = Callable[[str], None]
 
@@ -68,7 +69,34 @@ async def wake_if_asleep(
         note(f"waking {vm.name}, {asleep_words(sleeping)}")
     await backend.wake(vm, current, session.journal)
     forget_asleep(session.project, vm.backend, vm.name)
-    return replace(current, power="running", lock=None)
+    awake = replace(current, power="running", lock=None)
+    if sleeping.how == STOPPED:
+        await _secrets_again(session, vm, awake, note)
+    return awake
+
+
+async def _secrets_again(
+    session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None
+) -> None:
+    """A stop emptied the guest's tmpfs: its secrets are delivered again before it is
+    used (a hibernation keeps them: its RAM comes back). A delivery that cannot be made
+    now (a secret this shell cannot read) does not stop the use: the person is told,
+    and the next apply delivers them (it sees the boot after the last delivery)."""
+    if not vm.provision or not (vm.secrets or any(r.token_secret for r in vm.repos)):
+        return
+    from sand.provision import deliver_secrets  # asyncssh: only when there are secrets
+    from sand.survey.guest_secrets import GuestSecrets
+
+    try:
+        values = GuestSecrets(session).for_vm(vm)
+        endpoint = await session.backends[vm.backend].endpoint(vm, current)
+        await deliver_secrets(endpoint, vm, values)
+    except SandError as exc:
+        if note is not None:
+            note(
+                f"{vm.name}: its secrets were not delivered again ({one_line(str(exc), 200)}); "
+                "the next sand apply delivers them"
+            )
 
 
 async def sleep_now(

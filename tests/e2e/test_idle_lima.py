@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_agent_state import HEAD, Fleet
+from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
 from tests.e2e.test_idle_proxmox import HOURS, write_agents
+from tests.provision.e2e_helpers import scoped_env
 
 pytestmark = pytest.mark.e2e
 
@@ -75,3 +77,36 @@ def test_an_idle_lima_vm_stops_and_sand_shell_starts_it(tmp_path: Path, netns_gu
     proc = fleet.sand("shell", "dev-1", "--", "true")
     assert proc.returncode == 1 and "waking" not in proc.stderr
     assert "it must be running" in proc.stderr
+
+
+CANARY = "canary-7c1e-woken-secret"
+
+
+def test_a_vm_woken_from_a_stop_gets_its_secrets_again(
+    tmp_path: Path, netns_guest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_TEST_API_TOKEN", CANARY)
+    text = HEAD.replace(
+        "vms:\n", "secrets:\n  API_TOKEN: {from: {env: SAND_TEST_API_TOKEN}}\nvms:\n"
+    )
+    text += (
+        "  - name: dev-1\n    agents: [claude]\n    secrets: [{name: API_TOKEN, scope: ~/work}]\n"
+    )
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, text)
+    assert scoped_env(guest, "~/work", "API_TOKEN") == CANARY
+
+    assert "(stopped)" in fleet.sand("sleep", "dev-1").stdout
+    empty_tmpfs_secrets(guest)  # what the stop did to the guest's tmpfs
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 0 and "waking dev-1" in proc.stderr, proc.stdout + proc.stderr
+    assert scoped_env(guest, "~/work", "API_TOKEN") == CANARY
+
+    # A secret this shell cannot read: the wake and the use go on, the person is told.
+    assert "(stopped)" in fleet.sand("sleep", "dev-1").stdout
+    empty_tmpfs_secrets(guest)
+    fleet.env.pop("SAND_TEST_API_TOKEN")
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dev-1: its secrets were not delivered again" in proc.stderr
+    assert "the next sand apply delivers them" in proc.stderr and CANARY not in proc.stderr
