@@ -15,6 +15,7 @@ Stdlib and :mod:`sand.terminal` only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -167,3 +168,43 @@ def counts(reports: Mapping[str, AgentReport]) -> Iterable[tuple[str, str, str, 
             seen[(s.agent, s.state)] = seen.get((s.agent, s.state), 0) + 1
         for (agent, state), n in sorted(seen.items()):
             yield vm, agent, state, n
+
+
+# The line the deep check's exchange prints before the agents' state: the guest's clock,
+# the tmux clients attached to the VM user's server, when that server last saw its
+# clients come or go (its socket's ctime: tmux flips the socket's x bit as the first
+# client attaches and the last detaches), and the SSH sessions open besides the check's
+# own. Numbers only, each bounded; anything else is not an answer.
+PRESENCE_MARK = "--sand-presence--"
+_PRESENCE = re.compile(
+    rb"^" + PRESENCE_MARK.encode() + rb" ([0-9]{1,12}) ([0-9]{1,6}) ([0-9]{1,12}) ([0-9]{1,6})$"
+)
+PRESENCE_MAX = len(PRESENCE_MARK) + 40
+
+
+@dataclass(frozen=True)
+class GuestPresence:
+    """Who uses a guest now, as its deep-check exchange told (docs/agents.md)."""
+
+    now: int  # the guest's clock, epoch seconds: what the agents' ``since`` counts on
+    tmux_clients: int
+    tmux_changed: int  # epoch seconds; 0: no tmux server
+    ssh_sessions: int
+    agents: AgentReport = AgentReport()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "tmux_clients": self.tmux_clients,
+            "tmux_changed": self.tmux_changed,
+            "ssh_sessions": self.ssh_sessions,
+        }
+
+
+def parse_presence(line: bytes, agents: AgentReport) -> GuestPresence | None:
+    """The presence line (without its newline) as data; None when it is not one."""
+    found = _PRESENCE.match(line)
+    if found is None:
+        return None
+    now, clients, changed, sessions = (int(g) for g in found.groups())
+    return GuestPresence(now, clients, changed, sessions, agents)

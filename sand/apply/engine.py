@@ -22,13 +22,14 @@ from pathlib import Path
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend, BaseProvisioner
+from sand.backends.protocol import Backend, BaseProvisioner, Sleeps
 from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
 from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
+from sand.plan.render import asleep_words
 from sand.state.journal import Journal
 
 # (vm, endpoint-producing backend, observed) → provisions the guest and says which
@@ -232,6 +233,16 @@ async def _apply_one(
         await backend.delete(current, journal)
         return None
     assert vm is not None
+    if change.sleep is not None:
+        assert current is not None and isinstance(backend, Sleeps)
+        say(Phase.UPDATING, f"going to sleep ({change.sleep.how}): {change.sleep.why}")
+        await backend.sleep(current, change.sleep.how, journal)
+        return current  # nothing of the spec changed: the marker stays as it is
+    if change.asleep is not None and current is not None and isinstance(backend, Sleeps):
+        # An asleep VM was planned as the VM it is awake; wake it before anything acts.
+        say(Phase.UPDATING, f"waking {vm.name}, {asleep_words(change.asleep)}")
+        await backend.wake(vm, current, journal)
+        current = replace(current, power="running", lock=None)
     provisioned = marked = False
     delivered: SecretsRecord | None = None
     if change.action is Action.REPLACE:

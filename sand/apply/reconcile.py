@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
-from sand.apply.recorded import record_expired, record_inventory
+from sand.apply.recorded import record_asleep, record_expired, record_inventory
 from sand.apply.recovery import replay_journal
 from sand.backends.protocol import Warns
 from sand.plan import Action, Plan
@@ -150,6 +150,7 @@ async def carry_out(
     record_results(session.project, result.results)
     record_inventory(session.project, session.backends, plan, result)
     record_expired(session.project, session.desired, plan, result)
+    record_asleep(session.project, plan, result, time.time())
     if not session.journal.pending():
         session.journal.compact()
     warnings = tuple(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sand.desired import DesiredState
 from sand.observed import Ownership, RecordedVM
 from sand.plan.model import Action, Plan
+from sand.state.asleep import SleepRecord, load_asleep, save_asleep
 from sand.state.expired import ExpiredVM, load_expired, save_expired
 from sand.state.inventory import load_inventory, save_inventory
 
@@ -80,3 +81,21 @@ def record_expired(project: str, desired: DesiredState, plan: Plan, result: Appl
             kept[key] = ExpiredVM(c.backend, c.vm, expiry[key], c.expired_at)
     if kept != previous:
         save_expired(project, kept)
+
+
+def record_asleep(project: str, plan: Plan, result: ApplyResult, now: float) -> None:
+    """Remember the VMs this run put to sleep, and forget those it woke (any change
+    that acted on an asleep VM woke it first): ``sand.state.asleep``."""
+    previous = load_asleep(project)
+    records = dict(previous)
+    done = {(r.backend, r.vm) for r in result.results if r.ok}
+    for c in plan.changes:
+        key = (c.backend, c.vm)
+        if key not in done or c.identity is None:
+            continue
+        if c.sleep is not None:
+            records[key] = SleepRecord(c.backend, c.vm, c.identity, c.sleep.how, now)
+        elif c.asleep is not None and c.acts:
+            records.pop(key, None)
+    if records != previous:
+        save_asleep(project, records)

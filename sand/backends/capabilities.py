@@ -38,3 +38,6 @@ class Capabilities:
     # Instance names are unique on the backend (Lima: a directory each), so a VM that is
     # not sand's holding a desired name blocks the create instead of standing beside it.
     unique_names: bool = False
+    # The backend can hibernate a VM (memory kept, exact resume: Proxmox's suspend to
+    # disk); one that cannot puts an idle VM to sleep by stopping it (Lima).
+    suspends: bool = False

@@ -88,6 +88,7 @@ class PreflightItem:
     action: str  # "create" | "replace" | "update"
     fields: tuple[str, ...] = ()  # the fields an update changes
     current: ObservedVM | None = None
+    sleep: str = ""  # an idle VM going to sleep: how ("suspended", "stopped"); "": not
 
 
 @dataclass(frozen=True)
@@ -347,3 +348,20 @@ class Warns(Protocol):
 
     @property
     def warnings(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Sleeps(Protocol):
+    """Idle VMs put to sleep and woken (``idle:``, ``sand sleep``, ``sand wake``).
+
+    ``how`` is "suspended" (hibernated to disk: memory, processes and tmux sessions
+    kept; only a backend whose capabilities say ``suspends``) or "stopped". Both MUST
+    journal first and refuse a VM that is not MANAGED, and a VM already as asked is
+    left as it is (``test_a_vm_that_is_not_ours_is_refused_by_every_mutation``,
+    ``test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said``)."""
+
+    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None: ...
+
+    async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
+        """Resume a hibernated VM, start a stopped one; one already running is fine."""
+        ...

@@ -164,7 +164,8 @@ def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
             r["identity"] or "-",
             r["desired"]["state"] if r["desired"] else "absent",
             _observed_cell(r["observed"], r["backend"], unseen),
-            *(str(r["conditions"][c]) for c in ("Synced", "Healthy", "Provisioned")),
+            str(r["conditions"]["Synced"]) + (" (asleep)" if r.get("asleep") else ""),
+            *(str(r["conditions"][c]) for c in ("Healthy", "Provisioned")),
         )
         for r in rows
     ]

@@ -26,6 +26,7 @@ from sand.verbs.target import Target, connect, resolve
 if TYPE_CHECKING:
     from sand.verbs.drupal import Issue
     from sand.verbs.forge import GitLab
+    from sand.verbs.power import Note
     from sand.verbs.publish import PublishPlan
 
 _REMOTE_ARG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$", re.S)
@@ -67,17 +68,22 @@ async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> 
     # here, not at the top: importing it loads asyncssh and cryptography
     from sand.guest.stream import run_streaming
 
-    async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
+    async with resolve(manifest, vm, say) as target, connect(target.endpoint) as conn:
         activity.reached()
         return await run_streaming(conn, argv, raw=raw)
 
 
-async def pinned_endpoint(manifest: str, vm: str) -> GuestEndpoint:
+def say(line: str) -> None:
+    """What a verb tells the person besides its output: a wake ("waking agent-1, ...")."""
+    print(line, file=sys.stderr, flush=True)
+
+
+async def pinned_endpoint(manifest: str, vm: str, note: Note | None = say) -> GuestEndpoint:
     """The endpoint, its host key pinned first (the ssh client only checks pins)."""
     # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import KnownHosts, host_key_alias
 
-    async with resolve(manifest, vm) as target:
+    async with resolve(manifest, vm, note) as target:
         endpoint = target.endpoint
         if endpoint.host_key_policy == "pin" and not KnownHosts().keys(host_key_alias(endpoint)):
             async with connect(endpoint):
@@ -142,7 +148,7 @@ async def _cp(
     assert vm is not None
     try:
         async with (
-            resolve(manifest, vm) as target,
+            resolve(manifest, vm, say) as target,
             connect(target.endpoint) as conn,
             open_sftp(conn) as fs,
         ):
@@ -178,6 +184,7 @@ async def land_vm(
     open_pr: bool = False,
     web: bool = False,
     out: TextIO = sys.stdout,
+    note: Note | None = say,
 ) -> int:
     """``sand land VM``: the guest's checkouts swept and told to ``out`` (the board of
     ``sand ui`` passes its own), the ledger appended."""
@@ -196,7 +203,7 @@ async def land_vm(
     # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.ledger import ledger_path
 
-    async with resolve(manifest, vm) as target, connect(target.endpoint) as conn:
+    async with resolve(manifest, vm, note) as target, connect(target.endpoint) as conn:
         activity.reached()
         return await land(
             SshRunner(conn, "landing sweep", where=where(target.endpoint)),
@@ -256,7 +263,7 @@ async def _prepare_publish(args: argparse.Namespace, issue: Issue, forge: GitLab
     # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.verbs.publish import prepare
 
-    async with resolve(args.manifest, args.vm) as target:
+    async with resolve(args.manifest, args.vm, say) as target:
         checkout = args.path or _only_repo(target)
         async with connect(target.endpoint) as conn:
             activity.reached()
@@ -276,3 +283,36 @@ def _only_repo(target: Target) -> str:
         listed = ", ".join(paths) or "none declared"
         raise UsageError(f"name the checkout to publish (the VM's repos: {listed})")
     return paths[0]
+
+
+def cmd_wake(args: argparse.Namespace) -> int:
+    """``sand wake VM``: a VM asleep (idle, or ``sand sleep``) resumed or started."""
+    with shown_while_waiting(args.vm):
+        print(asyncio.run(_power(args.manifest, args.vm, wake=True)))
+    return 0
+
+
+def cmd_sleep(args: argparse.Namespace) -> int:
+    """``sand sleep VM``: hibernated where the backend can (``--stop``: stopped)."""
+    with shown_while_waiting(args.vm):
+        print(asyncio.run(_power(args.manifest, args.vm, wake=False, stop=args.stop)))
+    return 0
+
+
+async def _power(manifest: str, name: str, *, wake: bool, stop: bool = False) -> str:
+    # here, not at the top: sand shell/cp/land/publish starts without it
+    from sand.project import open_session
+    from sand.verbs.power import asleep, find_vm, sleep_now, wake_if_asleep
+
+    session = open_session(manifest, lock=False)
+    try:
+        vm, current = await find_vm(session, manifest, name)
+        if not wake:
+            how = await sleep_now(session, vm, current, stop=stop)
+            return f"{name} is asleep ({how}); sand wake {name}, or any use of it, wakes it"
+        if asleep(session, current) is None:
+            return f"{name} is not asleep ({current.power}): nothing to wake"
+        await wake_if_asleep(session, vm, current, say)
+        return f"{name} is awake"
+    finally:
+        await session.close()

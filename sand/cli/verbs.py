@@ -96,6 +96,34 @@ def add_verb_parsers(sub: Any) -> None:
     p.set_defaults(handler=_land)
 
     p = sub.add_parser(
+        "wake",
+        help="wake a VM that sleeps (idle, or sand sleep): resume or start it",
+        description="Resume a VM hibernated for idle (Proxmox) or start one stopped for "
+        "idle or by sand sleep (Lima, or --stop). sand shell, cp and land, the board's "
+        "keys and an apply that must provision wake a sleeping VM by themselves; this is "
+        "for waking it ahead of use.",
+    )
+    manifest_option(p)
+    vm_argument(p, "the VM to wake")
+    p.set_defaults(handler=_wake)
+
+    p = sub.add_parser(
+        "sleep",
+        help="put a running VM to sleep now, as its idle policy would",
+        description="Hibernate the VM (Proxmox: suspend to disk; memory, processes and "
+        "tmux sessions kept) or, where the backend cannot (Lima) or with --stop, stop it "
+        "(running processes and tmux sessions end; files and the agents' conversations "
+        "stay on disk). It stays asleep, shown Synced (asleep), until sand wake or a use "
+        "of it wakes it; an apply leaves it asleep unless it must change it.",
+    )
+    manifest_option(p)
+    vm_argument(p, "the VM to put to sleep")
+    p.add_argument(
+        "--stop", action="store_true", help="stop it even where the backend could hibernate it"
+    )
+    p.set_defaults(handler=_sleep)
+
+    p = sub.add_parser(
         "publish",
         help="publish a VM checkout's commits to a drupal.org issue fork as a merge request",
         description="Replay a VM checkout's commits onto the drupal.org issue fork's "
@@ -138,3 +166,17 @@ def _publish(args: argparse.Namespace) -> int:
     from sand.cli.verb_commands import cmd_publish
 
     return cmd_publish(args)
+
+
+def _wake(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.cli.verb_commands import cmd_wake
+
+    return cmd_wake(args)
+
+
+def _sleep(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.cli.verb_commands import cmd_sleep
+
+    return cmd_sleep(args)

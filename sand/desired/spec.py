@@ -25,6 +25,7 @@ from sand.manifest.builtin import (
     DEFAULT_USER,
 )
 from sand.manifest.expiry import Expiry, parse_expiry
+from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import Manifest
 
@@ -158,6 +159,9 @@ class DesiredVM:
     # When the VM is due to be deleted (``expires:``); in neither fingerprint either: an
     # expiry changes nothing on the machine, only when it goes.
     expires: Expiry | None = None
+    # When and how the VM sleeps once nobody uses it (``idle:``); in neither fingerprint:
+    # it changes nothing on the machine, only when it runs.
+    idle: IdlePolicy | None = None
     # The golden base this VM is made from (an image under ``images``: ``declared``), or
     # the one sand may derive for VMs sharing its machine-level content (None: neither,
     # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
@@ -351,6 +355,7 @@ def build_desired(
             timezone=vm.timezone or d.timezone or here.timezone,
             preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
             expires=_expiry(vm.expires or d.expires),
+            idle=policy_of(vm.idle, d.idle),
             base=base,
             rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         )

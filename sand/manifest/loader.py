@@ -15,6 +15,7 @@ from sand.manifest import content as c
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.collisions import check_collisions
+from sand.manifest.idle import Idle
 from sand.manifest.models import Manifest
 from sand.manifest.references import check_references
 from sand.manifest.yamlmarks import MarkedData, Path, load_marked
@@ -142,8 +143,8 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> Path:
         if in_dict or in_list:
             path.append(part)
             node = node[part]
-        elif part == "[key]":
-            continue
+        elif part == "[key]" or (isinstance(part, str) and " " in part):
+            continue  # no key of a manifest holds a space: a union's tag
         elif isinstance(node, dict) and isinstance(part, str) and part not in CONFIGS:
             # A key that is absent (missing) or the offending extra key itself.
             path.append(part)
@@ -169,12 +170,18 @@ def _allowed_keys(data: Any, path: Path) -> list[str]:
 
 def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
 
-    table: dict[Path, type[BaseModel]] = {(): m.Manifest, ("defaults",): m.Defaults}
+    table: dict[Path, type[BaseModel]] = {
+        (): m.Manifest,
+        ("defaults",): m.Defaults,
+        ("defaults", "idle"): Idle,
+    }
     if path in table:
         return table[path]
     head = path[:1]
     if head == ("vms",) and len(path) == 2:
         return m.VM
+    if head == ("vms",) and len(path) == 3 and path[2] == "idle":
+        return Idle
     if head == ("vms",) and len(path) == 4 and path[2] == "secrets":
         return m.SecretUse
     if head == ("vms",) and len(path) == 4 and path[2] == "ports":

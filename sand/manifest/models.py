@@ -40,6 +40,7 @@ from sand.manifest.fields import (
     Timezone,
     UserName,
 )
+from sand.manifest.idle import IdleSetting
 from sand.manifest.notify import Notify
 
 API_VERSION = "sand/v1"
@@ -76,6 +77,11 @@ DOCKER_DESCRIPTION = (
 LOCALE_DESCRIPTION = (
     "The guest's locale, e.g. 'en_US.UTF-8' (default: this machine's LC_ALL or LANG, "
     "else 'C.UTF-8')."
+)
+IDLE_DESCRIPTION = (
+    "What sand does with this VM once nobody has used it for a while: no agent working, "
+    "no shell attached, no SSH session (never CPU alone); 'never' turns it off "
+    "(docs/agents.md#idle-vms-sleep)."
 )
 IMAGE_DEFAULT_DESCRIPTION = (
     "The image of VMs that name none: a golden image under `images` (for VMs of any "
@@ -150,6 +156,11 @@ class Defaults(Strict):
     )
     rebuild: Rebuild | None = Field(
         default=None, description=REBUILD_DESCRIPTION, examples=["onBaseChange"]
+    )
+    idle: IdleSetting | None = Field(
+        default=None,
+        description=IDLE_DESCRIPTION,
+        examples=[{"after": "2h", "then": "suspend"}],
     )
 
 
@@ -240,6 +251,11 @@ class VM(Strict):
         default=None,
         description=REBUILD_DESCRIPTION + " Replaces the default one.",
         examples=["onBaseChange"],
+    )
+    idle: IdleSetting | None = Field(
+        default=None,
+        description=IDLE_DESCRIPTION + " Replaces the default one whole.",
+        examples=[{"after": "45m", "then": "stop", "stopWaiting": True}, "never"],
     )
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from sand.manifest import content as c
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
+from sand.manifest.idle import Idle
 from sand.manifest.notify import Notify, Webhook
 from sand.manifest.schema import schema
 from sand.manifest.sizes import SIZE_PATTERN
@@ -38,6 +39,12 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ),
     ("`images.<name>.steps[]`", c.ImageStep, "A step of your own the base runs."),
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
+    (
+        "`defaults.idle`, `vms[].idle`",
+        Idle,
+        "When a VM nobody uses sleeps, and how ([idle VMs sleep](agents.md#idle-vms-sleep)); "
+        "`idle: never` turns a default off for one VM.",
+    ),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),
     ("`notify`", Notify, "Who hears of an agent's state ([agents](agents.md))."),

@@ -14,6 +14,7 @@ from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
 from sand.observed import ObservedBase, ObservedVM
+from sand.plan.idle import Asleep, Sleep
 
 
 class Action(StrEnum):
@@ -116,6 +117,11 @@ class VMChange:
     # None: it does, or it is not made from one. Shown; acted on only with
     # ``rebuild: onBaseChange`` (then the change is a REPLACE).
     out_of_date: str | None = None
+    # The VM goes to sleep, its idle policy met (an UPDATE whose one field is "power").
+    sleep: Sleep | None = None
+    # The VM is asleep (idle, or ``sand sleep``): in sync as it is ("Synced (asleep)");
+    # a change that acts on it wakes it first.
+    asleep: Asleep | None = None
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
 

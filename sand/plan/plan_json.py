@@ -93,6 +93,18 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             out["base"] = c.base
         if c.out_of_date is not None:
             out["out_of_date"] = c.out_of_date
+        if c.sleep is not None:
+            out["sleep"] = {
+                "how": c.sleep.how,
+                "idle_seconds": c.sleep.idle_for,
+                "why": c.sleep.why,
+            }
+        if c.asleep is not None:
+            out["asleep"] = {
+                "how": c.asleep.how,
+                "since": c.asleep.since or None,
+                "by": c.asleep.by,
+            }
     if plan.bases:
         data["bases"] = [base_to_json(b) for b in plan.bases]
     # Only when asked for, so every other plan reads as it always has.

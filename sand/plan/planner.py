@@ -26,11 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
+from sand.agentstate import GuestPresence
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
+from sand.plan.idle import STOP_LOSES, STOPPED, Asleep, asleep_of, sleep_for
 from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
 
 Policy = Mapping[str, Mutability]
@@ -54,13 +56,17 @@ def make_plan(
     recovery: Sequence[RecoveryDecision] = (),
     now: float | None = None,
     expired: Expired | None = None,
+    presence: Mapping[str, GuestPresence] | None = None,
+    asleep: Mapping[str, Asleep] | None = None,
 ) -> Plan:
     """``secret_stamps``: VM name → the stamp of its secret values now (VMs that use
     secrets); ``secrets_lost``: VM name → why its guest no longer holds them (a
     guest check found the tmpfs emptied). ``recovery``: what replaying the journal
     does first; ``observations`` already show its outcome (a VM it removes is absent).
     ``now`` (default: the clock) and ``expired`` (this host's record of VMs deleted
-    for their ``expires:``) decide expiry."""
+    for their ``expires:``) decide expiry. ``presence``: VM name -> who used its guest,
+    as its deep-check exchange told (VMs with an ``idle:`` policy); ``asleep``: this
+    host's record of the VMs sand put to sleep (``sand.plan.idle``)."""
     stamps, lost = secret_stamps or {}, secrets_lost or {}
     now = time.time() if now is None else now
     changes: list[VMChange] = []
@@ -73,7 +79,11 @@ def make_plan(
         lapsed, note = expiry_change(vm, obs, now, expired or {})
         if note:
             notes.append(note)
-        change = lapsed or _plan_vm(vm, obs, capabilities.get(vm.backend, NO_CAPABILITIES), secrets)
+        can = capabilities.get(vm.backend, NO_CAPABILITIES)
+        recorded = (asleep or {}).get(vm.name)
+        change = lapsed or _plan_vm(vm, obs, can, secrets, recorded)
+        if not lapsed and not refresh_only:
+            change = _maybe_sleep(change, (presence or {}).get(vm.name), can)
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:
             notes.append(
@@ -116,6 +126,7 @@ def _plan_vm(
     obs: Observation | None,
     can: Capabilities,
     secrets: tuple[str, str | None] | None,
+    recorded: Asleep | None = None,
 ) -> VMChange:
     base = partial(VMChange, vm=vm.name, backend=vm.backend, desired=vm)
     if obs is None or obs.unknown_reason:
@@ -157,7 +168,13 @@ def _plan_vm(
             )
         return base(action=Action.CREATE, guest=_whole(vm))
     current = managed[0]
-    base = partial(base, identity=current.identity, observed=current)
+    sleeping = asleep_of(current, recorded)
+    base = partial(base, identity=current.identity, observed=current, asleep=sleeping)
+    if sleeping is not None:
+        # Asleep is not stopped: planned as the VM it is when awake (its lock is the
+        # hibernation's own), and a change that acts on it wakes it first.
+        power = "running" if vm.state == "running" else current.power
+        current = replace(current, power=power, lock=None)
     if current.lock:
         return base(
             action=Action.BLOCKED, reasons=(f"operation in progress (lock={current.lock})",)
@@ -214,6 +231,26 @@ def _plan_vm(
     if not in_sync:
         return base(action=Action.UPDATE, reasons=("record the converged spec",))
     return base(action=Action.NOOP)
+
+
+def _maybe_sleep(change: VMChange, presence: GuestPresence | None, can: Capabilities) -> VMChange:
+    """A running VM with nothing else to do whose idle policy is met goes to sleep."""
+    vm, current = change.desired, change.observed
+    if vm is None or current is None or change.acts or change.action is Action.BLOCKED:
+        return change
+    if change.asleep is not None or current.power != "running" or vm.state != "running":
+        return change
+    sleep = sleep_for(vm.idle, presence, booted_at=current.booted_at, suspends=can.suspends)
+    if sleep is None:
+        return change
+    reasons = (sleep.why, STOP_LOSES) if sleep.how == STOPPED else (sleep.why,)
+    return replace(
+        change,
+        action=Action.UPDATE,
+        fields=(FieldChange("power", "running", sleep.how),),
+        reasons=reasons,
+        sleep=sleep,
+    )
 
 
 def _whole(vm: DesiredVM) -> GuestAction:

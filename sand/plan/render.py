@@ -4,9 +4,11 @@ plan; decides nothing."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from sand.manifest.sizes import format_size
+from sand.plan.idle import Asleep
 from sand.plan.model import (
     Action,
     BaseAction,
@@ -226,9 +228,14 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
         verb += " and reprovisioned"
     if change.action is Action.UPDATE and change.guest is GuestAction.SECRETS:
         verb += " (secrets re-delivered)"
+    if change.sleep is not None:
+        verb = "will go to sleep"
+    elif change.asleep is not None and change.acts:
+        verb += f" (woken first: {asleep_words(change.asleep)})"
     out = [f"{head} {verb}"]
     for reason in change.reasons:
-        out.append(f"  #   {reason}")
+        if change.sleep is None or reason != change.sleep.why:  # on the power line
+            out.append(f"  #   {reason}")
     for blocker in change.blockers:
         out.append(f"  #   {paint('!', '!')} {blocker}")
         out.extend(f"  #       {detail}" for detail in blocker.details)
@@ -256,7 +263,10 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
                 out.append(f"      {paint('-', '-')} {key.ljust(6)} = {_value(key, value)}")
     else:
         for f in change.fields:
-            out.append(f"      {paint('~', '~')} {_field_line(f)}")
+            line = _field_line(f)
+            if change.sleep is not None and f.field == "power":
+                line = f"power {f.before} -> {f.after} ({change.sleep.why})"
+            out.append(f"      {paint('~', '~')} {line}")
         # A kept machine shows its guest as changing, whether provisioned or only
         # given its secrets again.
         if change.acts and (change.guest is GuestAction.PROVISION or change.action is Action.NOOP):
@@ -290,6 +300,12 @@ _STRATEGY_NOTE = {
     Strategy.DESTROY_BEFORE_CREATE: "the backend cannot hold both: the old VM is deleted "
     "first, its preserve: paths archived on this host",
 }
+
+
+def asleep_words(asleep: Asleep) -> str:
+    """ "asleep since 14:02 (suspended)": the host's local time, as a person reads it."""
+    since = f" since {time.strftime('%H:%M', time.localtime(asleep.since))}" if asleep.since else ""
+    return f"asleep{since} ({asleep.how})"
 
 
 def _field_line(f: FieldChange) -> str:

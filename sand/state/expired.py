@@ -10,13 +10,12 @@ did not see the expiry makes the VM again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sand.state.paths import project_dir
-from sand.state.private import read_private, write_private_file
+from sand.state.private import read_rows, write_rows
 
 FORMAT = 1
 Key = tuple[str, str]  # (backend, vm name)
@@ -39,14 +38,8 @@ def _path(project: str) -> Path:
 
 
 def load_expired(project: str) -> dict[Key, ExpiredVM]:
-    try:
-        data = json.loads(read_private(_path(project)))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return {}
     out: dict[Key, ExpiredVM] = {}
-    for item in data.get("vms") or []:
+    for item in read_rows(_path(project), FORMAT):
         try:
             vm = ExpiredVM(
                 str(item["backend"]), str(item["name"]), str(item["expires"]), float(item["at"])
@@ -59,11 +52,11 @@ def load_expired(project: str) -> dict[Key, ExpiredVM]:
 
 def save_expired(project: str, records: Mapping[Key, ExpiredVM] | Iterable[ExpiredVM]) -> None:
     rows = records.values() if isinstance(records, Mapping) else records
-    data = {
-        "format": FORMAT,
-        "vms": [
+    write_rows(
+        _path(project),
+        FORMAT,
+        [
             {"backend": r.backend, "name": r.name, "expires": r.expires, "at": r.at}
             for r in sorted(rows, key=lambda r: r.key)
         ],
-    }
-    write_private_file(_path(project), json.dumps(data, indent=2).encode())
+    )

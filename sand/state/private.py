@@ -13,10 +13,12 @@ files and directories when it finds them looser.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from sand.errors import StateError
 
@@ -137,3 +139,21 @@ def read_private(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_rows(path: Path, version: int) -> list[Any]:
+    """The ``vms`` rows of a small state file ``{"format": version, "vms": [...]}``;
+    none when it is missing, unreadable or of another format (each caller checks its
+    rows one by one)."""
+    try:
+        data = json.loads(read_private(path))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict) or data.get("format") != version:
+        return []
+    rows = data.get("vms")
+    return rows if isinstance(rows, list) else []
+
+
+def write_rows(path: Path, version: int, rows: list[dict[str, Any]]) -> None:
+    write_private_file(path, json.dumps({"format": version, "vms": rows}, indent=2).encode())

@@ -25,7 +25,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sand.agentstate import MAX_BYTES, STATE_FILE, AgentReport, parse_state
+from sand.agentstate import (
+    MAX_BYTES,
+    PRESENCE_MARK,
+    PRESENCE_MAX,
+    STATE_FILE,
+    AgentReport,
+    GuestPresence,
+    parse_presence,
+    parse_state,
+)
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import SandError
@@ -50,12 +59,16 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #   agent NAME        NAME is executable where sand's agents step puts agents, or on PATH
 #   env FILE VAR      the tmpfs file FILE (relative to sand's tmpfs root) sets VAR
 #   file FILE         the tmpfs file FILE exists and is not empty (a repo token)
-#   agents            last: a marker line, then the agents' state file, bounded (the
-#                     guest's word, read as data: sand.agentstate)
+#   agents            last: who uses the guest (a presence line: the guest's clock, tmux
+#                     clients attached and when they last came or went, SSH sessions
+#                     besides this one; numbers only, or "unknown" without ps), a
+#                     marker line, then the agents' state file, bounded (the guest's
+#                     word, read as data: sand.agentstate)
 # The tmpfs root is either of the two secrets.sh may choose.
 AGENTS_MARK = "--sand-agents--"
 HEALTH_SCRIPT = (
     f"AGENTS_MARK={AGENTS_MARK}\nAGENTS_FILE={STATE_FILE}\nAGENTS_MAX={MAX_BYTES + 1}\n"
+    f"PRESENCE_MARK={PRESENCE_MARK}\n"
     + r"""
 uid=$(id -u) || exit 1
 tmpfs() { for r in "/run/user/$uid/sand" "/dev/shm/sand-$uid"; do
@@ -65,12 +78,25 @@ agent() { [ -x "/usr/local/bin/$1" ] || [ -x "/usr/bin/$1" ] || [ -x "$HOME/.loc
   command -v -- "$1" >/dev/null 2>&1; }
 env_set() { f=$(tmpfs "$1") && grep -q -- "^export $2=" "$f"; }
 file_set() { f=$(tmpfs "$1") && [ -s "$f" ]; }
+presence() {
+  command -v ps >/dev/null 2>&1 || { echo "$PRESENCE_MARK unknown"; return; }
+  c=0; t=0
+  if command -v tmux >/dev/null 2>&1; then
+    c=$(( $(tmux list-clients 2>/dev/null | wc -l) ))
+    s="${TMUX_TMPDIR:-/tmp}/tmux-$uid/default"
+    if [ -S "$s" ]; then t=$(stat -c %Z -- "$s" 2>/dev/null) || t=0; fi
+  fi
+  # One "sshd: USER@TTY" process per SSH connection (sshd-session since OpenSSH 9.8);
+  # one of them is this check's own.
+  n=$(( $(ps -e -o args= 2>/dev/null | grep -Ec '^sshd(-session)?: [^ ]+@(pts/[0-9]+|notty)$') ))
+  echo "$PRESENCE_MARK $(date +%s) $c $t $(( n > 0 ? n - 1 : 0 ))"
+}
 while [ $# -gt 0 ]; do
   case $1 in
   agent) say agent "$2"; shift 2 ;;
   env) say env_set "$2" "$3"; shift 3 ;;
   file) say file_set "$2"; shift 2 ;;
-  agents) echo "$AGENTS_MARK"; f="$HOME/$AGENTS_FILE"
+  agents) presence; echo "$AGENTS_MARK"; f="$HOME/$AGENTS_FILE"
     if [ -f "$f" ] && [ ! -L "$f" ]; then head -c "$AGENTS_MAX" -- "$f"; fi; exit 0 ;;
   *) exit 2 ;;
   esac
@@ -97,15 +123,23 @@ class Target:
 
 
 class Findings(list[str]):
-    """A guest's problems (a list, as every caller reads it), and what its agents were
-    doing when the same exchange read their state file (None: not read)."""
+    """A guest's problems (a list, as every caller reads it), what its agents were
+    doing when the same exchange read their state file, and who used the guest then
+    (None: not read, or not a valid answer)."""
 
     agents: AgentReport | None = None
+    presence: GuestPresence | None = None
 
     @classmethod
-    def of(cls, problems: list[str], agents: AgentReport | None = None) -> Findings:
+    def of(
+        cls,
+        problems: list[str],
+        agents: AgentReport | None = None,
+        presence: GuestPresence | None = None,
+    ) -> Findings:
         found = cls(problems)
         found.agents = agents
+        found.presence = presence
         return found
 
 
@@ -219,24 +253,35 @@ async def probe_guest(
         return [f"{phase}: {one_line(str(exc), 300)}"]
 
 
+def _presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
+    """The check's answers without the presence line, and what that line said (None:
+    not printed, or not an answer: then nobody is known to be away)."""
+    answers, mark, line = head.rpartition(f"{PRESENCE_MARK} ".encode())
+    if not mark or report is None:
+        return head, None
+    return answers, parse_presence(mark + line.rstrip(b"\n"), report)
+
+
 async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) -> list[str]:
     from sand.guest.runner import SshRunner
     from sand.guest.ssh import where
 
     checks = guest_checks(vm)
-    # The agents' hooks write their state where this same exchange reads it.
-    agents = bool(vm.provision and vm.agents)
+    # The agents' hooks write their state where this same exchange reads it, and who
+    # uses the guest (the idle policy's facts) comes along.
+    agents = bool(vm.provision and (vm.agents or vm.idle))
     if not checks and not agents:
         return []
     words = [w for c in checks for w in c.words] + (["agents"] if agents else [])
     step = Step("health", ("/bin/sh", "-c", HEALTH_SCRIPT, "sand-health", *words), False)
     runner = SshRunner(conn, "health check", where=where(endpoint))
-    limit = 64 * len(checks) + len(AGENTS_MARK) + MAX_BYTES + 2
+    limit = 64 * len(checks) + PRESENCE_MAX + len(AGENTS_MARK) + MAX_BYTES + 3
     result = await runner.run_command(
         step.command(endpoint.user, vm.user), limit=limit, timeout=None
     )
     head, marked, state = result.stdout.partition(f"{AGENTS_MARK}\n".encode())
     report = parse_state(state) if marked else None
+    head, presence = _presence(head, report)
     answers = head.decode(errors="replace").split()
     if result.exit_status != 0 or len(answers) != len(checks) or (agents and not marked):
         # The guest's own words stay there: the person needs to know the check could
@@ -248,4 +293,4 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
             problems.append(check.missing)
         elif answer != "ok":
             return [f"guest check: could not run as {vm.user} (unexpected answer)"]
-    return Findings.of(problems, report)
+    return Findings.of(problems, report, presence if report is not None else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
+from functools import partial
 
 from sand.desired import DesiredState
 from sand.observed import Observation
@@ -20,6 +21,7 @@ from sand.plan.targeting import steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
 from sand.survey.guest_secrets import GuestSecrets, check_guests
+from sand.survey.idle import asleep_records, read_presence
 from sand.survey.recovered import recovered_view
 
 
@@ -64,8 +66,10 @@ async def compute_plan(
     )
     stamps = (secrets or GuestSecrets(session)).stamps(desired) if not refresh_only else {}
     expired = load_expired(session.project)
+    asleep = asleep_records(session.project)
     now = time.time()  # one clock for both passes: a VM expires in both or in neither
-    plan = make_plan(
+    planned = partial(
+        make_plan,
         desired,
         observations,
         session.capabilities(),
@@ -75,24 +79,22 @@ async def compute_plan(
         recovery=recovery,
         now=now,
         expired=expired,
+        asleep=asleep,
     )
+    plan = planned()
+    sleepy = guest_checks and not refresh_only
+    presence = await read_presence(plan, session.backends) if sleepy else {}
+    lost: dict[str, str] = {}
+    warnings: tuple[str, ...] = ()
     if stamps and guest_checks:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
         # of otherwise no-op VMs whether their tmpfs still holds what was delivered.
         lost, warnings = await check_guests(plan, observations, session.backends)
-        if lost or warnings:
-            plan = make_plan(
-                desired,
-                observations,
-                session.capabilities(),
-                secret_stamps=stamps,
-                secrets_lost=lost,
-                correct_drift=correct_drift,
-                recovery=recovery,
-                now=now,
-                expired=expired,
-            )
-            plan = replace(plan, warnings=plan.warnings + warnings)
+    if lost or warnings or presence:
+        # Planned again with what the guests told: secrets gone, and who used them
+        # (which idle VMs sleep).
+        plan = planned(secrets_lost=lost, presence=presence)
+        plan = replace(plan, warnings=plan.warnings + warnings)
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)

@@ -104,11 +104,17 @@ def check_still_valid(saved: dict[str, Any], session: Session, plan: Plan) -> No
 
 def _comparable(changes: Any) -> Any:
     """The changes without where blockers point: that names the manifest by the path it
-    was opened with, which a moved checkout (or a plan file's own path) changes."""
+    was opened with, which a moved checkout (or a plan file's own path) changes; and
+    without how long an idle VM has been idle, which grows by the minute (that it goes
+    to sleep, and how, must still be the same)."""
     if not isinstance(changes, list):
         return changes
     out = []
     for change in changes:
+        if isinstance(change, dict) and isinstance(change.get("sleep"), dict):
+            why = change["sleep"].get("why")
+            change = dict(change, sleep={"how": change["sleep"].get("how")})
+            change["reasons"] = [r for r in change.get("reasons") or [] if r != why]
         if isinstance(change, dict) and isinstance(change.get("blockers"), list):
             change = dict(change)
             change["blockers"] = [

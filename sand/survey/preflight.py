@@ -34,7 +34,8 @@ def items_of(changes: list[VMChange]) -> list[PreflightItem]:
             out.append(PreflightItem(vm, "replace", current=c.observed))
         elif c.action is Action.UPDATE and c.fields:
             fields = tuple(f.field for f in c.fields)
-            out.append(PreflightItem(vm, "update", fields, c.observed))
+            how = c.sleep.how if c.sleep is not None else ""
+            out.append(PreflightItem(vm, "update", fields, c.observed, sleep=how))
     return out
 
 

@@ -157,12 +157,17 @@ def _row(
         provisioned: bool | str = "n/a"
         if d is not None and d.provision:
             provisioned = bool(o and o.marker and o.marker.guest_fingerprint == d.guest_fingerprint)
+        # Asleep (idle, or `sand sleep`) is the VM's declared state resting: not drift,
+        # and `state: running` not violated.
+        power = d.state if c.asleep is not None and d is not None else (o.power if o else None)
+        if observed is not None and c.asleep is not None:
+            observed["power"] = c.asleep.how
         conditions = {
             "Synced": c.action is Action.NOOP and not c.acts and not c.drift,
-            "Healthy": bool(o and d and o.power == d.state and not o.findings and not guest_health),
+            "Healthy": bool(o and d and power == d.state and not o.findings and not guest_health),
             "Provisioned": provisioned,
         }
-    return {
+    row = {
         "vm": c.vm,
         "backend": c.backend,
         "identity": c.identity,
@@ -186,6 +191,9 @@ def _row(
         "last_reconcile": record.get("at"),
         "last_error": record.get("error") or None,
     }
+    if c.asleep is not None:  # only then: every other row reads as it always has
+        row["asleep"] = {"how": c.asleep.how, "since": c.asleep.since or None, "by": c.asleep.by}
+    return row
 
 
 def _recorded_but_unseen(

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sand.desired import DesiredVM
-from sand.errors import BackendError, ErrorLayer, SandError
+from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
-from sand.observed import Ownership
-from sand.project import observe_all, open_session
+from sand.project import open_session
 
 if TYPE_CHECKING:
     from sand.guest.ssh import Connection
+    from sand.verbs.power import Note
 
 # A person is waiting, and a verb is only for a running VM: no boot to sit out.
 CONNECT_DEADLINE = 30.0
@@ -36,24 +36,18 @@ class Target:
 
 
 @contextlib.asynccontextmanager
-async def resolve(manifest: str, name: str) -> AsyncIterator[Target]:
+async def resolve(manifest: str, name: str, note: Note | None = None) -> AsyncIterator[Target]:
+    """The VM's guest, ready to use: a VM asleep is woken first (``note`` says so)."""
+    from sand.verbs.power import PowerRefused, find_vm, wake_if_asleep
+
     session = open_session(manifest, lock=False)
     try:
-        vm = next((v for v in session.desired.vms if v.name == name), None)
-        if vm is None:
-            known = ", ".join(v.name for v in session.desired.vms) or "none"
-            raise VMNotReachable(f"{manifest} declares no VM named {name!r} (VMs: {known})")
+        try:
+            vm, current = await find_vm(session, manifest, name)
+        except PowerRefused as exc:
+            raise VMNotReachable(str(exc)) from None
         backend = session.backends[vm.backend]
-        obs = (await observe_all({vm.backend: backend}, session.desired))[vm.backend]
-        if obs.unknown_reason:
-            raise BackendError(obs.unknown_reason, backend=vm.backend)
-        managed = [o for o in obs.vms if o.name == name and o.ownership is Ownership.MANAGED]
-        if not managed:
-            raise VMNotReachable(f"VM {name} does not exist yet on {vm.backend}: run sand apply")
-        if len(managed) > 1:
-            ids = ", ".join(o.identity for o in managed)
-            raise VMNotReachable(f"several managed VMs on {vm.backend} are named {name}: {ids}")
-        current = managed[0]
+        current = await wake_if_asleep(session, vm, current, note)
         if current.power != "running":
             raise VMNotReachable(f"VM {name} is {current.power}; it must be running")
         endpoint = await backend.endpoint(vm, current)

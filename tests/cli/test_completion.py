@@ -104,7 +104,8 @@ def fish_completer(sand: Sand, bin_dir: Path) -> Callable[[str], list[str]]:
 
 def test_bash_completes_subcommands(shell_env):
     sand, bin_dir = shell_env
-    assert bash_complete(sand, bin_dir, ["sand", "s"]) == ["schema", "shell", "status", "sync"]
+    words = ["schema", "shell", "sleep", "status", "sync"]
+    assert bash_complete(sand, bin_dir, ["sand", "s"]) == words
     assert "completion" in bash_complete(sand, bin_dir, ["sand", ""])
     assert "__complete-vms" not in bash_complete(sand, bin_dir, ["sand", ""])
     assert "--auto-approve" in bash_complete(sand, bin_dir, ["sand", "apply", "--a"])
@@ -178,6 +179,8 @@ def test_bash_completes_vm_names_wherever_a_vm_goes(shell_env):
         ["sand", "apply", "--target", "ag"],
         ["sand", "plan", "--replace", "ag"],
         ["sand", "reset", "ag"],
+        ["sand", "wake", "ag"],
+        ["sand", "sleep", "--stop", "ag"],
     ):
         assert bash_complete(sand, bin_dir, words) == ["agent-1", "agent-2"], words
     # cp: a host path or VM:PATH, either side.

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from sand.backends.lease import LeaseBusy, LeaseHolder, grace
-from sand.backends.protocol import Backend, RecoveryAction
+from sand.backends.protocol import Backend, RecoveryAction, Sleeps
 from sand.desired import DesiredState
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, Ownership
@@ -146,6 +146,11 @@ async def test_a_vm_that_is_not_ours_is_refused_by_every_mutation(
         ("rename", lambda: backend.rename(stray, "renamed", journal)),
         ("mark converged", lambda: backend.mark_converged(want, stray)),
     ]
+    if isinstance(backend, Sleeps):
+        attempts += [
+            ("sleep", lambda: backend.sleep(stray, "stopped", journal)),
+            ("wake", lambda: backend.wake(want, stray, journal)),
+        ]
     for what, attempt in attempts:
         with pytest.raises(SandError, match="refusing"):
             await attempt()
@@ -154,6 +159,38 @@ async def test_a_vm_that_is_not_ours_is_refused_by_every_mutation(
     # Left out of the manifest, it is never planned for deletion either.
     words = plan_words(far.state([{"name": "vm1"}]), {BOX: seen}, {BOX: backend})
     assert "stray" not in actions(words)
+
+
+async def test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said(
+    far: ContractRig, backend_of: MakeBackend, journal: Journal
+) -> None:
+    """Sleeps (idle VMs): a sleep leaves the VM not running (hibernated where the
+    backend ``suspends``), a second one asks nothing; a wake runs it again; both
+    journalled and finished. A stopped VM is asleep to the plan only with this host's
+    record of it (or a hibernation the VM itself shows)."""
+    from sand.plan.idle import Asleep
+
+    state = far.state([{"name": "vm1"}])
+    (vm,) = state.vms
+    await converge(backend_of(), state, journal)
+    backend = backend_of()
+    assert isinstance(backend, Sleeps)
+    how = "suspended" if backend.capabilities.suspends else "stopped"
+    (current,) = (await backend.observe(state.vms)).managed()
+    await backend.sleep(current, how, journal)
+    seen = await backend_of().observe(state.vms)
+    (asleep,) = seen.managed()
+    assert asleep.power != "running"
+    await backend.sleep(asleep, how, journal)  # already asleep: nothing asked
+    record = {"vm1": Asleep(how, 1.0, "idle", asleep.identity)}
+    capabilities = {BOX: backend.capabilities}
+    words = plan_to_json(make_plan(state, {BOX: seen}, capabilities, asleep=record))
+    assert actions(words) == {"vm1": "no-op"} and words["changes"][0]["asleep"]["how"] == how
+
+    await backend.wake(vm, asleep, journal)
+    (awake,) = (await backend_of().observe(state.vms)).managed()
+    assert awake.power == "running"
+    assert journal.pending() == []
 
 
 async def _cut_short(create: Awaitable[ObservedVM], reached: Callable[[], bool]) -> None:

@@ -143,3 +143,34 @@ def test_s_hands_the_terminal_to_the_guest_and_takes_it_back(fleet: Any) -> None
     assert_given_back(term, before)
     made = as_user(guests["dev-1"], "cat ~/board.txt")
     assert made.returncode == 0 and made.stdout.strip() == b"from-the-board"
+
+
+async def test_the_land_key_wakes_a_vm_asleep_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, netns_guest: Any
+) -> None:
+    import subprocess
+
+    standin = StandIn.create(tmp_path / "standin", lima_home=tmp_path / "lima")
+    for key, value in standin.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SAND_AGENT_SOURCE", str(stand_in_agents(tmp_path / "agents")))
+    monkeypatch.setenv("NO_COLOR", "1")
+    standin.back_with_guest("dev-1", netns_guest())
+    path = tmp_path / "sand.yaml"
+    path.write_text(yaml.safe_dump(manifest(standin, "dev-1")))
+
+    def sand(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "sand", *args, "-f", str(path)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+
+    assert sand("apply", "--auto-approve").returncode == 0
+    proc = sand("sleep", "dev-1")
+    assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+    app = board(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        assert rows(app)["dev-1"]["SYNC"] == "Synced (asleep)"
+        await pilot.press("l")
+        await wait_for(pilot, lambda: "waking dev-1, asleep since" in detail(app), "the wake", 60)
+    assert standin.list_json("dev-1")[0]["status"] == "Running"

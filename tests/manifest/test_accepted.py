@@ -187,3 +187,28 @@ def test_a_merge_of_a_merge_keeps_precedence_and_a_merge_of_a_scalar_is_located(
     assert [str(p) for p in info.value.problems] == [
         "m.yaml:43:9: a merge key (<<) takes a mapping or a list of mappings"
     ]
+
+
+def test_idle_of_a_vm_replaces_the_defaults_whole_and_never_turns_it_off() -> None:
+    text = BASE.replace(
+        "  packages: [jq]\n", "  packages: [jq]\n  idle: {after: 90m, then: stop}\n"
+    )
+    text = text.replace(PRESERVE, PRESERVE + "    idle: never\n")
+    by_name = {vm.name: vm for vm in build_desired(parse_manifest(text)).vms}
+    assert by_name["dev"].idle is None
+    agent = by_name["agent"].idle
+    assert agent is not None
+    assert (agent.after, agent.then, agent.stop_waiting, agent.text) == (5400, "stop", False, "90m")
+    own = text.replace("    idle: never\n", "    idle: {stopWaiting: true}\n")
+    dev = {vm.name: vm for vm in build_desired(parse_manifest(own)).vms}["dev"].idle
+    assert dev is not None  # its own: the defaults' after/then are not merged in
+    assert (dev.after, dev.then, dev.stop_waiting) == (7200, "suspend", True)
+
+
+def test_idle_is_in_neither_fingerprint() -> None:
+    before = build_desired(parse_manifest(BASE)).vms
+    text = BASE.replace("  packages: [jq]\n", "  packages: [jq]\n  idle: {after: 2h}\n")
+    after = build_desired(parse_manifest(text)).vms
+    for old, new in zip(before, after, strict=True):
+        assert new.idle is not None and old.idle is None
+        assert (old.fingerprint, old.guest_fingerprint) == (new.fingerprint, new.guest_fingerprint)

@@ -420,6 +420,20 @@ CASES = [
         "'needs-input', 'done' or 'failed'",
     ),
     Case("notify-debounce", REPOS, "notify:\n  debounce: -1\n" + REPOS, "-1", "0"),
+    at_agent("    idle: {after: 2x}\n", "2x", "is not a duration", "idle-after-unit"),
+    at_agent("    idle: {after: 120}\n", "120", "has no unit", "idle-after-bare-number"),
+    at_agent("    idle: {after: 1m}\n", "1m", "out of range", "idle-after-too-short"),
+    at_agent("    idle: {then: hibernate}\n", "hibernate", "'suspend' or 'stop'", "idle-then"),
+    at_agent("    idle: {stopWaiting: 'yes'}\n", "'yes'", "boolean", "idle-stop-waiting"),
+    at_agent("    idle: {aftr: 2h}\n", "aftr", "did you mean 'after'", "idle-typo"),
+    at_agent("    idle: sometimes\n", "sometimes", "'never'", "idle-word"),
+    Case(
+        "idle-defaults",
+        PACKAGES,
+        PACKAGES + "  idle: {after: 40d}\n",
+        "40d",
+        "out of range",
+    ),
 ]
 
 

@@ -19,6 +19,8 @@ A case file::
       secrets_lost: {a: why}         # VM -> why a guest check found them gone
       correct_drift: false
       refresh_only: true
+      presence: {a: {now: 10000, agents: [[claude, done, 1960]]}}  # who used a's guest
+      asleep: {a: {how: stopped, since: 100, identity: a}}  # this host's sleep record
     expect:
       changes:           # every VM of the plan, by name: an action, or a mapping of
         a: no-op         #   plan_to_json keys (fields/drift/forces: field names;
@@ -45,12 +47,14 @@ from typing import Any
 import pytest
 import yaml
 
+from sand.agentstate import AgentReport, AgentSession, GuestPresence
 from sand.backends.lima.backend import CAPABILITIES as LIMA_CAPABILITIES
 from sand.backends.proxmox.backend import CAPABILITIES as PROXMOX_CAPABILITIES
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 from sand.observed import Marker, Observation, ObservedVM, Ownership
 from sand.plan import make_plan
+from sand.plan.idle import Asleep
 from sand.plan.render import plan_to_json
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.yaml"))
@@ -191,8 +195,28 @@ def plan_words(case: Mapping[str, Any]) -> dict[str, Any]:
     """The plan, as ``sand plan --json`` prints it (the one call of the planner)."""
     state = desired_state(case)
     capabilities = {n: CAPABILITIES_BY_TYPE[b.type] for n, b in state.manifest.backends.items()}
-    inputs = case.get("inputs") or {}
+    inputs = dict(case.get("inputs") or {})
+    if "presence" in inputs:
+        inputs["presence"] = {vm: presence_of(p) for vm, p in inputs["presence"].items()}
+    if "asleep" in inputs:
+        inputs["asleep"] = {vm: Asleep(**a) for vm, a in inputs["asleep"].items()}
     return plan_to_json(make_plan(state, observations(case, state), capabilities, **inputs))
+
+
+def presence_of(spec: Mapping[str, Any]) -> GuestPresence:
+    """A guest's presence line and agent sessions: ``agents`` as [agent, state, since]."""
+    spec = dict(spec)
+    sessions = tuple(
+        AgentSession(agent, f"s{i}", state, since, "")
+        for i, (agent, state, since) in enumerate(spec.pop("agents", []))
+    )
+    return GuestPresence(
+        now=spec.pop("now"),
+        tmux_clients=spec.pop("tmux_clients", 0),
+        tmux_changed=spec.pop("tmux_changed", 0),
+        ssh_sessions=spec.pop("ssh_sessions", 0),
+        agents=AgentReport(sessions),
+    )
 
 
 NAMES = ("fields", "drift")

@@ -48,3 +48,40 @@ def test_a_record_outside_the_closed_sets_is_left_out_and_the_rest_survive_a_rou
     assert report_from_json(r.to_json()) == r
     assert parse_state(b"") == AgentReport()
     assert parse_state(b"[1, 2]").problem == "agent state file holds no sessions list: not read"
+
+
+def test_a_presence_line_is_numbers_only_and_anything_else_is_no_answer() -> None:
+    from sand.agentstate import AgentReport, GuestPresence, parse_presence
+
+    report = AgentReport()
+    good = parse_presence(b"--sand-presence-- 1700000000 2 1699999000 1", report)
+    assert good == GuestPresence(1700000000, 2, 1699999000, 1, report)
+    for hostile in (
+        b"--sand-presence-- unknown",  # no ps in the guest
+        b"--sand-presence-- 1700000000 0 0 -1",
+        b"--sand-presence-- 1700000000 0 0 0 \x1b[2J",
+        b"--sand-presence-- 1700000000 9999999 0 0",  # more clients than a guest has
+        b"--sand-presence-- 17000000000000000 0 0 0",
+        b"--sand-presence-- 1700000000 0 0 0\n--sand-presence-- 1 0 0 0",
+        b"--sand-presence-- " + b"9" * 100_000,
+    ):
+        assert parse_presence(hostile, report) is None, hostile
+
+
+def test_the_checks_answers_are_told_from_the_presence_line() -> None:
+    from sand.agentstate import AgentReport
+    from sand.survey.health import _presence
+
+    report = AgentReport()
+    answers, presence = _presence(b"ok\nmissing\n--sand-presence-- 50 1 40 0\n", report)
+    assert answers.split() == [b"ok", b"missing"]
+    assert presence is not None and (presence.now, presence.tmux_clients) == (50, 1)
+    # The presence line is the last before the agents' mark, or no answer: a guest that
+    # printed one among the answers gets none (so nothing sleeps on its word).
+    _, presence = _presence(b"--sand-presence-- 1 0 0 0\nok\nbogus\n", report)
+    assert presence is None
+    assert _presence(b"ok\n", report) == (b"ok\n", None)
+    assert _presence(b"ok\n--sand-presence-- 1 0 0 0\n", None) == (
+        b"ok\n--sand-presence-- 1 0 0 0\n",
+        None,
+    )

@@ -91,3 +91,62 @@ def test_the_golden_documents_match_their_schemas():
 
     validate("plan", json.loads(json.dumps(plan_to_json(every_kind_of_change()), default=str)))
     validate("status", json.loads((GOLDEN / "status.json").read_text()))
+
+
+def idle_fleet():
+    """a hibernates for idle, c (Lima) stops for idle, b is asleep and reprovisioned."""
+    from sand.agentstate import AgentReport, AgentSession, GuestPresence
+    from sand.plan.idle import Asleep
+
+    text = MANIFEST.replace("  cpus: 2\n", "  cpus: 2\n  idle: {after: 2h}\n")
+    state = desired(text)
+    obs = converged(state)
+    pve = {vm.name: vm for vm in obs["pve"].vms}
+    asleep_b = replace(
+        stale_marker(pve["b"], guest_fingerprint="older-bundle"), power="stopped", lock="suspended"
+    )
+    obs["pve"] = Observation("pve", (pve["a"], asleep_b))
+    done = AgentReport((AgentSession("claude", "s1", "done", 1960, "/home/claude/src"),))
+    presence = {"a": GuestPresence(10000, 0, 1500, 0, done), "c": GuestPresence(10000, 0, 200, 0)}
+    since = 1700000000.0
+    return make_plan(
+        state,
+        obs,
+        POLICIES,
+        presence=presence,
+        asleep={"b": Asleep("suspended", since, "idle", "101")},
+    )
+
+
+def test_the_idle_plan_keeps_its_words(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    import time
+
+    time.tzset()
+    try:
+        check("plan_idle.txt", render_text(idle_fleet()))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    data = json.loads(json.dumps(plan_to_json(idle_fleet()), default=str))
+    from tests.machine_schemas import validate
+
+    validate("plan", data)
+
+
+def test_a_saved_plan_to_sleep_holds_while_only_the_idle_time_grew():
+    from sand.survey.planfile import _comparable
+
+    saved = plan_to_json(idle_fleet())["changes"]
+    later = json.loads(json.dumps(saved))
+    for change in later:
+        if "sleep" in change:
+            change["sleep"]["idle_seconds"] += 120
+            grown = change["sleep"]["why"].replace("idle 2h", "idle 2h2m ")
+            change["reasons"] = [
+                grown if r == change["sleep"]["why"] else r for r in change["reasons"]
+            ]
+            change["sleep"]["why"] = grown
+    assert _comparable(later) == _comparable(saved)
+    later[0]["sleep"]["how"] = "stopped"
+    assert _comparable(later) != _comparable(saved)

@@ -22,6 +22,7 @@ from sand.backends.lima import bases, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
+from sand.backends.lima import sleep as sleep_mod
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.doctor import doctor as run_doctor
 from sand.backends.lima.lease import LimaLease, read_lease
@@ -111,6 +112,12 @@ class LimaBackend:
         self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
     ) -> ObservedVM:
         return await lifecycle.update(self.ctx, vm, current, fields, journal)
+
+    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None:
+        await sleep_mod.sleep(self.ctx, current, how, journal)
+
+    async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
+        await sleep_mod.wake(self.ctx, vm, current, journal)
 
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
         await lifecycle.delete(self.ctx, current, journal)

@@ -18,6 +18,7 @@ from sand.backends.proxmox import bases, guest, lifecycle, preflight
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
+from sand.backends.proxmox import sleep as sleep_mod
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.backends.proxmox.lease import ProxmoxLease, read_lease
@@ -31,7 +32,7 @@ from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, Sec
 from sand.state.journal import Journal, PendingEntry
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY)
+CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True)
 
 
 class ProxmoxBackend:
@@ -85,6 +86,12 @@ class ProxmoxBackend:
         self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
     ) -> ObservedVM:
         return await lifecycle.update(self.ctx, vm, current, fields, journal)
+
+    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None:
+        await sleep_mod.sleep(self.ctx, current, how, journal)
+
+    async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
+        await sleep_mod.wake(self.ctx, vm, current, journal)
 
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
         await lifecycle.delete(self.ctx, current, journal)

@@ -23,6 +23,8 @@ class Timeouts:
     start: float = 300.0
     shutdown: float = 180.0  # the ACPI shutdown before a forced stop
     stop: float = 120.0
+    # Hibernating writes the VM's RAM to its state volume; resuming reads it back.
+    hibernate: float = 600.0
     delete: float = 600.0
     unlock: float = 600.0  # waiting for another task's lock (clone, backup) to clear
     agent: float = 300.0  # waiting for the guest agent to report an address

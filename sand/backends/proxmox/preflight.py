@@ -33,8 +33,9 @@ from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightRep
 from sand.backends.proxmox import locality, refusals
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.hibernation import state_storage_problem
 from sand.backends.proxmox.observe import Row, listing
-from sand.backends.proxmox.sources import identity_problem, parse_image
+from sand.backends.proxmox.sources import identity_problem, parse_image, template_row
 from sand.manifest.sizes import format_size
 
 # PVE refuses less (qemu-server's memory minimum is 16 MiB).
@@ -58,6 +59,7 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     if not items:
         return PreflightReport()
     todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
+    todo += [i for i in items if i.sleep == "suspended" and i not in todo]  # hibernation
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
@@ -154,7 +156,7 @@ async def _check_create(
     ref, storage = parse_image(vm.image, ctx.config.storage)
     candidates = [vm.node] if vm.node else list(ctx.config.placement_nodes)
     online = _online_nodes(ctx, cluster, candidates, problem, pinned=vm.node is not None)
-    template = _template(cluster.rows, ref)
+    template = template_row(cluster.rows, ref)
     if template is None:
         problem(
             "image",
@@ -269,6 +271,11 @@ async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> lis
         vm.cpus if "cpus" in item.fields else 0,
         problem,
     )
+    if item.sleep == "suspended" and node:
+        await _read_storages(ctx, cluster)
+        why = state_storage_problem(ctx.config.storage, node, cluster.storages, vm.memory)
+        if why:
+            problem("storage", f"cannot hibernate the idle VM: {why}", on_backend=True)
     if "disk" in item.fields and current is not None and current.disk and node:
         await _read_storages(ctx, cluster)
         grow = vm.disk - current.disk
@@ -380,15 +387,6 @@ def _why_destroy_first(cluster: _Cluster, nodes: list[str], item: PreflightItem)
         f"node {best} has {format_size(max(frees[best], 0))} of memory free and the "
         f"replacement needs {format_size(need)} while the old VM still runs"
     )
-
-
-def _template(rows: list[Row], ref: str) -> Row | None:
-    if ref.isdigit():
-        found = [r for r in rows if str(r.get("vmid")) == ref]
-    else:
-        found = [r for r in rows if r.get("name") == ref and r.get("template")]
-    found.sort(key=lambda r: (r.get("status") == "unknown", int(r.get("vmid") or 0)))
-    return found[0] if found else None
 
 
 def _free(row: Mapping[str, Any] | None) -> int | None:

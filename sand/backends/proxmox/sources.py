@@ -88,3 +88,14 @@ def read_pubkey(ctx: Ctx) -> str:
     if not key.startswith(("ssh-", "ecdsa-", "sk-")):
         raise ProxmoxError(ctx.name, f"{pub} does not look like an OpenSSH public key")
     return key
+
+
+def template_row(rows: list[Row], ref: str) -> Row | None:
+    """The listing row a template reference (a vmid, or a template's name) names; of
+    several, a readable one first, then the lowest vmid."""
+    if ref.isdigit():
+        found = [r for r in rows if str(r.get("vmid")) == ref]
+    else:
+        found = [r for r in rows if r.get("name") == ref and r.get("template")]
+    found.sort(key=lambda r: (r.get("status") == "unknown", int(r.get("vmid") or 0)))
+    return found[0] if found else None

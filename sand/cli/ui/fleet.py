@@ -172,17 +172,22 @@ class Fleet:
         from sand.cli.verb_commands import land_vm
 
         out = io.StringIO()
+
+        def note(line: str) -> None:  # a wake, told where the board shows land's words
+            print(line, file=out)
+
         try:
-            asyncio.run(land_vm(str(self.manifest), vm, out=out))
+            asyncio.run(land_vm(str(self.manifest), vm, out=out, note=note))
         except SandError as exc:
             return out.getvalue() + f"Error: {exc}\n"
         return out.getvalue()
 
-    def endpoint(self, vm: str) -> GuestEndpoint:
-        """The guest endpoint ``sand shell VM`` hands to ssh (its host key pinned)."""
+    def endpoint(self, vm: str, note: Callable[[str], None] | None = None) -> GuestEndpoint:
+        """The guest endpoint ``sand shell VM`` hands to ssh (its host key pinned); a VM
+        asleep is woken first, ``note`` told so."""
         from sand.cli.verb_commands import pinned_endpoint
 
-        return asyncio.run(pinned_endpoint(str(self.manifest), vm))
+        return asyncio.run(pinned_endpoint(str(self.manifest), vm, note))
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,8 @@ def _why(r: Mapping[str, Any], unknown: bool) -> str:
         reason = (r.get("observed") or {}).get("reason") or "not observed"
         return shown(f"backend {r['backend']} not observed ({reason})", 120)
     conditions = r.get("conditions") or {}
+    if conditions.get("Synced") is True and r.get("asleep"):
+        return "asleep"  # "Synced (asleep)"; the power column says how
     if conditions.get("Synced") is True:
         return ""
     action, reasons, drift = r.get("action"), r.get("reasons") or [], r.get("drift") or []

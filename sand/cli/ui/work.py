@@ -268,7 +268,9 @@ class Jobs:
         def run() -> None:
             try:
                 with self.waiting(vm, "connecting to"):
-                    endpoint = self.board.fleet.endpoint(vm)
+                    endpoint = self.board.fleet.endpoint(
+                        vm, lambda line: self.post(lambda: self.board.say(line))
+                    )
             except Exception as exc:
                 self.failed(f"shell {vm}", exc)
                 return

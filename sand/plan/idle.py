@@ -1,0 +1,114 @@
+"""Whether a running VM has been idle long enough to sleep, and whether one sleeps now.
+
+Pure: the facts come from the survey (who uses the guest, as its deep-check exchange
+told: :class:`sand.agentstate.GuestPresence`) and from the host's record of the VMs
+sand put to sleep; the answer is data the plan carries. Idle means no agent session
+``working``, no tmux client attached and no SSH session, for the whole window — never
+CPU alone. A guest that did not answer, or answered what is not an answer, is never
+idle: sand puts to sleep only what it saw unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sand.agentstate import GuestPresence
+from sand.manifest.idle import IdlePolicy
+from sand.observed import ObservedVM
+
+# What each way of sleeping is called in the plan, and what it costs the guest.
+SUSPENDED = "suspended"
+STOPPED = "stopped"
+STOP_LOSES = (
+    "a stop ends running processes and tmux sessions; files and the agents' "
+    "conversations stay on disk"
+)
+# PVE's config lock while a VM is hibernated (its RAM in a state volume).
+HIBERNATED_LOCK = "suspended"
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A running VM going to sleep: how (``suspended``/``stopped``) and why."""
+
+    how: str
+    idle_for: int  # seconds
+    why: str  # "idle 2h14m: no agent working, no shell attached"
+
+
+@dataclass(frozen=True)
+class Asleep:
+    """A VM asleep: since when (epoch seconds; 0: not known), how, and by whose
+    decision ("idle": the policy; "person": ``sand sleep``)."""
+
+    how: str
+    since: float = 0.0
+    by: str = "idle"
+    identity: str = ""  # the VM put to sleep ("": not recorded, a hibernation seen)
+
+
+def span(seconds: float) -> str:
+    """2h14m, 45m, 3d2h: two units at most."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    return f"{minutes}m"
+
+
+def last_use(presence: GuestPresence, booted_at: float | None) -> float | None:
+    """When the guest was last seen in use: the latest of an agent session leaving
+    ``working``, tmux clients coming or going, and the guest's boot (a VM just woken
+    counts from its wake); None when nothing tells (then it is not idle)."""
+    agents = presence.agents.idle_since() if presence.agents.sessions else 0
+    return max(agents or 0, presence.tmux_changed, booted_at or 0) or None
+
+
+def sleep_for(
+    policy: IdlePolicy | None,
+    presence: GuestPresence | None,
+    *,
+    booted_at: float | None,
+    suspends: bool,
+) -> Sleep | None:
+    """How ``policy`` puts the VM to sleep now, or None while it is in use (or not seen).
+    ``suspends``: its backend can hibernate it (Proxmox) rather than only stop it."""
+    if policy is None or presence is None:
+        return None
+    if any(s.state == "working" for s in presence.agents.sessions):
+        return None
+    if presence.tmux_clients or presence.ssh_sessions:
+        return None
+    used = last_use(presence, booted_at)
+    idle_for = presence.now - used if used is not None else 0
+    if used is None or idle_for < policy.after:
+        return None
+    waiting = any(s.state == "needs-input" for s in presence.agents.sessions)
+    how = SUSPENDED if suspends and policy.then == "suspend" else STOPPED
+    if how == STOPPED and waiting and not policy.stop_waiting:
+        # An agent waiting for a person keeps its question only in memory: suspend
+        # keeps it; a stop would lose it. Where the backend cannot suspend, stay up.
+        if not suspends:
+            return None
+        how = SUSPENDED
+    said = "an agent waits for input" if waiting else "no agent working"
+    return Sleep(how, int(idle_for), f"idle {span(idle_for)}: {said}, no shell attached")
+
+
+def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | None:
+    """Whether ``observed`` is asleep rather than stopped: hibernated (PVE's lock says
+    so on the VM itself), or stopped by sand for idle or ``sand sleep`` (this host's
+    record, for this very VM)."""
+    if observed is None:
+        return None
+    if recorded is not None and recorded.identity != observed.identity:
+        recorded = None  # another VM of that name since: the record is not about it
+    if observed.lock == HIBERNATED_LOCK and observed.power != "running":
+        return recorded or Asleep(SUSPENDED)
+    if recorded is not None and observed.power == "stopped" and recorded.how == STOPPED:
+        return recorded
+    return None

@@ -1,0 +1,41 @@
+"""The idle policy's facts, read for a plan: who uses each guest, and what sleeps.
+
+Asked only of running VMs with an ``idle:`` policy whose plan is otherwise a no-op (a
+VM with work to do is not put to sleep this run), by the deep check's one exchange
+(:func:`sand.survey.health.probe_guest`: its presence line and the agents' state),
+at most :data:`~sand.survey.health.DEEP_PARALLELISM` at a time, each within
+:data:`READ_TIMEOUT`. A guest that does not answer gives no facts, and is not idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sand.agentstate import GuestPresence
+from sand.backends.protocol import Backend
+from sand.plan.idle import Asleep
+from sand.plan.model import Plan
+from sand.state.asleep import load_asleep
+from sand.survey.health import check_health, targets
+
+READ_TIMEOUT = 10.0
+
+
+def asleep_records(project: str) -> dict[str, Asleep]:
+    """This host's record of the VMs sand put to sleep, by VM name, as the plan reads it."""
+    return {r.name: Asleep(r.how, r.since, r.by, r.identity) for r in load_asleep(project).values()}
+
+
+async def read_presence(
+    plan: Plan, backends: Mapping[str, Backend], *, timeout: float = READ_TIMEOUT
+) -> dict[str, GuestPresence]:
+    """VM name -> who used its guest, for each candidate to sleep that answered."""
+    idle = {c.vm for c in plan.changes if not c.acts and c.asleep is None}
+    todo = [
+        t for t in targets(plan, backends) if t.vm.idle and t.vm.provision and t.vm.name in idle
+    ]
+    if not todo:
+        return {}
+    found = await check_health(todo, timeout=timeout)
+    seen = {vm: getattr(f, "presence", None) for vm, f in found.items()}
+    return {vm: p for vm, p in seen.items() if p is not None}

@@ -1,0 +1,123 @@
+"""A person's own decision on a VM's sleep (``sand wake VM``, ``sand sleep VM``), and
+the wake every use makes first (``sand shell``, ``cp``, ``land``, the board's keys).
+
+A VM asleep (hibernated by its idle policy, stopped for idle, or put to sleep by
+``sand sleep``) is woken before it is used, and the person is told so ("waking
+agent-1, asleep since 14:02"): a shell that silently waited a minute for a resume
+reads as a hang. The backend's own ``wake`` journals first and refuses a VM that is
+not the managed VM observed; this host's sleep record is forgotten once it is awake.
+Neither takes the project's lease: like a person's ``limactl start``, a wake changes
+no declared state (the VM's ``state: running`` holds either way).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from sand.backends.protocol import Backend, Sleeps
+from sand.desired import DesiredVM
+from sand.errors import BackendError, ErrorLayer, SandError
+from sand.observed import ObservedVM, Ownership
+from sand.plan.idle import STOPPED, SUSPENDED, Asleep, asleep_of
+from sand.plan.render import asleep_words
+from sand.project import Session, observe_all
+from sand.state.asleep import SleepRecord, forget_asleep, remember_asleep
+from sand.survey.idle import asleep_records
+from sand.terminal import one_line
+
+Note = Callable[[str], None]
+
+
+class PowerRefused(SandError):
+    layer = ErrorLayer.VERBS
+
+
+async def find_vm(session: Session, manifest: str, name: str) -> tuple[DesiredVM, ObservedVM]:
+    """The declared VM ``name`` and the one managed VM its backend shows for it."""
+    vm = next((v for v in session.desired.vms if v.name == name), None)
+    if vm is None:
+        known = ", ".join(v.name for v in session.desired.vms) or "none"
+        raise PowerRefused(f"{manifest} declares no VM named {name!r} (VMs: {known})")
+    backend = session.backends[vm.backend]
+    obs = (await observe_all({vm.backend: backend}, session.desired))[vm.backend]
+    if obs.unknown_reason:
+        raise BackendError(obs.unknown_reason, backend=vm.backend)
+    managed = [o for o in obs.vms if o.name == name and o.ownership is Ownership.MANAGED]
+    if not managed:
+        raise PowerRefused(f"VM {name} does not exist yet on {vm.backend}: run sand apply")
+    if len(managed) > 1:
+        ids = ", ".join(o.identity for o in managed)
+        raise PowerRefused(f"several managed VMs on {vm.backend} are named {name}: {ids}")
+    return vm, managed[0]
+
+
+def asleep(session: Session, current: ObservedVM) -> Asleep | None:
+    return asleep_of(current, asleep_records(session.project).get(current.name))
+
+
+async def wake_if_asleep(
+    session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None
+) -> ObservedVM:
+    """``current`` awake: woken first when it sleeps (saying so), else as it is."""
+    sleeping = asleep(session, current)
+    if sleeping is None:
+        return current
+    backend = _sleeper(session.backends[vm.backend], vm.backend)
+    if note is not None:
+        note(f"waking {vm.name}, {asleep_words(sleeping)}")
+    await backend.wake(vm, current, session.journal)
+    forget_asleep(session.project, vm.backend, vm.name)
+    awake = replace(current, power="running", lock=None)
+    if sleeping.how == STOPPED:
+        await _secrets_again(session, vm, awake, note)
+    return awake
+
+
+async def _secrets_again(
+    session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None
+) -> None:
+    """A stop emptied the guest's tmpfs: its secrets are delivered again before it is
+    used (a hibernation keeps them: its RAM comes back). A delivery that cannot be made
+    now (a secret this shell cannot read) does not stop the use: the person is told,
+    and the next apply delivers them (it sees the boot after the last delivery)."""
+    if not vm.provision or not (vm.secrets or any(r.token_secret for r in vm.repos)):
+        return
+    from sand.provision import deliver_secrets  # asyncssh: only when there are secrets
+    from sand.survey.guest_secrets import GuestSecrets
+
+    try:
+        values = GuestSecrets(session).for_vm(vm)
+        endpoint = await session.backends[vm.backend].endpoint(vm, current)
+        await deliver_secrets(endpoint, vm, values)
+    except SandError as exc:
+        if note is not None:
+            note(
+                f"{vm.name}: its secrets were not delivered again ({one_line(str(exc), 200)}); "
+                "the next sand apply delivers them"
+            )
+
+
+async def sleep_now(
+    session: Session, vm: DesiredVM, current: ObservedVM, *, stop: bool = False
+) -> str:
+    """Put ``vm`` to sleep by a person's decision: hibernated where the backend can
+    (unless ``stop``), else stopped. Returns how."""
+    backend = session.backends[vm.backend]
+    sleeper = _sleeper(backend, vm.backend)
+    if asleep(session, current) is not None or current.power != "running":
+        raise PowerRefused(
+            f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
+        )
+    how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
+    await sleeper.sleep(current, how, session.journal)
+    record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
+    remember_asleep(session.project, record)
+    return how
+
+
+def _sleeper(backend: Backend, name: str) -> Sleeps:
+    if not isinstance(backend, Sleeps):
+        raise BackendError("this backend cannot put VMs to sleep or wake them", backend=name)
+    return backend

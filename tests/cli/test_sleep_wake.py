@@ -1,0 +1,98 @@
+"""`sand sleep VM` and `sand wake VM`, a person's own decision, against fakepve: what PVE
+was asked and what it holds, what plan and status say of a VM asleep, and a person's
+stop told apart from a sleep."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import Sand
+
+
+@pytest.fixture
+def sand(tmp_path, fakepve_server):
+    s = Sand(tmp_path)
+    s.write(fakepve_server.manifest([{"name": "agent-1"}]))
+    proc = s.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return s
+
+
+def power_posts(rig) -> list[str]:
+    return [r.path.rsplit("/", 1)[-1] for r in rig.requests("POST", contains="/status/")]
+
+
+def test_sleep_hibernates_and_wake_resumes(sand, fakepve_server):
+    rig = fakepve_server
+    vmid = rig.vms_named("agent-1")[0].vmid
+    rig.clear_log()
+    proc = sand.run("sleep", "agent-1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "agent-1 is asleep (suspended)" in proc.stdout
+    assert power_posts(rig) == ["suspend"]
+    vm = rig.vm(vmid)
+    assert (vm.status, vm.lock) == ("stopped", "suspended") and "vmstate" in vm.config
+
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+    row = json.loads(sand.run("status", "--json").stdout)["vms"][0]
+    assert row["asleep"]["by"] == "person" and row["conditions"]["Synced"] is True
+    proc = sand.run("sleep", "agent-1")
+    assert proc.returncode == 1 and "nothing to put to sleep" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    rig.clear_log()
+    proc = sand.run("wake", "agent-1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "waking agent-1, asleep since " in proc.stderr and "agent-1 is awake" in proc.stdout
+    assert power_posts(rig) == ["resume"]
+    vm = rig.vm(vmid)
+    assert (vm.status, vm.lock, "vmstate" in vm.config) == ("running", None, False)
+    proc = sand.run("wake", "agent-1")
+    assert proc.returncode == 0 and "not asleep" in proc.stdout
+    assert "asleep" not in json.loads(sand.run("status", "--json").stdout)["vms"][0]
+
+
+def test_sleep_stop_is_asleep_but_a_persons_stop_is_drift(sand, fakepve_server):
+    rig = fakepve_server
+    vmid = rig.vms_named("agent-1")[0].vmid
+    proc = sand.run("sleep", "--stop", "agent-1")
+    assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+    assert (rig.vm(vmid).status, rig.vm(vmid).lock) == ("stopped", None)
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+    assert sand.run("wake", "agent-1").returncode == 0
+    assert rig.vm(vmid).status == "running"
+    # Stopped by a person on PVE itself: not asleep, so planned back to running.
+    rig.call(rig.pve._do_stop(rig.pve.vm(vmid), "root@pam", {}))
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 2 and 'state = "stopped" -> "running"' in proc.stdout
+    proc = sand.run("wake", "agent-1")
+    assert "not asleep" in proc.stdout and rig.vm(vmid).status == "stopped"
+
+
+def test_wake_and_sleep_refuse_a_vm_the_manifest_does_not_declare(sand):
+    for verb in ("wake", "sleep"):
+        proc = sand.run(verb, "nobody")
+        assert proc.returncode == 1 and "declares no VM named 'nobody'" in proc.stderr
+
+
+def test_an_apply_that_must_change_a_vm_asleep_wakes_it_first(sand, fakepve_server, tmp_path):
+    rig = fakepve_server
+    vmid = rig.vms_named("agent-1")[0].vmid
+    assert sand.run("sleep", "agent-1").returncode == 0
+    sand.write(rig.manifest([{"name": "agent-1", "memory": "4GiB"}]))
+    proc = sand.run("plan", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "(woken first: asleep since " in proc.stdout and "(suspended))" in proc.stdout
+    rig.clear_log()
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "waking agent-1, asleep since " in proc.stdout + proc.stderr
+    posts = power_posts(rig)
+    assert posts[0] == "resume" and "suspend" not in posts
+    vm = rig.vm(vmid)
+    assert vm.status == "running" and vm.lock is None and str(vm.config["memory"]) == "4096"
+    assert "asleep" not in json.loads(sand.run("status", "--json").stdout)["vms"][0]

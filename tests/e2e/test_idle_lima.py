@@ -1,0 +1,112 @@
+"""Idle VMs on Lima: a netns guest behind the limactl stand-in, provisioned by a real
+`sand apply`. Lima cannot suspend: an idle instance is stopped (the plan says what a
+stop loses), stays in sync while asleep, and `sand shell` starts it again first. A stop
+sand did not make (a person's `limactl stop`) stays drift, never "asleep".
+
+The idle window is data: the agents' state file's `since`, and the host agent's start
+(``ha.pid``'s mtime, what sand reads as the boot) set hours back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_agent_state import HEAD, Fleet
+from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
+from tests.e2e.test_idle_proxmox import HOURS, write_agents
+from tests.provision.e2e_helpers import scoped_env
+
+pytestmark = pytest.mark.e2e
+
+MANIFEST = HEAD + "  - name: dev-1\n    agents: [claude]\n    idle: {after: 30m}\n"
+
+
+def booted_hours_ago(fleet: Fleet, hours: float) -> None:
+    when = time.time() - hours * HOURS
+    os.utime(fleet.standin.instance_dir("dev-1") / "ha.pid", (when, when))
+
+
+def status_of(fleet: Fleet) -> str:
+    return str(fleet.standin.list_json("dev-1")[0]["status"])
+
+
+def test_an_idle_lima_vm_stops_and_sand_shell_starts_it(tmp_path: Path, netns_guest) -> None:
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST)
+    booted_hours_ago(fleet, 5)
+    write_agents(guest, "needs-input", hours_ago=2)
+    # Waiting for a person: Lima cannot suspend, and a stop would lose the question.
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+
+    write_agents(guest, "done", hours_ago=2)
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "~ power running -> stopped (idle 2h" in proc.stdout
+    assert "a stop ends running processes and tmux sessions; files and the agents' " in proc.stdout
+    fleet.standin.clear_log()
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stop" in fleet.standin.commands() and status_of(fleet) == "Stopped"
+
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+    proc = fleet.sand("status", "--json")
+    row = json.loads(proc.stdout)["vms"][0]
+    assert row["asleep"]["how"] == "stopped" and row["conditions"]["Synced"] is True
+
+    fleet.standin.clear_log()
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "waking dev-1, asleep since " in proc.stderr and "(stopped)" in proc.stderr
+    assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode in (0, 2), proc.stdout + proc.stderr
+    assert "will go to sleep" not in proc.stdout  # just woken: its window starts again
+
+    # A person's stop is not sleep: it is drift, planned back to running.
+    fleet.standin.run("stop", "dev-1")
+    proc = fleet.sand("status", "--json")
+    row = json.loads(proc.stdout)["vms"][0]
+    assert "asleep" not in row and row["conditions"]["Healthy"] is False
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 1 and "waking" not in proc.stderr
+    assert "it must be running" in proc.stderr
+
+
+CANARY = "canary-7c1e-woken-secret"
+
+
+def test_a_vm_woken_from_a_stop_gets_its_secrets_again(
+    tmp_path: Path, netns_guest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_TEST_API_TOKEN", CANARY)
+    text = HEAD.replace(
+        "vms:\n", "secrets:\n  API_TOKEN: {from: {env: SAND_TEST_API_TOKEN}}\nvms:\n"
+    )
+    text += (
+        "  - name: dev-1\n    agents: [claude]\n    secrets: [{name: API_TOKEN, scope: ~/work}]\n"
+    )
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, text)
+    assert scoped_env(guest, "~/work", "API_TOKEN") == CANARY
+
+    assert "(stopped)" in fleet.sand("sleep", "dev-1").stdout
+    empty_tmpfs_secrets(guest)  # what the stop did to the guest's tmpfs
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 0 and "waking dev-1" in proc.stderr, proc.stdout + proc.stderr
+    assert scoped_env(guest, "~/work", "API_TOKEN") == CANARY
+
+    # A secret this shell cannot read: the wake and the use go on, the person is told.
+    assert "(stopped)" in fleet.sand("sleep", "dev-1").stdout
+    empty_tmpfs_secrets(guest)
+    fleet.env.pop("SAND_TEST_API_TOKEN")
+    proc = fleet.sand("shell", "dev-1", "--", "true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dev-1: its secrets were not delivered again" in proc.stderr
+    assert "the next sand apply delivers them" in proc.stderr and CANARY not in proc.stderr
