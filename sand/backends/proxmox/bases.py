@@ -135,7 +135,7 @@ async def _clone(
     journal: Journal,
 ) -> tuple[int, JournalEntry]:
     """A full clone of the source into a fresh vmid (another when a client takes it)."""
-    async with ctx.clone_slots:
+    async with await ctx.clone_slots():
         for _ in range(ID_ATTEMPTS):
             vmid = int(await ctx.client.get("cluster/nextid"))
             while vmid in ctx.cloning_ids:
