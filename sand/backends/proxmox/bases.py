@@ -140,7 +140,7 @@ async def _clone(
             vmid = int(await ctx.client.get("cluster/nextid"))
             while vmid in ctx.cloning_ids:
                 vmid += 1
-            entry = journal.begin(
+            entry = await journal.begin_async(
                 "base",
                 backend=ctx.name,
                 vm=base.name,

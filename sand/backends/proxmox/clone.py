@@ -104,7 +104,7 @@ async def _try_clone(
 ) -> tuple[JournalEntry, str] | None:
     """Clone into ``vmid`` (its entry and description); None when another client took
     that id first."""
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "create",
         backend=ctx.name,
         vm=vm.name,
