@@ -137,7 +137,10 @@ class Journal:
         loop = asyncio.get_running_loop()
         while self._durable < written:
             syncing = self._syncing
-            if syncing is not None and syncing[0] is loop:
+            # Only an fsync still running is waited for: awaiting one that has ended
+            # (its starter not yet resumed to count it) returns without yielding, and
+            # this loop would spin with the event loop held.
+            if syncing is not None and syncing[0] is loop and not syncing[1].done():
                 with contextlib.suppress(Exception):  # its starter raises it
                     await asyncio.shield(syncing[1])
                 continue
@@ -149,7 +152,8 @@ class Journal:
             try:
                 await future
             finally:
-                self._syncing = None
+                if self._syncing is not None and self._syncing[1] is future:
+                    self._syncing = None
             self._durable = max(self._durable, upto)
 
     def _fsync(self) -> None:

@@ -116,3 +116,25 @@ def test_a_process_killed_after_an_async_begin_keeps_its_intent(tmp_path: Path) 
     assert done.returncode == -signal.SIGKILL
     [pending] = Journal(path).pending()
     assert pending.vm == "a" and pending.tasks == ("UPID:pve1:clone",)
+
+
+@pytest.mark.timeout(30)  # the bug spun with the event loop held: only a signal ends it
+async def test_an_intent_begun_just_as_an_fsync_ends_waits_for_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    first = asyncio.ensure_future(
+        journal.begin_async("create", backend="pve", vm="a", identity="100")
+    )
+    await asyncio.sleep(0)  # the first intent is written, its fsync under way
+
+    async def just_after_the_fsync() -> str:
+        # Ask again and again until the fsync has ended but its starter has not yet
+        # resumed to count it: the moment the second intent is begun.
+        while journal._syncing is None or not journal._syncing[1].done():
+            await asyncio.sleep(0)
+        entry = await journal.begin_async("create", backend="pve", vm="b", identity="101")
+        return entry.vm
+
+    assert await just_after_the_fsync() == "b"
+    await first
+    assert [p.vm for p in Journal(path).pending()] == ["a", "b"]
