@@ -32,6 +32,7 @@ from sand.desired import build_desired  # noqa: E402
 from sand.manifest.models import Manifest  # noqa: E402
 from sand.plan import make_plan  # noqa: E402
 from sand.state.journal import Journal  # noqa: E402
+from sand.survey.preflight import items_of  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
 
 START_SECS = 1.0  # PVE seconds of a start task
@@ -81,6 +82,7 @@ def measure(
             async def run() -> tuple[float, bool, Counter[str]]:
                 obs = await backend.observe(state.vms)
                 plan = make_plan(state, {"pve": obs}, {"pve": backend.capabilities})
+                await backend.preflight(items_of(list(plan.changes)))  # as `sand apply` plans
                 async with backend.lease(LeaseHolder.here(command="bench"), ttl=60.0):
                     rig.clear_log()  # the lease's take and release: bench.lease_cost
                     started = time.perf_counter()

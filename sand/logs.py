@@ -1,8 +1,9 @@
 """Logging (structlog): human console by default, JSON for CI, always redacted
 and inert (no event can carry a terminal control sequence, see sand.terminal).
 
-structlog is imported only when logging is configured, which commands that never
-reach a backend skip: that keeps `sand validate` fast. It is imported with rich out
+structlog is imported only when something logs: ``configure`` notes the settings and
+the first logger applies them, so a command that never logs (`sand validate`, a
+no-op `sand plan`) never loads it. It is imported with rich out
 of its sight: structlog otherwise imports rich's traceback and pretty-printer at its
 own import when rich is installed (tens of milliseconds of every `sand plan`), and
 sand renders exceptions as plain tracebacks anyway.
@@ -30,8 +31,13 @@ class _NoRich(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is not loaded for structlog")
 
 
+# The settings ``configure`` was given, applied by the first logger asked for.
+_pending: tuple[str, str, TextIO] | None = None
+
+
 def _structlog() -> Any:
     # here, not at the top: structlog loads only when something logs, with rich hidden
+    global _pending
     if "structlog" not in sys.modules and "rich" not in sys.modules:
         hide = _NoRich()
         sys.meta_path.insert(0, hide)
@@ -41,13 +47,24 @@ def _structlog() -> Any:
             sys.meta_path.remove(hide)
     import structlog
 
+    if _pending is not None:
+        settings, _pending = _pending, None
+        _apply(structlog, *settings)
     return structlog
 
 
 def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
-    """Set up structlog once per process: console (human) or json (CI)."""
-    structlog = _structlog()
-    out = stream or sys.stderr
+    """Set up structlog once per process: console (human) or json (CI). Applied when
+    the first logger is asked for (structlog is not loaded before)."""
+    from sand import retrying  # here: it loads tenacity, which validate never needs
+
+    global _pending
+    _pending = (fmt, level, stream or sys.stderr)
+    # Retries are told to a logger once logging is set up (sand.retrying sits below us).
+    retrying.retry_logger = get_logger
+
+
+def _apply(structlog: Any, fmt: str, level: str, out: TextIO) -> None:
     renderer: Any
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
 from sand.activity import Retry, retrying
 
 T = TypeVar("T")
+
+# Where retries are logged: set by sand.logs.configure (which sits above this module),
+# None while logging is not set up (nothing is said then).
+retry_logger: Callable[[str], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,12 +78,10 @@ async def retry_async(
         failure = state.outcome.exception() if state.outcome is not None else None
         delay = state.upcoming_sleep
         said = reason(failure) if failure is not None else "failed"
-        # Imported here, once logging is set up (sand.logs loads it without rich).
-        import structlog
-
-        structlog.get_logger("sand.retry").debug(
-            "retry", layer=layer, reason=said, attempt=state.attempt_number, delay=delay
-        )
+        if retry_logger is not None:
+            retry_logger("sand.retry").debug(
+                "retry", layer=layer, reason=said, attempt=state.attempt_number, delay=delay
+            )
         retrying(Retry(layer, said, state.attempt_number, retries, delay, backoff.deadline))
 
     async for attempt in tenacity.AsyncRetrying(

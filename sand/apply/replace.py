@@ -81,7 +81,7 @@ async def _create_first(
     vm, old = change.desired, change.observed
     assert vm is not None and old is not None
     temp = temp_name(vm.name, uuid.uuid4().hex)
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "replace",
         backend=backend.name,
         vm=vm.name,
@@ -138,7 +138,7 @@ async def _destroy_first(
 ) -> Replaced:
     vm, old = change.desired, change.observed
     assert vm is not None and old is not None
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "replace",
         backend=backend.name,
         vm=vm.name,

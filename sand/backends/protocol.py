@@ -125,7 +125,10 @@ class Observes(Protocol):
     # What planning must know of this backend type: which desired fields change in
     # place, need a restart or force replacement; whether names are unique.
     capabilities: Capabilities
-    clone_parallelism: int
+
+    @property
+    def clone_parallelism(self) -> int:
+        """How many VMs this backend clones at once."""
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         """Read-only; one listing, deep reads only where fingerprints differ.

@@ -167,4 +167,6 @@ PRESERVE_DESCRIPTION = (
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, populate_by_name=True, frozen=True, defer_build=True
+    )

@@ -13,6 +13,7 @@ nor an orphan. Entries hold ids, never secrets.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,12 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._mutex = threading.Lock()
+        # Group commit for intents begun by coroutines (``begin_async``): records written
+        # so far, records an fsync has made durable, and the fsync under way (its loop).
+        self._written = 0
+        self._durable = 0
+        self._syncing: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        self._syncer: ThreadPoolExecutor | None = None
 
     def begin(
         self, op: str, *, backend: str, vm: str, identity: str, **details: Any
@@ -110,6 +118,50 @@ class Journal:
         entry = JournalEntry(uuid.uuid4().hex, op, backend, vm, identity, dict(details))
         self._append({"phase": "intent", "ts": time.time(), **entry.as_dict()}, durable=True)
         return entry
+
+    async def begin_async(
+        self, op: str, *, backend: str, vm: str, identity: str, **details: Any
+    ) -> JournalEntry:
+        """``begin`` for a coroutine: it returns, as ``begin`` does, once the intent is
+        fsync'd, but the fsync runs in the journal's own thread, not on the event loop,
+        and one fsync serves every intent written while it waited (a cold apply of 200
+        VMs began 200 intents, each an fsync that stopped every other VM's work)."""
+        entry = JournalEntry(uuid.uuid4().hex, op, backend, vm, identity, dict(details))
+        written = self._append({"phase": "intent", "ts": time.time(), **entry.as_dict()})
+        await self._synced(written)
+        return entry
+
+    async def _synced(self, written: int) -> None:
+        """Wait until the first ``written`` records are durable, starting an fsync when
+        none is under way (one under way may have begun before they were written)."""
+        loop = asyncio.get_running_loop()
+        while self._durable < written:
+            syncing = self._syncing
+            # Only an fsync still running is waited for: awaiting one that has ended
+            # (its starter not yet resumed to count it) returns without yielding, and
+            # this loop would spin with the event loop held.
+            if syncing is not None and syncing[0] is loop and not syncing[1].done():
+                with contextlib.suppress(Exception):  # its starter raises it
+                    await asyncio.shield(syncing[1])
+                continue
+            if self._syncer is None:
+                self._syncer = ThreadPoolExecutor(1, thread_name_prefix="sand-journal")
+            upto = self._written  # every record written before the fsync starts
+            future = loop.run_in_executor(self._syncer, self._fsync)
+            self._syncing = (loop, future)
+            try:
+                await future
+            finally:
+                if self._syncing is not None and self._syncing[1] is future:
+                    self._syncing = None
+            self._durable = max(self._durable, upto)
+
+    def _fsync(self) -> None:
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.fsync(fd)  # the file's data, whichever descriptor wrote it
+        finally:
+            os.close(fd)
 
     def step(self, entry: JournalEntry, step: str, **details: Any) -> None:
         """Record progress inside an operation (e.g. 'cloned'), for recovery and tests."""
@@ -209,7 +261,7 @@ class Journal:
         except FileNotFoundError:
             return
 
-    def _append(self, record: dict[str, Any], *, durable: bool = False) -> None:
+    def _append(self, record: dict[str, Any], *, durable: bool = False) -> int:
         """Append one record. Every record is written before this returns, so a killed
         process loses none (the kernel holds them). Only intents and settlements are
         also fsync'd, as the write-ahead rule needs: what follows an intent (steps,
@@ -217,13 +269,18 @@ class Journal:
         the file's tail with it, the entry reads as one a kill interrupted just before
         those records, which recovery settles by asking the backend. The next fsync'd
         record makes everything before it durable too. (An fsync per record was most
-        of a cold apply's main thread.)"""
+        of a cold apply's main thread.) Returns how many records this journal has
+        written, this one included."""
         line = json.dumps(record, sort_keys=True) + "\n"
         with self._mutex:
             fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
             try:
                 os.write(fd, line.encode())
+                self._written += 1
+                written = self._written
                 if durable:
                     os.fsync(fd)
+                    self._durable = written
             finally:
                 os.close(fd)
+        return written

@@ -114,7 +114,7 @@ def _process_state(args: list[str], cwd: Path, env: Mapping[str, str]) -> Iterat
     process-wide records as a fresh ``python -m sand`` has them; restored afterwards."""
     import structlog
 
-    from sand import redaction
+    from sand import logs, redaction, retrying
     from sand.cli import inflight
 
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
@@ -122,6 +122,8 @@ def _process_state(args: list[str], cwd: Path, env: Mapping[str, str]) -> Iterat
     saved_structlog = structlog.get_config()
     saved_logging = _logging_state()
     saved_secrets = set(redaction._secrets)
+    saved_logs = (logs._pending, retrying.retry_logger)
+    logs._pending, retrying.retry_logger = None, None
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -143,6 +145,7 @@ def _process_state(args: list[str], cwd: Path, env: Mapping[str, str]) -> Iterat
         structlog.reset_defaults()
         structlog.configure(**saved_structlog)
         _restore_logging(saved_logging)
+        logs._pending, retrying.retry_logger = saved_logs
         with redaction._lock:
             redaction._secrets.clear()
             redaction._secrets.update(saved_secrets)

@@ -45,7 +45,7 @@ async def create(
     else:
         base = None
     uid = new_uid()  # the incarnation, journalled first: recovery adopts only this one
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "create",
         backend=ctx.name,
         vm=name,

@@ -19,7 +19,7 @@ from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox import sleep as sleep_mod
-from sand.backends.proxmox.context import Ctx
+from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.doctor import doctor as run_doctor
 from sand.backends.proxmox.lease import ProxmoxLease, read_lease
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
@@ -42,7 +42,12 @@ class ProxmoxBackend:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.name = ctx.name
-        self.clone_parallelism = ctx.config.clone_parallelism
+
+    @property
+    def clone_parallelism(self) -> int:
+        """Clones at once: the manifest's, the one chosen for the storage at the first
+        clone, or (before it) the default for local storage."""
+        return self.ctx.clones_chosen or clones_at_once(self.ctx.config.clone_parallelism, None)
 
     def __repr__(self) -> str:
         c = self.ctx.config

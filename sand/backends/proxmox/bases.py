@@ -135,12 +135,12 @@ async def _clone(
     journal: Journal,
 ) -> tuple[int, JournalEntry]:
     """A full clone of the source into a fresh vmid (another when a client takes it)."""
-    async with ctx.clone_slots:
+    async with await ctx.clone_slots():
         for _ in range(ID_ATTEMPTS):
             vmid = int(await ctx.client.get("cluster/nextid"))
             while vmid in ctx.cloning_ids:
                 vmid += 1
-            entry = journal.begin(
+            entry = await journal.begin_async(
                 "base",
                 backend=ctx.name,
                 vm=base.name,

@@ -15,7 +15,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,10 @@ class PveClient:
     poll: PollPolicy = field(default_factory=PollPolicy)
     requests: int = 0  # API requests sent (attempts included)
     warnings: list[str] = field(default_factory=list)  # task WARNINGS, newest last
+    # The clock task waits read and sleep on: a test of the poll cadence hands in a
+    # fake one, so it proves the schedule without waiting for it.
+    monotonic: Callable[[], float] = field(default=time.monotonic, repr=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
 
     def __post_init__(self) -> None:
         # The manifest refuses these at validate time; a client built any other
@@ -327,14 +331,14 @@ class PveClient:
         """Poll a task until it stops; OK and ``WARNINGS: n`` succeed, anything else raises."""
         node = upid.split(":")[1] if upid.count(":") >= 2 else ""
         activity.step(what, limit=timeout)
-        deadline = time.monotonic() + timeout
+        deadline = self.monotonic() + timeout
         delays = self.poll.delays()
         while True:
             status = await self.get(f"nodes/{node}/tasks/{upid}/status")
             if status.get("status") == "stopped":
                 break
             delay = next(delays)
-            if time.monotonic() + delay > deadline:
+            if self.monotonic() + delay > deadline:
                 raise ProxmoxError(
                     self.backend,
                     f"{what}: task {upid} still running after {timeout:.0f}s",
@@ -342,7 +346,7 @@ class PveClient:
                     upid=upid,
                     kind=ErrorKind.TIMEOUT,
                 )
-            await asyncio.sleep(delay)
+            await self.sleep(delay)
         exitstatus = one_line(str(status.get("exitstatus") or "unexpected status"), 500)
         if exitstatus == "OK":
             return TaskResult(upid, exitstatus)

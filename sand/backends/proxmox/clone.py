@@ -55,9 +55,9 @@ async def clone(
     into the marker)."""
     # The id is asked for only once a clone slot is ours: PVE reserves nothing,
     # so creates queued behind the slot limit would all be handed the same id.
-    slots = ctx.clone_slots
+    slots = await ctx.clone_slots()
     if slots.locked():
-        activity.step(f"waiting for a clone slot ({ctx.config.clone_parallelism} at a time)")
+        activity.step(f"waiting for a clone slot ({ctx.clones_chosen} at a time)")
     async with slots:
         return await _allocate_and_clone(ctx, vm, template, node, storage, journal, base)
 
@@ -104,7 +104,7 @@ async def _try_clone(
 ) -> tuple[JournalEntry, str] | None:
     """Clone into ``vmid`` (its entry and description); None when another client took
     that id first."""
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "create",
         backend=ctx.name,
         vm=vm.name,

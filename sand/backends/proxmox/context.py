@@ -10,6 +10,7 @@ from typing import Any
 
 from sand.backends.proxmox.client import PveClient
 from sand.backends.proxmox.coalesce import Fresh
+from sand.backends.proxmox.errors import ProxmoxError
 from sand.manifest.backends import ProxmoxConfig
 
 
@@ -30,6 +31,25 @@ class Timeouts:
     agent: float = 300.0  # waiting for the guest agent to report an address
     download: float = 1800.0  # PVE downloading a cloud image (template build)
     template: float = 600.0  # creating a VM from an image, converting it to a template
+
+
+# Clones at once per backend when the manifest names no ``clone_parallelism``, by the
+# storage the clones' disks go to (docs/backends/proxmox.md, "Clones at once", says why).
+LOCAL_STORAGE_CLONES = 10  # a node-local lock held for the allocation only: apply's bound
+SHARED_STORAGE_CLONES = 2  # the cluster-wide lock: a third clone waiting on it timed out
+
+
+def is_shared(row: Mapping[str, Any] | None) -> bool:
+    """A ``/cluster/resources`` storage row says its storage is shared (Ceph, NFS, iSCSI...)."""
+    return row is not None and str(row.get("shared", 0)) not in ("0", "", "False", "false")
+
+
+def clones_at_once(configured: int | None, storage: Mapping[str, Any] | None) -> int:
+    """The manifest's ``clone_parallelism``, or the default for the clones' storage (one
+    not known, e.g. unreadable, counts as local: the listing would fail the run anyway)."""
+    if configured is not None:
+        return configured
+    return SHARED_STORAGE_CLONES if is_shared(storage) else LOCAL_STORAGE_CLONES
 
 
 @dataclass
@@ -57,9 +77,16 @@ class Ctx:
     # Project leases this backend holds now (``lease``): while one is held no other run
     # of the project writes, so what the observation saw is all there is.
     leases_held: int = 0
+    # The storage rows preflight read (``/cluster/resources?type=storage``): they size
+    # the clone slots without a read of their own.
+    storage_rows: list[Mapping[str, Any]] | None = None
+    # How many clones at once this backend chose (None until its first clone).
+    clones_chosen: int | None = None
 
     def __post_init__(self) -> None:
-        self._clone_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._clone_slots: (
+            tuple[asyncio.AbstractEventLoop, asyncio.Task[asyncio.Semaphore]] | None
+        ) = None
         self._fresh: tuple[asyncio.AbstractEventLoop, Fresh[Any]] | None = None
         self.cloning_ids: set[int] = set()  # vmids this process is cloning into now
 
@@ -70,14 +97,29 @@ class Ctx:
             self._fresh = (loop, Fresh(fetch))
         return self._fresh[1]
 
-    @property
-    def clone_slots(self) -> asyncio.Semaphore:
-        """At most ``clone_parallelism`` clones at once (PVE's storage lock is short-lived);
-        one semaphore per event loop, so a backend may outlive an ``asyncio.run``."""
+    async def clone_slots(self) -> asyncio.Semaphore:
+        """At most ``clones_at_once`` clones at once; one semaphore per event loop (a
+        backend may outlive an ``asyncio.run``), sized by the first clone that asks."""
         loop = asyncio.get_running_loop()
         if self._clone_slots is None or self._clone_slots[0] is not loop:
-            self._clone_slots = (loop, asyncio.Semaphore(self.config.clone_parallelism))
-        return self._clone_slots[1]
+            self._clone_slots = (loop, loop.create_task(self._sized_slots()))
+        return await asyncio.shield(self._clone_slots[1])
+
+    async def _sized_slots(self) -> asyncio.Semaphore:
+        storage = None
+        if self.config.clone_parallelism is None:
+            storage = await self._storage_row(self.config.storage)
+        self.clones_chosen = clones_at_once(self.config.clone_parallelism, storage)
+        return asyncio.Semaphore(self.clones_chosen)
+
+    async def _storage_row(self, name: str) -> Mapping[str, Any] | None:
+        rows = self.storage_rows
+        if rows is None:
+            try:
+                rows = await self.client.get("cluster/resources", type="storage") or []
+            except ProxmoxError:
+                return None
+        return next((r for r in rows if isinstance(r, Mapping) and r.get("storage") == name), None)
 
 
 def in_pool(ctx: Ctx, row: Mapping[str, Any]) -> bool:

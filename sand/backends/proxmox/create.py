@@ -175,7 +175,7 @@ async def _adopt(
     )
     block = mk.parse_block(config.get("description")) or {}
     # The incarnation adopted: a replay of this entry acts only on this very VM.
-    entry = journal.begin(
+    entry = await journal.begin_async(
         "create",
         backend=ctx.name,
         vm=vm.name,

@@ -104,11 +104,11 @@ async def _read_storages(ctx: Ctx, cluster: _Cluster) -> None:
         cluster.storages = {}
         cluster.warnings.append(f"preflight could not list storages: {e.detail}")
         return
-    cluster.storages = {
-        (str(r.get("node")), str(r.get("storage"))): r
-        for r in answer or []
-        if isinstance(r, dict) and r.get("type", "storage") == "storage"
-    }
+    rows: list[Mapping[str, Any]] = [
+        r for r in answer or [] if isinstance(r, dict) and r.get("type", "storage") == "storage"
+    ]
+    ctx.storage_rows = rows  # they size the clone slots (context.clones_at_once)
+    cluster.storages = {(str(r.get("node")), str(r.get("storage"))): r for r in rows}
 
 
 async def _bridges_on(ctx: Ctx, cluster: _Cluster, node: str) -> set[str] | None:

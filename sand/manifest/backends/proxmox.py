@@ -103,15 +103,16 @@ class ProxmoxConfig(Strict):
         "on PVE's own default, kvm64, Node-based agents were seen to livelock.",
         examples=["x86-64-v2-AES"],
     )
-    clone_parallelism: int = Field(
-        # PVE holds the storage lock only while it allocates a clone's volume, and clones
-        # of a template take a shared lock on it: what bounds parallel clones is the
-        # storage's bandwidth, which more at once does not waste. 10: apply's own bound.
-        default=10,
+    clone_parallelism: int | None = Field(
+        # None: chosen by the storage the clones go to (backends/proxmox/context.py):
+        # 10 on local storage, where PVE holds a node's own lock only to allocate, and 2
+        # on shared storage, where the cluster-wide lock times out a third clone waiting.
+        default=None,
         ge=1,
         le=32,
-        description="How many VMs this backend clones at once, 1 to 32 (default 10; "
-        "lower it for a slow local disk, see docs/backends/proxmox.md).",
+        description="How many VMs this backend clones at once, 1 to 32. Unset: 10 when "
+        "the VMs' storage is local to a node (LVM-thin, ZFS, a directory), 2 when it is "
+        "shared (Ceph, NFS, iSCSI); see docs/backends/proxmox.md.",
         examples=[4],
     )
     derive_bases: bool = Field(default=True, description=DERIVE_BASES_DESCRIPTION, examples=[False])

@@ -8,7 +8,8 @@ the id, the clone and its task, one config write (with the converged marker when
 nothing follows the create), the start and its task. A disk larger than the
 template's adds the resize and its task (PVE resizes on its own endpoint only);
 without the project's lease, the check for a parallel run's duplicate adds a
-listing shared by the checks of clones that end together."""
+listing shared by the checks of clones that end together. The storage's kind, which
+sizes the clone slots, comes from preflight's read of the storages."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from collections import Counter
 import pytest
 
 from sand.backends.lease import LeaseHolder
+from sand.backends.protocol import PreflightItem
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.state.journal import Journal
@@ -54,7 +56,8 @@ async def test_a_cold_create_under_the_lease_costs_six_requests_per_vm(
     rig: FakePveRig, backend: ProxmoxBackend, journal: Journal, n: int
 ) -> None:
     vms = rig.desired([{"name": f"c-{i}", "disk": TEMPLATE_DISK} for i in range(n)])
-    await backend.observe(vms)  # as apply does: the plan's observation comes first
+    await backend.observe(vms)  # as apply does: the plan's observation and preflight first
+    await backend.preflight([PreflightItem(vm, "create") for vm in vms])
     async with backend.lease(LeaseHolder.here(command="test"), ttl=60.0):
         rig.clear_log()
         made = await asyncio.gather(*(backend.create(vm, journal, converged=True) for vm in vms))
@@ -76,6 +79,7 @@ async def test_without_the_lease_clones_ending_together_share_the_duplicate_chec
 ) -> None:
     vms = rig.desired([{"name": f"c-{i}"} for i in range(n)])  # disks larger: resized
     await backend.observe(vms)
+    await backend.preflight([PreflightItem(vm, "create") for vm in vms])
     rig.clear_log()
     made = await asyncio.gather(*(backend.create(vm, journal) for vm in vms))
     spent = _spent(rig)
