@@ -38,3 +38,6 @@ class Capabilities:
     # Instance names are unique on the backend (Lima: a directory each), so a VM that is
     # not sand's holding a desired name blocks the create instead of standing beside it.
     unique_names: bool = False
+    # Can make a VM from another one's disk (a fork, ``from: {vm: ...}``); a fork on a
+    # backend that cannot is blocked, never created from an image instead.
+    fork: bool = False

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -155,6 +155,8 @@ def _plan_vm(
                 action=Action.BLOCKED,
                 reasons=(f"an instance named {vm.name!r} exists and {why}",),
             )
+        if vm.fork is not None:
+            return _plan_fork(vm, obs, can, base)
         return base(action=Action.CREATE, guest=_whole(vm))
     current = managed[0]
     base = partial(base, identity=current.identity, observed=current)
@@ -214,6 +216,22 @@ def _plan_vm(
     if not in_sync:
         return base(action=Action.UPDATE, reasons=("record the converged spec",))
     return base(action=Action.NOOP)
+
+
+def _plan_fork(
+    vm: DesiredVM, obs: Observation, can: Capabilities, base: Callable[..., VMChange]
+) -> VMChange:
+    """A fork is created from its source as it is at apply time; it needs the source to
+    be there (a source created by this same plan is not yet)."""
+    assert vm.fork is not None
+    if not can.fork:
+        why = f"backend {vm.backend!r} cannot fork VMs yet"
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
+    sources = [o for o in obs.named(vm.fork.source) if o.ownership is Ownership.MANAGED]
+    if not sources:
+        why = f"its source {vm.fork.source!r} does not exist yet: apply once more after it is"
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
+    return base(action=Action.CREATE, guest=_whole(vm))
 
 
 def _whole(vm: DesiredVM) -> GuestAction:

@@ -91,3 +91,12 @@ def test_the_golden_documents_match_their_schemas():
 
     validate("plan", json.loads(json.dumps(plan_to_json(every_kind_of_change()), default=str)))
     validate("status", json.loads((GOLDEN / "status.json").read_text()))
+
+
+def test_the_text_plan_of_a_fork_keeps_its_words():
+    from tests.unit.test_fork_declared import FORKED, FORKING
+
+    state = desired(FORKED)
+    obs = converged(state)
+    obs["pve"] = Observation("pve", tuple(v for v in obs["pve"].vms if v.name != "try-1"))
+    check("plan-fork.txt", render_text(make_plan(state, obs, FORKING)))
