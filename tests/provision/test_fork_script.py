@@ -118,4 +118,4 @@ def test_only_a_fork_runs_the_fork_step() -> None:
     assert "fork" not in [s.name for s in provision_steps(vm, {})]
     forked = replace(vm, name="try-1", fork=DesiredFork("agent-1"))
     names = [s.name for s in provision_steps(forked, {})]
-    assert names[-2:] == ["repos", "fork"]
+    assert names[-3:] == ["repos", "fork-identity", "fork"]
