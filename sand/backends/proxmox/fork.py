@@ -15,9 +15,9 @@ the snapshot, not from the live disks), so the order is:
    removes the snapshot (``decide_fork``/``act_fork``).
 
 The source is only read and snapshotted: no config write, no stop, no restart.
-Requests per fork: a create's, plus the snapshot and its task, the snapshot delete and
-its task, and a read of the clone's config (a clone's config is its source's, which
-this run has not read): five.
+Requests per fork (measured on fakepve): eleven: the snapshot and its task, nextid,
+the clone and its task, the removal and its task, a read of the clone's config (its
+source's, which this run has not read), the config write, the start and its task.
 """
 
 from __future__ import annotations
