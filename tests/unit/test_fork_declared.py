@@ -138,3 +138,12 @@ def test_a_later_change_of_the_source_never_replaces_the_fork() -> None:
     by_vm = {c.vm: c for c in plan.changes}
     assert [f.field for f in by_vm["a"].fields] == ["image"]  # a must be replaced (protected)
     assert by_vm["try-1"].action is Action.NOOP
+
+
+def test_the_json_plan_names_what_a_fork_is_made_from() -> None:
+    from sand.plan.render import plan_to_json
+
+    data = plan_to_json(_plan(FORKED))
+    (change,) = [c for c in data["changes"] if c["vm"] == "try-1"]
+    assert change["fork_of"] == {"vm": "a", "memory": False}
+    assert all("fork_of" not in c for c in data["changes"] if c["vm"] != "try-1")
