@@ -41,3 +41,6 @@ class Capabilities:
     # The backend can hibernate a VM (memory kept, exact resume: Proxmox's suspend to
     # disk); one that cannot puts an idle VM to sleep by stopping it (Lima).
     suspends: bool = False
+    # Can make a VM from another one's disk (a fork, ``from: {vm: ...}``); a fork on a
+    # backend that cannot is blocked, never created from an image instead.
+    fork: bool = False

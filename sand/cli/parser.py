@@ -22,6 +22,7 @@ from sand.cli.flags import (
     add_global_flags_to_subcommands,
     add_manifest_args,
 )
+from sand.cli.fork import add_fork_parser
 from sand.cli.sync import add_sync_parser
 from sand.cli.template import add_template_parser
 from sand.cli.verbs import add_verb_parsers, manifest_option, vm_argument
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_and_apply(sub)
     _add_views(sub)
     add_verb_parsers(sub)
+    add_fork_parser(sub)
     add_template_parser(sub)
     add_sync_parser(sub)
     p = sub.add_parser(

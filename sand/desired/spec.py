@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
+from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.manifest.builtin import (
     DEFAULT_AGENTS,
@@ -170,6 +171,7 @@ class DesiredVM:
     # What a changed golden image does to this VM: "manual" (shown out of date) or
     # "onBaseChange" (replaced by a VM of the new base).
     rebuild: str = "manual"
+    fork: DesiredFork | None = None  # made from another VM at the apply that creates it
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -271,7 +273,7 @@ def build_desired(
     d = m.defaults
     here = host or HostLocale.detect()
     vms: list[DesiredVM] = []
-    for vm in m.vms:
+    for vm in (with_inherited(entry, list(m.vms)) for entry in m.vms):
         backend_name = vm.backend or d.backend or next(iter(m.backends))
         backend = m.backends[backend_name]
         image_name = vm.image or d.image
@@ -315,6 +317,8 @@ def build_desired(
                 MachineContent(user=user, packages=packages, agents=agents, docker=docker),
                 machine_digest,
             )
+        if vm.fork is not None:  # made from its source's disk: no image, no base of its own
+            image, base = FORK_PREFIX + vm.fork.vm, None
         repos = tuple(
             DesiredRepo(
                 name=r,
@@ -358,6 +362,7 @@ def build_desired(
             idle=policy_of(vm.idle, d.idle),
             base=base,
             rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
+            fork=desired_fork(vm),
         )
         vms.append(with_fingerprints(spec))
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))

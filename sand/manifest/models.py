@@ -164,6 +164,29 @@ class Defaults(Strict):
     )
 
 
+FORK_DESCRIPTION = (
+    "Make this VM a fork of another VM of this manifest, on the same backend: it is "
+    "created once from the source's disk as it is at that apply (each repo checkout on "
+    "a branch `fork/<name>` carrying uncommitted work), then lives its own life; a "
+    "later change of the source never replaces it. Fields it leaves out are the "
+    "source's (not `protect`). docs/fork-and-pools.md."
+)
+
+
+class ForkSource(Strict):
+    """The VM a fork is made from (``from: {vm: agent-1}``)."""
+
+    vm: str = Field(
+        min_length=1, description="The source VM's name, in this manifest.", examples=["agent-1"]
+    )
+    snapshot: Literal["disk", "memory"] = Field(
+        default="disk",
+        description="Proxmox only: 'memory' also snapshots the source's RAM (the fork's "
+        "snapshot is taken with vmstate); default 'disk'.",
+        examples=["memory"],
+    )
+
+
 class VM(Strict):
     name: str = Field(
         min_length=1,
@@ -256,6 +279,9 @@ class VM(Strict):
         default=None,
         description=IDLE_DESCRIPTION + " Replaces the default one whole.",
         examples=[{"after": "45m", "then": "stop", "stopWaiting": True}, "never"],
+    )
+    fork: ForkSource | None = Field(
+        default=None, alias="from", description=FORK_DESCRIPTION, examples=[{"vm": "agent-1"}]
     )
 
 

@@ -47,6 +47,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),
+    ("`vms[].from`", m.ForkSource, "The VM a fork is made from (docs/fork-and-pools.md)."),
     ("`notify`", Notify, "Who hears of an agent's state ([agents](agents.md))."),
     ("`notify.webhook`", Webhook, "A JSON POST that ntfy and Slack both read."),
 ]

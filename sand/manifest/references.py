@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sand.manifest.backends import CONFIGS
+from sand.manifest.forks import check_forks, inherited
 from sand.manifest.images import check_sources, check_vm_image, golden_name
 from sand.manifest.names import reserved_name_problem
 from sand.manifest.rawdata import Finding
@@ -41,9 +42,14 @@ def check_references(data: Any) -> Iterator[Finding]:
     seen: dict[str, int] = {}
     used_by: dict[str, set[str]] = {}
     host_ports: dict[tuple[str, int], str] = {}
-    for i, vm in enumerate(_list(data.get("vms"))):
-        if not isinstance(vm, dict):
+    all_vms = _list(data.get("vms"))
+    backend_of: dict[str, str | None] = {}
+    for i, own in enumerate(all_vms):
+        if not isinstance(own, dict):
             continue
+        # A fork takes what it leaves out from its source: its backend and image rules
+        # are checked on that; its own repos and secrets on what it writes itself.
+        vm = inherited(own, all_vms)
         at: Path = ("vms", i)
         name = _str(vm.get("name")) or ""
         if name and name in seen:
@@ -59,8 +65,9 @@ def check_references(data: Any) -> Iterator[Finding]:
                 continue
             else:
                 continue
+        backend_of[name] = backend_name
         if backend_name not in backends:
-            if own_backend is not None and backends:
+            if own.get("backend") is not None and backends:
                 yield (*at, "backend"), _unknown("backend", backend_name, backends)
             continue
         backend = _dict(backends[backend_name])
@@ -76,13 +83,13 @@ def check_references(data: Any) -> Iterator[Finding]:
         golden = golden_name(vm, defaults, images)
         if golden is not None:
             used_by.setdefault(golden, set()).add(config.TYPE)
-        yield from check_vm_image(at, vm, defaults, images)
+        yield from check_vm_image(at, own, defaults, images)
         yield from config.vm_findings(name, at, vm, backend, defaults, golden=golden is not None)
-        for j, repo_name in enumerate(_list(vm.get("repos"))):
+        for j, repo_name in enumerate(_list(own.get("repos"))):
             if isinstance(repo_name, str) and repo_name not in repos:
                 yield (*at, "repos", j), _unknown("repo", repo_name, repos)
-        yield from _secret_uses(at, _list(vm.get("secrets")), secrets)
-        ports = [_dict(p) for p in _list(vm.get("ports"))]
+        yield from _secret_uses(at, _list(own.get("secrets")), secrets)
+        ports = [_dict(p) for p in _list(own.get("ports"))]
         for j, port in enumerate(ports):
             host = port.get("host")
             if not isinstance(host, int):
@@ -98,6 +105,7 @@ def check_references(data: Any) -> Iterator[Finding]:
                 )
             host_ports.setdefault(key, name)
 
+    yield from check_forks(all_vms, backend_of)
     yield from check_sources(images, used_by)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sand.backends.protocol import RecoveryDecision
-from sand.plan.model import BaseChange, FieldChange, GuestAction, Plan
+from sand.plan.model import Action, BaseChange, FieldChange, GuestAction, Plan
 
 _THEN = {
     "create": "create",
@@ -105,6 +105,10 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "since": c.asleep.since or None,
                 "by": c.asleep.by,
             }
+        fork = c.desired.fork if c.desired is not None else None
+        if fork is not None and (c.blocked_action or c.action) is Action.CREATE:
+            # Made from its source at apply time (docs/fork-and-pools.md).
+            out["fork_of"] = {"vm": fork.source, "memory": fork.memory}
     if plan.bases:
         data["bases"] = [base_to_json(b) for b in plan.bases]
     # Only when asked for, so every other plan reads as it always has.

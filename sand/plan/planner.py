@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -32,8 +32,9 @@ from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
-from sand.plan.idle import STOP_LOSES, STOPPED, Asleep, asleep_of, sleep_for
+from sand.plan.idle import Asleep, asleep_of
 from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
+from sand.plan.sleeps import maybe_sleep
 
 Policy = Mapping[str, Mutability]
 # A backend that declared nothing: every field compared, none mutable in place.
@@ -83,7 +84,7 @@ def make_plan(
         recorded = (asleep or {}).get(vm.name)
         change = lapsed or _plan_vm(vm, obs, can, secrets, recorded)
         if not lapsed and not refresh_only:
-            change = _maybe_sleep(change, (presence or {}).get(vm.name), can)
+            change = maybe_sleep(change, (presence or {}).get(vm.name), suspends=can.suspends)
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:
             notes.append(
@@ -166,6 +167,8 @@ def _plan_vm(
                 action=Action.BLOCKED,
                 reasons=(f"an instance named {vm.name!r} exists and {why}",),
             )
+        if vm.fork is not None:
+            return _plan_fork(vm, obs, can, base)
         return base(action=Action.CREATE, guest=_whole(vm))
     current = managed[0]
     sleeping = asleep_of(current, recorded)
@@ -233,24 +236,20 @@ def _plan_vm(
     return base(action=Action.NOOP)
 
 
-def _maybe_sleep(change: VMChange, presence: GuestPresence | None, can: Capabilities) -> VMChange:
-    """A running VM with nothing else to do whose idle policy is met goes to sleep."""
-    vm, current = change.desired, change.observed
-    if vm is None or current is None or change.acts or change.action is Action.BLOCKED:
-        return change
-    if change.asleep is not None or current.power != "running" or vm.state != "running":
-        return change
-    sleep = sleep_for(vm.idle, presence, booted_at=current.booted_at, suspends=can.suspends)
-    if sleep is None:
-        return change
-    reasons = (sleep.why, STOP_LOSES) if sleep.how == STOPPED else (sleep.why,)
-    return replace(
-        change,
-        action=Action.UPDATE,
-        fields=(FieldChange("power", "running", sleep.how),),
-        reasons=reasons,
-        sleep=sleep,
-    )
+def _plan_fork(
+    vm: DesiredVM, obs: Observation, can: Capabilities, base: Callable[..., VMChange]
+) -> VMChange:
+    """A fork is created from its source as it is at apply time; it needs the source to
+    be there (a source created by this same plan is not yet)."""
+    assert vm.fork is not None
+    if not can.fork:
+        why = f"backend {vm.backend!r} cannot fork VMs yet"
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
+    sources = [o for o in obs.named(vm.fork.source) if o.ownership is Ownership.MANAGED]
+    if not sources:
+        why = f"its source {vm.fork.source!r} does not exist yet: apply once more after it is"
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
+    return base(action=Action.CREATE, guest=_whole(vm))
 
 
 def _whole(vm: DesiredVM) -> GuestAction:

@@ -247,8 +247,9 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     for kept in change.work_preserved:
         out.append(f"  #   unpushed work kept by preserve: {kept}")
     pad = " " * max(0, 3 - len(symbol))
-    out.append(f"{pad}{paint(symbol, symbol)} vm {json.dumps(change.vm)} {{")
     shown = change.blocked_action or change.action  # a blocked change shows what it would do
+    made = _fork_note(change) if shown is Action.CREATE else ""
+    out.append(f"{pad}{paint(symbol, symbol)} vm {json.dumps(change.vm)}{made} {{")
     if shown is Action.CREATE and change.desired is not None:
         spec = change.desired.infra()
         width = max(len(k) for k in spec)
@@ -273,6 +274,15 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
             out.append(f"      {paint('~', '~')} guest = (known after apply)")
     out.append("    }")
     return out
+
+
+def _fork_note(change: VMChange) -> str:
+    """ " (fork of agent-1 at apply time)": what a fork is made from is only known then."""
+    fork = change.desired.fork if change.desired is not None else None
+    if fork is None:
+        return ""
+    memory = ", with its memory" if fork.memory else ""
+    return f" (fork of {fork.source} at apply time{memory})"
 
 
 # Keyed by VMChange.verb: the machine's action, or "reprovision" for a kept machine

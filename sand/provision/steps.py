@@ -268,6 +268,7 @@ def provision_steps(
         *vm_steps(vm),
         secrets_step(vm, values),
         repos_step(vm),
+        *([fork_identity_step(vm), fork_step(vm)] if vm.fork is not None else []),
     ]
 
 
@@ -359,6 +360,22 @@ def repos_step(vm: DesiredVM) -> Step:
         checkout = guest_path(r.path, f"path of repo {r.name!r}")
         records.append(("repo", checkout, check_url(r.url, r.name), r.branch or ""))
     return Step("repos", script("repos.sh"), False, stdin=fields(*records), timeout=1800)
+
+
+def fork_step(vm: DesiredVM) -> Step:
+    """A fork's checkouts, each on its own branch ``fork/<vm>`` (bundle/fork.sh)."""
+    branch = f"fork/{vm.name}"
+    if why := branch_problem(branch):
+        raise ProvisionSpecError(f"VM {vm.name!r}: {branch!r} is not a branch name: {why}")
+    records = [("repo", guest_path(r.path, f"path of repo {r.name!r}")) for r in vm.repos]
+    return Step("fork", script("fork.sh", branch), False, stdin=fields(*records), timeout=300)
+
+
+def fork_identity_step(vm: DesiredVM) -> Step:
+    """A fork's own machine-id, SSH host keys and hostname (bundle/fork-identity.sh)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}", vm.name):
+        raise ProvisionSpecError(f"VM {vm.name!r}: not a name a hostname can take")
+    return Step("fork-identity", script("fork-identity.sh", vm.name), True)
 
 
 def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:

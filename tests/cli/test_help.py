@@ -50,7 +50,7 @@ def test_every_command_reading_a_manifest_takes_f_file_and_manifest():
             ):
                 takes[name] = set(action.option_strings)
     expected = {"validate", "plan", "apply", "destroy", "reset", "status", "ui", "doctor"}
-    expected |= {"shell", "cp", "land", "publish", "wake", "sleep", "template build"}
+    expected |= {"shell", "cp", "land", "publish", "wake", "sleep", "fork", "template build"}
     assert set(takes) == {f"sand {c}" for c in expected}
     assert all(flags == {"-f", "--file", "--manifest"} for flags in takes.values()), takes
 

@@ -77,6 +77,8 @@ class Fidelity:
     pve_version: int = 9
     # datacenter.cfg: {'user-tag-access': {'user-allow': ..., 'user-allow-list': [...]}}
     datacenter: dict[str, Any]
+    # (source vmid, new vmid, snapname or None) of each clone asked for, in order.
+    clone_sources: list[tuple[int, int, str | None]]
 
     def set_profile(self, major: int) -> None:
         if major not in VERSIONS:
@@ -213,6 +215,8 @@ class Fidelity:
         node, target = v["node"], v.get("target")
         src = self.find(node, v["vmid"])  # type: ignore[attr-defined]
         snap = v.get("snapname")
+        # The request log holds no bodies: what each clone was made from, for tests.
+        self.clone_sources.append((int(v["vmid"]), int(v["newid"]), snap))
         conf = src.snapshots.get(snap, src.config) if snap else src.config
         self._check_bridges(user, conf)
         if target and target not in (node, "localhost"):

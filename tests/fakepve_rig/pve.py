@@ -71,6 +71,7 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
     def __init__(self, *args: Any, pve_version: int = 9, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.datacenter: dict[str, Any] = {}
+        self.clone_sources: list[tuple[int, int, str | None]] = []
         self.set_profile(pve_version)
         self.log: list[Request] = []
         self.task_secs: dict[str, float] = {}

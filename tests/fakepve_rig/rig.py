@@ -52,6 +52,7 @@ SAND_PRIVILEGES: dict[str, tuple[str, ...]] = {
         "VM.Config.Network",
         "VM.Config.Options",
         "VM.PowerMgmt",
+        "VM.Snapshot",  # forks only (issue 29): the source's snapshot, made and removed
         "VM.GuestAgent.Audit",
         "Datastore.AllocateSpace",
         "Datastore.Audit",

@@ -150,3 +150,12 @@ def test_a_saved_plan_to_sleep_holds_while_only_the_idle_time_grew():
     assert _comparable(later) == _comparable(saved)
     later[0]["sleep"]["how"] = "stopped"
     assert _comparable(later) != _comparable(saved)
+
+
+def test_the_text_plan_of_a_fork_keeps_its_words():
+    from tests.unit.test_fork_declared import FORKED, FORKING
+
+    state = desired(FORKED)
+    obs = converged(state)
+    obs["pve"] = Observation("pve", tuple(v for v in obs["pve"].vms if v.name != "try-1"))
+    check("plan-fork.txt", render_text(make_plan(state, obs, FORKING)))

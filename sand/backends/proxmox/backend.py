@@ -16,6 +16,7 @@ from sand.backends.protocol import (
 )
 from sand.backends.proxmox import bases, guest, lifecycle, preflight
 from sand.backends.proxmox import create as create_mod
+from sand.backends.proxmox import fork as fork_mod
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import recover as recover_mod
 from sand.backends.proxmox import sleep as sleep_mod
@@ -32,7 +33,7 @@ from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, Sec
 from sand.state.journal import Journal, PendingEntry
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True)
+CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True, fork=True)
 
 
 class ProxmoxBackend:
@@ -112,9 +113,13 @@ class ProxmoxBackend:
         return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
     async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
+        if entry.op == fork_mod.OP:  # the snapshot a fork left on its source
+            return await fork_mod.decide_fork(self.ctx, entry, wait=wait)
         return await recover_mod.decide(self.ctx, entry, wait=wait)
 
     async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
+        if entry.op == fork_mod.OP:
+            return await fork_mod.act_fork(self.ctx, entry, decision)
         return await recover_mod.act(self.ctx, entry, decision)
 
     async def recover(self, entry: PendingEntry) -> str:

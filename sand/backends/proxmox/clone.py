@@ -49,17 +49,18 @@ async def clone(
     journal: Journal,
     *,
     base: str = "",
+    snapname: str = "",
 ) -> Cloned:
     """Clone ``template`` into a fresh vmid on ``node`` (its journal entry at step
     ``cloned``). ``base``: the template is that golden base (its fingerprint goes
-    into the marker)."""
+    into the marker). ``snapname``: clone that snapshot of it (a fork: ``fork.py``)."""
     # The id is asked for only once a clone slot is ours: PVE reserves nothing,
     # so creates queued behind the slot limit would all be handed the same id.
     slots = await ctx.clone_slots()
     if slots.locked():
         activity.step(f"waiting for a clone slot ({ctx.clones_chosen} at a time)")
     async with slots:
-        return await _allocate_and_clone(ctx, vm, template, node, storage, journal, base)
+        return await _allocate_and_clone(ctx, vm, template, node, storage, journal, base, snapname)
 
 
 async def _allocate_and_clone(
@@ -70,6 +71,7 @@ async def _allocate_and_clone(
     storage: str,
     journal: Journal,
     base: str = "",
+    snapname: str = "",
 ) -> Cloned:
     for _ in range(ID_ATTEMPTS):
         vmid = int(await ctx.client.get("cluster/nextid"))
@@ -79,7 +81,9 @@ async def _allocate_and_clone(
             vmid += 1
         ctx.cloning_ids.add(vmid)
         try:
-            result = await _try_clone(ctx, vm, template, node, storage, journal, vmid, base)
+            result = await _try_clone(
+                ctx, vm, template, node, storage, journal, vmid, base, snapname
+            )
         finally:
             ctx.cloning_ids.discard(vmid)
         if result is not None:
@@ -101,6 +105,7 @@ async def _try_clone(
     journal: Journal,
     vmid: int,
     base: str = "",
+    snapname: str = "",
 ) -> tuple[JournalEntry, str] | None:
     """Clone into ``vmid`` (its entry and description); None when another client took
     that id first."""
@@ -135,6 +140,8 @@ async def _try_clone(
         "storage": storage,
         "full": 1,
     }
+    if snapname:
+        params["snapname"] = snapname
     if template.get("node") != node:
         params["target"] = node
     try:

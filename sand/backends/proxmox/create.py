@@ -19,6 +19,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
+from sand.backends.proxmox import fork as fork_mod
 from sand.backends.proxmox import locality, units, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.bases import ready_base
@@ -102,6 +103,8 @@ async def create(
         own = await find_own(ctx, rows, vm)
         if own:
             return await _adopt(ctx, vm, own[0], journal, pubkey, converged)
+        if vm.fork is not None:
+            return await _create_fork(ctx, vm, rows, journal, pubkey, converged)
         ref, storage = parse_image(vm.image, ctx.config.storage)
         node = await pick_node(ctx, vm)
         base = ""
@@ -152,6 +155,39 @@ async def create(
         except ProxmoxError:
             journal.step(made.entry, "failed")
             raise
+
+
+async def _create_fork(
+    ctx: Ctx, vm: DesiredVM, rows: list[Row], journal: Journal, pubkey: str, converged: bool
+) -> ObservedVM:
+    """A full clone of the source's snapshot on the source's node (``fork.py``), then
+    set up as any clone: its own marker, cloud-init user and key, CPU and memory."""
+    source = fork_mod.source_row(ctx, rows, vm)
+    node = str(source.get("node"))
+    if int(source.get("maxdisk") or 0) > vm.disk:
+        raise ProxmoxError(
+            ctx.name,
+            f"VM {vm.name!r} asks for a smaller disk than its source {source.get('name')!r} "
+            "has (disks only grow): ask for at least that much",
+        )
+    ctx.reserved[node] = ctx.reserved.get(node, 0) + vm.memory
+    entry, snapname = fork_mod.begin(ctx, vm, source, journal)
+    await fork_mod.take_snapshot(ctx, vm, source, snapname, entry, journal)
+    try:
+        made = await clone(ctx, vm, source, node, ctx.config.storage, journal, snapname=snapname)
+    finally:
+        # Whatever the clone did: the source keeps no snapshot of sand's. A run killed
+        # before this leaves the entry open for the journal replay to finish.
+        await fork_mod.end(ctx, source, snapname, entry, journal)
+    try:
+        # The clone's config is its source's, which this run has not read.
+        known = await read_config(ctx, node, made.vmid)
+        return await _setup(
+            ctx, vm, node, made.vmid, made.entry, journal, pubkey, cloned=known, converged=converged
+        )
+    except ProxmoxError:
+        journal.step(made.entry, "failed")
+        raise
 
 
 def _cloned_config(source: dict[str, Any], name: str, description: str) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class _Cluster:
 async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport:
     if not items:
         return PreflightReport()
-    todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
+    todo = [i for i in items if (i.action in _MADE or SIZED & set(i.fields)) and not i.vm.fork]
     todo += [i for i in items if i.sleep == "suspended" and i not in todo]  # hibernation
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
@@ -83,6 +83,7 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     )
 
 
+_MADE = ("create", "replace")  # a fork is made from its source, checked by the plan
 # --- reads (each at most once) ---------------------------------------------------------
 
 

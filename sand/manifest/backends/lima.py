@@ -131,10 +131,22 @@ class LimaConfig(Strict):
     ) -> Iterator[Finding]:
         """Per-VM rules that hold only on Lima, on the raw YAML data (``golden``: the VM
         is made from an image under ``images``)."""
-        if not golden and entry.get("image") is None and defaults.get("image") is None:
+        forked = entry.get("from") is not None  # made from its source's disk, not an image
+        if (
+            not golden
+            and not forked
+            and entry.get("image") is None
+            and defaults.get("image") is None
+        ):
             yield at, f"VM {vm!r} has no image and defaults.image is not set"
         if entry.get("node") is not None:
             yield (*at, "node"), f"VM {vm!r}: 'node' applies only to Proxmox backends"
+        if as_dict(entry.get("from")).get("snapshot") == "memory":
+            yield (
+                (*at, "from", "snapshot"),
+                f"VM {vm!r}: Lima cannot fork a running VM's memory (limactl clone copies a "
+                "stopped instance's disk); leave out 'snapshot' to fork its disk",
+            )
         if entry.get("cpu") is not None:
             yield (*at, "cpu"), f"VM {vm!r}: 'cpu' (the CPU type) applies only to Proxmox backends"
 

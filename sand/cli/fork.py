@@ -1,0 +1,60 @@
+"""``sand fork VM --count N``: the manifest entries of N forks of a VM, printed.
+
+It writes nothing: the manifest stays the one source of the fleet, so the entries are
+printed to be added under ``vms:`` (a VM the manifest leaves out is deleted by the next
+apply). The entries are checked as the manifest's own would be, on the manifest they
+would join: a name a backend refuses, ``--memory`` on Lima. docs/fork-and-pools.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from sand.cli.verbs import manifest_option, vm_argument
+
+MAX_FORKS = 64  # as in fork_entries, which the parser does not import (it loads yaml)
+
+
+def add_fork_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "fork",
+        help="print the manifest entries of N forks of a VM (writes nothing)",
+        usage="sand fork [-f FILE] [--count N] [--prefix P] [--memory] VM",
+        description="Print N entries `- name: P<i>` / `from: {vm: VM}` to add under "
+        "`vms:`; each is created, at the next apply, from VM as it is then (its repos on a "
+        "branch fork/<name>), and then lives its own life. Nothing is written: "
+        "`sand fork VM --count 3 >> sand.yaml` appends them when `vms:` is the file's "
+        "last section.",
+    )
+    manifest_option(p)
+    p.add_argument(
+        "--count", type=int, default=1, metavar="N", help=f"how many forks, 1-{MAX_FORKS}"
+    )
+    p.add_argument(
+        "--prefix",
+        metavar="P",
+        help="their names: P1, P2, ... skipping names the manifest uses (default: VM-fork-)",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="Proxmox: fork the source's memory too (snapshot: memory)",
+    )
+    vm_argument(p, "the VM to fork")
+    p.set_defaults(handler=_fork)
+
+
+def _fork(args: argparse.Namespace) -> int:
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.cli.fork_entries import fork_entries, render_entries
+
+    entries = fork_entries(args.manifest, args.vm, args.count, args.prefix, memory=args.memory)
+    sys.stdout.write(render_entries(entries, args.manifest))
+    print(
+        f"# {len(entries)} fork entr{'y' if len(entries) == 1 else 'ies'} of {args.vm}: add "
+        f"them under `vms:` in {args.manifest} (nothing was written), then `sand apply`.",
+        file=sys.stderr,
+    )
+    return 0
