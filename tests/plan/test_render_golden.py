@@ -13,7 +13,7 @@ from sand.observed import Observation
 from sand.plan import Blocker, make_plan
 from sand.plan.gates import block
 from sand.plan.render import plan_to_json, render_text
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 GOLDEN = Path(__file__).parent / "golden"
 FLEET = (
