@@ -10,9 +10,12 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
+
+if TYPE_CHECKING:  # imported where used: `sand validate` need not load the survey
+    from sand.survey.status import StatusRow
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -84,7 +87,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from sand.agentstate import report_from_json, session_lines
+    from sand.agentstate import session_lines
     from sand.survey.status import status_report
     from sand.terminal import continued
 
@@ -103,12 +106,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         _print_status_table(rows, set(report.unknown_backends))
     for r in rows:
-        if r.get("last_error"):
-            print(f"{r['vm']}: last error: {continued(r['last_error'])}")
-        for problem in r.get("guest_health") or ():
-            print(f"{r['vm']}: not healthy: {continued(problem)}")
-        for line in session_lines(report_from_json(r.get("agents")), time.time()):
-            print(f"{r['vm']}: {line}")
+        if r.last_error:
+            print(f"{r.vm}: last error: {continued(r.last_error)}")
+        for problem in r.guest_health or ():
+            print(f"{r.vm}: not healthy: {continued(problem)}")
+        for line in session_lines(r.agents, time.time()):
+            print(f"{r.vm}: {line}")
     for lease in report.leases:
         print(_lease_line(lease))
     for warning in report.warnings:
@@ -153,19 +156,19 @@ def _short(text: str, limit: int = 64) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _print_status_table(rows: list[dict[str, Any]], unseen: set[str]) -> None:
+def _print_status_table(rows: list[StatusRow], unseen: set[str]) -> None:
     from sand.terminal import one_line
 
     header = ("VM", "BACKEND", "ID", "DESIRED", "OBSERVED", "SYNCED", "HEALTHY", "PROVISIONED")
     table = [header] + [
         (
-            r["vm"],
-            r["backend"],
-            r["identity"] or "-",
-            r["desired"]["state"] if r["desired"] else "absent",
-            _observed_cell(r["observed"], r["backend"], unseen),
-            str(r["conditions"]["Synced"]) + (" (asleep)" if r.get("asleep") else ""),
-            *(str(r["conditions"][c]) for c in ("Healthy", "Provisioned")),
+            r.vm,
+            r.backend,
+            r.identity or "-",
+            r.desired["state"] if r.desired else "absent",
+            _observed_cell(r.observed, r.backend, unseen),
+            str(r.conditions["Synced"]) + (" (asleep)" if r.asleep else ""),
+            *(str(r.conditions[c]) for c in ("Healthy", "Provisioned")),
         )
         for r in rows
     ]

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sand.agentstate import AgentReport
 from sand.backends.protocol import Backend
 from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
@@ -31,9 +32,59 @@ UNKNOWN = "Unknown"
 STATUS_FORMAT_VERSION = "1"
 
 
+@dataclass
+class StatusRow:
+    """One VM of ``sand status``: desired vs observed, with its conditions. ``desired``,
+    ``observed`` and ``conditions`` are the JSON document's own objects (their keys are
+    described by sand/schemas/status.schema.json and docs/output.md)."""
+
+    vm: str
+    backend: str
+    identity: str | None
+    action: str
+    reasons: list[str]
+    desired: dict[str, Any] | None
+    observed: dict[str, Any] | None
+    conditions: dict[str, Any]
+    drift: list[str]
+    guest_health: list[str] | None  # --deep's findings; None: not checked
+    last_reconcile: Any  # the last apply's record, as stored (None: never applied)
+    last_error: Any
+    # What the guest's agents reported (:mod:`sand.agentstate`); None: not read. The
+    # board sets it on each refresh (:class:`sand.survey.agentread.AgentReader`).
+    agents: AgentReport | None = None
+    # Whether the row was a target of the agents' read: a VM of the plan is (its JSON
+    # row says "agents", null when nothing was read); a VM only recorded on a backend
+    # nobody could observe is not, and its JSON row has no "agents" key at all.
+    agents_read: bool = False
+    # Only on a VM asleep (idle, or `sand sleep`): how, since, by whom.
+    asleep: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "vm": self.vm,
+            "backend": self.backend,
+            "identity": self.identity,
+            "action": self.action,
+            "reasons": self.reasons,
+            "desired": self.desired,
+            "observed": self.observed,
+            "conditions": self.conditions,
+            "drift": self.drift,
+            "guest_health": self.guest_health,
+            "last_reconcile": self.last_reconcile,
+            "last_error": self.last_error,
+        }
+        if self.asleep is not None:  # only then: every other row reads as it always has
+            row["asleep"] = self.asleep
+        if self.agents_read:
+            row["agents"] = self.agents.to_json() if self.agents is not None else None
+        return row
+
+
 @dataclass(frozen=True)
 class StatusReport:
-    rows: list[dict[str, Any]]
+    rows: list[StatusRow]
     unknown_backends: dict[str, str] = field(default_factory=dict)
     # Per backend, its one-writer lease as stored (``LeaseRecord.to_status``): who
     # holds it now, or who last applied. Backends whose lease was never taken: none.
@@ -44,7 +95,7 @@ class StatusReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "format_version": STATUS_FORMAT_VERSION,
-            "vms": self.rows,
+            "vms": [r.to_json() for r in self.rows],
             "unknown_backends": [
                 {"backend": b, "reason": why} for b, why in sorted(self.unknown_backends.items())
             ],
@@ -77,8 +128,6 @@ async def status_plan(session: Session) -> Plan:
     """The plan a status is read from: one listing per backend, as ``sand plan``'s no-op,
     with no preflight, no unpushed-work sweep and no guest contacted (read-only views:
     ``sand status``, the board of ``sand ui``)."""
-    from dataclasses import replace
-
     from sand.survey.guest_secrets import GuestSecrets
 
     # A secret that cannot be read now must not hide the fleet: its VMs are shown with
@@ -102,18 +151,20 @@ def status_from(
     health = health or {}
     unknown = dict(plan.unknown_backends)
     rows = [
-        _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm))
-        | {"agents": _agents(health.get(c.vm))}
+        replace(
+            _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm)),
+            agents_read=True,
+        )
         for c in plan.changes
     ]
     rows += _recorded_but_unseen(plan, records, unknown)
     return StatusReport(rows, unknown, leases or [], list(plan.warnings))
 
 
-def _agents(found: list[str] | None) -> dict[str, Any] | None:
+def _agents(found: list[str] | None) -> AgentReport | None:
     """What the deep check read of the guest's agents (:mod:`sand.agentstate`)."""
     report = getattr(found, "agents", None)
-    return report.to_json() if report is not None else None
+    return report if isinstance(report, AgentReport) else None
 
 
 async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:
@@ -136,7 +187,7 @@ def _row(
     record: dict[str, Any],
     backend_unknown: str | None,
     guest_health: list[str] | None = None,
-) -> dict[str, Any]:
+) -> StatusRow:
     d, o = c.desired, c.observed
     observed: dict[str, Any] | None
     conditions: dict[str, Any]
@@ -167,13 +218,13 @@ def _row(
             "Healthy": bool(o and d and power == d.state and not o.findings and not guest_health),
             "Provisioned": provisioned,
         }
-    row = {
-        "vm": c.vm,
-        "backend": c.backend,
-        "identity": c.identity,
-        "action": c.verb,
-        "reasons": list(c.reasons),
-        "desired": None
+    return StatusRow(
+        vm=c.vm,
+        backend=c.backend,
+        identity=c.identity,
+        action=c.verb,
+        reasons=list(c.reasons),
+        desired=None
         if d is None
         else {
             "state": d.state,
@@ -184,25 +235,27 @@ def _row(
             # names only: which secrets sit at which scope, never values
             "secret_scopes": [{"name": s.name, "scope": s.scope} for s in d.secrets],
         },
-        "observed": observed,
-        "conditions": conditions,
-        "drift": [f.field for f in c.drift],
-        "guest_health": guest_health,
-        "last_reconcile": record.get("at"),
-        "last_error": record.get("error") or None,
-    }
-    if c.asleep is not None:  # only then: every other row reads as it always has
-        row["asleep"] = {"how": c.asleep.how, "since": c.asleep.since or None, "by": c.asleep.by}
-    return row
+        observed=observed,
+        conditions=conditions,
+        drift=[f.field for f in c.drift],
+        guest_health=guest_health,
+        last_reconcile=record.get("at"),
+        last_error=record.get("error") or None,
+        agents=_agents(guest_health),
+        # only then: every other row reads as it always has
+        asleep=None
+        if c.asleep is None
+        else {"how": c.asleep.how, "since": c.asleep.since or None, "by": c.asleep.by},
+    )
 
 
 def _recorded_but_unseen(
     plan: Plan, records: dict[str, Any], unknown: dict[str, str]
-) -> list[dict[str, Any]]:
+) -> list[StatusRow]:
     """VMs sand last recorded on an unobservable backend that the manifest no longer
     names: they may still exist (nothing could prune them), so they are listed too."""
     listed = {(c.backend, c.vm) for c in plan.changes}
-    rows: list[dict[str, Any]] = []
+    rows: list[StatusRow] = []
     for vm, record in sorted(records.items()):
         backend = record.get("backend") if isinstance(record, dict) else None
         if backend not in unknown or (backend, vm) in listed:

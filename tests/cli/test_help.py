@@ -18,7 +18,7 @@ from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.render import render_text
 from tests.cli.helpers import Sand
-from tests.unit.helpers import POLICIES, converged, desired
+from tests.plan.helpers import POLICIES, converged, desired
 
 
 def _commands(parser: argparse.ArgumentParser, name: str = "sand"):

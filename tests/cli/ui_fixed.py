@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from sand.agentstate import report_from_json
 from sand.apply.reconcile import ApplyOutcome
 from sand.backends.lima.backend import CAPABILITIES
 from sand.cli.ui.fleet import Ask, Fleet, Snapshot
@@ -114,15 +115,15 @@ class FixedFleet(Fleet):
             "review": [("claude", "c-7", "working", 12 * 60), ("codex", "x-2", "done", HOUR)],
         }
         for row in report.rows:
-            said = agents.get(row["vm"], [])
-            row["agents"] = {
+            said = agents.get(row.vm, [])
+            row.agents = report_from_json({
                 "sessions": [
                     {"agent": a, "session": s, "state": st, "since": int(self.now - ago),
                      "cwd": "/home/claude/src/app"}
                     for a, s, st, ago in said
                 ],
                 "problem": None,
-            } if row["vm"] != "gpu-1" else None  # fmt: skip
+            }) if row.vm != "gpu-1" else None  # fmt: skip
         return Snapshot(plan, report, taken=time.time(), seconds=0.1)
 
     def plan(self) -> Plan:

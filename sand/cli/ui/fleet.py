@@ -127,8 +127,8 @@ class Fleet:
             await session.close()
         report = status_from(plan, load_records(session.project))
         for row in report.rows:
-            if row["vm"] in agents:
-                row["agents"] = agents[row["vm"]].to_json()
+            if row.vm in agents:
+                row.agents = agents[row.vm]
         return Snapshot(plan, report, seconds=time.monotonic() - started)
 
     def plan(self) -> Plan:

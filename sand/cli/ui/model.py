@@ -10,20 +10,23 @@ this process resolved), a safety net behind the rule that nothing puts a value t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
-from sand.agentstate import AgentReport, report_from_json
+from sand.agentstate import AgentReport
 from sand.agentstate import cell as agent_cell
 from sand.apply.events import Phase, StepEvent
 from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
 from sand.terminal import one_line
+
+if TYPE_CHECKING:  # the survey loads the backends: the board imports it when it observes
+    from sand.survey.status import StatusRow
 
 # What changes while you watch comes first. When the terminal is too narrow for all of
 # them (80 columns over SSH), the address, then the backend, then the age give way
@@ -155,21 +158,21 @@ class BoardRow:
         return all(word in hay for word in text.lower().split())
 
 
-def board_rows(report_rows: Sequence[Mapping[str, Any]], plan: Plan) -> list[BoardRow]:
+def board_rows(report_rows: Sequence[StatusRow], plan: Plan) -> list[BoardRow]:
     """``sand status``'s rows (:func:`sand.survey.status.status_from`) for the board,
     each with what only the plan's observation holds (address, creation time)."""
     changes = {(c.backend, c.vm): c for c in plan.changes}  # one pass: a fleet is big
-    return [_board_row(r, changes.get((str(r["backend"]), str(r["vm"])))) for r in report_rows]
+    return [_board_row(r, changes.get((r.backend, r.vm))) for r in report_rows]
 
 
-def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
-    conditions = r.get("conditions") or {}
-    observed = r.get("observed")
+def _board_row(r: StatusRow, change: VMChange | None) -> BoardRow:
+    conditions = r.conditions
+    observed = r.observed
     unknown = isinstance(observed, dict) and observed.get("power") == "unknown"
     o = change.observed if change is not None else None
     return BoardRow(
-        vm=shown(r["vm"], 64),
-        backend=shown(r["backend"], 32),
+        vm=shown(r.vm, 64),
+        backend=shown(r.backend, 32),
         sync=_sync(conditions.get("Synced")),
         why=_why(r, unknown),
         health=_condition(conditions.get("Healthy"), "Healthy", "Unhealthy"),
@@ -177,11 +180,11 @@ def _board_row(r: Mapping[str, Any], change: VMChange | None) -> BoardRow:
         power="absent" if observed is None else shown(observed.get("power", "?"), 16),
         address=shown(o.address, 48) if o is not None and o.address else "",
         created_at=float(o.marker.created_at) if o and o.marker and o.marker.created_at else None,
-        last_error=shown(r.get("last_error") or "", 300),
-        last_ok=None if not r.get("last_reconcile") else not r.get("last_error"),
-        last_at=_epoch(r.get("last_reconcile")),
+        last_error=shown(r.last_error or "", 300),
+        last_ok=None if not r.last_reconcile else not r.last_error,
+        last_at=_epoch(r.last_reconcile),
         unobservable=unknown,
-        agents=report_from_json(r.get("agents")),
+        agents=r.agents,
     )
 
 
@@ -201,16 +204,15 @@ def _condition(value: object, yes: str, no: str) -> str:
     return str(value)  # "Unknown", "n/a"
 
 
-def _why(r: Mapping[str, Any], unknown: bool) -> str:
+def _why(r: StatusRow, unknown: bool) -> str:
     if unknown:
-        reason = (r.get("observed") or {}).get("reason") or "not observed"
-        return shown(f"backend {r['backend']} not observed ({reason})", 120)
-    conditions = r.get("conditions") or {}
-    if conditions.get("Synced") is True and r.get("asleep"):
+        reason = (r.observed or {}).get("reason") or "not observed"
+        return shown(f"backend {r.backend} not observed ({reason})", 120)
+    if r.conditions.get("Synced") is True and r.asleep:
         return "asleep"  # "Synced (asleep)"; the power column says how
-    if conditions.get("Synced") is True:
+    if r.conditions.get("Synced") is True:
         return ""
-    action, reasons, drift = r.get("action"), r.get("reasons") or [], r.get("drift") or []
+    action, reasons, drift = r.action, r.reasons, r.drift
     parts = []
     if action and action != "no-op":
         parts.append(str(action))

@@ -8,7 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 INSTALLERS = [
     "docs/ci/github-actions.yml",
     "docs/ci/gitlab-ci.yml",

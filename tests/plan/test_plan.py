@@ -9,7 +9,7 @@ import pytest
 from sand.observed import Observation, Ownership
 from sand.plan import Action, GuestAction, make_plan
 from sand.plan.render import plan_to_json, render_text
-from tests.unit.helpers import POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import POLICIES, converged, desired, stale_marker
 
 
 def by_vm(plan):

@@ -16,7 +16,7 @@ from sand.errors import ManifestError
 from sand.manifest import parse_manifest
 from sand.manifest.schema import schema_text
 from sand.manifest.sizes import format_size, parse_size
-from tests.unit.helpers import MANIFEST
+from tests.plan.helpers import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[2]
 

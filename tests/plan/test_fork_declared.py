@@ -12,7 +12,7 @@ from sand.manifest import parse_manifest
 from sand.observed import Observation
 from sand.plan import Action, make_plan
 from sand.plan.render import render_text
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 REPOS = MANIFEST.replace(
     "defaults:",

@@ -15,7 +15,7 @@ from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
 from sand.plan.targeting import with_replacements
 from sand.state.expired import ExpiredVM
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 DAY = 86400.0
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -19,7 +19,7 @@ from jsonschema import Draft7Validator
 from sand.errors import ManifestError
 from sand.manifest import parse_manifest
 from sand.manifest.schema import schema
-from tests.unit.helpers import MANIFEST, desired
+from tests.plan.helpers import MANIFEST, desired
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = schema()

@@ -12,7 +12,7 @@ from sand.manifest import parse_manifest
 from sand.observed import Observation
 from sand.plan import Action, make_plan
 from sand.plan.render import render_text
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 
 def errors_of(text: str) -> list[str]:

@@ -9,7 +9,7 @@ from sand.plan import Action, BaseAction, make_plan
 from sand.plan.bases import with_bases
 from sand.plan.render import plan_to_json, render_text
 from sand.plan.targeting import steer
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 IMAGES = """\
 images:

@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.fleet_cli import _run
 from bench.run import SECTIONS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_quick_runs_every_section_to_its_end():

@@ -12,7 +12,7 @@ from sand.observed import Observation
 from sand.plan import Action, GuestAction, Strategy, make_plan
 from sand.plan.render import plan_to_json, render_text
 from sand.plan.targeting import steer, targeted, with_replacements
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 
 def by_vm(plan):

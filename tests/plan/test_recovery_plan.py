@@ -11,7 +11,7 @@ from sand.observed import Observation, Ownership
 from sand.plan import Action, make_plan
 from sand.plan.render import plan_to_json, render_text
 from sand.survey.recovered import fold_recovery
-from tests.unit.helpers import POLICIES, converged, desired, observed_from, stale_marker
+from tests.plan.helpers import POLICIES, converged, desired, observed_from, stale_marker
 
 
 def by_vm(plan):

@@ -6,7 +6,7 @@ import pytest
 
 from sand.errors import ManifestError
 from sand.manifest import parse_manifest
-from tests.unit.helpers import MANIFEST, desired
+from tests.plan.helpers import MANIFEST, desired
 
 IMAGES = """\
 images:

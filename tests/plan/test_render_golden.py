@@ -13,7 +13,7 @@ from sand.observed import Observation
 from sand.plan import Blocker, make_plan
 from sand.plan.gates import block
 from sand.plan.render import plan_to_json, render_text
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 GOLDEN = Path(__file__).parent / "golden"
 FLEET = (
@@ -153,7 +153,7 @@ def test_a_saved_plan_to_sleep_holds_while_only_the_idle_time_grew():
 
 
 def test_the_text_plan_of_a_fork_keeps_its_words():
-    from tests.unit.test_fork_declared import FORKED, FORKING
+    from tests.plan.test_fork_declared import FORKED, FORKING
 
     state = desired(FORKED)
     obs = converged(state)

@@ -17,7 +17,7 @@ from sand.cli.main import main
 from sand.desired import DesiredVM
 from sand.provision.steps import secret_files
 from sand.survey.health import Target, check_health, guest_checks
-from tests.unit.helpers import desired, observed_from
+from tests.plan.helpers import desired, observed_from
 
 MANIFEST = """\
 apiVersion: sand/v1

@@ -9,7 +9,7 @@ from sand.observed import Observation, ObservedVM
 from sand.plan import Action, GuestAction, make_plan
 from sand.plan.planner import BOOT_SKEW
 from sand.plan.render import render_text
-from tests.unit.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 NOW_STAMP = "1-" + "a" * 20
 OLD_STAMP = "1-" + "b" * 20
