@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from sand.cli.flags import Number
 from sand.cli.verbs import manifest_option, vm_argument
 
 MAX_FORKS = 64  # as in fork_entries, which the parser does not import (it loads yaml)
@@ -30,7 +31,11 @@ def add_fork_parser(sub: Any) -> None:
     )
     manifest_option(p)
     p.add_argument(
-        "--count", type=int, default=1, metavar="N", help=f"how many forks, 1-{MAX_FORKS}"
+        "--count",
+        type=Number(1, MAX_FORKS, whole=True),
+        default=1,
+        metavar="N",
+        help=f"how many forks, 1-{MAX_FORKS}",
     )
     p.add_argument(
         "--prefix",

@@ -31,6 +31,8 @@ from sand.cli.main import build_parser, main
         (["status", "--deep", "--timeout", "inf"], "--timeout"),
         (["--log-level", "loud", "validate"], "--log-level"),
         (["plan", "--log-level", "loud"], "--log-level"),
+        (["fork", "--count", "0", "a"], "--count"),
+        (["fork", "--count", "65", "a"], "--count"),
     ],
 )
 def test_a_value_out_of_range_exits_1_naming_the_flag(args, flag, capsys):

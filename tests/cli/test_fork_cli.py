@@ -46,7 +46,10 @@ def test_fork_refuses_what_the_manifest_would_refuse(tmp_path):
     unknown = sand.run("fork", "nope")
     assert unknown.returncode == 1 and "declares no VM 'nope'" in unknown.stderr
     none = sand.run("fork", "web", "--count", "0")
-    assert none.returncode == 1 and "--count must be 1 to 64" in none.stderr
+    assert (
+        none.returncode == 1
+        and "argument --count: '0' is not a whole number from 1 to 64" in none.stderr
+    )
     assert sand.manifest.read_bytes() == before
 
 

@@ -57,11 +57,17 @@ def place(text: str, key: str) -> str:
 def refused(sync: SyncProcess, sha: str, text: str, key: str, field: str = "") -> str:
     """What the sync said of revision ``sha``: refused, at the place of ``key``
     (``field``: its dotted name, by default the secret's source)."""
-    sync.wait_for(lambda: sync.said(f"revision {sha[:12]} (hostile): the manifest is invalid"))
-    said = sync.text()
     field = field or f"secrets.API.from.{key}"
-    assert f"sand.yaml@{sha[:12]}:{place(text, key)}: {field}:" in said
-    return said
+    where = f"sand.yaml@{sha[:12]}:{place(text, key)}: {field}:"
+    # The refusal and its located lines are separate writes: wait for both (under load
+    # the first can be read before the others are out).
+    sync.wait_for(
+        lambda: (
+            sync.said(f"revision {sha[:12]} (hostile): the manifest is invalid")
+            and sync.said(where)
+        )
+    )
+    return sync.text()
 
 
 def test_a_commit_with_a_command_secret_runs_nothing_on_the_host(

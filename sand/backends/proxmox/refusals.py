@@ -119,6 +119,10 @@ def tag_access(
     ), None
 
 
+def _tags(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {t for r in rows for t in str(r.get("tags") or "").replace(",", ";").split(";") if t}
+
+
 async def write_refusals(
     ctx: Ctx, items: Sequence[PreflightItem], rows: Sequence[Mapping[str, Any]]
 ) -> tuple[list[PreflightProblem], list[str]]:
@@ -148,11 +152,18 @@ async def write_refusals(
         options = await ctx.client.get("cluster/options") or {}
     except ProxmoxError as e:
         return problems, [f"preflight could not read /cluster/options: {e.detail}"]
-    seen = {t for r in rows for t in str(r.get("tags") or "").replace(",", ";").split(";") if t}
     root = perms.get("/") or {}
-    problem, _ = tag_access(
-        options, seen, sys_audit="Sys.Audit" in root, sys_modify="Sys.Modify" in root
-    )
+    sys_audit, sys_modify = "Sys.Audit" in root, "Sys.Modify" in root
+    problem, _ = tag_access(options, _tags(rows), sys_audit=sys_audit, sys_modify=sys_modify)
+    if problem and not sys_audit:
+        # Without Sys.Audit the verdict is inferred from `allowed-tags`, which lists the
+        # tags VMs hold as /cluster/options is read; the listing is older. A tag removed
+        # since (a lease released, a VM deleted by another applier) would read as one the
+        # token may not set: only tags seen before and after the options count.
+        fresh = await ctx.client.get("cluster/resources", type="vm") or []
+        problem, _ = tag_access(
+            options, _tags(rows) & _tags(fresh), sys_audit=False, sys_modify=sys_modify
+        )
     if problem:
         problems += [
             PreflightProblem(item.vm.name, "token_file", problem, on_backend=True) for item in items
