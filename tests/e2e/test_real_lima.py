@@ -1,13 +1,14 @@
 """The real Lima (tests/rig/lima.py): the sand CLI, run as the rig's unprivileged user,
 against the real ``limactl`` and a Debian 12 guest booted under TCG.
 
-Three boots in all (each 2-4 min under TCG, one vCPU: see docs/backends/lima.md):
+The first test, three boots (each 2-4 min under TCG, one vCPU: docs/backends/lima.md):
 ``sand apply`` creates, boots and provisions one VM; a ``limactl stop``/``start`` done
 behind sand's back is the second, after which the guest has new SSH host keys (issue 23
 L1) and sand must still reach it; a memory update is the third, sand's own restart,
 with a rotated secret delivered after it. The security claims are checked on what Lima
 really runs: the resolved config ``limactl list --json`` reports, the qemu and
-hostagent processes, and the host sockets the hostagent listens on.
+hostagent processes, and the host sockets the hostagent listens on. The second, four
+boots, builds a golden base, clones a VM from it and replaces that VM.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -359,3 +361,120 @@ def test_sand_drives_the_real_lima(tier: Tier) -> None:
     # ...until told that the loss is meant.
     tier.ok("destroy", "--auto-approve", "--allow-data-loss", timeout=600, step="destroy")
     assert tier.instances() == []
+
+
+GOLDEN_MANIFEST = """\
+apiVersion: sand/v1
+project: reallimagold
+backends:
+  laptop: {{type: lima, lima_home: ./lima}}
+images:
+  bench:
+    from: "template:{template}"
+    steps:
+      - {{name: mark, run: "umask 022; echo made-in-the-base > /etc/sand-golden-mark"}}
+defaults: {{image: bench, cpus: 1, memory: 2GiB, disk: {disk}}}
+vms:
+  - name: dev-1
+    preserve: [~/keep]
+"""
+IDENTITY = "cat /etc/machine-id /etc/ssh/ssh_host_ed25519_key.pub"
+
+
+class _Listings:
+    """``limactl list`` every few seconds while an apply runs: what existed at once."""
+
+    def __init__(self, tier: Tier) -> None:
+        self.tier = tier
+        self.seen: list[dict[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(3):
+            proc = self.tier.run("limactl", "list", "--json", timeout=60)
+            if proc.returncode == 0:
+                rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+                self.seen.append({str(r["name"]): str(r["status"]) for r in rows})
+
+    def __enter__(self) -> _Listings:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+
+def _sidecar(tier: Tier, instance: str) -> dict[str, object]:
+    data = json.loads((tier.root / "lima" / instance / "sand-marker.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_golden_base_clone_and_replacement_on_the_real_lima(tier: Tier) -> None:
+    """A golden base and a VM cloned from it, then that VM replaced, on the real Lima.
+
+    Four boots (each 2-4 min under TCG at low load, more under load): the base's
+    build (booted, provisioned with its own step, stopped, stamped); the VM's, a
+    ``limactl clone`` of it; the replacement's, a second clone under a temporary name
+    (create-before-destroy: the old VM runs until the new one is provisioned and
+    ``preserve:`` is carried over); and the restart the real ``limactl rename`` to the
+    VM's name needs.
+    """
+    tier.write("sand.yaml", GOLDEN_MANIFEST.format(template=TEMPLATE, disk="12GiB"))
+    tier.ok("apply", "--auto-approve", timeout=1800, step="apply-golden")
+    states = {str(i["name"]): str(i["status"]) for i in tier.instances()}
+    (base,) = [n for n in states if n.startswith("sand-base-reallimagold-")]
+    assert states == {base: "Stopped", "dev-1": "Running"}, states
+    stamp = json.loads((tier.root / "lima" / base / "sand-base.json").read_text())
+    assert stamp["golden"], stamp
+    # Cloned from the stamped base: the marker names it, the base's own step is there,
+    # and the clone is a machine of its own (the base's machine-id was emptied).
+    first = _sidecar(tier, "dev-1")
+    assert first["base"] == stamp["golden"], first
+    mark = tier.ok("shell", "dev-1", "--", "cat", "/etc/sand-golden-mark")
+    assert mark == "made-in-the-base\n"
+    machine_id, host_key = tier.ok("shell", "dev-1", "--", "sh", "-c", IDENTITY).splitlines()
+    assert machine_id.strip() and host_key.startswith("ssh-ed25519 ")
+    (dev,) = [i for i in tier.instances() if i["name"] == "dev-1"]
+    assert dev["disk"] == 12 << 30, dev["disk"]
+    assert "No changes." in tier.ok("apply", "--auto-approve", timeout=600)
+
+    keep = "mkdir -p ~/keep && echo kept > ~/keep/note && echo lost > ~/scratch"
+    tier.ok("shell", "dev-1", "--", "sh", "-c", keep)
+
+    # A smaller disk forces replacement (Lima grows disks only): a new clone of the base.
+    tier.write("sand.yaml", GOLDEN_MANIFEST.format(template=TEMPLATE, disk="11GiB"))
+    plan = tier.ok("plan", step="plan-replace")
+    assert "replace" in plan.lower(), plan
+    with _Listings(tier) as listings:
+        tier.ok("apply", "--auto-approve", timeout=2400, step="apply-replace")
+    # Create-before-destroy: at some point the old VM ran beside its replacement.
+    both = [
+        s
+        for s in listings.seen
+        if s.get("dev-1") == "Running"
+        and any(n.startswith("dev-1-sandnew") and v == "Running" for n, v in s.items())
+    ]
+    assert both, listings.seen
+    states = {str(i["name"]): str(i["status"]) for i in tier.instances()}
+    assert states == {base: "Stopped", "dev-1": "Running"}, states
+    (dev,) = [i for i in tier.instances() if i["name"] == "dev-1"]
+    assert dev["disk"] == 11 << 30, dev["disk"]
+    second = _sidecar(tier, "dev-1")
+    assert second["base"] == stamp["golden"] and second["uid"] != first["uid"], second
+    # The new machine: its own identity, the base's content, the preserved path only.
+    new_id, new_key = tier.ok("shell", "dev-1", "--", "sh", "-c", IDENTITY).splitlines()
+    assert new_id.strip() and new_id != machine_id
+    assert new_key.startswith("ssh-ed25519 ") and new_key != host_key
+    assert tier.ok("shell", "dev-1", "--", "cat", "/etc/sand-golden-mark") == mark
+    assert tier.ok("shell", "dev-1", "--", "sh", "-c", "cat ~/keep/note") == "kept\n"
+    gone = tier.run(
+        limapy.SYSTEM_PYTHON, "-m", "sand", "shell", "dev-1", "--", "sh", "-c", "cat ~/scratch"
+    )
+    assert gone.returncode != 0, gone.stdout
+    assert "No changes." in tier.ok("apply", "--auto-approve", timeout=600, step="apply-again")
+
+    tier.ok("destroy", "--auto-approve", timeout=600, step="destroy")
+    assert "dev-1" not in {str(i["name"]) for i in tier.instances()}
