@@ -15,7 +15,7 @@ from typing import Any
 from sand.cli.flags import Number
 from sand.cli.verbs import manifest_option, vm_argument
 
-MAX_FORKS = 64  # as in fork_entries, which the parser does not import (it loads yaml)
+MAX_FORKS = 64  # --count is bounded here, as the parser reads it
 
 
 def add_fork_parser(sub: Any) -> None:

@@ -11,15 +11,12 @@ from sand.errors import SandError
 from sand.manifest import load_manifest
 from sand.manifest.references import check_references
 
-MAX_FORKS = 64
-
 
 def fork_entries(
     manifest: str, vm: str, count: int, prefix: str | None, *, memory: bool = False
 ) -> list[dict[str, Any]]:
-    """``count`` entries forking ``vm``, named ``prefix``1, 2, ... past the names in use."""
-    if not 1 <= count <= MAX_FORKS:
-        raise SandError(f"--count must be 1 to {MAX_FORKS}, not {count}")
+    """``count`` entries forking ``vm``, named ``prefix``1, 2, ... past the names in use
+    (``count`` is bounded where it is parsed: ``sand.cli.fork.MAX_FORKS``)."""
     loaded = load_manifest(manifest)  # a broken manifest is reported as any command does
     names = {v.name.lower() for v in loaded.manifest.vms}
     if vm not in {v.name for v in loaded.manifest.vms}:

@@ -154,7 +154,8 @@ async def write_refusals(
         return problems, [f"preflight could not read /cluster/options: {e.detail}"]
     root = perms.get("/") or {}
     sys_audit, sys_modify = "Sys.Audit" in root, "Sys.Modify" in root
-    problem, _ = tag_access(options, _tags(rows), sys_audit=sys_audit, sys_modify=sys_modify)
+    seen = _tags(rows)
+    problem, _ = tag_access(options, seen, sys_audit=sys_audit, sys_modify=sys_modify)
     if problem and not sys_audit:
         # Without Sys.Audit the verdict is inferred from `allowed-tags`, which lists the
         # tags VMs hold as /cluster/options is read; the listing is older. A tag removed
@@ -162,7 +163,7 @@ async def write_refusals(
         # token may not set: only tags seen before and after the options count.
         fresh = await ctx.client.get("cluster/resources", type="vm") or []
         problem, _ = tag_access(
-            options, _tags(rows) & _tags(fresh), sys_audit=False, sys_modify=sys_modify
+            options, seen & _tags(fresh), sys_audit=False, sys_modify=sys_modify
         )
     if problem:
         problems += [
