@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.cli.helpers import Sand
-from tests.crash.killer import env_for, intent, kill_when, sand_argv
+from tests.crash.killer import env_for, intent, kill_when, sand_argv, wait_for_strays
 from tests.crash.test_crash_lima import TWO, Rig
 
 VMS = [{"name": "web-1"}, {"name": "web-2"}]
@@ -109,8 +109,10 @@ def test_lima_plan_after_a_kill_before_the_marker_says_recover_then_create(tmp_p
     rig.write(TWO)
     rig.kill_at(_vm_created)
     rig.standin.configure(start_delay=0.0)
-    # The marker follows "created" within milliseconds: on a loaded machine the kill can
-    # land just after it. The case here is the kill before it, so what it would have left.
+    # The marker follows "created" within milliseconds, written by a child the kill does
+    # not reach: on a loaded machine it lands after the kill. The case here is the kill
+    # before it, so once every child is done, what it would have left.
+    wait_for_strays(f"LIMA_HOME={(tmp_path / 'lima').resolve()}")
     (tmp_path / "lima" / "a" / "sand-marker.json").unlink(missing_ok=True)
     assert rig.vms() == ["a"]  # made, never marked
 

@@ -81,3 +81,27 @@ def step(name: str) -> Callable[[list[Record]], bool]:
 
 def env_for(state_dir: Path) -> dict[str, str]:
     return {**os.environ, "SAND_STATE_DIR": str(state_dir), "NO_COLOR": "1"}
+
+
+def wait_for_strays(env_entry: str, timeout: float = 30.0) -> None:
+    """Wait until no process carries ``env_entry`` (``NAME=value``) in its environment.
+
+    SIGKILL ends sand, not the children it started in their own sessions (limactl, the
+    sidecar writer): they run on and may still write after the kill. A test that builds
+    a state "as the kill left it" waits for them first, or races them.
+    """
+    needle = env_entry.encode() + b"\0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(needle in _environ(p) for p in Path("/proc").iterdir() if p.name.isdigit()):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"processes with {env_entry} still run after {timeout:.0f} s")
+
+
+def _environ(proc_dir: Path) -> bytes:
+    try:
+        data = (proc_dir / "environ").read_bytes()
+    except OSError:  # gone meanwhile, or not ours to read
+        return b""
+    return data + b"\0"
