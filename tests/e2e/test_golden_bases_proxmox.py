@@ -79,7 +79,15 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
 ):
     rig = fakepve_server
     sand = Sand(tmp_path)
-    images = {"wb": {"packages": ["tini"], "agents": ["claude", "codex"]}}
+    # The build machine's DHCP client saved a lease (as dhclient does at boot).
+    lease = "mkdir -p /var/lib/dhcp && echo 'lease {}' > /var/lib/dhcp/dhclient.eth0.leases"
+    images = {
+        "wb": {
+            "packages": ["tini"],
+            "agents": ["claude", "codex"],
+            "steps": [{"name": "dhcp", "run": lease}],
+        }
+    }
     sand.write(_manifest(rig, [{"name": "a"}, {"name": "b"}], images, image="wb"))
     env = _env(tmp_path)
 
@@ -126,6 +134,8 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         assert {*MACHINE_STEPS, "user", "home", "locale"} <= ledger
         # A machine of its own: the base's machine id was emptied before it was frozen.
         assert root(guest, "cat", "/etc/machine-id").strip() == ""
+        # ...and the base's DHCP lease removed: no clone asks for the base's address.
+        assert root(guest, "ls", "-A", "/var/lib/dhcp").split() == []
 
     again = sand.run("plan", "--detailed-exitcode", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
