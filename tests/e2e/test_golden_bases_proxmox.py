@@ -30,6 +30,10 @@ STEP_LOG = "/var/lib/sand/step-log"
 MACHINE_STEPS = ("packages", "toolchain", "agents")
 
 
+# An image step installing a tool the way install scripts do (no explicit modes).
+TOOL = "printf '#!/bin/sh\\necho tool ran\\n' > /usr/local/bin/tool && chmod +x /usr/local/bin/tool"
+
+
 def _manifest(rig, vms, images, **defaults):
     data = rig.manifest(vms, defaults={"provision": True, "timezone": "Etc/UTC", **defaults})
     data["images"] = images
@@ -85,7 +89,7 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         "wb": {
             "packages": ["tini"],
             "agents": ["claude", "codex"],
-            "steps": [{"name": "dhcp", "run": lease}],
+            "steps": [{"name": "dhcp", "run": lease}, {"name": "tool", "run": TOOL}],
         }
     }
     sand.write(_manifest(rig, [{"name": "a"}, {"name": "b"}], images, image="wb"))
@@ -121,6 +125,8 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         status = root(guest, "dpkg-query", "-W", "-f=${db:Status-Abbrev}", "tini")
         assert status.startswith("ii"), status
         assert "stand-in codex" in out(guest, "codex --version")
+        # What an image step installs is usable by the login user, as from a root shell.
+        assert out(guest, "tool") == "tool ran\n"
         log = _log(guest)
         # The base ran its machine steps (its log is on the disk the VM was cloned from)...
         ran_by_base = {w[2] for w in log if w[1] == "base:wb" and w[3] == "ran"}
