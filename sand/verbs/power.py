@@ -153,7 +153,7 @@ async def sleep_now(
                 f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
             )
         how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
-        await sleeper.sleep(current, how, session.journal)
+        await sleeper.sleep(current, how, session.journal, by="person")
         record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
         remember_asleep(session.project, record)
     return how

@@ -64,12 +64,21 @@ def test_an_idle_lima_vm_stops_and_sand_shell_starts_it(tmp_path: Path, netns_gu
     proc = fleet.sand("status", "--json")
     row = json.loads(proc.stdout)["vms"][0]
     assert row["asleep"]["how"] == "stopped" and row["conditions"]["Synced"] is True
+    # The record is beside the instance (a sidecar next to sand's marker): another host
+    # driving the same Lima host (its own state dir here) reads the same sleep.
+    mark = json.loads((fleet.standin.instance_dir("dev-1") / "sand-asleep.json").read_text())
+    assert (mark["how"], mark["by"]) == ("stopped", "idle")
+    other = {**fleet.env, "SAND_STATE_DIR": str(tmp_path / "other-host")}
+    proc = subprocess.run([sys.executable, "-m", "sand", "status", "--json"], cwd=tmp_path,
+                          env=other, capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(proc.stdout)["vms"][0]["asleep"] == {**mark, "since": mark["since"]}
 
     fleet.standin.clear_log()
     proc = fleet.sand("shell", "dev-1", "--", "true")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "waking dev-1, asleep since " in proc.stderr and "(stopped)" in proc.stderr
     assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"
+    assert (fleet.standin.instance_dir("dev-1") / "sand-asleep.json").read_text() == "{}"
     proc = fleet.sand("plan", "--detailed-exitcode")
     assert proc.returncode in (0, 2), proc.stdout + proc.stderr
     assert "will go to sleep" not in proc.stdout  # just woken: its window starts again
