@@ -6,6 +6,7 @@ command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import sys
@@ -24,7 +25,18 @@ from sand.terminal import continued
 __all__ = ["build_parser", "main"]
 
 
+# The cyclic collector's first generation runs every 100,000 allocations, not 700:
+# reading a manifest and a listing allocates millions of objects that all live to the
+# end, and a no-op plan of 5,000 VMs spent 12% of its CPU re-scanning them.
+GC_THRESHOLD = (100_000, 10, 10)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    gc.set_threshold(*GC_THRESHOLD)
+    # No pydantic plugin sees sand's manifests (they name secret files and hosts), and
+    # none is looked for: the scan of every installed package's entry points cost each
+    # validate and plan ~3 ms. Pydantic's own switch, read when a model is first built.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["__complete-vms"]:  # the shell completion's helper, not a command
         return print_vm_names(words[1:])
