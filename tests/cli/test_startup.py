@@ -83,3 +83,17 @@ def test_no_pydantic_plugin_is_looked_for():
         [sys.executable, "-c", PLUGIN_PROBE], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert "SCANNED=False" in proc.stdout, proc.stderr
+
+
+def test_a_run_builds_the_parser_of_its_own_command_only():
+    # The ~40 other subcommands' parsers cost every run ~4 ms to build for nothing.
+    from sand.cli.main import _parser_for
+    from sand.cli.parser import subcommands as _subcommands
+
+    assert _subcommands(_parser_for(["--log-level", "debug", "plan", "--json"])) == {"plan"}
+    assert _subcommands(_parser_for(["--log-format=json", "status"])) == {"status"}
+    everything = _subcommands(_parser_for(["--help"]))
+    assert {"plan", "apply", "validate", "completion"} <= everything
+    # No command, or a word that is none: the whole parser (its error lists them all).
+    assert _subcommands(_parser_for([])) == everything
+    assert _subcommands(_parser_for(["plna"])) == everything
