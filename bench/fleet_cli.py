@@ -85,30 +85,33 @@ def measure(vms: int, runs: int, before: str | None = None) -> dict[str, float]:
             env = installed_env(env={**os.environ, "SAND_STATE_DIR": str(work / "state")})
             argv = [sys.executable, "-m", "sand", "plan", "--detailed-exitcode"]
 
-            def plan(env: dict[str, str]) -> tuple[float, int, int]:
-                times, rss, requests = [], [], 0
-                _run(argv, env, work)  # compiles the tree's bytecode: not timed
-                for _ in range(runs):
+            trees = {"now": env}
+            if before:
+                trees["before"] = installed_env(before, env)
+            for tree in trees.values():
+                _run(argv, tree, work)  # compiles the tree's bytecode: not timed
+            times: dict[str, list[float]] = {k: [] for k in trees}
+            rss, requests, bare, curl = [], 0, [], []
+            for _ in range(runs):  # each figure in turn, so a drift of the machine hits all
+                for key, tree in trees.items():
                     rig.clear_log()
-                    seconds, code, maxrss = _run(argv, env, work)
+                    seconds, code, maxrss = _run(argv, tree, work)
                     assert code == 0, "a converged fleet must plan no changes (exit 0)"
-                    times.append(seconds)
-                    rss.append(maxrss)
-                    requests = len(rig.log)
-                return statistics.median(times), max(rss), requests
-
-            seconds, rss, requests = plan(env)
-            bare = [_run([sys.executable, "-c", "pass"], env, work)[0] for _ in range(runs)]
-            curl = [_run(_curl_listing(rig, work), env, work)[0] for _ in range(runs)]
+                    times[key].append(seconds)
+                    if key == "now":
+                        rss.append(maxrss)
+                        requests = len(rig.log)
+                bare.append(_run([sys.executable, "-c", "pass"], env, work)[0])
+                curl.append(_run(_curl_listing(rig, work), env, work)[0])
             out = {
-                "seconds": seconds,
+                "seconds": statistics.median(times["now"]),
                 "bare": statistics.median(bare),
                 "curl": statistics.median(curl),
-                "rss_mib": rss / 1024,
+                "rss_mib": max(rss) / 1024,
                 "requests": requests,
             }
             if before:
-                out["before"] = plan(installed_env(before, env))[0]
+                out["before"] = statistics.median(times["before"])
             return out
         finally:
             rig.stop()
