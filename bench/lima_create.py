@@ -25,6 +25,7 @@ from sand.apply.engine import execute  # noqa: E402
 from sand.backends.lima import LimaBackend, make_lima_backend  # noqa: E402
 from sand.desired import build_desired  # noqa: E402
 from sand.manifest import parse_manifest  # noqa: E402
+from sand.manifest.backends import LimaConfig  # noqa: E402
 from sand.plan import make_plan  # noqa: E402
 from sand.state.journal import Journal  # noqa: E402
 from tests.limactl_standin import StandIn  # noqa: E402
@@ -69,6 +70,7 @@ def measure(vms: int) -> Counter[str]:
             text = MANIFEST + "".join(f"  - name: c-{i:03d}\n" for i in range(vms))
             state = build_desired(parse_manifest(text))
             config = parse_manifest(text).backends["laptop"]
+            assert isinstance(config, LimaConfig)
             backend = make_lima_backend("laptop", config, project="bench", manifest_dir=Path(tmp))
             assert isinstance(backend, LimaBackend)
             journal = Journal(Path(tmp) / "journal.jsonl")
