@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.summary import record  # noqa: E402
 from sand.apply.engine import execute  # noqa: E402
 from sand.backends.lease import LeaseHolder  # noqa: E402
 from sand.desired import build_desired  # noqa: E402
@@ -108,6 +109,7 @@ def request_rows(sizes: tuple[int, ...] = (10, 50, 200)) -> list[tuple[str, str]
             total = sum(spent.values())
             title = f"N={n} cold create ({what}): requests per VM"
             out.append((title, f"{total / n:.1f} ({total} in all)"))
+            record(f"Proxmox cold create, N={n}, {what}", total / n, "requests/VM", goal="≤ 6")
             out += [
                 (f"  {k}", f"{v / n:.2f}") for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
             ]
@@ -124,6 +126,12 @@ def slow_rows(
         seconds = float(str(m["elapsed"]))
         ideal = (math.ceil(n / k) * clone_secs + START_SECS) * scale
         forks10 = (math.ceil(n / 10) * clone_secs + START_SECS) * scale
+        record(
+            f"Proxmox cold create, N={n}, {clone_secs * scale:g} s clones, {k} at a time",
+            seconds,
+            "s",
+            baseline=("ideal scheduler", ideal),
+        )
         out.append(
             (
                 f"N={n}, {clone_secs * scale:g} s clones, {k} at a time (default)",

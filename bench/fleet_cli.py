@@ -2,7 +2,7 @@
 VMs): wall time against the floor and, optionally, another checkout; peak memory
 (the sand process's own max RSS) and API requests per plan.
 
-    python bench/fleet_cli.py [--sizes 1,1000,5000] [--runs 3] [--before ../main]
+    python bench/fleet_cli.py [--sizes 1,1000,5000] [--runs 5] [--before ../main]
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.core import before_tree, installed_env  # noqa: E402
+from bench.summary import record  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
+
+# The goals of issue 27, by fleet size (a no-op plan, medians, one run).
+GOALS = {1000: "≤ 300 ms", 5000: "≤ 600 ms"}
 
 # Starts the command from a small interpreter and reports its peak RSS. Asked of this
 # process instead (os.wait4 on our own child), the figure is wrong: Popen's vfork child
@@ -77,42 +82,46 @@ def measure(vms: int, runs: int, before: str | None = None) -> dict[str, float]:
             for i, vm in enumerate(rig.desired(entries)):
                 rig.seed_managed(vm, 1000 + i)
             (work / "sand.yaml").write_text(yaml.safe_dump(rig.manifest(entries)))
-            env = {**os.environ, "SAND_STATE_DIR": str(work / "state"), "PYTHONPATH": str(ROOT)}
+            env = installed_env(env={**os.environ, "SAND_STATE_DIR": str(work / "state")})
             argv = [sys.executable, "-m", "sand", "plan", "--detailed-exitcode"]
 
-            def plan(env: dict[str, str]) -> tuple[float, int, int]:
-                times, rss, requests = [], [], 0
-                for _ in range(runs):
+            trees = {"now": env}
+            if before:
+                trees["before"] = installed_env(before, env)
+            for tree in trees.values():
+                _run(argv, tree, work)  # compiles the tree's bytecode: not timed
+            times: dict[str, list[float]] = {k: [] for k in trees}
+            rss, requests, bare, curl = [], 0, [], []
+            for _ in range(runs):  # each figure in turn, so a drift of the machine hits all
+                for key, tree in trees.items():
                     rig.clear_log()
-                    seconds, code, maxrss = _run(argv, env, work)
+                    seconds, code, maxrss = _run(argv, tree, work)
                     assert code == 0, "a converged fleet must plan no changes (exit 0)"
-                    times.append(seconds)
-                    rss.append(maxrss)
-                    requests = len(rig.log)
-                return statistics.median(times), max(rss), requests
-
-            seconds, rss, requests = plan(env)
-            bare = [_run([sys.executable, "-c", "pass"], env, work)[0] for _ in range(runs)]
-            curl = [_run(_curl_listing(rig, work), env, work)[0] for _ in range(runs)]
+                    times[key].append(seconds)
+                    if key == "now":
+                        rss.append(maxrss)
+                        requests = len(rig.log)
+                bare.append(_run([sys.executable, "-c", "pass"], env, work)[0])
+                curl.append(_run(_curl_listing(rig, work), env, work)[0])
             out = {
-                "seconds": seconds,
+                "seconds": statistics.median(times["now"]),
                 "bare": statistics.median(bare),
                 "curl": statistics.median(curl),
-                "rss_mib": rss / 1024,
+                "rss_mib": max(rss) / 1024,
                 "requests": requests,
             }
             if before:
-                out["before"] = plan({**env, "PYTHONPATH": before})[0]
+                out["before"] = statistics.median(times["before"])
             return out
         finally:
             rig.stop()
 
 
 def rows(
-    sizes: tuple[int, ...] = (1, 1000, 5000), runs: int = 3, before: str | None = None
+    sizes: tuple[int, ...] = (1, 1000, 5000), runs: int = 5, before: str | None = None
 ) -> list[tuple[str, str]]:
     """``before``: another checkout to compare with (default: $SAND_BENCH_BEFORE)."""
-    before = before or os.environ.get("SAND_BENCH_BEFORE") or None
+    before = before or before_tree()
     out = []
     for vms in sizes:
         m = measure(vms, runs, before)
@@ -124,6 +133,15 @@ def rows(
         )
         if "before" in m:
             said += f"; before {m['before'] * 1000:.0f} ms ({m['before'] / m['seconds']:.2f}x)"
+        record(
+            f"sand plan, {vms} converged VMs (no-op)",
+            m["seconds"] * 1000,
+            "ms",
+            baseline=("floor", floor * 1000),
+            before=m["before"] * 1000 if "before" in m else None,
+            goal=GOALS.get(vms, ""),
+        )
+        record(f"  its peak memory (max RSS), {vms} VMs", m["rss_mib"], "MiB")
         out += [
             (f"sand plan, {vms} converged VMs", said),
             (
@@ -137,7 +155,7 @@ def rows(
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1,1000,5000")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--before", help="another checkout's root, to compare with")
     args = parser.parse_args()
     sizes = tuple(int(n) for n in args.sizes.split(",") if n)

@@ -1,22 +1,32 @@
-"""All of sand's benchmarks in one command: ``python bench/run.py [--quick]``.
+"""All of sand's benchmarks in one command: ``python bench/run.py [--quick] [--before REF]``.
 
 Each section measures in one run and prints ratios against its baseline, so
-the figures compare like with like on whatever machine runs them. ``--quick``
-runs every section at a small size (seconds, not minutes): figures too small to
-judge by, but proof that each section still runs to its end.
+the figures compare like with like on whatever machine runs them; a summary table
+ends the run, every headline figure beside its floor, the tree before (``--before
+REF``: that git revision of this repository, measured in the same run) and its goal.
+``--quick`` runs every section at a small size (seconds, not minutes): figures too
+small to judge by, but proof that each section still runs to its end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import summary  # noqa: E402
 
 # (title, module, function, the function's keyword arguments under --quick;
 # None: the section is left out of a quick run, with the reason).
@@ -33,7 +43,7 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         "sand plan process on a converged fakepve fleet (1, 1000, 5000 VMs) against the floor",
         "bench.fleet_cli",
         "rows",
-        {"sizes": (20,), "runs": 1},
+        {"sizes": (1, 20), "runs": 1},
     ),
     (
         "Proxmox no-op observe vs per-VM reads (fakepve)",
@@ -52,6 +62,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         "bench.create_throughput",
         "rows",
         {"sizes": (4,), "request_sizes": (2,), "clone_secs": 0.5},
+    ),
+    (
+        "cold creates on Lima (limactl stand-in): limactl calls per VM",
+        "bench.lima_create",
+        "rows",
+        {"sizes": (1, 4)},
     ),
     ("watch save-to-plan latency", "bench.watch_latency", "rows", {"saves": 1}),
     (
@@ -87,7 +103,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="every section at a small size, in seconds"
     )
+    parser.add_argument(
+        "--before",
+        metavar="REF",
+        help="a git revision of this repository to measure beside the tree (startup, plan)",
+    )
     args = parser.parse_args(argv)
+    with _before(args.before):
+        return _sections(args)
+
+
+@contextlib.contextmanager
+def _before(ref: str | None) -> Iterator[None]:
+    """The tree at ``ref``, unpacked in a temporary directory (no worktree is made) and
+    named to the sections by $SAND_BENCH_BEFORE."""
+    if ref is None:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="sand-before-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        os.environ["SAND_BENCH_BEFORE"] = tmp
+        try:
+            yield
+        finally:
+            del os.environ["SAND_BENCH_BEFORE"]
+
+
+def _sections(args: argparse.Namespace) -> int:
     failed: list[str] = []
     for title, module, func, quick in SECTIONS:
         if args.only and args.only not in title:
@@ -109,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in rows:
             print(f"  {key.ljust(width)}  {value}")
         print(f"  ({time.perf_counter() - started:.1f}s)", flush=True)
+    print("\n## summary (ratios: value / the other; below 1 is faster or fewer)")
+    for line in summary.table():
+        print(f"  {line}")
     if failed:
         print(f"\n{len(failed)} section(s) failed: {'; '.join(failed)}", file=sys.stderr)
         return 1

@@ -58,7 +58,7 @@ def _structlog() -> Any:
 def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog once per process: console (human) or json (CI). Applied when
     the first logger is asked for (structlog is not loaded before)."""
-    from sand import retrying  # here: it loads tenacity, which validate never needs
+    from sand import retrying  # here: validate, which logs nothing, never needs it
 
     global _pending
     _pending = (fmt, level, stream)

@@ -13,13 +13,15 @@ one apply do not come back in the same instant.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import tenacity
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sand.activity import Retry, retrying
+
+if TYPE_CHECKING:
+    import tenacity
 
 T = TypeVar("T")
 
@@ -49,15 +51,20 @@ class Backoff:
         return float(min(self.cap, self.initial * self.factor ** (retry - 1)))
 
     def _wait(self) -> tenacity.wait.wait_base:
+        import tenacity
+
         half = {"multiplier": self.initial / 2, "exp_base": self.factor, "max": self.cap / 2}
         return tenacity.wait_exponential(**half) + tenacity.wait_random_exponential(**half)
 
-    def _stop(self) -> tenacity.stop.stop_base:
+    def _stop(self, spent: float = 0.0) -> tenacity.stop.stop_base:
+        """``spent``: seconds gone before tenacity's loop began (the first attempt)."""
+        import tenacity
+
         stops: list[tenacity.stop.stop_base] = []
         if self.attempts is not None:
             stops.append(tenacity.stop_after_attempt(self.attempts))
         if self.deadline is not None:
-            stops.append(tenacity.stop_before_delay(self.deadline))
+            stops.append(tenacity.stop_before_delay(self.deadline - spent))
         return tenacity.stop_any(*stops)
 
 
@@ -72,6 +79,21 @@ async def retry_async(
     """``call()`` until it succeeds, fails for good, or the backoff is spent; then its
     last exception propagates unchanged (the caller says what giving up means).
     ``reason`` turns a failure into the short words a retry is shown with."""
+    started = time.monotonic()
+    try:
+        # Most calls succeed at once: tenacity (~7 ms to import) loads for a retry only.
+        return await call()
+    except BaseException as exc:
+        if backoff.attempts == 1 or not retryable(exc):
+            raise
+        first: list[BaseException] = [exc]
+    import tenacity
+
+    async def again() -> T:
+        if first:  # tenacity's attempt 1 is the one that failed above: not sent again
+            raise first.pop()
+        return await call()
+
     retries = None if backoff.attempts is None else backoff.attempts - 1
 
     def announce(state: tenacity.RetryCallState) -> None:
@@ -85,12 +107,12 @@ async def retry_async(
         retrying(Retry(layer, said, state.attempt_number, retries, delay, backoff.deadline))
 
     async for attempt in tenacity.AsyncRetrying(
-        stop=backoff._stop(),
+        stop=backoff._stop(spent=time.monotonic() - started),
         wait=backoff._wait(),
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=announce,
         reraise=True,
     ):
         with attempt:
-            return await call()
+            return await again()
     raise AssertionError("unreachable: tenacity returns or raises")

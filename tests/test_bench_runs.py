@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_quick_runs_every_section_to_its_end():
     done = subprocess.run(
-        [sys.executable, "bench/run.py", "--quick"],
+        [sys.executable, "bench/run.py", "--quick", "--before", "HEAD"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -29,6 +29,22 @@ def test_bench_quick_runs_every_section_to_its_end():
         assert f"## {title}" in done.stdout
     # The pure plan probe planned a converged fleet as no change (it asserts so).
     assert "manifest→plan, N=10 " in done.stdout
+    # One table ends the run, every headline figure in it, beside its baseline, the
+    # tree before (here HEAD: the same code, measured in the same run) and its goal.
+    summary = done.stdout.split("## summary", 1)[1]
+    for figure in (
+        "sand --version",
+        "sand validate (1 VM)",
+        "sand plan, 1 converged VMs (no-op)",
+        "its peak memory (max RSS)",
+        "Proxmox cold create, N=2, disk grown",
+        "s clones, ",
+        "Lima cold create, N=4",
+    ):
+        assert figure in summary, summary
+    assert "python -c pass" in summary and "floor" in summary and "ideal scheduler" in summary
+    plan = next(line for line in summary.splitlines() if "sand plan, 1 converged" in line)
+    assert plan.count("x)") == 2, plan  # against the floor and against before
 
 
 def test_peak_memory_is_the_measured_process_own_not_the_bench_process():

@@ -4,7 +4,6 @@ the exit codes around the reconcile loop (which itself prints nothing)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from collections.abc import Collection, Iterator
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sand import asyncrun
 from sand.apply.lease import same_changes
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import ApplyRun, Approver, AutoApprove, RunEnd, Steering
@@ -157,7 +157,7 @@ def run_apply(
         finally:
             await session.close()
 
-    end = asyncio.run(apply())
+    end = asyncrun.run(apply())
     if end.refusal is not None:
         raise end.refusal
     if end.outcome is None:

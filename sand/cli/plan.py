@@ -6,10 +6,10 @@ engine that carries a plan out (``sand.apply``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 
+from sand import asyncrun
 from sand.cli.colour import use_colour
 from sand.cli.exits import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from sand.plan import Action, Plan
@@ -33,7 +33,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         finally:
             await session.close()
 
-    plan = asyncio.run(run())
+    plan = asyncrun.run(run())
     if args.out:
         from sand.survey.planfile import save_plan  # only when a plan is saved
 

@@ -30,9 +30,11 @@ class DesiredFork:
 def with_inherited(vm: VM, vms: list[VM]) -> VM:
     """``vm`` with every field it leaves out taken from its source (a chain of forks is
     followed; the manifest's checks refused a broken or cyclic one)."""
+    if vm.fork is None:  # most VMs: no index of the others (per VM, it was quadratic)
+        return vm
     by_name = {v.name: v for v in vms}
     seen = {vm.name}
-    source = vm.fork.vm if vm.fork is not None else None
+    source: str | None = vm.fork.vm
     merged = vm
     while source is not None and source not in seen and source in by_name:
         seen.add(source)

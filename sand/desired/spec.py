@@ -273,7 +273,8 @@ def build_desired(
     d = m.defaults
     here = host or HostLocale.detect()
     vms: list[DesiredVM] = []
-    for vm in (with_inherited(entry, list(m.vms)) for entry in m.vms):
+    entries = list(m.vms)
+    for vm in (with_inherited(entry, entries) for entry in entries):
         backend_name = vm.backend or d.backend or next(iter(m.backends))
         backend = m.backends[backend_name]
         image_name = vm.image or d.image

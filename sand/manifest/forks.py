@@ -27,10 +27,12 @@ def fork_source(vm: Mapping[str, Any]) -> str | None:
 def inherited(vm: dict[str, Any], vms: list[Any]) -> dict[str, Any]:
     """A raw entry with the fields it leaves out taken from its source (following a
     chain of forks; a broken or cyclic chain leaves the entry as it is)."""
+    source = fork_source(vm)
+    if source is None:  # most VMs: no index of the others (per VM, it was quadratic)
+        return vm
     by_name = {as_str(as_dict(v).get("name")): as_dict(v) for v in vms}
     merged = dict(vm)
     seen = {as_str(vm.get("name"))}
-    source = fork_source(vm)
     while source is not None and source not in seen and source in by_name:
         seen.add(source)
         entry = by_name[source]

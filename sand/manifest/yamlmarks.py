@@ -36,8 +36,10 @@ class Mark:
 @dataclass
 class MarkedData:
     data: Any
-    value_marks: dict[Path, Mark] = field(default_factory=dict)
-    key_marks: dict[Path, Mark] = field(default_factory=dict)
+    # The parser's own marks (0-based), made into a Mark only for a problem to report:
+    # a valid 1,000-VM manifest has thousands of them and reports none.
+    value_marks: dict[Path, yaml.Mark] = field(default_factory=dict)
+    key_marks: dict[Path, yaml.Mark] = field(default_factory=dict)
 
     def mark_for(self, path: Path, *, key: bool = False) -> Mark:
         """The closest mark for ``path``: the spot itself, else its nearest parent."""
@@ -45,11 +47,11 @@ class MarkedData:
         probe = path
         while probe:
             if probe in table:
-                return table[probe]
+                return Mark.of(table[probe])
             if probe in self.value_marks:
-                return self.value_marks[probe]
+                return Mark.of(self.value_marks[probe])
             probe = probe[:-1]
-        return self.value_marks.get((), Mark(1, 1))
+        return Mark.of(self.value_marks.get(()))
 
 
 class YamlProblem(Exception):
@@ -74,7 +76,7 @@ class _Converter:
         if self.count > MAX_NODES:
             # Aliases can expand a small file into an enormous tree.
             raise YamlProblem(Mark.of(node.start_mark), "the manifest is too large (alias bomb?)")
-        self.out.value_marks.setdefault(path, Mark.of(node.start_mark))
+        self.out.value_marks.setdefault(path, node.start_mark)
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
@@ -91,7 +93,7 @@ class _Converter:
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key, (key_node, value_node) in self._effective_pairs(node, depth=0).items():
-            self.out.key_marks[(*path, key)] = Mark.of(key_node.start_mark)
+            self.out.key_marks[(*path, key)] = key_node.start_mark
             result[key] = self.convert(value_node, (*path, key))
         return result
 

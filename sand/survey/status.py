@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sand import asyncrun
 from sand.agentstate import AgentReport
 from sand.backends.protocol import Backend
 from sand.errors import SandError
@@ -120,7 +121,7 @@ def status_report(
         finally:
             await session.close()
 
-    plan, health, leases = asyncio.run(run())
+    plan, health, leases = asyncrun.run(run())
     return status_from(plan, load_records(session.project), health, leases)
 
 

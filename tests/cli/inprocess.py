@@ -4,9 +4,10 @@ gives (exit code, stdout, stderr), without a fresh interpreter's second of start
 The run sees what the subprocess would: its own argv, environment, working directory,
 stdin, and file descriptors 0-2 on files of its own (so a program sand starts writes
 where sand's own output goes). Whatever sand changes of the process's global state is
-put back afterwards: the environment, the working directory, signal handlers, structlog's
-and the logging module's configuration, context variables, the secrets registered with
-the redactor, the in-flight record an interrupt reports. A test about the process itself
+put back afterwards: the environment, the working directory, signal handlers, the
+collector's thresholds, structlog's and the logging module's configuration, context
+variables, the secrets registered with the redactor, the in-flight record an interrupt
+reports. A test about the process itself
 (signals, a terminal, exit by signal, two processes at once) keeps the subprocess: see
 ``tests/cli/helpers.py``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import io
 import logging
 import os
@@ -119,6 +121,7 @@ def _process_state(args: list[str], cwd: Path, env: Mapping[str, str]) -> Iterat
 
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     saved_signals = _signal_handlers()
+    saved_gc = gc.get_threshold()
     saved_structlog = structlog.get_config()
     saved_logging = _logging_state()
     saved_secrets = set(redaction._secrets)
@@ -142,6 +145,7 @@ def _process_state(args: list[str], cwd: Path, env: Mapping[str, str]) -> Iterat
         for sig, handler in saved_signals.items():
             if signal.getsignal(sig) is not handler:
                 signal.signal(sig, handler)
+        gc.set_threshold(*saved_gc)
         structlog.reset_defaults()
         structlog.configure(**saved_structlog)
         _restore_logging(saved_logging)

@@ -3,7 +3,7 @@
 ``sand status`` read the world through ``sand.survey`` and hold neither the engine that
 carries a plan out (``sand.apply``), the loops, the terminal UI (Textual, the board) nor
 rich (structlog would import its traceback and pretty-printer), nor structlog itself
-while nothing is logged; ``sand --version``
+while nothing is logged, nor tenacity while no request is retried; ``sand --version``
 and ``sand validate`` hold no backend, HTTP client or logging; the Proxmox backend
 imports its HTTP client (requests, proxmoxer) only when it sends a request."""
 
@@ -60,6 +60,7 @@ def test_a_plan_or_status_process_imports_neither_the_engine_nor_the_ui(
     assert "sand.survey" in modules  # the list is read right
     assert among(modules, NOT_FOR_A_PLAN) == []
     assert "structlog" not in modules  # configured, but nothing was logged
+    assert "tenacity" not in modules  # its one listing needed no retry
 
 
 def test_version_and_validate_import_no_backend_client_nor_logging(sand: Sand) -> None:

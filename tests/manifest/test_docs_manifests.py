@@ -8,7 +8,6 @@ contacted, no command is run.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sand.cli.main import build_parser
+from sand.cli.parser import subcommands
 from sand.manifest import load_manifest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -68,15 +68,6 @@ def test_every_manifest_in_the_docs_validates(
     assert loaded.manifest.vms, f"{page} yaml block {index} declares no VM"
 
 
-def _verbs(parser: argparse.ArgumentParser) -> set[str]:
-    return {
-        name
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-        for name in action.choices
-    }
-
-
 @pytest.mark.parametrize(("page", "command"), _commands())
 def test_every_command_in_the_docs_parses(page: str, command: str) -> None:
     words = shlex.split(command.split(" > ")[0])[1:]  # a redirect is the shell's
@@ -84,7 +75,7 @@ def test_every_command_in_the_docs_parses(page: str, command: str) -> None:
     if words in (["--version"], ["--help"]):
         return
     if len(words) == 1:  # prose naming a verb ("`sand destroy` keeps ..."), not a command line
-        assert words[0] in _verbs(parser), f"{page}: no verb {words[0]!r}"
+        assert words[0] in subcommands(parser), f"{page}: no verb {words[0]!r}"
         return
     try:
         parser.parse_args(words)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.marker import BaseStamp
 from sand.backends.lima.runner import HostRunner
+from sand.backends.lima.shared import SharedReads
 from sand.guest.endpoint import JumpHost
 
 
@@ -59,6 +61,9 @@ class Ctx:
     # This project's lease record as the last listing showed it ("" none; None: not
     # observed yet): a lease taken later is fresh only if it still reads the same.
     lease_seen: str | None = None
+    # Per-name reads shared by the creates that ask together (observe.observe_one; of
+    # its Inspected, a layer above this one).
+    reads: SharedReads[Any] | None = None
 
     def __post_init__(self) -> None:
         # Clones copy the base's disk; more than a few at once only contend for I/O.

@@ -32,6 +32,7 @@ from sand.backends.lima.marker import (
     parse_sidecar,
 )
 from sand.backends.lima.runner import Completed
+from sand.backends.lima.shared import SharedReads
 from sand.backends.lima.vmops import error
 from sand.errors import BackendError
 from sand.manifest.backends.lima import RESERVED_PREFIX
@@ -277,7 +278,11 @@ async def inspect(ctx: Ctx, *names: str) -> dict[str, Inspected]:
 
 
 async def observe_one(ctx: Ctx, name: str) -> ObservedVM:
-    found = (await inspect(ctx, name))[name]
+    """``name`` as listed now; the creates (and changes) that ask together share one
+    ``limactl list`` (``shared.py``)."""
+    if ctx.reads is None:
+        ctx.reads = SharedReads(lambda names: inspect(ctx, *names))
+    found = await ctx.reads.get(name)
     if found.instance is None:
         raise BackendError(f"instance {name} vanished on {ctx.runner.where}", backend=ctx.name)
     return observed(ctx, found.instance, found.sidecar, found.agent_started)

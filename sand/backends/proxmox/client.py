@@ -1,7 +1,7 @@
 """A thin asyncio wrapper around proxmoxer: retries, task polling, error mapping.
 
-proxmoxer (requests) is synchronous, so every call runs in a worker thread via
-``asyncio.to_thread``. Transient failures (5xx other than PVE's definite
+proxmoxer (requests) is synchronous, so every call runs in a worker thread of the
+client's own (``threads.py``). Transient failures (5xx other than PVE's definite
 refusals, connection errors, timeouts, lock timeouts, no quorum) are retried
 with jittered exponential backoff (``sand.retrying``), each retry said to whoever
 watches ("PVE 503, retry 2/5 in 1.6s"); 401/403 never are. Every error is a
@@ -30,6 +30,7 @@ from sand.backends.proxmox.errors import (
     retry_reason,
     shortened,
 )
+from sand.backends.proxmox.threads import REQUESTS_AT_ONCE, RequestThreads
 from sand.backends.proxmox.token import ApiToken, read_token
 from sand.errors import ErrorLayer
 from sand.logs import get_logger
@@ -90,6 +91,7 @@ class PveClient:
     retry: Backoff = field(default_factory=Backoff)  # tries per request, the first included
     poll: PollPolicy = field(default_factory=PollPolicy)
     requests: int = 0  # API requests sent (attempts included)
+    at_once: int = REQUESTS_AT_ONCE  # requests in flight at most (threads, connections)
     warnings: list[str] = field(default_factory=list)  # task WARNINGS, newest last
     # The clock task waits read and sleep on: a test of the poll cadence hands in a
     # fake one, so it proves the schedule without waiting for it.
@@ -105,6 +107,7 @@ class PveClient:
         self._api: Any = None
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
+        self._threads = RequestThreads(self.at_once)
         self.reached = False  # PVE answered at least once (a refusal then is a restart)
 
     def __repr__(self) -> str:
@@ -116,12 +119,13 @@ class PveClient:
         # Imported by the first request (requests and urllib3 are most of it): a
         # command that never reaches this backend does not pay for them.
         import proxmoxer
+        from requests.adapters import HTTPAdapter
 
         with self._init_lock:
             if self._api is None:
                 token = read_token(self.token_file, self.backend)
                 self._token = token
-                self._api = proxmoxer.ProxmoxAPI(
+                api = proxmoxer.ProxmoxAPI(
                     self.host,
                     port=self.port,
                     user=token.user,
@@ -131,6 +135,9 @@ class PveClient:
                     timeout=self.http_timeout,
                     service="PVE",
                 )
+                # As many connections kept as requests in flight (sand.backends.proxmox.threads).
+                api._store["session"].mount("https://", HTTPAdapter(pool_maxsize=self.at_once))
+                self._api = api
             return self._api
 
     @property
@@ -255,7 +262,7 @@ class PveClient:
             sent += 1
             self.requests += 1
             try:
-                return await asyncio.to_thread(self._sync, method, path.strip("/"), params or {})
+                return await self._threads.run(self._sync, method, path.strip("/"), params or {})
             except ProxmoxError as e:
                 e.attempts = sent
                 raise
@@ -382,7 +389,8 @@ class PveClient:
     async def close(self) -> None:
         api, self._api = self._api, None
         if api is not None:
-            await asyncio.to_thread(api._store["session"].close)
+            await self._threads.run(api._store["session"].close)
+        self._threads.close()
 
 
 def _form(value: Any) -> Any:
