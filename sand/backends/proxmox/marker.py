@@ -63,6 +63,7 @@ TEMPLATE_KIND = "template"
 GOLDEN_KIND = "golden"
 GOLDEN_PREFIX = "sand-golden-"
 FROM_PREFIX = "sand-from-"
+SPARE_PREFIX = "sand-spare-"  # a warm pool's spare: sand-spare-<pool>
 _GOLDEN_TAG = re.compile(r"^sand-golden-([0-9a-f]{16}|new)$")
 _FROM_TAG = re.compile(r"^sand-from-([0-9a-f]{16})$")
 NEW = "new"
@@ -91,6 +92,7 @@ class TagMarker:
     base: str = ""  # the golden base it was cloned from (sand-from-<fp16>), "" when none
     # A golden base's fingerprint ("new" while it is built); None: not a base.
     golden: str | None = None
+    pool: str = ""  # the warm pool the VM is a spare of (sand-spare-<pool>), "" when none
 
     @property
     def present(self) -> bool:
@@ -141,6 +143,7 @@ def is_sand_tag(tag: str) -> bool:
                 HASHED_BACKEND_PREFIX,
                 GOLDEN_PREFIX,
                 FROM_PREFIX,
+                SPARE_PREFIX,
             )
         )
         or bool(_IDENTITY_TAG.match(tag))
@@ -158,10 +161,12 @@ def parse_tags(value: object) -> TagMarker:
 def _parse_tags(value: str) -> TagMarker:
     tool = False
     project = identity = fingerprint = backend = golden = None
-    secrets, secrets_at, created_at, base = "", 0, 0, ""
+    secrets, secrets_at, created_at, base, pool = "", 0, 0, "", ""
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
+        elif tag.startswith(SPARE_PREFIX):
+            pool = tag[len(SPARE_PREFIX) :]
         elif tag.startswith(GOLDEN_PREFIX):
             found_golden = _GOLDEN_TAG.match(tag)
             if found_golden:
@@ -188,7 +193,17 @@ def _parse_tags(value: str) -> TagMarker:
                 identity = found[1]
                 fingerprint = "" if found[2] == NEW else found[2]
     return TagMarker(
-        tool, project, identity, fingerprint, secrets, secrets_at, backend, created_at, base, golden
+        tool,
+        project,
+        identity,
+        fingerprint,
+        secrets,
+        secrets_at,
+        backend,
+        created_at,
+        base,
+        golden,
+        pool,
     )
 
 
@@ -217,6 +232,8 @@ def marker_tags(marker: Marker) -> list[str]:
         tags.append(f"{CREATED_PREFIX}{marker.created_at}")
     if re.fullmatch(r"[0-9a-f]{16}", marker.base):
         tags.append(f"{FROM_PREFIX}{marker.base}")
+    if marker.pool:
+        tags.append(f"{SPARE_PREFIX}{marker.pool}")
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")
@@ -312,6 +329,7 @@ def parse_description(text: object) -> Marker | None:
             incarnation=str(data.get("op") or ""),
             created_at=created_at_of(data),
             base=str(data.get("base") or ""),
+            pool=str(data.get("pool") or ""),
         )
     except KeyError:
         return None
@@ -351,6 +369,8 @@ def render_block(marker: Marker, **extra: object) -> str:
         data["created_at"] = marker.created_at
     if marker.base:
         data["base"] = marker.base
+    if marker.pool:
+        data["pool"] = marker.pool
     data.update((k, v) for k, v in extra.items() if v is not None)
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
 
