@@ -189,3 +189,20 @@ def test_a_kill_mid_claim_leaves_the_spare_or_the_claimed_vm(tmp_path, fakepve_s
     assert sorted(_spares(rig)) == ["agents-spare-1", "agents-spare-2"]
     assert len(rig.vms()) == 3
     _settled(sand)
+
+
+def test_a_pool_whose_image_the_backend_lacks_is_blocked_at_the_pools_image(
+    tmp_path, fakepve_server
+):
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    path = sand.write(_manifest(rig, [AGENT], image="9002"))
+    lines = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "9002" in text)
+    column = lines[line - 1].index("image: ") + len("image: ") + 1
+    plan = sand.run("plan")
+    assert plan.returncode == 1
+    where = f"sand.yaml:{line}:{column}: template '9002' not found"
+    # The spares and the VM that would claim one are sent to the pool's image line.
+    assert plan.stdout.count(where) == 3, plan.stdout
+    assert not rig.vms()
