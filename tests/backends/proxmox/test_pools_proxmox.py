@@ -206,3 +206,21 @@ def test_a_pool_whose_image_the_backend_lacks_is_blocked_at_the_pools_image(
     # The spares and the VM that would claim one are sent to the pool's image line.
     assert plan.stdout.count(where) == 3, plan.stdout
     assert not rig.vms()
+
+
+def test_a_smaller_pool_deletes_its_last_spare_without_a_sweep(tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand, spares = _warm(tmp_path, rig)
+    sand.write(_manifest(rig, [AGENT]))
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    sand.write(_manifest(rig, [AGENT], warm=1))
+    plan = sand.run("plan")
+    # A spare never held work: no guest is swept (these fake VMs have none to reach, so
+    # a sweep would block the delete as "could not be swept").
+    assert '- spare "agents-spare-2" of pool agents {' in plan.stdout, plan.stdout
+    assert "unpushed work" not in plan.stdout
+    proc = sand.run("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rig.vm(spares["agents-spare-2"]) is None
+    assert sorted(vm.name for vm in rig.vms()) == ["agent-4", "agents-spare-1"]
+    _settled(sand)
