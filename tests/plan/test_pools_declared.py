@@ -4,11 +4,17 @@ state holds, what a pooled VM takes from its pool, and where a bad one is refuse
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from sand.apply.reconcile import mass_delete_problem
 from sand.errors import ManifestError
 from sand.manifest import parse_manifest
-from tests.plan.helpers import MANIFEST, desired
+from sand.observed import Observation
+from sand.plan import Action, make_plan
+from sand.plan.pools import with_pools
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired, stale_marker
 
 POOLED = MANIFEST.replace("defaults:", "pools:\n  agents: {warm: 2, memory: 4GiB}\ndefaults:") + (
     "  - name: agent-4\n    pool: agents\n    secrets: []\n"
@@ -75,3 +81,39 @@ def test_a_pool_on_lima_is_refused_at_its_backend() -> None:
         f"m.yaml:{line}:30: pool 'agents': backend 'laptop' (lima) cannot keep warm pools "
         "yet (only Proxmox can)"
     ]
+
+
+def _planned(text: str = POOLED, drop: tuple[str, ...] = ("agent-4",)):
+    """The plan of ``text`` against a fleet converged to it but for ``drop`` (absent)."""
+    state = desired(text)
+    obs = converged(state)
+    obs["pve"] = Observation("pve", tuple(v for v in obs["pve"].vms if v.name not in drop))
+    return with_pools(make_plan(state, obs, POLICIES), state)
+
+
+def test_a_new_pooled_vm_claims_the_first_ready_spare_and_its_slot_refills() -> None:
+    plan = _planned()
+    by_vm = {c.vm: c for c in plan.changes}
+    agent, spare = by_vm["agent-4"], by_vm["agents-spare-1"]
+    assert agent.claims == "agents-spare-1" and agent.claim is not None
+    assert spare.refill == (1, 2) and spare.observed is None and spare.identity is None
+    assert by_vm["agents-spare-2"].refill is None and not by_vm["agents-spare-2"].acts
+    # A spare not in sync (here: never converged) is not claimed: made as any VM.
+    state = desired(POOLED)
+    obs = converged(state)
+    vms = [stale_marker(v) if v.name.startswith("agents-spare") else v for v in obs["pve"].vms]
+    obs["pve"] = Observation("pve", tuple(v for v in vms if v.name != "agent-4"))
+    stale = with_pools(make_plan(state, obs, POLICIES), state)
+    agent = {c.vm: c for c in stale.changes}["agent-4"]
+    assert agent.claims is None and "no spare of pool agents is ready" in agent.reasons[-1]
+
+
+def test_a_claimed_spare_still_counts_for_the_mass_delete_guard() -> None:
+    plan = _planned()
+    # Two of the fleet's four VMs (the two others, one of them the spare claimed) go.
+    doomed = {"a", "b"}
+    changes = tuple(
+        replace(c, action=Action.DELETE, desired=None) if c.vm in doomed else c
+        for c in plan.changes
+    )
+    assert mass_delete_problem(replace(plan, changes=changes)) is None
