@@ -5,8 +5,8 @@ that is per VM (no name of their own, no secrets, no repos). A VM that names
 ``pool: agents`` claims a spare instead of being cloned and booted: it takes the pool's
 backend, image and sizes (setting its own is refused where it is written), and its
 own provisioning (identity, secrets, repos) runs on the spare. Spares are named
-``<pool>-spare-<n>``, a name no VM of the manifest may take. Only Proxmox keeps pools
-so far (a spare is renamed in one config write); a pool on another backend is refused.
+``<pool>-spare-<n>``, a name no VM of the manifest may take. Proxmox renames a spare
+in one config write; Lima renames only a stopped instance, so a claim there restarts it.
 """
 
 from __future__ import annotations
@@ -34,14 +34,13 @@ MAX_WARM = 64
 # What a pooled VM takes from its pool and may not set itself.
 FROM_POOL = ("backend", "image", "cpus", "memory", "disk")
 NOT_WITH_POOL = ("image", "cpus", "memory", "disk", "node", "cpu", "user", "from")
-# Backend types that can claim a spare (rename it in place).
-POOL_TYPES = frozenset({"proxmox"})
 
 POOLS_DESCRIPTION = (
     "Warm pools, by a name of your choosing: each keeps `warm` spares of one image "
     "booted and provisioned (all but what is per VM: name, identity, secrets, repos); "
     "a VM naming `pool:` claims one (renamed, given its identity, secrets and repos: "
-    "no clone, no boot) and the pool is refilled. Proxmox only. docs/fork-and-pools.md."
+    "no clone, no boot; on Lima one restart) and the pool is refilled. "
+    "docs/fork-and-pools.md."
 )
 POOL_DESCRIPTION = (
     "Claim a spare of this pool (under `pools`) instead of cloning and booting a new VM; "
@@ -115,14 +114,6 @@ def check_pools(data: Mapping[str, Any]) -> Iterator[Finding]:
         if backend is not None and backend not in backends:
             choices = ", ".join(sorted(backends)) or "none defined"
             yield at, f"unknown backend {backend!r} (defined: {choices})"
-            continue
-        kind = as_str(as_dict(backends.get(backend or "")).get("type"))
-        if kind is not None and kind not in POOL_TYPES:
-            yield (
-                at,
-                f"pool {name!r}: backend {backend!r} ({kind}) cannot keep warm pools yet "
-                "(only Proxmox can)",
-            )
     for i, raw_vm in enumerate(as_list(data.get("vms"))):
         vm = as_dict(raw_vm)
         name = as_str(vm.get("name")) or ""
