@@ -16,6 +16,10 @@ from typing import TypeVar
 
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
+from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: imported from here
+from sand.desired.parts import DesiredRepo as DesiredRepo
+from sand.desired.parts import DesiredSecret as DesiredSecret
+from sand.desired.parts import ImageStep as ImageStep
 from sand.desired.pools import pooled, spares
 from sand.manifest.builtin import (
     DEFAULT_AGENTS,
@@ -33,39 +37,6 @@ from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import VM, Manifest
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class DesiredRepo:
-    name: str
-    url: str
-    branch: str | None
-    path: str
-    token_secret: str | None
-
-
-@dataclass(frozen=True)
-class DesiredSecret:
-    """Where a secret goes. The value is resolved separately and never stored here."""
-
-    name: str
-    scope: str
-    env: str
-
-
-@dataclass(frozen=True, order=True)
-class DesiredPort:
-    guest: int
-    host: int
-
-
-@dataclass(frozen=True)
-class ImageStep:
-    """One of a golden image's own steps: shell text run as root on its base."""
-
-    name: str
-    run: str = field(repr=False)
-    timeout: float = 1800.0
 
 
 @dataclass(frozen=True)
