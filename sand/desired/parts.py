@@ -1,9 +1,12 @@
-"""The small records a desired VM is made of: its repos, secrets, ports, and a golden
-image's own steps. Re-exported by ``sand.desired.spec`` (and ``sand.desired``)."""
+"""The small records a desired VM is made of (its repos, secrets, ports, and a golden
+image's own steps; re-exported by ``sand.desired.spec`` and ``sand.desired``), and how
+a few of its values are chosen between the VM's own and its defaults'."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from sand.manifest.expiry import Expiry, parse_expiry
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,21 @@ class ImageStep:
     name: str
     run: str = field(repr=False)
     timeout: float = 1800.0
+
+
+def preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
+    """The VM's own list replaces the default one (an empty list preserves nothing)."""
+    return own if own is not None else (default or [])
+
+
+def expiry_of(text: str | None) -> Expiry | None:
+    """The VM's own ``expires:`` (``never`` too) wins over its defaults'."""
+    return parse_expiry(text) if text else None
+
+
+def first_set(*values: bool | None) -> bool:
+    return next(v for v in values if v is not None)
+
+
+def norm_path(path: str) -> str:
+    return path.rstrip("/") if len(path) > 1 else path

@@ -12,14 +12,12 @@ A pooled VM (``pool: agents``) takes the pool's backend, image and sizes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from sand.manifest.models import VM, Manifest
 from sand.manifest.pools import FROM_POOL, Pool, spare_name
 
-if TYPE_CHECKING:
-    from sand.desired.spec import DesiredVM
+T = TypeVar("T")  # the desired VM (sand.desired.spec imports this module)
 
 
 def pooled(vm: VM, pools: Mapping[str, Pool]) -> VM:
@@ -38,32 +36,15 @@ def pooled(vm: VM, pools: Mapping[str, Pool]) -> VM:
 
 
 def spares(
-    manifest: Manifest,
-    resolve: Callable[[VM], DesiredVM],
-    finish: Callable[[DesiredVM], DesiredVM],
-) -> list[DesiredVM]:
-    """Every pool's spares, resolved as VMs of the pool (``resolve``) and made spares;
-    ``finish`` computes the fingerprints of what was changed."""
-    out: list[DesiredVM] = []
+    manifest: Manifest, resolve: Callable[[VM], T], as_spare: Callable[[T, str], T]
+) -> list[T]:
+    """Every pool's spares: resolved as VMs of the pool (``resolve``), then made
+    spares of it (``as_spare``, ``sand.desired.spec``)."""
+    out: list[T] = []
     for name, pool in manifest.pools.items():
         for slot in range(1, pool.warm + 1):
             entry: dict[str, Any] = {"name": spare_name(name, slot)}
             entry.update({k: getattr(pool, k) for k in FROM_POOL if getattr(pool, k) is not None})
             # Built from values the manifest's model already validated and parsed.
-            spec = resolve(VM.model_construct(**entry))
-            out.append(
-                finish(
-                    replace(
-                        spec,
-                        pool=name,
-                        spare=True,
-                        state="running",
-                        protect=False,
-                        preserve=(),
-                        expires=None,
-                        idle=None,
-                        rebuild="onBaseChange",
-                    )
-                )
-            )
+            out.append(as_spare(resolve(VM.model_construct(**entry)), name))
     return out

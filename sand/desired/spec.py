@@ -20,6 +20,7 @@ from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: import
 from sand.desired.parts import DesiredRepo as DesiredRepo
 from sand.desired.parts import DesiredSecret as DesiredSecret
 from sand.desired.parts import ImageStep as ImageStep
+from sand.desired.parts import expiry_of, first_set, norm_path, preserved
 from sand.desired.pools import pooled, spares
 from sand.manifest.builtin import (
     DEFAULT_AGENTS,
@@ -31,7 +32,7 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
-from sand.manifest.expiry import Expiry, parse_expiry
+from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import VM, Manifest
@@ -261,8 +262,14 @@ def build_desired(
     )
     entries = [pooled(entry, m.pools) for entry in m.vms]
     vms = [resolve(with_inherited(entry, entries)) for entry in entries]
-    vms += spares(m, resolve, with_fingerprints)
+    vms += spares(m, resolve, _as_spare)
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+
+
+def _as_spare(spec: DesiredVM, pool: str) -> DesiredVM:
+    """A VM of ``pool`` made one of its spares (``sand.desired.pools``)."""
+    spare = replace(spec, pool=pool, spare=True, state="running", protect=False, preserve=())
+    return with_fingerprints(replace(spare, expires=None, idle=None, rebuild="onBaseChange"))
 
 
 def _resolve(
@@ -275,7 +282,7 @@ def _resolve(
     image_name = vm.image or d.image
     golden = m.images.get(image_name) if image_name else None
     user = vm.user or d.user or DEFAULT_USER
-    provision = _first(vm.provision, d.provision, DEFAULT_PROVISION)
+    provision = first_set(vm.provision, d.provision, DEFAULT_PROVISION)
     base: DesiredBase | None = None
     if golden is not None and image_name is not None:
         base = with_base_fingerprint(
@@ -303,7 +310,7 @@ def _resolve(
     else:
         image = backend.image_ref(vm.image, d.image)
         agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
-        docker = _first(vm.docker, d.docker, DEFAULT_DOCKER)
+        docker = first_set(vm.docker, d.docker, DEFAULT_DOCKER)
     packages = tuple(sorted(set(vm.packages or d.packages or ())))
     if base is None and provision and backend.derive_bases:
         base = derived_base(
@@ -326,7 +333,7 @@ def _resolve(
         for r in vm.repos
     )
     secrets = tuple(
-        DesiredSecret(name=s.name, scope=_norm_path(s.scope), env=s.env or s.name)
+        DesiredSecret(name=s.name, scope=norm_path(s.scope), env=s.env or s.name)
         for s in vm.secrets
     )
     spec = DesiredVM(
@@ -353,8 +360,8 @@ def _resolve(
         docker=docker,
         locale=vm.locale or d.locale or here.locale,
         timezone=vm.timezone or d.timezone or here.timezone,
-        preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
-        expires=_expiry(vm.expires or d.expires),
+        preserve=tuple(norm_path(p) for p in preserved(vm.preserve, d.preserve)),
+        expires=expiry_of(vm.expires or d.expires),
         idle=policy_of(vm.idle, d.idle),
         base=base,
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
@@ -378,21 +385,3 @@ def derived_base(
         DesiredBase(project, backend, "", False, image, content, machine_digest)
     )
     return _replace(base, name=f"auto-{base.fingerprint[:8]}")
-
-
-def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
-    """The VM's own list replaces the default one (an empty list preserves nothing)."""
-    return own if own is not None else (default or [])
-
-
-def _expiry(text: str | None) -> Expiry | None:
-    """The VM's own ``expires:`` (``never`` too) wins over its defaults'."""
-    return parse_expiry(text) if text else None
-
-
-def _first(*values: bool | None) -> bool:
-    return next(v for v in values if v is not None)
-
-
-def _norm_path(path: str) -> str:
-    return path.rstrip("/") if len(path) > 1 else path
