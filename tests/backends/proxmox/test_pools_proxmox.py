@@ -224,3 +224,20 @@ def test_a_smaller_pool_deletes_its_last_spare_without_a_sweep(tmp_path, fakepve
     assert rig.vm(spares["agents-spare-2"]) is None
     assert sorted(vm.name for vm in rig.vms()) == ["agent-4", "agents-spare-1"]
     _settled(sand)
+
+
+def test_a_claim_needs_no_template_only_its_refill_does(tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand, spares = _warm(tmp_path, rig)
+    rig.destroy_by_hand(rig.template_vmid)  # the spares' template is gone
+    sand.write(_manifest(rig, [AGENT]))
+    plan = sand.run("plan")
+    assert '+ vm "agent-4" (claims spare agents-spare-1 of pool agents) {' in plan.stdout
+    # Only the refill, which clones, is blocked.
+    assert plan.stdout.count("not found on the cluster") == 1, plan.stdout
+    assert '! spare "agents-spare-1" of pool agents (refill 1/2) {' in plan.stdout
+    proc = sand.run("apply", "--auto-approve")
+    (agent,) = rig.vms_named("agent-4")
+    assert agent.vmid == spares["agents-spare-1"]
+    assert proc.returncode != 0  # the refill is blocked: not converged, and said so
+    assert "agents-spare-1 blocked" in proc.stdout + proc.stderr
