@@ -32,7 +32,7 @@ class _NoRich(importlib.abc.MetaPathFinder):
 
 
 # The settings ``configure`` was given, applied by the first logger asked for.
-_pending: tuple[str, str, TextIO] | None = None
+_pending: tuple[str, str, TextIO | None] | None = None
 
 
 def _structlog() -> Any:
@@ -48,8 +48,10 @@ def _structlog() -> Any:
     import structlog
 
     if _pending is not None:
-        settings, _pending = _pending, None
-        _apply(structlog, *settings)
+        (fmt, level, stream), _pending = _pending, None
+        # Without a stream of its own, the stderr of the moment the first logger is
+        # asked for: the one at configure time may have been replaced (and closed) since.
+        _apply(structlog, fmt, level, stream or sys.stderr)
     return structlog
 
 
@@ -59,7 +61,7 @@ def configure(fmt: str = "console", level: str = "info", stream: TextIO | None =
     from sand import retrying  # here: it loads tenacity, which validate never needs
 
     global _pending
-    _pending = (fmt, level, stream or sys.stderr)
+    _pending = (fmt, level, stream)
     # Retries are told to a logger once logging is set up (sand.retrying sits below us).
     retrying.retry_logger = get_logger
 

@@ -86,6 +86,17 @@ class SecretsRecord:
 
 
 @dataclass(frozen=True)
+class SleepMark:
+    """What a VM says of its own sleep, written on it as sand put it to sleep (a PVE
+    tag, a Lima sidecar): how, since when (epoch seconds), by whose decision ("idle",
+    "person"). Every host that lists the VM reads it."""
+
+    how: str  # "suspended" | "stopped"
+    since: int
+    by: str
+
+
+@dataclass(frozen=True)
 class ObservedVM:
     """One VM as a backend sees it. ``None`` for a field means "not read"."""
 
@@ -121,6 +132,8 @@ class ObservedVM:
     # forward, "127.0.0.1:60022", with the remote host named); None when only the
     # guest itself could say (Proxmox: its guest agent, one request per VM).
     address: str | None = None
+    # The sleep sand recorded on the VM itself (None: none, or the backend keeps none).
+    slept: SleepMark | None = None
 
     @property
     def fingerprint(self) -> str:

@@ -37,3 +37,16 @@ def test_multiline_secret_lines_are_each_redacted():
 def test_short_values_are_not_registered_to_avoid_redacting_words():
     register_secret("ab")
     assert redact("ab abc") == "ab abc"
+
+
+def test_logs_go_to_the_stderr_of_the_moment_the_first_logger_is_asked_for(monkeypatch):
+    # configure() runs at start-up; a stderr replaced (and the old one closed) before
+    # anything logs must not take the first log line down with it.
+    old = io.StringIO()
+    monkeypatch.setattr("sys.stderr", old)
+    configure("json", "info")
+    old.close()
+    new = io.StringIO()
+    monkeypatch.setattr("sys.stderr", new)
+    get_logger().info("hello")
+    assert json.loads(new.getvalue())["event"] == "hello"

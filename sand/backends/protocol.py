@@ -363,7 +363,13 @@ class Sleeps(Protocol):
     left as it is (``test_a_vm_that_is_not_ours_is_refused_by_every_mutation``,
     ``test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said``)."""
 
-    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None: ...
+    async def sleep(
+        self, current: ObservedVM, how: str, journal: Journal, *, by: str = "idle"
+    ) -> None:
+        """Put ``current`` to sleep ``how``, marking on the VM itself how, since when and
+        by whose decision (``by``: "idle", "person"; ``ObservedVM.slept``), for every
+        host to read; a wake takes the mark off."""
+        ...
 
     async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
         """Resume a hibernated VM, start a stopped one; one already running is fine."""

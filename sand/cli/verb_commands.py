@@ -308,7 +308,7 @@ async def _power(manifest: str, name: str, *, wake: bool, stop: bool = False) ->
     try:
         vm, current = await find_vm(session, manifest, name)
         if not wake:
-            how = await sleep_now(session, vm, current, stop=stop)
+            how = await sleep_now(session, vm, current, stop=stop, note=say)
             return f"{name} is asleep ({how}); sand wake {name}, or any use of it, wakes it"
         if asleep(session, current) is None:
             return f"{name} is not asleep ({current.power}): nothing to wake"

@@ -115,8 +115,8 @@ class ImageStep(Strict):
     run: Annotated[str, rule(_script_problem)] = Field(
         min_length=1,
         description="Shell text bash runs as root on the base (errexit and pipefail on, in "
-        "/root). It reaches the guest on stdin, never in a command line; a change to it "
-        "rebuilds the base.",
+        "/root, umask 022 as in a root shell). It reaches the guest on stdin, never in a "
+        "command line; a change to it rebuilds the base.",
         examples=["curl -fsSL https://sh.rustup.rs | sh -s -- -y"],
     )
     timeout: int = Field(

@@ -100,11 +100,16 @@ def sleep_for(
 
 
 def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | None:
-    """Whether ``observed`` is asleep rather than stopped: hibernated (PVE's lock says
-    so on the VM itself), or stopped by sand for idle or ``sand sleep`` (this host's
-    record, for this very VM)."""
+    """Whether ``observed`` is asleep rather than stopped: put to sleep by sand (the
+    mark it left on the VM, which every host reads; else this host's record, for this
+    very VM), or hibernated (PVE's lock says so on the VM itself)."""
     if observed is None:
         return None
+    mark = observed.slept
+    if mark is not None and observed.power != "running" and mark.how in (SUSPENDED, STOPPED):
+        if mark.how == SUSPENDED and observed.lock != HIBERNATED_LOCK:
+            return None  # resumed and stopped since (by hand): not a sleep any more
+        return Asleep(mark.how, float(mark.since), mark.by, observed.identity)
     if recorded is not None and recorded.identity != observed.identity:
         recorded = None  # another VM of that name since: the record is not about it
     if observed.lock == HIBERNATED_LOCK and observed.power != "running":

@@ -7,9 +7,11 @@ what a person approves is exactly what runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from sand.agentstate import AgentReport
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
@@ -198,6 +200,10 @@ class Plan:
     replacements: tuple[str, ...] = ()
     # Golden bases built (before the VMs made from them) or deleted (after every VM).
     bases: tuple[BaseChange, ...] = ()
+    # What the agents of each guest this plan asked (the idle policy's read: running VMs
+    # with ``idle:`` and nothing else to do) reported in that one exchange, by VM name:
+    # a run reads them from here rather than asking the guest again.
+    agents: Mapping[str, AgentReport] = field(default_factory=dict, compare=False, repr=False)
 
     def actionable(self) -> list[VMChange]:
         return [c for c in self.changes if c.acts]

@@ -1,11 +1,10 @@
 """The VMs sand put to sleep (``asleep.json``, 0600): for idle, or by ``sand sleep``.
 
-A hibernated Proxmox VM says so itself (its config is locked ``suspended``); a stopped
-Lima instance does not, and a VM a person stopped must stay drift, not be woken or
-called asleep. So this host records, per VM it put to sleep, the VM's identity, how
-and since when; the plan reads it (``sand.plan.idle.asleep_of``) and a wake forgets
-it. Names and times only. This host's record: another host sees a Lima VM stopped for
-idle as stopped.
+The VM carries its own mark of the sleep (``sand.observed.SleepMark``: a PVE tag, a
+Lima sidecar), which every host reads; this host's record is read only for a VM with
+no mark (put to sleep by a sand from before the marks): per VM it put to sleep, the
+VM's identity, how and since when; the plan reads it (``sand.plan.idle.asleep_of``)
+and a wake forgets it. Names and times only.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from sand.agentstate import AgentReport
 from sand.backends.protocol import Backend
-from sand.plan.model import Plan
-from sand.survey.health import Endpoints, Target, check_health, probe_guest, targets
+from sand.plan.model import Plan, VMChange
+from sand.survey.health import Endpoints, Findings, Target, check_health, probe_guest, targets
 
 # The board reads on every refresh: a guest that does not answer within this costs
 # the refresh this much at most, and its row shows no agent state.
@@ -38,17 +38,26 @@ class AgentReader:
 
     async def read(self, plan: Plan, backends: Mapping[str, Backend]) -> dict[str, AgentReport]:
         """VM name -> what its agents reported, for every running VM of ``plan`` that
-        declares agents and answered."""
-        todo = [t for t in targets(plan, backends) if _reports(t)]
-        live = {
-            key for key in self.endpoints if any(key[0] == t.vm.name for t in todo)
-        }  # VMs gone or stopped: their endpoints go too
+        declares agents and answered. A guest ``plan`` itself asked (its idle read) is
+        not asked again when the run left it as it was, or only put it to sleep: what
+        it said then is what its agents still say."""
+        changes = {c.vm: c for c in plan.changes}
+        mine = [t for t in targets(plan, backends) if _reports(t)]
+        said = {t.vm.name: plan.agents[t.vm.name] for t in mine if _told(changes[t.vm.name], plan)}
+        todo = [t for t in mine if t.vm.name not in said]
+        asked = {t.vm.name for t in todo} | set(said)
+        live = {key for key in self.endpoints if key[0] in asked}  # VMs gone or stopped: theirs go
         for key in set(self.endpoints) - live:
             del self.endpoints[key]
 
-        async def probe(target: Target, timeout: float) -> list[str]:
+        async def probe(target: Target, timeout: float) -> Findings:
             return await probe_guest(target, timeout, self.endpoints)
 
         found = await check_health(todo, timeout=self.timeout, probe=probe)
-        reports = {vm: getattr(f, "agents", None) for vm, f in found.items()}
-        return {vm: r for vm, r in reports.items() if r is not None}
+        reports = {vm: f.agents for vm, f in found.items() if f.agents is not None}
+        return said | reports
+
+
+def _told(change: VMChange, plan: Plan) -> bool:
+    """Whether ``plan``'s own exchange with the guest tells what its agents say now."""
+    return change.vm in plan.agents and (change.sleep is not None or not change.acts)

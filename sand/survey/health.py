@@ -143,7 +143,7 @@ class Findings(list[str]):
         return found
 
 
-Probe = Callable[[Target, float], Awaitable[list[str]]]
+Probe = Callable[[Target, float], Awaitable[Findings]]
 # A guest's endpoint, by what makes it the same guest in the same boot.
 Endpoints = dict[tuple[str, ...], GuestEndpoint]
 
@@ -208,13 +208,13 @@ async def check_health(
     timeout: float = DEEP_TIMEOUT,
     parallelism: int = DEEP_PARALLELISM,
     probe: Probe | None = None,
-) -> dict[str, list[str]]:
+) -> dict[str, Findings]:
     """VM name → its guest's problems (empty: every check passed), all VMs at once
     but at most ``parallelism`` at a time, each within ``timeout`` seconds."""
     run = probe or probe_guest
     gate = asyncio.Semaphore(parallelism)
 
-    async def one(target: Target) -> tuple[str, list[str]]:
+    async def one(target: Target) -> tuple[str, Findings]:
         async with gate:
             return target.vm.name, await run(target, timeout)
 
@@ -223,7 +223,7 @@ async def check_health(
 
 async def probe_guest(
     target: Target, timeout: float, endpoints: Endpoints | None = None
-) -> list[str]:
+) -> Findings:
     """One guest's problems: SSH first (nothing else can be known without it), then
     every declared agent and secret, in one read-only script. ``endpoints``: where
     the guest was reached before (the board's, across refreshes), kept when it answers,
@@ -248,9 +248,9 @@ async def probe_guest(
                     endpoints[key] = endpoint
                 return found
     except TimeoutError:
-        return [f"{phase}: no answer within {timeout:g}s"]
+        return Findings.of([f"{phase}: no answer within {timeout:g}s"])
     except SandError as exc:
-        return [f"{phase}: {one_line(str(exc), 300)}"]
+        return Findings.of([f"{phase}: {one_line(str(exc), 300)}"])
 
 
 def _presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
@@ -262,7 +262,7 @@ def _presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPres
     return answers, parse_presence(mark + line.rstrip(b"\n"), report)
 
 
-async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) -> list[str]:
+async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) -> Findings:
     from sand.guest.runner import SshRunner
     from sand.guest.ssh import where
 
@@ -271,7 +271,7 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
     # uses the guest (the idle policy's facts) comes along.
     agents = bool(vm.provision and (vm.agents or vm.idle))
     if not checks and not agents:
-        return []
+        return Findings()
     words = [w for c in checks for w in c.words] + (["agents"] if agents else [])
     step = Step("health", ("/bin/sh", "-c", HEALTH_SCRIPT, "sand-health", *words), False)
     runner = SshRunner(conn, "health check", where=where(endpoint))
@@ -286,11 +286,11 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
     if result.exit_status != 0 or len(answers) != len(checks) or (agents and not marked):
         # The guest's own words stay there: the person needs to know the check could
         # not run (sudo refused, no /bin/sh), not what it printed.
-        return [f"guest check: could not run as {vm.user} (exit {result.exit_status})"]
+        return Findings.of([f"guest check: could not run as {vm.user} (exit {result.exit_status})"])
     problems = []
     for check, answer in zip(checks, answers, strict=True):
         if answer == "missing":
             problems.append(check.missing)
         elif answer != "ok":
-            return [f"guest check: could not run as {vm.user} (unexpected answer)"]
+            return Findings.of([f"guest check: could not run as {vm.user} (unexpected answer)"])
     return Findings.of(problems, report, presence if report is not None else None)

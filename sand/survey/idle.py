@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sand.agentstate import GuestPresence
 from sand.backends.protocol import Backend
 from sand.plan.idle import Asleep
 from sand.plan.model import Plan
 from sand.state.asleep import load_asleep
-from sand.survey.health import check_health, targets
+from sand.survey.health import Findings, check_health, targets
 
 READ_TIMEOUT = 10.0
 
@@ -26,16 +25,15 @@ def asleep_records(project: str) -> dict[str, Asleep]:
     return {r.name: Asleep(r.how, r.since, r.by, r.identity) for r in load_asleep(project).values()}
 
 
-async def read_presence(
+async def read_guests(
     plan: Plan, backends: Mapping[str, Backend], *, timeout: float = READ_TIMEOUT
-) -> dict[str, GuestPresence]:
-    """VM name -> who used its guest, for each candidate to sleep that answered."""
+) -> dict[str, Findings]:
+    """VM name -> what its guest told in the one exchange (who used it: ``presence``;
+    its agents' state: ``agents``), for each candidate to sleep."""
     idle = {c.vm for c in plan.changes if not c.acts and c.asleep is None}
     todo = [
         t for t in targets(plan, backends) if t.vm.idle and t.vm.provision and t.vm.name in idle
     ]
     if not todo:
         return {}
-    found = await check_health(todo, timeout=timeout)
-    seen = {vm: getattr(f, "presence", None) for vm, f in found.items()}
-    return {vm: p for vm, p in seen.items() if p is not None}
+    return await check_health(todo, timeout=timeout)

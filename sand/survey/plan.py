@@ -22,7 +22,7 @@ from sand.plan.targeting import steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
 from sand.survey.guest_secrets import GuestSecrets, check_guests
-from sand.survey.idle import asleep_records, read_presence
+from sand.survey.idle import asleep_records, read_guests
 from sand.survey.recovered import recovered_view
 
 
@@ -84,7 +84,8 @@ async def compute_plan(
     )
     plan = planned()
     sleepy = guest_checks and not refresh_only
-    presence = await read_presence(plan, session.backends) if sleepy else {}
+    told = await read_guests(plan, session.backends) if sleepy else {}
+    presence = {vm: f.presence for vm, f in told.items() if f.presence is not None}
     lost: dict[str, str] = {}
     warnings: tuple[str, ...] = ()
     if stamps and guest_checks:
@@ -96,6 +97,11 @@ async def compute_plan(
         # (which idle VMs sleep).
         plan = planned(secrets_lost=lost, presence=presence)
         plan = replace(plan, warnings=plan.warnings + warnings)
+    if told:
+        # What the guests' agents said in the same exchange: the run's own read of them
+        # after it is carried out takes it from here (one exchange per guest per run).
+        agents = {vm: f.agents for vm, f in told.items() if f.agents is not None}
+        plan = replace(plan, agents=agents)
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)

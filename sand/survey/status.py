@@ -24,7 +24,7 @@ from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import Session, open_session
 from sand.state.records import load_records
-from sand.survey.health import DEEP_TIMEOUT, check_health, targets
+from sand.survey.health import DEEP_TIMEOUT, Findings, check_health, targets
 from sand.survey.plan import compute_plan
 
 UNKNOWN = "Unknown"
@@ -109,7 +109,7 @@ def status_report(
 ) -> StatusReport:
     session = open_session(manifest, lock=False)
 
-    async def run() -> tuple[Plan, dict[str, list[str]], list[dict[str, Any]]]:
+    async def run() -> tuple[Plan, dict[str, Findings], list[dict[str, Any]]]:
         try:
             plan = await status_plan(session)
             leases = await _leases(session.backends, plan)
@@ -141,7 +141,7 @@ async def status_plan(session: Session) -> Plan:
 def status_from(
     plan: Plan,
     records: dict[str, Any],
-    health: dict[str, list[str]] | None = None,
+    health: dict[str, Findings] | None = None,
     leases: list[dict[str, Any]] | None = None,
 ) -> StatusReport:
     """One row per VM of ``plan`` (and per VM last recorded on a backend nobody could
@@ -161,10 +161,9 @@ def status_from(
     return StatusReport(rows, unknown, leases or [], list(plan.warnings))
 
 
-def _agents(found: list[str] | None) -> AgentReport | None:
+def _agents(found: Findings | None) -> AgentReport | None:
     """What the deep check read of the guest's agents (:mod:`sand.agentstate`)."""
-    report = getattr(found, "agents", None)
-    return report if isinstance(report, AgentReport) else None
+    return found.agents if found is not None else None
 
 
 async def _leases(backends: Mapping[str, Backend], plan: Plan) -> list[dict[str, Any]]:
@@ -186,7 +185,7 @@ def _row(
     c: VMChange,
     record: dict[str, Any],
     backend_unknown: str | None,
-    guest_health: list[str] | None = None,
+    guest_health: Findings | None = None,
 ) -> StatusRow:
     d, o = c.desired, c.observed
     observed: dict[str, Any] | None

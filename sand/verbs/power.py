@@ -6,16 +6,22 @@ A VM asleep (hibernated by its idle policy, stopped for idle, or put to sleep by
 agent-1, asleep since 14:02"): a shell that silently waited a minute for a resume
 reads as a hang. The backend's own ``wake`` journals first and refuses a VM that is
 not the managed VM observed; this host's sleep record is forgotten once it is awake.
-Neither takes the project's lease: like a person's ``limactl start``, a wake changes
-no declared state (the VM's ``state: running`` holds either way).
+
+Both take the project's lease on the VM's backend, as an apply does before it changes a
+VM: a ``sand sync`` or a watch elsewhere may be carrying out a plan for this very VM
+(putting it to sleep, replacing it), and a wake racing it would start what it stops.
+A busy lease is waited for (:data:`LEASE_WAIT`, saying so); a lease another applier
+held since the VM was observed sends the VM to be observed again, under the lease.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from sand.backends.lease import DEFAULT_TTL, LeaseBusy, LeaseHolder
 from sand.backends.protocol import Backend, Sleeps
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError
@@ -29,6 +35,10 @@ from sand.terminal import one_line
 
 Note = Callable[[str], None]
 
+# Seconds a wake or a sleep waits for another applier's lease (a sync's run is minutes
+# at most); then it fails as an apply would, naming the holder.
+LEASE_WAIT = 120.0
+
 
 class PowerRefused(SandError):
     layer = ErrorLayer.VERBS
@@ -40,6 +50,11 @@ async def find_vm(session: Session, manifest: str, name: str) -> tuple[DesiredVM
     if vm is None:
         known = ", ".join(v.name for v in session.desired.vms) or "none"
         raise PowerRefused(f"{manifest} declares no VM named {name!r} (VMs: {known})")
+    return vm, await _observe(session, vm)
+
+
+async def _observe(session: Session, vm: DesiredVM) -> ObservedVM:
+    name = vm.name
     backend = session.backends[vm.backend]
     obs = (await observe_all({vm.backend: backend}, session.desired))[vm.backend]
     if obs.unknown_reason:
@@ -50,7 +65,25 @@ async def find_vm(session: Session, manifest: str, name: str) -> tuple[DesiredVM
     if len(managed) > 1:
         ids = ", ".join(o.identity for o in managed)
         raise PowerRefused(f"several managed VMs on {vm.backend} are named {name}: {ids}")
-    return vm, managed[0]
+    return managed[0]
+
+
+@contextlib.asynccontextmanager
+async def leased(
+    session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None, command: str
+) -> AsyncIterator[ObservedVM]:
+    """Hold the project's lease on ``vm``'s backend for the body, as an apply holds it
+    to change a VM; yields the VM as it is under the lease (observed again when another
+    applier held the lease since ``current`` was observed)."""
+
+    def waiting(busy: LeaseBusy) -> None:
+        if note is not None:
+            note(f"waiting (up to {LEASE_WAIT:.0f}s): {busy}")
+
+    holder = LeaseHolder.here(command=command)
+    backend = session.backends[vm.backend]
+    async with backend.lease(holder, ttl=DEFAULT_TTL, wait=LEASE_WAIT, on_wait=waiting) as grant:
+        yield current if grant.fresh else await _observe(session, vm)
 
 
 def asleep(session: Session, current: ObservedVM) -> Asleep | None:
@@ -61,14 +94,17 @@ async def wake_if_asleep(
     session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None
 ) -> ObservedVM:
     """``current`` awake: woken first when it sleeps (saying so), else as it is."""
-    sleeping = asleep(session, current)
-    if sleeping is None:
+    if asleep(session, current) is None:
         return current
     backend = _sleeper(session.backends[vm.backend], vm.backend)
-    if note is not None:
-        note(f"waking {vm.name}, {asleep_words(sleeping)}")
-    await backend.wake(vm, current, session.journal)
-    forget_asleep(session.project, vm.backend, vm.name)
+    async with leased(session, vm, current, note, "wake") as current:
+        sleeping = asleep(session, current)
+        if sleeping is None:
+            return current  # another applier woke it (or changed it) meanwhile
+        if note is not None:
+            note(f"waking {vm.name}, {asleep_words(sleeping)}")
+        await backend.wake(vm, current, session.journal)
+        forget_asleep(session.project, vm.backend, vm.name)
     awake = replace(current, power="running", lock=None)
     if sleeping.how == STOPPED:
         await _secrets_again(session, vm, awake, note)
@@ -100,20 +136,26 @@ async def _secrets_again(
 
 
 async def sleep_now(
-    session: Session, vm: DesiredVM, current: ObservedVM, *, stop: bool = False
+    session: Session,
+    vm: DesiredVM,
+    current: ObservedVM,
+    *,
+    stop: bool = False,
+    note: Note | None = None,
 ) -> str:
     """Put ``vm`` to sleep by a person's decision: hibernated where the backend can
     (unless ``stop``), else stopped. Returns how."""
     backend = session.backends[vm.backend]
     sleeper = _sleeper(backend, vm.backend)
-    if asleep(session, current) is not None or current.power != "running":
-        raise PowerRefused(
-            f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
-        )
-    how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
-    await sleeper.sleep(current, how, session.journal)
-    record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
-    remember_asleep(session.project, record)
+    async with leased(session, vm, current, note, "sleep") as current:
+        if asleep(session, current) is not None or current.power != "running":
+            raise PowerRefused(
+                f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
+            )
+        how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
+        await sleeper.sleep(current, how, session.journal, by="person")
+        record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
+        remember_asleep(session.project, record)
     return how
 
 

@@ -5,6 +5,7 @@ stop told apart from a sleep."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -71,6 +72,37 @@ def test_sleep_stop_is_asleep_but_a_persons_stop_is_drift(sand, fakepve_server):
     assert proc.returncode == 2 and 'state = "stopped" -> "running"' in proc.stdout
     proc = sand.run("wake", "agent-1")
     assert "not asleep" in proc.stdout and rig.vm(vmid).status == "stopped"
+
+
+@pytest.mark.parametrize(("flags", "how"), [((), "suspended"), (("--stop",), "stopped")])
+def test_another_host_reads_the_sleep_off_the_vm_itself(sand, fakepve_server, tmp_path, flags, how):
+    """The sleep's record is a tag on the VM (the listing reads it for free): a second
+    host (its own state dir) sees the VM asleep since then, by a person -- a stopped VM
+    too, which it would otherwise start again as drift -- and its wake takes the tag off."""
+    rig = fakepve_server
+    vmid = rig.vms_named("agent-1")[0].vmid
+    other = {"SAND_STATE_DIR": str(tmp_path / "other-host")}
+    before = int(time.time())
+    proc = sand.run("sleep", *flags, "agent-1")
+    assert proc.returncode == 0 and f"({how})" in proc.stdout, proc.stdout + proc.stderr
+    [mark] = [t for t in rig.vm(vmid).config["tags"].split(";") if t.startswith("sand-asleep-")]
+    assert mark.startswith(f"sand-asleep-{how}-person-")
+    assert before <= int(mark.rsplit("-", 1)[1]) <= time.time()
+
+    rig.clear_log()
+    proc = sand.run("plan", "--detailed-exitcode", env=other)
+    assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
+    row = json.loads(sand.run("status", "--json", env=other).stdout)["vms"][0]
+    assert row["asleep"] == {"how": how, "since": int(mark.rsplit("-", 1)[1]), "by": "person"}
+    assert row["conditions"]["Synced"] is True
+    assert [r.method for r in rig.log] == ["GET"] * len(rig.log)  # read off the listing
+
+    proc = sand.run("wake", "agent-1", env=other)
+    assert proc.returncode == 0 and "waking agent-1, asleep since " in proc.stderr, proc.stderr
+    vm = rig.vm(vmid)
+    assert vm.status == "running" and "sand-asleep-" not in vm.config.get("tags", "")
+    # The first host reads the VM as it is now: awake, whatever it recorded itself.
+    assert "asleep" not in json.loads(sand.run("status", "--json").stdout)["vms"][0]
 
 
 def test_wake_and_sleep_refuse_a_vm_the_manifest_does_not_declare(sand):

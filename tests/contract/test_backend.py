@@ -187,8 +187,9 @@ async def test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said(
 ) -> None:
     """Sleeps (idle VMs): a sleep leaves the VM not running (hibernated where the
     backend ``suspends``), a second one asks nothing; a wake runs it again; both
-    journalled and finished. A stopped VM is asleep to the plan only with this host's
-    record of it (or a hibernation the VM itself shows)."""
+    journalled and finished. The sleep is marked on the VM itself (how, when, by whom),
+    which any host's listing reads and the plan takes as asleep without this host's
+    record; the wake takes the mark off."""
     from sand.plan.idle import Asleep
 
     state = far.state([{"name": "vm1"}])
@@ -198,19 +199,26 @@ async def test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said(
     assert isinstance(backend, Sleeps)
     how = "suspended" if backend.capabilities.suspends else "stopped"
     (current,) = (await backend.observe(state.vms)).managed()
-    await backend.sleep(current, how, journal)
+    before = int(time.time())
+    await backend.sleep(current, how, journal, by="person")
     seen = await backend_of().observe(state.vms)
     (asleep,) = seen.managed()
     assert asleep.power != "running"
+    assert asleep.slept is not None and (asleep.slept.how, asleep.slept.by) == (how, "person")
+    assert before <= asleep.slept.since <= time.time()
     await backend.sleep(asleep, how, journal)  # already asleep: nothing asked
-    record = {"vm1": Asleep(how, 1.0, "idle", asleep.identity)}
     capabilities = {BOX: backend.capabilities}
+    words = plan_to_json(make_plan(state, {BOX: seen}, capabilities))  # no host record
+    assert actions(words) == {"vm1": "no-op"}
+    assert words["changes"][0]["asleep"] == {"how": how, "since": asleep.slept.since,
+                                             "by": "person"}  # fmt: skip
+    record = {"vm1": Asleep(how, 1.0, "idle", asleep.identity)}
     words = plan_to_json(make_plan(state, {BOX: seen}, capabilities, asleep=record))
-    assert actions(words) == {"vm1": "no-op"} and words["changes"][0]["asleep"]["how"] == how
+    assert words["changes"][0]["asleep"]["by"] == "person"  # the VM's word first
 
     await backend.wake(vm, asleep, journal)
     (awake,) = (await backend_of().observe(state.vms)).managed()
-    assert awake.power == "running"
+    assert awake.power == "running" and awake.slept is None
     assert journal.pending() == []
 
 

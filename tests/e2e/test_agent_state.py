@@ -183,6 +183,26 @@ def test_each_agents_hooks_write_the_guest_file_and_status_shows_it(
     fleet.claude_hook("UserPromptSubmit", {**base, "prompt": "x" * 200_000})
     assert states(fleet.guest_file())[("claude", "c-1")] == "working"
 
+    # A turn an API error ended: Claude Code runs StopFailure (not Stop) -> failed; the
+    # session ending after it keeps the failure, while one ending after an answer is done.
+    assert fleet.claude_hook(
+        "StopFailure",
+        {**base, "error": "rate_limit", "error_details": "429 Too Many Requests",
+         "last_assistant_message": "API Error: Rate limit reached"},
+    ) == b""  # fmt: skip
+    assert states(fleet.guest_file())[("claude", "c-1")] == "failed"
+    fleet.claude_hook("SessionEnd", {**base, "reason": "prompt_input_exit"})
+    assert states(fleet.guest_file())[("claude", "c-1")] == "failed"
+    row = fleet.deep()
+    assert states(row["agents"]["sessions"])[("claude", "c-1")] == "failed"
+    proc = fleet.sand("status", "--deep")
+    assert re.search(rf"^dev-1: claude c-1: failed \d+s in {fleet.home}/work$", proc.stdout, re.M)
+    done = {**base, "session_id": "c-2"}
+    fleet.claude_hook("UserPromptSubmit", {**done, "prompt": "go"})
+    fleet.claude_hook("Stop", {**done, "stop_hook_active": False})
+    fleet.claude_hook("SessionEnd", {**done, "reason": "other"})
+    assert states(fleet.guest_file())[("claude", "c-2")] == "done"
+
 
 def test_the_writer_holds_under_concurrent_sessions_and_stays_bounded(
     tmp_path: Path, netns_guest

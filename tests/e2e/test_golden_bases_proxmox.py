@@ -30,6 +30,10 @@ STEP_LOG = "/var/lib/sand/step-log"
 MACHINE_STEPS = ("packages", "toolchain", "agents")
 
 
+# An image step installing a tool the way install scripts do (no explicit modes).
+TOOL = "printf '#!/bin/sh\\necho tool ran\\n' > /usr/local/bin/tool && chmod +x /usr/local/bin/tool"
+
+
 def _manifest(rig, vms, images, **defaults):
     data = rig.manifest(vms, defaults={"provision": True, "timezone": "Etc/UTC", **defaults})
     data["images"] = images
@@ -79,7 +83,15 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
 ):
     rig = fakepve_server
     sand = Sand(tmp_path)
-    images = {"wb": {"packages": ["tini"], "agents": ["claude", "codex"]}}
+    # The build machine's DHCP client saved a lease (as dhclient does at boot).
+    lease = "mkdir -p /var/lib/dhcp && echo 'lease {}' > /var/lib/dhcp/dhclient.eth0.leases"
+    images = {
+        "wb": {
+            "packages": ["tini"],
+            "agents": ["claude", "codex"],
+            "steps": [{"name": "dhcp", "run": lease}, {"name": "tool", "run": TOOL}],
+        }
+    }
     sand.write(_manifest(rig, [{"name": "a"}, {"name": "b"}], images, image="wb"))
     env = _env(tmp_path)
 
@@ -113,6 +125,8 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         status = root(guest, "dpkg-query", "-W", "-f=${db:Status-Abbrev}", "tini")
         assert status.startswith("ii"), status
         assert "stand-in codex" in out(guest, "codex --version")
+        # What an image step installs is usable by the login user, as from a root shell.
+        assert out(guest, "tool") == "tool ran\n"
         log = _log(guest)
         # The base ran its machine steps (its log is on the disk the VM was cloned from)...
         ran_by_base = {w[2] for w in log if w[1] == "base:wb" and w[3] == "ran"}
@@ -126,6 +140,8 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         assert {*MACHINE_STEPS, "user", "home", "locale"} <= ledger
         # A machine of its own: the base's machine id was emptied before it was frozen.
         assert root(guest, "cat", "/etc/machine-id").strip() == ""
+        # ...and the base's DHCP lease removed: no clone asks for the base's address.
+        assert root(guest, "ls", "-A", "/var/lib/dhcp").split() == []
 
     again = sand.run("plan", "--detailed-exitcode", env=env)
     assert again.returncode == 0, again.stdout + again.stderr

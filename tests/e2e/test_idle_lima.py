@@ -9,13 +9,18 @@ The idle window is data: the agents' state file's `since`, and the host agent's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from sand.backends.lease import LeaseHolder
+from sand.project import open_session
 from tests.e2e.test_agent_state import HEAD, Fleet
 from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
 from tests.e2e.test_idle_proxmox import HOURS, write_agents
@@ -59,12 +64,21 @@ def test_an_idle_lima_vm_stops_and_sand_shell_starts_it(tmp_path: Path, netns_gu
     proc = fleet.sand("status", "--json")
     row = json.loads(proc.stdout)["vms"][0]
     assert row["asleep"]["how"] == "stopped" and row["conditions"]["Synced"] is True
+    # The record is beside the instance (a sidecar next to sand's marker): another host
+    # driving the same Lima host (its own state dir here) reads the same sleep.
+    mark = json.loads((fleet.standin.instance_dir("dev-1") / "sand-asleep.json").read_text())
+    assert (mark["how"], mark["by"]) == ("stopped", "idle")
+    other = {**fleet.env, "SAND_STATE_DIR": str(tmp_path / "other-host")}
+    proc = subprocess.run([sys.executable, "-m", "sand", "status", "--json"], cwd=tmp_path,
+                          env=other, capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(proc.stdout)["vms"][0]["asleep"] == {**mark, "since": mark["since"]}
 
     fleet.standin.clear_log()
     proc = fleet.sand("shell", "dev-1", "--", "true")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "waking dev-1, asleep since " in proc.stderr and "(stopped)" in proc.stderr
     assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"
+    assert (fleet.standin.instance_dir("dev-1") / "sand-asleep.json").read_text() == "{}"
     proc = fleet.sand("plan", "--detailed-exitcode")
     assert proc.returncode in (0, 2), proc.stdout + proc.stderr
     assert "will go to sleep" not in proc.stdout  # just woken: its window starts again
@@ -110,3 +124,36 @@ def test_a_vm_woken_from_a_stop_gets_its_secrets_again(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "dev-1: its secrets were not delivered again" in proc.stderr
     assert "the next sand apply delivers them" in proc.stderr and CANARY not in proc.stderr
+
+
+async def test_a_wake_waits_for_the_lease_of_an_applier_at_work(
+    tmp_path: Path, netns_guest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync elsewhere holds the project's lease (it may be carrying out a plan for this
+    very VM): `sand wake` waits for it, saying who holds it, and wakes the VM only once
+    the lease is its own -- as an apply would."""
+    fleet = Fleet(tmp_path, netns_guest(), MANIFEST)
+    assert "(stopped)" in fleet.sand("sleep", "dev-1").stdout
+    for key, value in fleet.env.items():
+        monkeypatch.setenv(key, value)
+    session = open_session(tmp_path / "sand.yaml", lock=False)
+    try:
+        holder = LeaseHolder.here(command="sync", revision="f00d")
+        async with session.backends["laptop"].lease(holder, ttl=60):
+            fleet.standin.clear_log()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sand", "wake", "dev-1"], cwd=tmp_path, env=fleet.env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert proc.stderr is not None
+            said = await asyncio.to_thread(proc.stderr.readline)
+            assert said.startswith("waiting (up to 120s): project agentse2e is being applied by ")
+            assert "revision f00d" in said and "(its lease on backend laptop)" in said
+            await asyncio.sleep(1.0)
+            assert "start" not in fleet.standin.commands() and status_of(fleet) == "Stopped"
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    finally:
+        await session.close()
+    assert proc.returncode == 0, out + err
+    assert "waking dev-1, asleep since " in err and "dev-1 is awake" in out
+    assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"

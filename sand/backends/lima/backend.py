@@ -116,8 +116,10 @@ class LimaBackend:
     ) -> ObservedVM:
         return await lifecycle.update(self.ctx, vm, current, fields, journal)
 
-    async def sleep(self, current: ObservedVM, how: str, journal: Journal) -> None:
-        await sleep_mod.sleep(self.ctx, current, how, journal)
+    async def sleep(
+        self, current: ObservedVM, how: str, journal: Journal, *, by: str = "idle"
+    ) -> None:
+        await sleep_mod.sleep(self.ctx, current, how, journal, by)
 
     async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
         await sleep_mod.wake(self.ctx, vm, current, journal)

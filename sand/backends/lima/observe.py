@@ -8,6 +8,7 @@ comes from it (``cpus``, ``memory``, ``disk``, status, ``protected``, the resolv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from sand.backends.lima.runner import Completed
 from sand.backends.lima.vmops import error
 from sand.errors import BackendError
 from sand.manifest.backends.lima import RESERVED_PREFIX
-from sand.observed import Observation, ObservedVM
+from sand.observed import Observation, ObservedVM, Ownership, SleepMark
 
 
 @dataclass
@@ -103,7 +104,8 @@ async def observe(ctx: Ctx) -> Observation:
         sidecar = parse_sidecar(raw) if raw is not None else None
         if sidecar is not None:
             sidecars.append(sidecar)
-        vms.append(observed(ctx, inst, sidecar, frames.host_agent_started.get(inst.name)))
+        slept = parse_asleep(frames.files.get((inst.name, scripts.ASLEEP_FILE)))
+        vms.append(observed(ctx, inst, sidecar, frames.host_agent_started.get(inst.name), slept))
     made = golden.made_from(sidecars)
     bases = tuple(golden.observed_base(ctx, inst, stamp, made) for inst, stamp in golden_bases)
     ctx.golden = {b.fingerprint: b.identity for b in bases if b.ready}
@@ -160,8 +162,26 @@ def boot_token(agent_pid: int, agent_started: float | None) -> str:
     return "-".join(parts)
 
 
+def parse_asleep(raw: bytes | None) -> SleepMark | None:
+    """The instance's sleep sidecar (``sand.backends.lima.sleep``); None: none, ``{}``
+    (woken since), or not one."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        mark = SleepMark(str(doc["how"]), int(doc["since"]), str(doc["by"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+    ok = mark.how in ("suspended", "stopped") and mark.by in ("idle", "person")
+    return mark if ok and mark.since > 0 else None
+
+
 def observed(
-    ctx: Ctx, inst: LimaInstance, sidecar: Sidecar | None, agent_started: float | None = None
+    ctx: Ctx,
+    inst: LimaInstance,
+    sidecar: Sidecar | None,
+    agent_started: float | None = None,
+    slept: SleepMark | None = None,
 ) -> ObservedVM:
     """One listed instance as the planner sees it (ownership, lock, findings)."""
     c: Classification = classify(inst.name, sidecar, inst.param, ctx.project, ctx.name)
@@ -210,6 +230,7 @@ def observed(
         # A (re)start by limactl restarts the host agent; it writes ha.pid as it starts.
         booted_at=agent_started if inst.power == "running" else None,
         address=_address(ctx, inst),
+        slept=slept if c.ownership is Ownership.MANAGED else None,
     )
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 MARKER_FILE = "sand-marker.json"
 BASE_STAMP_FILE = "sand-base.json"
-SIDECARS = (MARKER_FILE, BASE_STAMP_FILE)
+ASLEEP_FILE = "sand-asleep.json"  # the sleep sand put the instance to (empty: none)
+SIDECARS = (MARKER_FILE, BASE_STAMP_FILE, ASLEEP_FILE)
 
 # $1 = limactl, $2 = 1 to print `limactl --version` first, $3... = instance names (none:
 # all). Prints frames "@sand KIND KEY LENGTH\n<LENGTH bytes>\n" (lengths in bytes: run
@@ -52,7 +53,7 @@ for n do
   case $n in
     _*|.*|*[!A-Za-z0-9._-]*) continue ;;
   esac
-  for f in sand-marker.json sand-base.json; do
+  for f in sand-marker.json sand-base.json sand-asleep.json; do
     [ -f "$home/$n/$f" ] || continue
     c=$(cat -- "$home/$n/$f" 2>/dev/null) || continue
     frame file "$n/$f" "$c"

@@ -8,7 +8,10 @@ managed, of the same incarnation.
 
 from __future__ import annotations
 
-from sand.backends.lima import observe, vmops
+import json
+import time
+
+from sand.backends.lima import observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.desired import DesiredVM
 from sand.errors import BackendError
@@ -29,7 +32,7 @@ async def _ours(ctx: Ctx, current: ObservedVM, action: str) -> ObservedVM:
     return fresh
 
 
-async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal) -> None:
+async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal, by: str) -> None:
     fresh = await _ours(ctx, current, "put to sleep")
     if fresh.power != "running":
         return
@@ -38,6 +41,10 @@ async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal) -> No
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=name, to=how, uid=uid
     ) as entry:
+        # The mark first, beside sand's marker where every host's listing reads it: a
+        # crash before the stop leaves it on a running instance, never read as asleep.
+        mark = {"how": how, "since": int(time.time()), "by": by}
+        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, json.dumps(mark).encode())
         await vmops.stop(ctx, name)
         journal.step(entry, "stopped")
 
@@ -53,3 +60,4 @@ async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Jou
     ) as entry:
         await vmops.start(ctx, name)
         journal.step(entry, "started")
+        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, b"{}")  # awake: no mark

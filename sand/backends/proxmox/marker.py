@@ -52,7 +52,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sand.observed import Claim, Marker
+from sand.observed import Claim, Marker, SleepMark
 
 TOOL_TAG = "sand"
 PROJECT_PREFIX = "sand-project-"
@@ -72,6 +72,9 @@ SECRETS_PREFIX = "sand-secrets-"
 CREATED_PREFIX = "sand-created-"
 _CREATED_TAG = re.compile(r"^sand-created-([0-9]{1,12})$")
 _SECRETS_TAG = re.compile(r"^sand-secrets-([1-9][0-9]*-[0-9a-f]{20})-([0-9]{1,12})$")
+# The sleep sand put the VM to (sand.observed.SleepMark): how, by whom, since when.
+ASLEEP_PREFIX = "sand-asleep-"
+_ASLEEP_TAG = re.compile(r"^sand-asleep-(suspended|stopped)-(idle|person)-([0-9]{1,12})$")
 _TAG_SPLIT = re.compile(r"[;,\s]+")
 _PVE_TAG = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$")
 _BLOCK = re.compile(r"\n*```sand[ \t]*\r?\n(.*?)\r?\n```[ \t]*\n*", re.DOTALL)
@@ -92,6 +95,7 @@ class TagMarker:
     base: str = ""  # the golden base it was cloned from (sand-from-<fp16>), "" when none
     # A golden base's fingerprint ("new" while it is built); None: not a base.
     golden: str | None = None
+    asleep: SleepMark | None = None  # the sleep sand marked on it (sand-asleep-...)
     pool: str = ""  # the warm pool the VM is a spare of (sand-spare-<pool>), "" when none
 
     @property
@@ -143,6 +147,7 @@ def is_sand_tag(tag: str) -> bool:
                 HASHED_BACKEND_PREFIX,
                 GOLDEN_PREFIX,
                 FROM_PREFIX,
+                ASLEEP_PREFIX,
                 SPARE_PREFIX,
             )
         )
@@ -162,9 +167,14 @@ def _parse_tags(value: str) -> TagMarker:
     tool = False
     project = identity = fingerprint = backend = golden = None
     secrets, secrets_at, created_at, base, pool = "", 0, 0, "", ""
+    asleep = None
     for tag in split_tags(value):
         if tag == TOOL_TAG:
             tool = True
+        elif tag.startswith(ASLEEP_PREFIX):
+            slept = _ASLEEP_TAG.match(tag)
+            if slept:
+                asleep = SleepMark(slept[1], int(slept[3]), slept[2])
         elif tag.startswith(SPARE_PREFIX):
             pool = tag[len(SPARE_PREFIX) :]
         elif tag.startswith(GOLDEN_PREFIX):
@@ -203,8 +213,18 @@ def _parse_tags(value: str) -> TagMarker:
         created_at,
         base,
         golden,
+        asleep,
         pool,
     )
+
+
+def asleep_tags(current: object, mark: SleepMark | None) -> str:
+    """The VM's tags with its sleep mark set to ``mark`` (None: taken off), every
+    other tag kept."""
+    keep = [t for t in split_tags(current) if not t.startswith(ASLEEP_PREFIX)]
+    if mark is not None:
+        keep.append(f"{ASLEEP_PREFIX}{mark.how}-{mark.by}-{int(mark.since)}")
+    return join_tags(keep)
 
 
 def claims(tags: TagMarker | None, described: Marker | None) -> list[Claim]:

@@ -278,6 +278,7 @@ def _observed(
         template=bool(row.get("template")),
         details=details,
         booted_at=booted_at(row),
+        slept=mk.parse_tags(row.get("tags")).asleep if ownership is Ownership.MANAGED else None,
     )
 
 

@@ -12,20 +12,28 @@ is the ACPI shutdown every update uses.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.backends.proxmox.observe import read_config
 from sand.desired import DesiredVM
-from sand.observed import ObservedVM, Ownership
+from sand.observed import ObservedVM, Ownership, SleepMark
 from sand.state.journal import Journal
 
 SUSPENDED = "suspended"  # sand.plan.idle's word, and PVE's lock while hibernated
 
 
-async def _ours(ctx: Ctx, current: ObservedVM, action: str) -> tuple[ObservedVM, str]:
-    """The VM read again now, refused unless it is the managed VM that was observed."""
+async def _ours(
+    ctx: Ctx, current: ObservedVM, action: str
+) -> tuple[ObservedVM, str, dict[str, Any]]:
+    """The VM read again now (and its config), refused unless it is the managed VM that
+    was observed."""
     node = current.node or ""
-    fresh, _config = await vmops.read_vm(
+    fresh, config = await vmops.read_vm(
         ctx, node, current.identity, None, pool=current.details.get("pool")
     )
     what = f"VM {current.identity} ({current.name})"
@@ -38,17 +46,32 @@ async def _ours(ctx: Ctx, current: ObservedVM, action: str) -> tuple[ObservedVM,
         )
     if fresh.lock and fresh.lock != SUSPENDED:
         raise ProxmoxError(ctx.name, f"refusing to {action} {what}: it is locked ({fresh.lock})")
-    return fresh, node
+    return fresh, node, config
 
 
-async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal) -> None:
-    fresh, node = await _ours(ctx, current, "put to sleep")
+async def _mark(
+    ctx: Ctx, node: str, vmid: str, config: dict[str, Any], mark: SleepMark | None
+) -> None:
+    """Set (or take off) the sleep mark among the VM's tags, where every host's listing
+    reads it. Written before the VM sleeps and taken off after it wakes: PVE refuses any
+    config write while a hibernated VM holds its ``suspended`` lock. A VM found running
+    is never read as asleep, so a mark a crash left behind misleads nobody."""
+    tags = mk.asleep_tags(config.get("tags"), mark)
+    if tags != mk.join_tags(mk.split_tags(config.get("tags"))):
+        await ctx.client.put(
+            f"{vmops.vm_path(node, vmid)}/config", tags=tags, digest=config.get("digest")
+        )
+
+
+async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal, by: str) -> None:
+    fresh, node, config = await _ours(ctx, current, "put to sleep")
     if fresh.power != "running" or fresh.lock:
         return  # asleep or stopped already: nothing to do
     vmid = fresh.identity
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=vmid, to=how
     ) as entry:
+        await _mark(ctx, node, vmid, config, SleepMark(how, int(time.time()), by))
         if how == SUSPENDED:
             await ctx.client.task(
                 "POST",
@@ -64,7 +87,7 @@ async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal) -> No
 
 
 async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
-    fresh, node = await _ours(ctx, current, "wake")
+    fresh, node, _config = await _ours(ctx, current, "wake")
     if fresh.power == "running":
         return
     vmid = fresh.identity
@@ -83,3 +106,6 @@ async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Jou
         else:
             await vmops.start(ctx, node, vmid, track=lambda upid: journal.task(entry, upid))
         journal.step(entry, "running")
+        if fresh.slept is not None:
+            config = await read_config(ctx, node, vmid)  # the resume rewrote it
+            await _mark(ctx, node, vmid, config, None)

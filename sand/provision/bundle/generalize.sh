@@ -9,6 +9,9 @@
 #   distinct DHCP leases, journals), and D-Bus's copy removed;
 # - where cloud-init runs the guest, its state is cleaned and the SSH host keys
 #   removed: each clone's first boot is a new instance and gets keys of its own;
+# - the DHCP clients' saved leases are removed: a clone asking for the base's old
+#   address first would, on a network that grants it, take the address of the base's
+#   build machine (or of another clone that asked first);
 # - apt's downloaded packages and lists are dropped (a clone fetches fresh lists
 #   when it installs anything of its own).
 # argv: the VM-scoped step names (validated by the host). stdin: unused.
@@ -31,6 +34,14 @@ if command -v cloud-init >/dev/null 2>&1; then
 	rm -f /etc/ssh/ssh_host_*
 	changed "cloud-init state and SSH host keys removed"
 fi
+leases=(/var/lib/dhcp/*.leases /var/lib/dhclient/*.lease* /var/lib/dhcpcd/*.lease*
+	/var/lib/NetworkManager/*.lease)
+for lease in "${leases[@]}"; do
+	if [ -e "$lease" ]; then
+		rm -f -- "$lease"
+		changed "DHCP lease ${lease##*/} removed"
+	fi
+done
 apt-get clean >&2 || true
 rm -rf /var/lib/apt/lists/*
 sync

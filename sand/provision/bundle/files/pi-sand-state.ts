@@ -18,6 +18,14 @@ export default function (pi: any) {
   };
   pi.on("session_start", async (_event: any, ctx: any) => tell("idle", ctx));
   pi.on("agent_start", async (_event: any, ctx: any) => tell("working", ctx));
-  pi.on("agent_end", async (_event: any, ctx: any) => tell("done", ctx));
-  pi.on("session_shutdown", async (_event: any, ctx: any) => tell("done", ctx));
+  // Pi has no failure event: a run the provider failed (rate limit, authentication,
+  // server error) ends with agent_end too, its last assistant message stopped by "error".
+  // Pi may retry it on its own; the retry's agent_start makes the session working again.
+  pi.on("agent_end", async (event: any, ctx: any) => {
+    const messages: any[] = Array.isArray(event?.messages) ? event.messages : [];
+    const last = messages.filter((m) => m?.role === "assistant").pop();
+    tell(last?.stopReason === "error" ? "failed" : "done", ctx);
+  });
+  // The session ends: done, unless its last run failed (the writer keeps "failed").
+  pi.on("session_shutdown", async (_event: any, ctx: any) => tell("ended", ctx));
 }
