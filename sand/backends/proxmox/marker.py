@@ -17,6 +17,8 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
                               durations; absent on a VM an older sand made
     sand-from-<fp16>          the golden base the VM was cloned from (its fingerprint);
                               absent on a VM made from its template directly
+    sand-spare-<pool>         a warm pool's spare (``"pool"`` in the block too); taken
+                              off when a new VM claims it
 
 The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
