@@ -241,3 +241,25 @@ def test_a_claim_needs_no_template_only_its_refill_does(tmp_path, fakepve_server
     assert agent.vmid == spares["agents-spare-1"]
     assert proc.returncode != 0  # the refill is blocked: not converged, and said so
     assert "agents-spare-1 blocked" in proc.stdout + proc.stderr
+
+
+def test_a_targeted_claim_leaves_the_refill_to_the_next_apply(tmp_path, fakepve_server):
+    rig = fakepve_server
+    sand, spares = _warm(tmp_path, rig)
+    sand.write(_manifest(rig, [AGENT]))
+    plan = sand.run("plan", "--target", "agent-4")
+    assert '+ vm "agent-4" (claims spare agents-spare-1 of pool agents) {' in plan.stdout
+    data = json.loads(sand.run("plan", "--json", "--target", "agent-4").stdout)
+    (slot,) = [c for c in data["changes"] if c["vm"] == "agents-spare-1"]
+    assert slot["action"] == "no-op"
+    assert slot["reasons"] == ["claimed by agent-4: refilled by the next apply"]
+    proc = sand.run("apply", "--auto-approve", "--target", "agent-4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(vm.name for vm in rig.vms()) == ["agent-4", "agents-spare-2"]
+    assert rig.vms_named("agent-4")[0].vmid == spares["agents-spare-1"]
+    # The next apply fills the slot.
+    plan = sand.run("plan")
+    assert '+ spare "agents-spare-1" of pool agents {' in plan.stdout, plan.stdout
+    assert sand.run("apply", "--auto-approve").returncode == 0
+    assert sorted(_spares(rig)) == ["agents-spare-1", "agents-spare-2"]
+    _settled(sand)
