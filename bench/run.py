@@ -94,6 +94,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         "rows",
         "real guests take minutes",
     ),
+    (
+        "time to ready: full vs golden clone vs warm claim vs fork (real guests)",
+        "bench.time_to_ready",
+        "rows",
+        "real guests take minutes",
+    ),
 ]
 
 

@@ -53,6 +53,9 @@ class Marker:
     # The fingerprint of the golden base the VM was cloned from ("": made without one).
     # Set once, like the creation time: what a VM made from an image is out of date by.
     base: str = ""
+    # The warm pool this VM is a spare of ("": not a spare). A spare holds no work and
+    # is claimed by a new VM naming its pool (renamed; this is cleared then).
+    pool: str = ""
 
     def to_json_dict(self) -> dict[str, str | int]:
         data: dict[str, str | int] = {
@@ -69,6 +72,8 @@ class Marker:
             data["created_at"] = self.created_at
         if self.base:
             data["base"] = self.base
+        if self.pool:
+            data["pool"] = self.pool
         return data
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend, BaseProvisioner, Sleeps
+from sand.backends.protocol import Backend, BaseProvisioner, ClaimsSpares, Sleeps
 from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
-from sand.errors import ErrorLayer, SandError
+from sand.errors import BackendError, ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
@@ -124,9 +124,17 @@ async def execute(
                 )
             )
 
+    claims = _Claims(plan)
+
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
         started = time.monotonic()
+        if not await claims.refillable(change):
+            # The slot's spare was not claimed: it is still there, nothing to refill.
+            result.ok, result.layer = False, ErrorLayer.BACKEND
+            result.error = f"not refilled: the claim of spare {change.vm} did not happen"
+            Steps(say_to, change.vm, change.backend)(Phase.FAILED, layer=result.layer)
+            return result
         building = builds.get((change.backend, change.base or "")) if change.base else None
         if building is not None:
             # Waited for outside the semaphore: a create waiting for its base holds no slot.
@@ -147,7 +155,7 @@ async def execute(
                 # wait, a retry) reaches this VM's events, and only this VM's.
                 with activity.listening(say.heard):
                     result.observed = await _apply_one(
-                        change, backends[change.backend], journal, kit, say
+                        change, backends[change.backend], journal, kit, say, claims
                     )
                 say(Phase.DONE)
             except SandError as exc:
@@ -220,8 +228,46 @@ async def _delete_base(
     results.append(result)
 
 
+class _Claims:
+    """The spares a plan claims: the refill of a claimed spare's slot (a create under
+    its name) waits until the claim renamed it, and is not made when the claim failed
+    (the spare is still there)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._done = {(c.backend, c.claims): asyncio.Event() for c in plan.actionable() if c.claims}
+        self._landed: set[tuple[str, str]] = set()
+
+    async def refillable(self, change: VMChange) -> bool:
+        done = self._done.get((change.backend, change.vm)) if change.refill else None
+        if done is None:
+            return True
+        await done.wait()
+        return (change.backend, change.vm) in self._landed
+
+    async def claim(
+        self, change: VMChange, backend: Backend, journal: Journal, say: Steps
+    ) -> ObservedVM:
+        assert change.claim is not None and change.claims and change.desired is not None
+        key = (change.backend, change.claims)
+        try:
+            if not isinstance(backend, ClaimsSpares):
+                raise BackendError(f"backend {change.backend!r} cannot claim a spare")
+            say(Phase.CREATING, f"claiming spare {change.claims} of pool {change.desired.pool}")
+            claimed = await backend.claim(change.claim, change.desired, journal)
+            self._landed.add(key)
+            return claimed
+        finally:
+            if key in self._done:
+                self._done[key].set()
+
+
 async def _apply_one(
-    change: VMChange, backend: Backend, journal: Journal, kit: ReplaceKit, say: Steps
+    change: VMChange,
+    backend: Backend,
+    journal: Journal,
+    kit: ReplaceKit,
+    say: Steps,
+    claims: _Claims,
 ) -> ObservedVM | None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
@@ -249,6 +295,13 @@ async def _apply_one(
         # Provisioned inside: the replacement must work before the old VM goes.
         current, delivered = await replace_vm(change, backend, journal, kit, say)
         provisioned = True
+    elif change.action is Action.CREATE and change.claim is not None:
+        # No clone, no boot: the spare is renamed, then provisioned as this VM.
+        current = await claims.claim(change, backend, journal, say)
+        if vm.provision:
+            say(Phase.PROVISIONING)
+            delivered = await kit.provisioner(vm, backend, current, change)
+            provisioned = True
     elif change.action is Action.CREATE:
         say(Phase.CREATING, "creating from its golden base" if change.base else "")
         # Each backend limits its own clone step (clone_parallelism): only the

@@ -176,7 +176,7 @@ def mass_delete_problem(plan: Plan) -> str | None:
     doomed: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for c in plan.changes:
-        if c.observed is not None:
+        if c.observed is not None or c.claim is not None:  # a spare being claimed too
             managed[c.backend] = managed.get(c.backend, 0) + 1
         if c.action in (Action.DELETE, Action.REPLACE):
             doomed[c.backend] = doomed.get(c.backend, 0) + 1

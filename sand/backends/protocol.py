@@ -374,3 +374,17 @@ class Sleeps(Protocol):
     async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
         """Resume a hibernated VM, start a stopped one; one already running is fine."""
         ...
+
+
+@runtime_checkable
+class ClaimsSpares(Protocol):
+    """Warm pools (``pools:``): a new VM takes a spare's place where it is.
+
+    ``claim`` turns the spare ``spare`` (MANAGED, carrying its pool's marker) into VM
+    ``vm``: its name and marker become ``vm``'s (fingerprint not converged, pool role
+    gone), nothing else; no clone, no boot. It MUST journal first and leave either the
+    spare or ``vm``, never both or neither, however it is interrupted (one write), and
+    refuse a VM that is not a spare of ``vm``'s pool. Provisioning follows as for a
+    new VM."""
+
+    async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM: ...

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sand.manifest.models import VM
 
 # What a fork never takes from its source (model field names): see manifest/forks.py.
-NOT_INHERITED = frozenset({"name", "fork", "protect"})
+NOT_INHERITED = frozenset({"name", "fork", "protect", "pool"})
 # How a fork shows what it is made from (in the plan and its marker).
 FORK_PREFIX = "fork:"
 

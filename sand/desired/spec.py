@@ -11,10 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import TypeVar
 
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
+from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: imported from here
+from sand.desired.parts import DesiredRepo as DesiredRepo
+from sand.desired.parts import DesiredSecret as DesiredSecret
+from sand.desired.parts import ImageStep as ImageStep
+from sand.desired.parts import expiry_of, first_set, norm_path, preserved
+from sand.desired.pools import pooled, spares
 from sand.manifest.builtin import (
     DEFAULT_AGENTS,
     DEFAULT_CPUS,
@@ -25,45 +32,12 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
-from sand.manifest.expiry import Expiry, parse_expiry
+from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
-from sand.manifest.models import Manifest
+from sand.manifest.models import VM, Manifest
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class DesiredRepo:
-    name: str
-    url: str
-    branch: str | None
-    path: str
-    token_secret: str | None
-
-
-@dataclass(frozen=True)
-class DesiredSecret:
-    """Where a secret goes. The value is resolved separately and never stored here."""
-
-    name: str
-    scope: str
-    env: str
-
-
-@dataclass(frozen=True, order=True)
-class DesiredPort:
-    guest: int
-    host: int
-
-
-@dataclass(frozen=True)
-class ImageStep:
-    """One of a golden image's own steps: shell text run as root on its base."""
-
-    name: str
-    run: str = field(repr=False)
-    timeout: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -172,8 +146,17 @@ class DesiredVM:
     # "onBaseChange" (replaced by a VM of the new base).
     rebuild: str = "manual"
     fork: DesiredFork | None = None  # made from another VM at the apply that creates it
+    # The warm pool a VM claims a spare of (``pool:``), or a spare's own; ``spare``: this
+    # is one of the pool's spares (sand.desired.pools). In neither fingerprint.
+    pool: str | None = None
+    spare: bool = False
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
+
+    @property
+    def spare_of(self) -> str:
+        """The pool this VM is a spare of ("" for a VM that is not a spare)."""
+        return (self.pool or "") if self.spare else ""
 
     @property
     def golden(self) -> bool:
@@ -210,7 +193,10 @@ class DesiredVM:
 
     def infra(self) -> dict[str, object]:
         """What the backend holds; compared field by field by the planner."""
-        infra: dict[str, object] = {"image": self.image, "cpus": self.cpus}
+        # A VM that claims a spare is made from its pool (a later change of the pool's
+        # image replaces the spares, never it): the pool is what its fingerprint holds.
+        image = f"pool:{self.pool}" if self.pool and not self.spare else self.image
+        infra: dict[str, object] = {"image": image, "cpus": self.cpus}
         if self.cpu is not None:
             # Only where a backend sets it: a field that is always None would still change
             # the fingerprint of every VM of the other backends, and re-plan them all.
@@ -270,103 +256,119 @@ def build_desired(
     fingerprint).
     """
     m = loaded.manifest if isinstance(loaded, LoadedManifest) else loaded
-    d = m.defaults
     here = host or HostLocale.detect()
-    vms: list[DesiredVM] = []
-    entries = list(m.vms)
-    for vm in (with_inherited(entry, entries) for entry in entries):
-        backend_name = vm.backend or d.backend or next(iter(m.backends))
-        backend = m.backends[backend_name]
-        image_name = vm.image or d.image
-        golden = m.images.get(image_name) if image_name else None
-        user = vm.user or d.user or DEFAULT_USER
-        provision = _first(vm.provision, d.provision, DEFAULT_PROVISION)
-        base: DesiredBase | None = None
-        if golden is not None and image_name is not None:
-            base = with_base_fingerprint(
-                DesiredBase(
-                    project=m.project,
-                    backend=backend_name,
-                    name=image_name,
-                    declared=True,
-                    source=backend.image_ref(
-                        str(golden.source) if golden.source is not None else None, None
-                    ),
-                    content=MachineContent(
-                        user=user,
-                        packages=tuple(sorted(set(golden.packages))),
-                        agents=tuple(sorted(set(golden.agents or DEFAULT_AGENTS))),
-                        docker=golden.docker,
-                        steps=tuple(ImageStep(s.name, s.run, s.timeout) for s in golden.steps),
-                    ),
-                    scripts=machine_digest,
-                )
-            )
-            image = f"{GOLDEN_PREFIX}{image_name}"
-            agents = tuple(sorted(set(vm.agents or d.agents or base.content.agents)))
-            docker = golden.docker
-        else:
-            image = backend.image_ref(vm.image, d.image)
-            agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
-            docker = _first(vm.docker, d.docker, DEFAULT_DOCKER)
-        packages = tuple(sorted(set(vm.packages or d.packages or ())))
-        if base is None and provision and backend.derive_bases:
-            base = derived_base(
-                m.project,
-                backend_name,
-                image,
-                MachineContent(user=user, packages=packages, agents=agents, docker=docker),
-                machine_digest,
-            )
-        if vm.fork is not None:  # made from its source's disk: no image, no base of its own
-            image, base = FORK_PREFIX + vm.fork.vm, None
-        repos = tuple(
-            DesiredRepo(
-                name=r,
-                url=m.repos[r].url,
-                branch=m.repos[r].branch,
-                path=m.repos[r].path or f"~/src/{r}",
-                token_secret=m.repos[r].token,
-            )
-            for r in vm.repos
-        )
-        secrets = tuple(
-            DesiredSecret(name=s.name, scope=_norm_path(s.scope), env=s.env or s.name)
-            for s in vm.secrets
-        )
-        spec = DesiredVM(
-            project=m.project,
-            name=vm.name,
-            backend=backend_name,
-            backend_type=backend.type,
-            image=image,
-            cpus=vm.cpus or d.cpus or DEFAULT_CPUS,
-            memory=vm.memory or d.memory or DEFAULT_MEMORY,
-            disk=vm.disk or d.disk or DEFAULT_DISK,
-            state=vm.state or d.state or DEFAULT_STATE,
-            protect=vm.protect,
-            node=vm.node,
-            cpu=backend.cpu_type(vm.cpu),
-            ports=tuple(sorted(DesiredPort(p.guest, p.host) for p in vm.ports)),
-            user=user,
-            agents=agents,
-            packages=packages,
-            repos=repos,
-            secrets=secrets,
-            bundle_digest=bundle_digest,
-            provision=provision,
-            docker=docker,
-            locale=vm.locale or d.locale or here.locale,
-            timezone=vm.timezone or d.timezone or here.timezone,
-            preserve=tuple(_norm_path(p) for p in _preserved(vm.preserve, d.preserve)),
-            expires=_expiry(vm.expires or d.expires),
-            idle=policy_of(vm.idle, d.idle),
-            base=base,
-            rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
-            fork=desired_fork(vm),
-        )
-        vms.append(with_fingerprints(spec))
+    resolve = partial(
+        _resolve, m, here=here, bundle_digest=bundle_digest, machine_digest=machine_digest
+    )
+    entries = [pooled(entry, m.pools) for entry in m.vms]
+    vms = [resolve(with_inherited(entry, entries)) for entry in entries]
+    vms += spares(m, resolve, _as_spare)
     return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+
+
+def _as_spare(spec: DesiredVM, pool: str) -> DesiredVM:
+    """A VM of ``pool`` made one of its spares (``sand.desired.pools``)."""
+    spare = replace(spec, pool=pool, spare=True, state="running", protect=False, preserve=())
+    return with_fingerprints(replace(spare, expires=None, idle=None, rebuild="onBaseChange"))
+
+
+def _resolve(
+    m: Manifest, vm: VM, *, here: HostLocale, bundle_digest: str, machine_digest: str
+) -> DesiredVM:
+    """One manifest entry (its fork's and pool's fields already taken) as a DesiredVM."""
+    d = m.defaults
+    backend_name = vm.backend or d.backend or next(iter(m.backends))
+    backend = m.backends[backend_name]
+    image_name = vm.image or d.image
+    golden = m.images.get(image_name) if image_name else None
+    user = vm.user or d.user or DEFAULT_USER
+    provision = first_set(vm.provision, d.provision, DEFAULT_PROVISION)
+    base: DesiredBase | None = None
+    if golden is not None and image_name is not None:
+        base = with_base_fingerprint(
+            DesiredBase(
+                project=m.project,
+                backend=backend_name,
+                name=image_name,
+                declared=True,
+                source=backend.image_ref(
+                    str(golden.source) if golden.source is not None else None, None
+                ),
+                content=MachineContent(
+                    user=user,
+                    packages=tuple(sorted(set(golden.packages))),
+                    agents=tuple(sorted(set(golden.agents or DEFAULT_AGENTS))),
+                    docker=golden.docker,
+                    steps=tuple(ImageStep(s.name, s.run, s.timeout) for s in golden.steps),
+                ),
+                scripts=machine_digest,
+            )
+        )
+        image = f"{GOLDEN_PREFIX}{image_name}"
+        agents = tuple(sorted(set(vm.agents or d.agents or base.content.agents)))
+        docker = golden.docker
+    else:
+        image = backend.image_ref(vm.image, d.image)
+        agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
+        docker = first_set(vm.docker, d.docker, DEFAULT_DOCKER)
+    packages = tuple(sorted(set(vm.packages or d.packages or ())))
+    if base is None and provision and backend.derive_bases:
+        base = derived_base(
+            m.project,
+            backend_name,
+            image,
+            MachineContent(user=user, packages=packages, agents=agents, docker=docker),
+            machine_digest,
+        )
+    if vm.fork is not None:  # made from its source's disk: no image, no base of its own
+        image, base = FORK_PREFIX + vm.fork.vm, None
+    repos = tuple(
+        DesiredRepo(
+            name=r,
+            url=m.repos[r].url,
+            branch=m.repos[r].branch,
+            path=m.repos[r].path or f"~/src/{r}",
+            token_secret=m.repos[r].token,
+        )
+        for r in vm.repos
+    )
+    secrets = tuple(
+        DesiredSecret(name=s.name, scope=norm_path(s.scope), env=s.env or s.name)
+        for s in vm.secrets
+    )
+    spec = DesiredVM(
+        project=m.project,
+        name=vm.name,
+        backend=backend_name,
+        backend_type=backend.type,
+        image=image,
+        cpus=vm.cpus or d.cpus or DEFAULT_CPUS,
+        memory=vm.memory or d.memory or DEFAULT_MEMORY,
+        disk=vm.disk or d.disk or DEFAULT_DISK,
+        state=vm.state or d.state or DEFAULT_STATE,
+        protect=vm.protect,
+        node=vm.node,
+        cpu=backend.cpu_type(vm.cpu),
+        ports=tuple(sorted(DesiredPort(p.guest, p.host) for p in vm.ports)),
+        user=user,
+        agents=agents,
+        packages=packages,
+        repos=repos,
+        secrets=secrets,
+        bundle_digest=bundle_digest,
+        provision=provision,
+        docker=docker,
+        locale=vm.locale or d.locale or here.locale,
+        timezone=vm.timezone or d.timezone or here.timezone,
+        preserve=tuple(norm_path(p) for p in preserved(vm.preserve, d.preserve)),
+        expires=expiry_of(vm.expires or d.expires),
+        idle=policy_of(vm.idle, d.idle),
+        base=base,
+        rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
+        fork=desired_fork(vm),
+        pool=vm.pool,
+    )
+    return with_fingerprints(spec)
 
 
 # How a VM made from a golden image shows its image (in the plan and its marker).
@@ -383,21 +385,3 @@ def derived_base(
         DesiredBase(project, backend, "", False, image, content, machine_digest)
     )
     return _replace(base, name=f"auto-{base.fingerprint[:8]}")
-
-
-def _preserved(own: list[str] | None, default: list[str] | None) -> list[str]:
-    """The VM's own list replaces the default one (an empty list preserves nothing)."""
-    return own if own is not None else (default or [])
-
-
-def _expiry(text: str | None) -> Expiry | None:
-    """The VM's own ``expires:`` (``never`` too) wins over its defaults'."""
-    return parse_expiry(text) if text else None
-
-
-def _first(*values: bool | None) -> bool:
-    return next(v for v in values if v is not None)
-
-
-def _norm_path(path: str) -> str:
-    return path.rstrip("/") if len(path) > 1 else path

@@ -16,7 +16,7 @@ from sand.manifest.rawdata import Finding, as_dict, as_list, as_str
 from sand.manifest.yamlmarks import Path
 
 # What a fork never takes from its source: its own name and origin, and protect.
-NOT_INHERITED = frozenset({"name", "from", "protect"})
+NOT_INHERITED = frozenset({"name", "from", "protect", "pool"})
 
 
 def fork_source(vm: Mapping[str, Any]) -> str | None:

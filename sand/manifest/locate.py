@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sand.manifest.loader import LoadedManifest
+from sand.manifest.pools import SPARE_INFIX
 from sand.manifest.yamlmarks import Path
 
 
@@ -24,8 +25,9 @@ def vm_field_location(
 ) -> str:
     """``FILE:LINE:COL`` of what set ``field`` for VM ``vm``.
 
-    Looked up in order: the VM's own key, ``defaults``, then ``backend_field`` of
-    the VM's backend (e.g. ``template`` for an image), then the VM entry itself.
+    Looked up in order: the VM's own key, its warm pool's, ``defaults``, then
+    ``backend_field`` of the VM's backend (e.g. ``template`` for an image), then the VM
+    entry itself. A pool's spare (no entry of its own) is its pool's entry.
     """
     data = _data(loaded)
     raw = data.get("vms")
@@ -33,14 +35,23 @@ def vm_field_location(
     index = next(
         (i for i, v in enumerate(vms) if isinstance(v, dict) and v.get("name") == vm), None
     )
-    if index is None:
+    pools = _dict(data.get("pools"))
+    spare_of = vm.rpartition(SPARE_INFIX)[0] if SPARE_INFIX in vm else ""
+    if index is None and spare_of not in pools:
         return _where(loaded, ())
-    entry = vms[index]
-    candidates: list[Path] = [("vms", index, field)]
+    entry = _dict(vms[index]) if index is not None else {"pool": spare_of}
+    pool = entry.get("pool")
+    candidates: list[Path] = [("vms", index, field)] if index is not None else []
+    if isinstance(pool, str) and pool in pools:
+        candidates.append(("pools", pool, field))
     if use_defaults:
         candidates.append(("defaults", field))
     if backend_field:
-        backend = entry.get("backend") or _dict(data.get("defaults")).get("backend")
+        backend = (
+            entry.get("backend")
+            or (_dict(pools.get(pool)).get("backend") if isinstance(pool, str) else None)
+            or _dict(data.get("defaults")).get("backend")
+        )
         if backend is None and len(_dict(data.get("backends"))) == 1:
             backend = next(iter(_dict(data.get("backends"))))
         if isinstance(backend, str):
@@ -48,7 +59,7 @@ def vm_field_location(
     for path in candidates:
         if _present(data, path):
             return _where(loaded, path)
-    return _where(loaded, ("vms", index))
+    return _where(loaded, ("vms", index) if index is not None else ("pools", spare_of))
 
 
 def backend_field_location(loaded: LoadedManifest, backend: str, field: str) -> str:

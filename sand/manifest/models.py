@@ -42,6 +42,7 @@ from sand.manifest.fields import (
 )
 from sand.manifest.idle import IdleSetting
 from sand.manifest.notify import Notify
+from sand.manifest.pools import POOL_DESCRIPTION, POOLS_DESCRIPTION, Pool, PoolName
 
 API_VERSION = "sand/v1"
 
@@ -283,6 +284,9 @@ class VM(Strict):
     fork: ForkSource | None = Field(
         default=None, alias="from", description=FORK_DESCRIPTION, examples=[{"vm": "agent-1"}]
     )
+    pool: str | None = Field(
+        default=None, min_length=1, description=POOL_DESCRIPTION, examples=["agents"]
+    )
 
 
 class Manifest(Strict):
@@ -333,6 +337,11 @@ class Manifest(Strict):
         "it as their `image` are created from; each VM then runs only its own steps "
         "(user, clock and language, home, secrets, repos).",
         examples=[{"workbench": {"packages": ["jq"], "agents": ["claude", "codex"]}}],
+    )
+    pools: dict[PoolName, Pool] = Field(
+        default_factory=dict,
+        description=POOLS_DESCRIPTION,
+        examples=[{"agents": {"image": "workbench", "warm": 3}}],
     )
     repos: dict[str, Repo] = Field(
         default_factory=dict,

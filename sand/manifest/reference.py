@@ -16,6 +16,7 @@ from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.idle import Idle
 from sand.manifest.notify import Notify, Webhook
+from sand.manifest.pools import Pool
 from sand.manifest.schema import schema
 from sand.manifest.sizes import SIZE_PATTERN
 
@@ -38,6 +39,11 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
         "(provisioning.md#golden-images)).",
     ),
     ("`images.<name>.steps[]`", c.ImageStep, "A step of your own the base runs."),
+    (
+        "`pools.<name>`",
+        Pool,
+        "A warm pool: spares a VM naming `pool:` claims ([warm pools](fork-and-pools.md)).",
+    ),
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
     (
         "`defaults.idle`, `vms[].idle`",

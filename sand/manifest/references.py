@@ -15,6 +15,7 @@ from sand.manifest.backends import CONFIGS
 from sand.manifest.forks import check_forks, inherited
 from sand.manifest.images import check_sources, check_vm_image, golden_name
 from sand.manifest.names import reserved_name_problem
+from sand.manifest.pools import check_pools, with_pool
 from sand.manifest.rawdata import Finding
 from sand.manifest.rawdata import as_dict as _dict
 from sand.manifest.rawdata import as_list as _list
@@ -42,7 +43,9 @@ def check_references(data: Any) -> Iterator[Finding]:
     seen: dict[str, int] = {}
     used_by: dict[str, set[str]] = {}
     host_ports: dict[tuple[str, int], str] = {}
-    all_vms = _list(data.get("vms"))
+    pools = _dict(data.get("pools"))
+    # A pooled VM takes its backend, image and sizes from its pool: checked on those.
+    all_vms = [with_pool(v, pools) if isinstance(v, dict) else v for v in _list(data.get("vms"))]
     backend_of: dict[str, str | None] = {}
     for i, own in enumerate(all_vms):
         if not isinstance(own, dict):
@@ -106,6 +109,7 @@ def check_references(data: Any) -> Iterator[Finding]:
             host_ports.setdefault(key, name)
 
     yield from check_forks(all_vms, backend_of)
+    yield from check_pools(data)
     yield from check_sources(images, used_by)
 
 

@@ -81,6 +81,8 @@ def _base_of(change: VMChange) -> DesiredBase | None:
     shown = change.blocked_action or change.action
     if shown not in (Action.CREATE, Action.REPLACE) or change.desired is None:
         return None
+    if change.claims is not None:  # a claimed spare is renamed, not cloned
+        return None
     return change.desired.base
 
 

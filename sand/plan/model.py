@@ -124,8 +124,14 @@ class VMChange:
     # The VM is asleep (idle, or ``sand sleep``): in sync as it is ("Synced (asleep)");
     # a change that acts on it wakes it first.
     asleep: Asleep | None = None
+    # CREATE of a VM naming ``pool:``: the spare it claims (renamed and provisioned as
+    # this VM: no clone, no boot); None: made as any VM (sand.plan.pools).
+    claims: str | None = None
+    # CREATE of a spare taking the place of one claimed in this plan: (its slot, warm).
+    refill: tuple[int, int] | None = None
     desired: DesiredVM | None = field(default=None, compare=False, repr=False)
     observed: ObservedVM | None = field(default=None, compare=False, repr=False)
+    claim: ObservedVM | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         admitted = _ADMITS.get(self.blocked_action or self.action)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sand.backends.protocol import RecoveryDecision
-from sand.plan.model import Action, BaseChange, FieldChange, GuestAction, Plan
+from sand.plan.model import Action, BaseChange, FieldChange, GuestAction, Plan, VMChange
 
 _THEN = {
     "create": "create",
@@ -109,6 +109,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         if fork is not None and (c.blocked_action or c.action) is Action.CREATE:
             # Made from its source at apply time (docs/fork-and-pools.md).
             out["fork_of"] = {"vm": fork.source, "memory": fork.memory}
+        out.update(_pool_keys(c))
     if plan.bases:
         data["bases"] = [base_to_json(b) for b in plan.bases]
     # Only when asked for, so every other plan reads as it always has.
@@ -143,3 +144,20 @@ def base_to_json(base: BaseChange) -> dict[str, Any]:
             else None
         ),
     }
+
+
+def _pool_keys(c: VMChange) -> dict[str, Any]:
+    """A warm pool's part in a change (docs/fork-and-pools.md): the spare a new VM
+    claims, or the pool a spare belongs to and the slot it refills."""
+    out: dict[str, Any] = {}
+    if c.claims is not None and c.desired is not None:
+        identity = c.claim.identity if c.claim is not None else None
+        out["claims"] = {"pool": c.desired.pool, "spare": c.claims, "identity": identity}
+    pool = c.desired.spare_of if c.desired is not None else ""
+    if not pool and c.desired is None and c.observed is not None and c.observed.marker:
+        pool = c.observed.marker.pool
+    if pool:
+        out["spare_of"] = pool
+    if c.refill is not None:
+        out["refill"] = {"slot": c.refill[0], "warm": c.refill[1]}
+    return out

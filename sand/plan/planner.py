@@ -314,6 +314,8 @@ def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[
         before, after = observed.get(name), desired.get(name)
         if before is None or after is None or before == after:
             continue
+        if name == "image" and vm.pool is not None and not vm.spare:
+            continue  # a VM that claimed a spare is its own: its pool's image is the spares'
         forces = mutability is Mutability.REPLACE or (
             mutability is Mutability.GROW_ONLY
             and isinstance(before, int)

@@ -249,7 +249,14 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     pad = " " * max(0, 3 - len(symbol))
     shown = change.blocked_action or change.action  # a blocked change shows what it would do
     made = _fork_note(change) if shown is Action.CREATE else ""
-    out.append(f"{pad}{paint(symbol, symbol)} vm {json.dumps(change.vm)}{made} {{")
+    pool = _spare_of(change)
+    kind = "spare" if pool else "vm"
+    if pool:
+        refill = f" (refill {change.refill[0]}/{change.refill[1]})" if change.refill else ""
+        made = f" of pool {pool}{refill}"
+    elif change.claims and change.desired is not None:
+        made = f" (claims spare {change.claims} of pool {change.desired.pool})"
+    out.append(f"{pad}{paint(symbol, symbol)} {kind} {json.dumps(change.vm)}{made} {{")
     if shown is Action.CREATE and change.desired is not None:
         spec = change.desired.infra()
         width = max(len(k) for k in spec)
@@ -274,6 +281,13 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
             out.append(f"      {paint('~', '~')} guest = (known after apply)")
     out.append("    }")
     return out
+
+
+def _spare_of(change: VMChange) -> str:
+    """The pool ``change``'s VM is a spare of, wanted or not ("" for a VM)."""
+    if change.desired is not None:
+        return change.desired.spare_of
+    return change.observed.marker.pool if change.observed and change.observed.marker else ""
 
 
 def _fork_note(change: VMChange) -> str:

@@ -264,6 +264,8 @@ def provision_steps(
     )
     return [
         user_step(vm.user),
+        # A VM that claimed a spare had the spare's machine-id, host keys and name.
+        *([fork_identity_step(vm)] if vm.pool and not vm.spare else []),
         *machine,
         *vm_steps(vm),
         secrets_step(vm, values),

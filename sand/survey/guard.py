@@ -77,7 +77,10 @@ class Verdict:
 async def judge(
     backend: Backend, vm: DesiredVM | None, observed: ObservedVM, preserve: Sequence[str] = ()
 ) -> Verdict:
-    """Sweep one VM's checkouts and sort its work into lost and kept."""
+    """Sweep one VM's checkouts and sort its work into lost and kept. A pool's spare
+    holds no work (nothing per VM was ever put on it): it is not swept."""
+    if observed.marker is not None and observed.marker.pool:
+        return Verdict(True)
     if observed.power != "running":
         return Verdict(False, f"it is {observed.power}")
     try:

@@ -17,6 +17,7 @@ from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
 from sand.plan.model import Plan
+from sand.plan.pools import with_pools
 from sand.plan.targeting import steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
@@ -104,6 +105,9 @@ async def compute_plan(
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)
+    # Which new VMs claim a spare (and which spares refill), before the bases: a claim
+    # clones nothing, a refill is cloned from its pool's base.
+    plan = with_pools(plan, desired)
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:

@@ -28,7 +28,7 @@ def items_of(changes: list[VMChange]) -> list[PreflightItem]:
         if vm.golden and vm.base is not None:
             # Made from a golden base: what must exist is what the base is made from.
             vm = replace(vm, image=vm.base.source)
-        if c.action is Action.CREATE:
+        if c.action is Action.CREATE and c.claims is None:  # a claim takes what is there
             out.append(PreflightItem(vm, "create"))
         elif c.action is Action.REPLACE:
             out.append(PreflightItem(vm, "replace", current=c.observed))

@@ -11,6 +11,7 @@ and the plan in the words ``sand plan --json`` prints.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import secrets
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from sand.backends.lease import LeaseBusy, LeaseHolder, grace
-from sand.backends.protocol import Backend, RecoveryAction, Sleeps
+from sand.backends.protocol import Backend, ClaimsSpares, RecoveryAction, Sleeps
 from sand.desired import DesiredState
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, Ownership
@@ -151,6 +152,9 @@ async def test_a_vm_that_is_not_ours_is_refused_by_every_mutation(
             ("sleep", lambda: backend.sleep(stray, "stopped", journal)),
             ("wake", lambda: backend.wake(want, stray, journal)),
         ]
+    if isinstance(backend, ClaimsSpares):
+        pooled = dataclasses.replace(want, pool="agents")
+        attempts.append(("claim", lambda: backend.claim(stray, pooled, journal)))
     for what, attempt in attempts:
         with pytest.raises(SandError, match="refusing"):
             await attempt()
@@ -159,6 +163,23 @@ async def test_a_vm_that_is_not_ours_is_refused_by_every_mutation(
     # Left out of the manifest, it is never planned for deletion either.
     words = plan_words(far.state([{"name": "vm1"}]), {BOX: seen}, {BOX: backend})
     assert "stray" not in actions(words)
+
+
+async def test_a_claim_takes_only_a_spare_of_the_vms_own_pool(
+    far: ContractRig, backend_of: MakeBackend, journal: Journal
+) -> None:
+    """ClaimsSpares: a managed VM that is not a spare of the claiming VM's pool (a VM of
+    the manifest, or another pool's spare) is refused, nothing changed, nothing journalled."""
+    backend = backend_of()
+    if not isinstance(backend, ClaimsSpares):
+        pytest.skip("this backend keeps no warm pools")
+    (mine,) = await converge(backend, far.state([{"name": "vm1"}]), journal)
+    before = far.snapshot()
+    claimer = dataclasses.replace(far.state([{"name": "agent-4"}]).vms[0], pool="agents")
+    with pytest.raises(SandError, match="refusing to claim"):
+        await backend.claim(mine, claimer, journal)
+    assert far.snapshot() == before
+    assert journal.pending() == []
 
 
 async def test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said(

@@ -18,7 +18,7 @@ from pathlib import Path
 from sand.backends.capabilities import Capabilities
 from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
-from sand.backends.lima import bases, golden, guest, lifecycle
+from sand.backends.lima import bases, golden, guest, lifecycle, pools
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
@@ -91,6 +91,9 @@ class LimaBackend:
 
     async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
         return await lifecycle.rename(self.ctx, current, name, journal)
+
+    async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        return await pools.claim(self.ctx, spare, vm, journal)
 
     async def create(
         self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False

@@ -87,6 +87,7 @@ async def create(
                 image=vm.image,
                 created_at=int(time.time()),
                 base=made_from,
+                pool=vm.spare_of,
             ),
             uid=uid,
             backend=ctx.name,

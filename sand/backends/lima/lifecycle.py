@@ -238,6 +238,7 @@ def sidecar(
             created_at=current.marker.created_at if current.marker else 0,
             # Like its creation time, the base it was cloned from is kept on every write.
             base=current.marker.base if current.marker else "",
+            pool=vm.spare_of,
         ),
         uid=current.details.get("uid") or new_uid(),
         backend=ctx.name,

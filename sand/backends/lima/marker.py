@@ -80,6 +80,7 @@ def parse_sidecar(raw: bytes) -> Sidecar | None:
         incarnation=str(data.get("uid") or ""),
         created_at=created_at,
         base=str(data.get("base") or ""),
+        pool=str(data.get("pool") or ""),
     )
     protect = data.get("protect")
     return Sidecar(

@@ -14,7 +14,7 @@ from sand.backends.protocol import (
     PreflightReport,
     RecoveryDecision,
 )
-from sand.backends.proxmox import bases, guest, lifecycle, preflight
+from sand.backends.proxmox import bases, guest, lifecycle, pools, preflight
 from sand.backends.proxmox import create as create_mod
 from sand.backends.proxmox import fork as fork_mod
 from sand.backends.proxmox import observe as observe_mod
@@ -72,6 +72,9 @@ class ProxmoxBackend:
 
     async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
         return await lifecycle.rename(self.ctx, current, name, journal)
+
+    async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        return await pools.claim(self.ctx, spare, vm, journal)
 
     async def create(
         self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False

@@ -131,6 +131,7 @@ async def _try_clone(
         incarnation=entry.id,
         created_at=int(time.time()),
         base=base,
+        pool=vm.spare_of,
     )
     params: dict[str, Any] = {
         "newid": vmid,

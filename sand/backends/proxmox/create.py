@@ -324,6 +324,7 @@ def _base_config(
         incarnation=str((block or {}).get("op") or ""),
         created_at=made,
         base=came_from,
+        pool=vm.spare_of,
     )
     params: dict[str, Any] = {
         "cores": vm.cpus,

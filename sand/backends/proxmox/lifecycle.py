@@ -51,7 +51,7 @@ def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
         )
 
 
-async def _fresh(
+async def fresh_for(
     ctx: Ctx,
     current: ObservedVM,
     want: DesiredVM | None,
@@ -108,7 +108,7 @@ async def update(
     unknown = sorted(set(fields) - set(UPDATABLE))
     if unknown:
         raise ProxmoxError(ctx.name, f"cannot change {', '.join(unknown)} in place")
-    fresh, config, node = await _fresh(ctx, current, vm, "change")
+    fresh, config, node = await fresh_for(ctx, current, vm, "change")
     vmid = fresh.identity
     if "protect" in fields and is_protected(config) and not _protected_by_sand(config):
         # The planner never proposes this; refuse a caller that does.
@@ -211,7 +211,7 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
             f"refusing to delete VM {current.identity}: it still exists but has left pool "
             f"{ctx.config.pool!r} (this backend no longer sees it)",
         )
-    fresh, config, node = await _fresh(ctx, current, None, "delete", located=row)
+    fresh, config, node = await fresh_for(ctx, current, None, "delete", located=row)
     vmid = fresh.identity
     if is_protected(config):
         raise ProxmoxError(
@@ -240,7 +240,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
     PVE names need not be unique, so this never fails on the old VM's name; sand
     renames only after the old VM is gone, so no listing shows two of a name.
     """
-    fresh, config, node = await _fresh(ctx, current, None, "rename")
+    fresh, config, node = await fresh_for(ctx, current, None, "rename")
     vmid = fresh.identity
     assert fresh.marker is not None
     with journal.operation(
@@ -311,6 +311,7 @@ async def mark_converged(
                 secrets_at=stamped_at if stamp else 0,
                 incarnation=incarnation,
                 created_at=mk.created_at_of(block) or found.created_at,
+                pool=vm.spare_of,
             ),
             block,
         )

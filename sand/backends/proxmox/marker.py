@@ -17,6 +17,8 @@ Tags, which ``/cluster/resources`` carries, hold what a no-op plan needs::
                               durations; absent on a VM an older sand made
     sand-from-<fp16>          the golden base the VM was cloned from (its fingerprint);
                               absent on a VM made from its template directly
+    sand-spare-<pool>         a warm pool's spare (``"pool"`` in the block too); taken
+                              off when a new VM claims it
 
 The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
@@ -63,6 +65,7 @@ TEMPLATE_KIND = "template"
 GOLDEN_KIND = "golden"
 GOLDEN_PREFIX = "sand-golden-"
 FROM_PREFIX = "sand-from-"
+SPARE_PREFIX = "sand-spare-"  # a warm pool's spare: sand-spare-<pool>
 _GOLDEN_TAG = re.compile(r"^sand-golden-([0-9a-f]{16}|new)$")
 _FROM_TAG = re.compile(r"^sand-from-([0-9a-f]{16})$")
 NEW = "new"
@@ -95,6 +98,7 @@ class TagMarker:
     # A golden base's fingerprint ("new" while it is built); None: not a base.
     golden: str | None = None
     asleep: SleepMark | None = None  # the sleep sand marked on it (sand-asleep-...)
+    pool: str = ""  # the warm pool the VM is a spare of (sand-spare-<pool>), "" when none
 
     @property
     def present(self) -> bool:
@@ -146,6 +150,7 @@ def is_sand_tag(tag: str) -> bool:
                 GOLDEN_PREFIX,
                 FROM_PREFIX,
                 ASLEEP_PREFIX,
+                SPARE_PREFIX,
             )
         )
         or bool(_IDENTITY_TAG.match(tag))
@@ -163,7 +168,7 @@ def parse_tags(value: object) -> TagMarker:
 def _parse_tags(value: str) -> TagMarker:
     tool = False
     project = identity = fingerprint = backend = golden = None
-    secrets, secrets_at, created_at, base = "", 0, 0, ""
+    secrets, secrets_at, created_at, base, pool = "", 0, 0, "", ""
     asleep = None
     for tag in split_tags(value):
         if tag == TOOL_TAG:
@@ -172,6 +177,8 @@ def _parse_tags(value: str) -> TagMarker:
             slept = _ASLEEP_TAG.match(tag)
             if slept:
                 asleep = SleepMark(slept[1], int(slept[3]), slept[2])
+        elif tag.startswith(SPARE_PREFIX):
+            pool = tag[len(SPARE_PREFIX) :]
         elif tag.startswith(GOLDEN_PREFIX):
             found_golden = _GOLDEN_TAG.match(tag)
             if found_golden:
@@ -209,6 +216,7 @@ def _parse_tags(value: str) -> TagMarker:
         base,
         golden,
         asleep,
+        pool,
     )
 
 
@@ -246,6 +254,8 @@ def marker_tags(marker: Marker) -> list[str]:
         tags.append(f"{CREATED_PREFIX}{marker.created_at}")
     if re.fullmatch(r"[0-9a-f]{16}", marker.base):
         tags.append(f"{FROM_PREFIX}{marker.base}")
+    if marker.pool:
+        tags.append(f"{SPARE_PREFIX}{marker.pool}")
     for tag in tags:
         if not _PVE_TAG.match(tag):  # the manifest's identifier rules make this unreachable
             raise ValueError(f"not a valid PVE tag: {tag!r}")
@@ -341,6 +351,7 @@ def parse_description(text: object) -> Marker | None:
             incarnation=str(data.get("op") or ""),
             created_at=created_at_of(data),
             base=str(data.get("base") or ""),
+            pool=str(data.get("pool") or ""),
         )
     except KeyError:
         return None
@@ -380,6 +391,8 @@ def render_block(marker: Marker, **extra: object) -> str:
         data["created_at"] = marker.created_at
     if marker.base:
         data["base"] = marker.base
+    if marker.pool:
+        data["pool"] = marker.pool
     data.update((k, v) for k, v in extra.items() if v is not None)
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
 

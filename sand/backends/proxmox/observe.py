@@ -125,6 +125,7 @@ def _from_listing(
                 backend=ctx.name if tags.backend == mine else "",
                 created_at=tags.created_at,
                 base=tags.base,
+                pool=tags.pool,
             )
             return _observed(
                 ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
@@ -183,6 +184,7 @@ def _from_config(
         # The description's (written at the clone); the tag mirrors it for the listing.
         created_at=(described.created_at if described is not None else 0) or tags.created_at,
         base=(described.base if described is not None else "") or tags.base,
+        pool=(described.pool if described is not None else "") or tags.pool,
     )
     notes: dict[str, str] = {}
     if template and said is Ownership.MANAGED:
@@ -230,6 +232,7 @@ def _tag_marker(tags: mk.TagMarker, name: str) -> Marker:
         fingerprint=tags.fingerprint or "",
         backend=mk.backend_of_tag(tags.backend),
         created_at=tags.created_at,
+        pool=tags.pool,
     )
 
 

@@ -1,0 +1,190 @@
+"""Time to a ready agent VM, four ways in one run, on the real-guest rig:
+
+    python bench/time_to_ready.py           # needs root (netns guests), like the e2e tests
+
+"Ready" is the same for all four: SSH answers, the VM's secret is delivered and its
+repository checked out (from the rig's git server, with a token). Each is sand's own
+provisioner (``sand.provision``) on a real guest over SSH; the golden base is built
+once first (not counted, as in ``golden_bases.py``):
+
+1. **full provisioning**: a bare Debian guest made a workbench, then the VM's steps;
+2. **golden clone**: a guest started from the frozen base (the rig's model of a
+   clone) and the VM's own steps;
+3. **warm claim**: a pool's spare made beforehand (a guest from the base, provisioned
+   as a spare: nothing per VM), then the claiming VM's provisioning on that very guest:
+   its identity (``fork-identity``), secrets and repo; the rest is already there;
+4. **fork**: a provisioned VM (made beforehand, with its checkout) frozen as a fork's
+   source snapshot, a guest started from that disk, and the fork's provisioning (its
+   identity, secrets, its ``fork/<vm>`` branch).
+
+Modelled, not real: a clone's disk copy and boot (a netns guest starting from an
+overlay: ~0.25 s; a PVE full clone and a boot take tens of seconds, which only the
+golden clone and the fork pay), and a claim's rename (one PVE config write; five
+requests on fakepve, ``tests/backends/proxmox/test_pools_proxmox.py``). So the ratios
+here are a floor of what a real backend shows: the steps and SSH are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.golden_bases import _provision, _spec  # noqa: E402
+
+
+def rows() -> list[tuple[str, str]]:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return [("skipped", "needs root and the netns rig (as the e2e tests do)")]
+    return asyncio.run(_measure())
+
+
+def _ready_specs(spec: dict[str, Any], url: str) -> dict[str, Any]:
+    """The bench's VMs, each with the one repo; the spare and the claiming VM; the fork."""
+    from sand.desired.fork import DesiredFork
+    from sand.desired.spec import with_fingerprints
+    from tests.provision.helpers import repo
+
+    app = (repo("app", url, "~/src/app", token="GIT"),)
+    full = with_fingerprints(replace(spec["full"], repos=app))
+    golden = with_fingerprints(replace(spec["golden"], repos=app))
+    spare = with_fingerprints(
+        replace(spec["golden"], name="agents-spare-1", secrets=(), pool="agents", spare=True)
+    )
+    claimer = with_fingerprints(replace(golden, name="agent-w", pool="agents"))
+    source = with_fingerprints(replace(golden, name="agent-src"))
+    fork = with_fingerprints(replace(golden, name="try-1", fork=DesiredFork("agent-src")))
+    return {
+        "full": full,
+        "golden": golden,
+        "spare": spare,
+        "claim": claimer,
+        "source": source,
+        "fork": fork,
+    }
+
+
+async def _measure() -> list[tuple[str, str]]:
+    from sand.provision import provision_base
+    from tests.provision.e2e_helpers import endpoint, scoped_env, stand_in_agents
+    from tests.rig._util import RigError
+    from tests.rig.fixtures import guest_uses_mirror
+    from tests.rig.gitserver import GitServer
+    from tests.rig.guest import NetnsGuest, cleanup_stale
+    from tests.rig.rootfs import ensure_rootfs
+    from tests.rig.workbench import AptMirror, ensure_workbench
+
+    cleanup_stale()
+    bare, bench = ensure_rootfs(), ensure_workbench()
+    guests: list[NetnsGuest] = []
+
+    def start(layers: list[Path] | None = None) -> NetnsGuest:
+        for attempt in (1, 2):  # a guest's sshd slow under load is a rig hiccup
+            g = NetnsGuest(rootfs=bare, layers=layers or ())
+            try:
+                g.start()
+                break
+            except RigError:
+                g.stop()
+                if attempt == 2:
+                    raise
+        guests.append(g)
+        return g
+
+    server = GitServer(token="bench-git-token-not-secret").start()
+    with tempfile.TemporaryDirectory() as tmp_name, AptMirror(bench.mirror) as mirror:
+        tmp = Path(tmp_name)
+        os.environ["SAND_AGENT_SOURCE"] = str(stand_in_agents(tmp / "agents"))
+        os.environ.setdefault("SAND_STATE_DIR", str(tmp / "state"))
+        spec = _spec(tmp)
+        values = {**spec["values"], "GIT": server.token}
+        vms = _ready_specs(spec, server.create_repo("app", {"README.md": "ready\n"}))
+
+        async def ready(guest: NetnsGuest, vm: Any) -> Any:
+            report = await _provision(guest, vm, values)
+            # Ready means: its secret and its checkout are there.
+            assert scoped_env(guest, "~/work", "API_KEY") == values["API"], vm.name
+            checkout = f"/home/{guest.user}/src/app/README.md"
+            assert guest.run_root(["test", "-f", checkout]).returncode == 0, vm.name
+            return report
+
+        try:
+            # The base, built once (not counted): what the golden clone and the spare use.
+            base_guest = start()
+            guest_uses_mirror(base_guest, mirror)
+            await provision_base(endpoint(base_guest, policy="none"), spec["base"])
+            layer = base_guest.freeze()
+            # Made beforehand: the pool's spare, and the fork's source (frozen: its disk
+            # as the fork's snapshot holds it).
+            spare = start([layer])
+            await _provision(spare, vms["spare"], values)
+            source = start([layer])
+            await ready(source, vms["source"])
+            snapshot = source.freeze()
+
+            full_guest = start()
+            guest_uses_mirror(full_guest, mirror)
+            t = time.perf_counter()
+            await ready(full_guest, vms["full"])
+            t_full = time.perf_counter() - t
+
+            t = time.perf_counter()
+            clone = start([layer])
+            t_clone = time.perf_counter() - t
+            t = time.perf_counter()
+            golden = await ready(clone, vms["golden"])
+            t_golden = t_clone + time.perf_counter() - t
+
+            t = time.perf_counter()
+            claimed = await ready(spare, vms["claim"])
+            t_claim = time.perf_counter() - t
+
+            t = time.perf_counter()
+            forked_guest = start([snapshot, layer])
+            t_fork_start = time.perf_counter() - t
+            t = time.perf_counter()
+            forked = await ready(forked_guest, vms["fork"])
+            t_fork = t_fork_start + time.perf_counter() - t
+        finally:
+            for g in guests:
+                g.stop()
+            server.stop()
+
+    def ran(report: Any) -> str:
+        return ", ".join(report.ran) or "none"
+
+    return [
+        ("full provisioning (bare Debian)", f"{t_full:.2f} s"),
+        (
+            "golden clone (modelled clone + own steps)",
+            f"{t_golden:.2f} s ({t_clone:.2f} s + {t_golden - t_clone:.2f} s); "
+            f"{t_full / t_golden:.1f}x faster than full",
+        ),
+        (
+            "warm claim (rename not modelled + own steps)",
+            f"{t_claim:.2f} s; {t_golden / t_claim:.1f}x faster than a golden clone "
+            f"(goal ≥ 10x), {t_full / t_claim:.1f}x than full",
+        ),
+        (
+            "fork of a provisioned VM (modelled clone + own steps)",
+            f"{t_fork:.2f} s; {t_golden / t_fork:.2f}x a golden clone's speed (goal > 1x), "
+            f"{t_full / t_fork:.1f}x faster than full",
+        ),
+        ("steps run, golden clone", ran(golden)),
+        ("steps run, warm claim", ran(claimed)),
+        ("steps run, fork", ran(forked)),
+    ]
+
+
+if __name__ == "__main__":
+    for key, value in rows():
+        print(f"{key}: {value}")

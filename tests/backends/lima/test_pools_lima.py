@@ -1,0 +1,146 @@
+"""Warm pools on Lima, with the limactl stand-in (issue 29, item 4): a claim stops
+the spare, renames it (``limactl rename`` refuses a running instance) and starts it
+under the new VM's name, its marker rewritten: no clone, no create. The slot is
+refilled in the same apply; a kill mid-claim leaves the spare or the claimed VM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.crash.killer import intent, kill_when, wait_for_strays
+from tests.limactl_standin import StandIn
+
+MANIFEST = """\
+apiVersion: sand/v1
+project: pooltest
+backends:
+  laptop:
+    type: lima
+    lima_home: ./lima
+pools:
+  agents: {{warm: {warm}}}
+defaults:
+  image: debian-12
+  provision: false
+  disk: 20GiB
+  memory: 2GiB
+vms:
+{vms}
+"""
+AGENT = "  - name: agent-4\n    pool: agents\n"
+
+
+class Cli:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.standin = StandIn.create(root, lima_home=root / "lima")
+        self.standin.configure(require_tty_false=True, host_user="claude")
+        self.manifest = root / "sand.yaml"
+
+    def write(self, vms: str = "  []\n", warm: int = 2) -> None:
+        body = MANIFEST.format(vms=vms, warm=warm).replace("vms:\n  []\n", "vms: []\n")
+        self.manifest.write_text(body)
+
+    def env(self) -> dict[str, str]:
+        env = {**self.standin.env(), "SAND_STATE_DIR": str(self.root / "state")}
+        env.pop("LIMA_HOME")  # the manifest says where
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "sand", *args, str(self.manifest)]
+
+    def sand(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.root,
+        )
+
+    def vms(self) -> list[str]:
+        """The instances, but sand's clone source (``sand-base-*``)."""
+        return [n for n in self.standin.instances() if not n.startswith("sand-base-")]
+
+    def marker(self, name: str) -> dict[str, object]:
+        return json.loads((self.standin.instance_dir(name) / "sand-marker.json").read_text())
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    made = Cli(tmp_path)
+    made.write()
+    proc = made.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert made.vms() == ["agents-spare-1", "agents-spare-2"]
+    assert made.marker("agents-spare-1")["pool"] == "agents"
+    return made
+
+
+def _operands(argv: tuple[str, ...], command: str) -> list[str]:
+    """The words after ``command`` that are not flags (``--name=x`` counts as a flag)."""
+    return [w for w in argv[argv.index(command) + 1 :] if not w.startswith("-")]
+
+
+def _settled(cli: Cli) -> None:
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_claim_renames_the_spare_and_the_pool_refills(cli: Cli) -> None:
+    uid = cli.marker("agents-spare-1")["uid"]
+    cli.write(AGENT)
+    plan = cli.sand("plan")
+    assert '+ vm "agent-4" (claims spare agents-spare-1 of pool agents) {' in plan.stdout
+    assert '+ spare "agents-spare-1" of pool agents (refill 1/2) {' in plan.stdout
+    cli.standin.clear_log()
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert cli.vms() == ["agent-4", "agents-spare-1", "agents-spare-2"]
+    claimed = cli.marker("agent-4")
+    assert claimed["uid"] == uid and claimed["name"] == claimed["identity"] == "agent-4"
+    assert "pool" not in claimed
+    assert cli.marker("agents-spare-1")["uid"] != uid  # a new spare in its slot
+    made = [
+        (i.command, _operands(i.argv, i.command))
+        for i in cli.standin.invocations()
+        if i.command in ("create", "clone", "rename") and "--list-templates" not in i.argv
+    ]
+    assert [ops for cmd, ops in made if cmd == "rename"] == [["agents-spare-1", "agent-4"]]
+    # One new instance: the refill's; the claimed one was renamed, never made.
+    assert [ops[-1] for cmd, ops in made if cmd != "rename"] == ["agents-spare-1"]
+    _settled(cli)
+
+
+@pytest.mark.parametrize("slow", ["stop_delay", "clone_delay"])
+def test_a_kill_mid_claim_leaves_the_spare_or_the_claimed_vm(cli: Cli, slow: str) -> None:
+    cli.write(AGENT)
+    journal = cli.root / "state" / "projects" / "pooltest" / "journal.jsonl"
+    # Killed while the spare stops, or while limactl moves its files (rename shares
+    # clone's code, and its window without lima.yaml).
+    cli.standin.configure(**{slow: 1.5})
+    killed = kill_when(
+        cli.argv("apply", "--auto-approve"),
+        cli.env(),
+        cli.root,
+        journal,
+        intent("rename"),
+        delay=0.5,
+    )
+    assert killed, "apply finished before the claim"
+    # limactl, started in a session of its own, outlives sand: let it end first.
+    wait_for_strays(f"SAND_STATE_DIR={cli.root / 'state'}")
+    names = set(cli.vms())
+    # Never both, never neither.
+    assert len(names & {"agent-4", "agents-spare-1"}) == 1, names
+    cli.standin.configure(**{slow: 0.0})
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert cli.vms() == ["agent-4", "agents-spare-1", "agents-spare-2"]
+    _settled(cli)
