@@ -58,7 +58,7 @@ class _Seen:
         return self.ownership is Ownership.OTHER_BACKEND
 
 
-def _decision(
+def entry_decision(
     ctx: Ctx, entry: PendingEntry, action: RecoveryAction, summary: str, *, absent: bool
 ) -> RecoveryDecision:
     return RecoveryDecision(
@@ -111,7 +111,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
         row = await vmops.locate(ctx, vmid)
         if row is None and await vmops.id_taken(ctx, vmid):
             if in_flight:
-                return _decision(
+                return entry_decision(
                     ctx,
                     entry,
                     RecoveryAction.WAIT,
@@ -119,7 +119,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
                     f"a clone still running?), then settle the {what}",
                     absent=False,
                 )
-            return _decision(
+            return entry_decision(
                 ctx,
                 entry,
                 RecoveryAction.MOOT,
@@ -128,7 +128,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
                 absent=False,
             )
     if row is None:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -139,7 +139,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
     if not wait:
         busy = row.get("lock") or await _active(ctx, node, vmid)
         if busy:
-            return _decision(
+            return entry_decision(
                 ctx,
                 entry,
                 RecoveryAction.WAIT,
@@ -161,7 +161,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
     if not _same_incarnation(entry, seen):
         return _moot(ctx, entry, seen)
     if op == "update":
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -169,7 +169,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
             "re-applies what is left",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx, entry, RecoveryAction.NOTHING, f"nothing to do for the {what}", absent=False
     )
 
@@ -190,7 +190,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
         and made_here
     )
     if not ours:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.MOOT,
@@ -201,7 +201,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
     tags = mk.parse_tags(config.get("tags"))
     ready = bool(row.get("template")) and tags.golden == str(block.get("fingerprint"))
     if entry.op == "base" and ready:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -209,7 +209,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
             absent=False,
         )
     if is_protected(config):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
@@ -222,7 +222,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
         if entry.op == "base"
         else f"finish the interrupted delete of golden base {name} (VM {vmid})"
     )
-    return _decision(ctx, entry, RecoveryAction.DELETE, what, absent=True)
+    return entry_decision(ctx, entry, RecoveryAction.DELETE, what, absent=True)
 
 
 async def _active(ctx: Ctx, node: str, vmid: str) -> str:
@@ -254,7 +254,7 @@ def _moot(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecision:
         why = "it is another VM that got the same vmid (its incarnation differs)"
     else:
         why = "it is not this project's"
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.MOOT,
@@ -285,7 +285,7 @@ def _decide_create(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if not ours or not matches:
         return _moot(ctx, entry, seen)
     if seen.tagged:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.ADOPT,
@@ -296,14 +296,14 @@ def _decide_create(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if adopting:
         return _moot(ctx, entry, seen)
     if is_protected(seen.config):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
             f"leave half-made clone {vmid} of {name} alone: it is protected",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.DELETE,
@@ -318,14 +318,14 @@ def _decide_delete(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if not _same_incarnation(entry, seen):
         return _moot(ctx, entry, seen)
     if is_protected(seen.config) or seen.row.get("template"):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
             f"leave VM {vmid} of {name} alone: protected or a template since its delete",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.DELETE,
