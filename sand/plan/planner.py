@@ -249,7 +249,9 @@ def _plan_fork(
     if not sources:
         why = f"its source {vm.fork.source!r} does not exist yet: apply once more after it is"
         return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
-    return base(action=Action.CREATE, guest=_whole(vm))
+    if can.fork_stops_source:  # the plan says so; apply refuses it while the agent works
+        vm = replace(vm, fork=replace(vm.fork, stops_source=True))
+    return base(action=Action.CREATE, guest=_whole(vm), desired=vm)
 
 
 def _whole(vm: DesiredVM) -> GuestAction:

@@ -59,6 +59,8 @@ class Ctx:
     # This project's lease record as the last listing showed it ("" none; None: not
     # observed yet): a lease taken later is fresh only if it still reads the same.
     lease_seen: str | None = None
+    # One fork at a time per source (each stops, copies and starts it): source -> lock.
+    fork_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Clones copy the base's disk; more than a few at once only contend for I/O.
