@@ -33,7 +33,16 @@ from sand.desired import DesiredState, DesiredVM
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.idle import Asleep, asleep_of
-from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
+from sand.plan.model import (
+    FORK_BLOCKER,
+    Action,
+    Blocker,
+    FieldChange,
+    GuestAction,
+    Plan,
+    Strategy,
+    VMChange,
+)
 from sand.plan.sleeps import maybe_sleep
 
 Policy = Mapping[str, Mutability]
@@ -245,10 +254,22 @@ def _plan_fork(
     if not can.fork:
         why = f"backend {vm.backend!r} cannot fork VMs yet"
         return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
-    sources = [o for o in obs.named(vm.fork.source) if o.ownership is Ownership.MANAGED]
-    if not sources:
-        why = f"its source {vm.fork.source!r} does not exist yet: apply once more after it is"
-        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
+    source = vm.fork.source
+    named = obs.named(source)
+    if not [o for o in named if o.ownership is Ownership.MANAGED]:
+        if named:  # a person's instance, a copy, another backend entry's VM: not ours
+            why = (
+                f"its source {source!r} is not a VM sand manages on backend {vm.backend!r} "
+                f"(the VM of that name is {named[0].ownership.value}): sand forks only its own"
+            )
+        else:
+            why = (
+                f"its source {source!r} does not exist on backend {vm.backend!r} yet: apply "
+                "once more after it is created"
+            )
+        # Located (FILE:LINE:COL of its from:) once the plan meets the manifest's file.
+        blocker = Blocker(why, kind=FORK_BLOCKER)
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, blockers=(blocker,))
     if can.fork_stops_source:  # the plan says so; apply refuses it while the agent works
         vm = replace(vm, fork=replace(vm.fork, stops_source=True))
     return base(action=Action.CREATE, guest=_whole(vm), desired=vm)

@@ -16,7 +16,7 @@ from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
-from sand.plan.model import Plan
+from sand.plan.model import FORK_BLOCKER, Plan
 from sand.plan.targeting import steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
@@ -98,6 +98,10 @@ async def compute_plan(
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)
+    if any(b.kind == FORK_BLOCKER for c in plan.changes for b in c.blockers):
+        from sand.survey.preflight import located_forks  # only for a fork that waits
+
+        plan = located_forks(plan, session)
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:

@@ -148,7 +148,11 @@ def test_a_fork_waits_for_its_source_to_exist() -> None:
     plan = make_plan(state, obs, FORKING)
     (change,) = [c for c in plan.changes if c.vm == "try-1"]
     assert change.action is Action.BLOCKED
-    assert "its source 'a' does not exist yet" in change.reasons[0]
+    (blocker,) = change.blockers
+    assert blocker.kind == "fork"
+    assert blocker.reason == (
+        "its source 'a' does not exist on backend 'pve' yet: apply once more after it is created"
+    )
 
 
 def test_a_later_change_of_the_source_never_replaces_the_fork() -> None:

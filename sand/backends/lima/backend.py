@@ -168,7 +168,7 @@ class LimaBackend:
     async def lease_record(self) -> LeaseRecord | None:
         return await read_lease(self.ctx)
 
-    async def doctor(self) -> DoctorReport:
+    async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
         return await run_doctor(self.ctx)
 
     async def close(self) -> None:

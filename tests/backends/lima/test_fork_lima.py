@@ -118,6 +118,10 @@ def test_a_fork_of_an_instance_that_is_not_this_projects_is_refused(tmp_path):
     rig.standin.clear_log()
     proc = rig.sand("apply", "--auto-approve")
     assert proc.returncode != 0
-    assert "its source 'agent-1' does not exist yet" in proc.stdout
+    # Located at the fork's from: (line 9 of the manifest the rig writes).
+    assert (
+        f"{rig.manifest}:9:11: its source 'agent-1' is not a VM sand manages on backend "
+        "'laptop' (the VM of that name is unmanaged): sand forks only its own"
+    ) in proc.stdout, proc.stdout
     assert calls(rig, "stop", "clone") == []
     assert "try-1" not in rig.standin.instances()
