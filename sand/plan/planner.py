@@ -30,6 +30,7 @@ from sand.agentstate import GuestPresence
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
+from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.idle import Asleep, asleep_of
@@ -368,6 +369,19 @@ def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:
         )
     if observed.lock:
         return base(action=Action.BLOCKED, reasons=(f"not pruned while locked ({observed.lock})",))
+    image = observed.marker.image if observed.marker else ""
+    if image.startswith(FORK_PREFIX):
+        # Made by `sand fork --apply`, whose entries were printed to be added: say so,
+        # so the person adds the entry instead of losing the attempt.
+        source = image[len(FORK_PREFIX) :]
+        return base(
+            action=Action.DELETE,
+            reasons=(
+                f"not in the manifest: a fork of {source} that no entry declares (made by "
+                f"`sand fork --apply`?); to keep it, add under vms: `- name: {observed.name}` "
+                f"with `from: {{vm: {source}}}`",
+            ),
+        )
     return base(action=Action.DELETE, reasons=("not in the manifest",))
 
 

@@ -125,3 +125,49 @@ def test_a_fork_of_an_instance_that_is_not_this_projects_is_refused(tmp_path):
     ) in proc.stdout, proc.stdout
     assert calls(rig, "stop", "clone") == []
     assert "try-1" not in rig.standin.instances()
+
+
+def run_sand(rig: Rig, *args: str):  # type: ignore[no-untyped-def]
+    """``sand ARGS`` in the rig (the manifest is ./sand.yaml there)."""
+    import subprocess
+
+    from tests.crash.killer import sand_argv
+
+    return subprocess.run(
+        sand_argv(*args), env=rig.env(), cwd=rig.root, capture_output=True, text=True,
+        timeout=180, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_fork_apply_creates_the_forks_without_writing_the_manifest(tmp_path):
+    """`sand fork --apply` (issue 29): the forks are created by an apply targeted at
+    them, on the manifest with their entries added in memory; the file is not written,
+    the entries are printed with what to do, and until they are added the next plan
+    says which VMs are undeclared forks (to delete)."""
+    rig = made(Rig(tmp_path))
+    before = rig.manifest.read_bytes()
+    proc = run_sand(
+        rig, "fork", "agent-1", "--count", "2", "--prefix", "try-", "--apply", "--auto-approve"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '+ vm "try-1" (fork of agent-1 at apply time: stops agent-1 for the copy) {' in (
+        proc.stdout
+    )
+    entries = "  - name: try-1\n    from: {vm: agent-1}\n  - name: try-2\n    from: {vm: agent-1}\n"
+    assert proc.stdout.endswith("\n" + entries), proc.stdout
+    assert "NOT written to sand.yaml" in proc.stderr and "plans every fork" in proc.stderr
+    assert rig.manifest.read_bytes() == before
+    assert rig.vms() == ["agent-1", "try-1", "try-2"]
+    assert status(rig, "agent-1") == "Running"
+    assert sidecar(rig, "try-2")["image"] == "fork:agent-1"
+    # Not declared: the next plan would delete them, says what they are, and sweeps them
+    # for unpushed work first as any delete (a stand-in has no guest to look into: then
+    # it is held as holding work, blocked).
+    plan = rig.sand("plan")
+    assert "  # try-1 (laptop) is blocked: it would be destroyed" in plan.stdout, plan.stdout
+    assert "a fork of agent-1 that no entry declares (made by `sand fork --apply`?)" in (
+        plan.stdout
+    )
+    # Added as printed, they are the manifest's VMs like any other.
+    rig.manifest.write_bytes(before + entries.encode())
+    assert rig.sand("plan", "--detailed-exitcode").returncode == 0
