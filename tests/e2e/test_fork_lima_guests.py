@@ -55,3 +55,19 @@ def test_a_fork_is_refused_while_the_sources_agent_works_unless_forced(
     assert calls(fleet) == ["stop dev-1", "clone dev-1 try-1"]
     (source,) = fleet.standin.list_json("dev-1")
     assert source["status"] == "Running"
+
+
+def test_a_fork_is_reached_after_its_host_keys_are_made_anew(tmp_path: Path, netns_guest) -> None:
+    """The fork-identity step makes the fork's SSH host keys anew within the boot sand
+    pinned its key for; sand pins the new key, read over its own connection, so the
+    next connection (sand shell) reaches the fork (found on the real Lima)."""
+    source, copy = netns_guest(), netns_guest()
+    fleet = Fleet(tmp_path, source)
+    fleet.standin.back_with_guest("try-1", copy)  # what the clone boots as
+    (tmp_path / "sand.yaml").write_text(MANIFEST + "  - name: try-1\n    from: {vm: dev-1}\n")
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shell = fleet.sand("shell", "try-1", "--", "hostname")
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+    assert shell.stdout == "try-1\n"
+    assert fleet.sand("plan", "--detailed-exitcode").returncode == 0
