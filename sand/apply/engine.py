@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
+from sand.apply.forkguard import refuse_while_working, stops_source
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, BaseProvisioner, ClaimsSpares, Sleeps
 from sand.defaults import PARALLELISM
@@ -154,6 +155,9 @@ async def execute(
                 # What the backend and the guest say of their own steps (a bounded
                 # wait, a retry) reaches this VM's events, and only this VM's.
                 with activity.listening(say.heard):
+                    if change.action is Action.CREATE and stops_source(change):
+                        say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
+                        await refuse_while_working(plan, change, backends[change.backend])
                     result.observed = await _apply_one(
                         change, backends[change.backend], journal, kit, say, claims
                     )

@@ -44,3 +44,6 @@ class Capabilities:
     # Can make a VM from another one's disk (a fork, ``from: {vm: ...}``); a fork on a
     # backend that cannot is blocked, never created from an image instead.
     fork: bool = False
+    # A fork stops its source for the copy and starts it again (Lima: limactl clone
+    # copies a stopped instance); it is then refused while the source's agent works.
+    fork_stops_source: bool = False

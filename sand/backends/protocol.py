@@ -342,7 +342,10 @@ class Backend(Observes, Lifecycle, GoldenBases, Recovers, Leases, Protocol):
 class Diagnoses(Protocol):
     """``sand doctor``: checks of the backend's setup (privileges, versions, paths)."""
 
-    async def doctor(self) -> DoctorReport: ...
+    async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
+        """``desired``: the manifest's VMs on this backend, for the checks only some
+        VMs need (a fork needs the privilege to snapshot its source)."""
+        ...
 
 
 @runtime_checkable

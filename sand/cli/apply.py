@@ -28,6 +28,7 @@ from sand.project import open_session
 if TYPE_CHECKING:
     from sand.apply.events import Hooks
     from sand.backends.lease import LeaseBusy
+    from sand.manifest.loader import LoadedManifest
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -111,7 +112,10 @@ def run_apply(
     replace_vms: Collection[str] = (),
     command: str = "apply",
     lease_wait: float = 0.0,
+    loaded: LoadedManifest | None = None,
 ) -> int:
+    """``loaded``: the manifest to apply, as read already (``sand fork --apply``: the
+    file with the forks added in memory); default: the file as it is."""
     # here, not at the top: sand apply starts without it
     from sand.survey.planfile import read_plan_file, saved_steering
 
@@ -129,7 +133,7 @@ def run_apply(
         raise PlanRefused(
             "no terminal to confirm on; re-run with --auto-approve to apply unattended"
         )
-    session = open_session(manifest, lock=True)
+    session = open_session(manifest, lock=True, loaded=loaded)
     view = _Console(as_json=as_json, progress_mode="json" if as_json else progress_mode)
     approver: Approver = (
         AutoApprove(person=saved is not None) if auto_approve else _Question(destroy)

@@ -182,16 +182,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
     from sand.backends.protocol import Backend, Diagnoses
+    from sand.desired import DesiredVM
     from sand.errors import SandError
     from sand.project import open_session
 
     session = open_session(args.manifest, lock=False)
 
+    def mine(name: str) -> list[DesiredVM]:
+        return [vm for vm in session.desired.vms if vm.backend == name]
+
     async def check(backend: Backend) -> list[str]:
         if not isinstance(backend, Diagnoses):
             return []
         try:
-            return list(await backend.doctor())
+            return list(await backend.doctor(mine(backend.name)))
         except SandError as exc:  # a check that could not even run is a finding too
             return [f"error: {exc}"]
 

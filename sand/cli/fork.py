@@ -47,6 +47,14 @@ def add_fork_parser(sub: Any) -> None:
         action="store_true",
         help="Proxmox: fork the source's memory too (snapshot: memory)",
     )
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="also create them now (an apply targeted at them, with the entries added to "
+        "the manifest in memory only): add the printed entries to the file afterwards, or "
+        "the next apply plans them as VMs to delete",
+    )
+    p.add_argument("--auto-approve", action="store_true", help="with --apply: apply without asking")
     vm_argument(p, "the VM to fork")
     p.set_defaults(handler=_fork)
 
@@ -56,6 +64,8 @@ def _fork(args: argparse.Namespace) -> int:
     from sand.cli.fork_entries import fork_entries, render_entries
 
     entries = fork_entries(args.manifest, args.vm, args.count, args.prefix, memory=args.memory)
+    if args.apply:
+        return _apply(args, entries)
     sys.stdout.write(render_entries(entries, args.manifest))
     print(
         f"# {len(entries)} fork entr{'y' if len(entries) == 1 else 'ies'} of {args.vm}: add "
@@ -63,3 +73,40 @@ def _fork(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _apply(args: argparse.Namespace, entries: list[dict[str, Any]]) -> int:
+    """The forks created now: ``sand apply --target`` each of them, on the manifest with
+    their entries added in memory. The file is not written, so the entries are printed
+    after, whatever the apply did: a fork it made and the manifest does not declare is
+    planned for deletion by the next apply (guarded as any delete)."""
+    # here, not at the top: importing them loads pydantic, yaml and the backends
+    from sand.cli.apply import run_apply
+    from sand.cli.fork_entries import overlay, render_entries
+    from sand.defaults import PARALLELISM
+
+    names = [str(entry["name"]) for entry in entries]
+    loaded = overlay(args.manifest, entries)
+    code = 1
+    try:
+        code = run_apply(
+            args.manifest,
+            auto_approve=args.auto_approve,
+            parallelism=PARALLELISM,
+            allow_mass_delete=False,
+            as_json=False,
+            targets=names,
+            loaded=loaded,
+            command="fork",
+        )
+    finally:
+        sys.stdout.write("\n" + render_entries(entries, args.manifest))
+        made = "made" if code == 0 else "made (those this apply got to)"
+        print(
+            f"# {', '.join(names)}: {made} from {args.vm}, but NOT written to "
+            f"{args.manifest}. Add the entries above under `vms:` now: "
+            "the next `sand apply` of the file as it is plans every fork it does not declare "
+            "as a VM to delete.",
+            file=sys.stderr,
+        )
+    return code

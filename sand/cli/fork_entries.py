@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sand.errors import SandError
 from sand.manifest import load_manifest
+from sand.manifest.loader import LoadedManifest, load_manifest_bytes
 from sand.manifest.references import check_references
 
 
@@ -65,3 +67,30 @@ def render_entries(entries: list[dict[str, Any]], manifest: str) -> str:
 
 # An item of a list of VMs as written: "  - name: agent-1" (its indent is kept).
 _ITEM = re.compile(r"^( *)- name:", re.MULTILINE)
+
+
+def overlay(manifest: str, entries: list[dict[str, Any]]) -> LoadedManifest:
+    """The manifest as it would be with ``entries`` added at the end of its ``vms:``, in
+    memory only (``sand fork --apply``): the file is not written. Every line before the
+    insertion keeps its number, so what is located in the manifest is located right."""
+    with open(manifest, encoding="utf-8") as file:
+        text = file.read()
+    head = _VMS.search(text)
+    if head is None:
+        raise SandError(
+            f"{manifest}: --apply needs `vms:` written as a block list (`- name: ...` items)"
+        )
+    after = _TOP_KEY.search(text, head.end())
+    at = after.start() if after is not None else len(text)
+    before = text[:at] if text[:at].endswith("\n") or not text[:at] else text[:at] + "\n"
+    joined = before + render_entries(entries, manifest) + text[at:]
+    loaded = load_manifest_bytes(joined.encode(), Path(manifest))
+    names = {vm.name for vm in loaded.manifest.vms}
+    if any(entry["name"] not in names for entry in entries):  # not where they were put
+        raise SandError(f"{manifest}: could not add the forks at the end of its `vms:`")
+    return loaded
+
+
+# The top-level `vms:` key with a block list under it, and the next top-level key.
+_VMS = re.compile(r"^vms:[ \t]*(#.*)?$", re.MULTILINE)
+_TOP_KEY = re.compile(r"^[A-Za-z_\"']", re.MULTILINE)

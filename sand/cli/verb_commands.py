@@ -24,6 +24,7 @@ from sand.terminal import one_line
 from sand.verbs.target import Target, connect, resolve
 
 if TYPE_CHECKING:
+    from sand.desired import DesiredVM
     from sand.verbs.drupal import Issue
     from sand.verbs.forge import GitLab
     from sand.verbs.power import Note
@@ -173,6 +174,9 @@ def cmd_land(args: argparse.Namespace) -> int:
 
 
 async def _land(args: argparse.Namespace) -> int:
+    if args.compare:
+        patterns = [args.vm, *([args.path] if args.path else [])]
+        return await compare_vms(args.manifest, patterns)
     return await land_vm(args.manifest, args.vm, path=args.path, open_pr=args.pr, web=args.web)
 
 
@@ -216,6 +220,59 @@ async def land_vm(
             web=web,
             out=out,
         )
+
+
+async def compare_vms(manifest: str, patterns: list[str], out: TextIO = sys.stdout) -> int:
+    """``sand land --compare try-*``: the declared VMs the patterns name, each read in
+    one exchange with its guest (all at once), told side by side. A VM that is not
+    running, or does not answer, has its row say so; asleep ones are not woken."""
+    import fnmatch
+    import time
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
+    from sand.guest.runner import SshRunner
+
+    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
+    from sand.guest.ssh import where
+
+    # here, not at the top: sand shell/cp/land/publish starts without it
+    from sand.project import observe_all, open_session
+    from sand.verbs.compare import ForkView, read_fork, render
+
+    session = open_session(manifest, lock=False)
+    try:
+        vms = [
+            v for v in session.desired.vms if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)
+        ]
+        if not vms:
+            known = ", ".join(v.name for v in session.desired.vms) or "none"
+            raise UsageError(
+                f"{manifest} declares no VM matching {' '.join(patterns)} (VMs: {known})"
+            )
+        backends = {v.backend: session.backends[v.backend] for v in vms}
+        seen = await observe_all(backends, session.desired)
+
+        async def one(vm: DesiredVM) -> ForkView:
+            obs = seen[vm.backend]
+            if obs.unknown_reason:
+                return ForkView(vm.name, problem=f"backend {vm.backend}: {obs.unknown_reason}")
+            current = next((o for o in obs.managed() if o.name == vm.name), None)
+            if current is None or current.power != "running":
+                state = "does not exist yet" if current is None else f"is {current.power}"
+                return ForkView(vm.name, problem=f"the VM {state}")
+            try:
+                endpoint = await session.backends[vm.backend].endpoint(vm, current)
+                async with connect(endpoint) as conn:
+                    runner = SshRunner(conn, "fork comparison", where=where(endpoint))
+                    return await read_fork(runner, vm.name, [r.path for r in vm.repos])
+            except SandError as exc:
+                return ForkView(vm.name, problem=one_line(str(exc), 160))
+
+        views = await asyncio.gather(*(one(v) for v in vms))
+    finally:
+        await session.close()
+    out.write(render(views, time.time()))
+    return 0 if all(not v.problem for v in views) else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

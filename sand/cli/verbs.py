@@ -93,6 +93,12 @@ def add_verb_parsers(sub: Any) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--pr", action="store_true", help="open a draft PR with the host's gh")
     mode.add_argument("--web", action="store_true", help="print (and open) the compare URL")
+    mode.add_argument(
+        "--compare",
+        action="store_true",
+        help="VM (and PATH) are patterns (try-*): the forks they name side by side: each "
+        "checkout's branch, commits and changes since the fork point, and agent state",
+    )
     p.set_defaults(handler=_land)
 
     p = sub.add_parser(

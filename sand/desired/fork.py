@@ -25,6 +25,11 @@ class DesiredFork:
 
     source: str
     memory: bool = False
+    # Made even while the source's agent is working (where the backend stops the
+    # source for the copy: Lima); without it such a fork is refused at apply time.
+    force: bool = False
+    # Set by the planner where the backend stops the source for the copy (Lima).
+    stops_source: bool = False
 
 
 def with_inherited(vm: VM, vms: list[VM]) -> VM:
@@ -53,4 +58,4 @@ def with_inherited(vm: VM, vms: list[VM]) -> VM:
 def desired_fork(vm: VM) -> DesiredFork | None:
     if vm.fork is None:
         return None
-    return DesiredFork(source=vm.fork.vm, memory=vm.fork.snapshot == "memory")
+    return DesiredFork(source=vm.fork.vm, memory=vm.fork.snapshot == "memory", force=vm.fork.force)

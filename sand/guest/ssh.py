@@ -234,6 +234,44 @@ async def connect(
         await _close(tunnel)
 
 
+# The key a guest's new host keys are pinned by: ssh-keygen -A always makes it, and a
+# connection trusting only it negotiates it.
+NEW_HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
+
+
+async def repin(
+    conn: asyncssh.SSHClientConnection,
+    endpoint: GuestEndpoint,
+    *,
+    known_hosts: KnownHosts | None = None,
+) -> None:
+    """The guest's SSH host keys were made anew by sand itself, over ``conn`` (a fork's
+    ``fork-identity`` step): pin the new key, read over that same authenticated
+    connection, in place of the one pinned for this boot. Without it the next
+    connection in this boot would be refused as an impostor."""
+    if endpoint.host_key_policy != "pin":
+        return
+    res = await conn.run(f"cat {NEW_HOST_KEY}", check=False, timeout=30)
+    text = res.stdout if isinstance(res.stdout, str) else ""
+    try:
+        key = asyncssh.import_public_key(text.strip())
+    except (asyncssh.KeyImportError, ValueError):
+        raise TransportError(
+            f"SSH to {where(endpoint)}: the guest's new host key ({NEW_HOST_KEY}) could not "
+            "be read after sand made it; the next connection will be refused",
+            transient=False,
+        ) from None
+    pins = known_hosts or KnownHosts()
+    alias = host_key_alias(endpoint)
+    pins.forget(alias)
+    if not pins.pin(alias, key, family=endpoint.host_key_family):
+        raise TransportError(
+            f"SSH to {where(endpoint)}: another run pinned a host key for {alias!r} in "
+            f"{pins.path} while this one made the guest's new one",
+            transient=False,
+        )
+
+
 async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:
     # The user's own host: their agent, ssh_config and known_hosts apply (the latter read
     # with OpenSSH's port rule, as for the remote Lima host itself).

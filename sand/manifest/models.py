@@ -186,6 +186,13 @@ class ForkSource(Strict):
         "snapshot is taken with vmstate); default 'disk'.",
         examples=["memory"],
     )
+    force: bool = Field(
+        default=False,
+        description="Fork even while the source's agent is working. Lima stops the source "
+        "for the copy (limactl clone copies a stopped instance), which ends its running "
+        "agent; without this, such a fork is refused at apply time.",
+        examples=[True],
+    )
 
 
 class VM(Strict):

@@ -80,13 +80,19 @@ class Strategy(StrEnum):
     DESTROY_BEFORE_CREATE = "destroy-before-create"
 
 
+# A fork's source missing, or not this project's VM (the planner's finding, located at
+# the fork's ``from:`` once the plan meets the manifest's file).
+FORK_BLOCKER = "fork"
+
+
 @dataclass(frozen=True)
 class Blocker:
     """Why a change may not run now, and where in the manifest to fix it."""
 
     reason: str
     where: str = ""  # "FILE:LINE:COL" of the field at fault, when there is one
-    kind: str = "preflight"  # "preflight" (the backend refused it) | "data" (unpushed work)
+    # "preflight" (the backend refused it) | "data" (unpushed work) | FORK_BLOCKER
+    kind: str = "preflight"
     details: tuple[str, ...] = ()  # e.g. one line per checkout holding work
 
     def __str__(self) -> str:

@@ -108,7 +108,12 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         fork = c.desired.fork if c.desired is not None else None
         if fork is not None and (c.blocked_action or c.action) is Action.CREATE:
             # Made from its source at apply time (docs/fork-and-pools.md).
-            out["fork_of"] = {"vm": fork.source, "memory": fork.memory}
+            out["fork_of"] = {
+                "vm": fork.source,
+                "memory": fork.memory,
+                "stops_source": fork.stops_source,
+                "force": fork.force,
+            }
         out.update(_pool_keys(c))
     if plan.bases:
         data["bases"] = [base_to_json(b) for b in plan.bases]

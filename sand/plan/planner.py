@@ -30,10 +30,20 @@ from sand.agentstate import GuestPresence
 from sand.backends.capabilities import Capabilities, Mutability
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
+from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.idle import Asleep, asleep_of
-from sand.plan.model import Action, FieldChange, GuestAction, Plan, Strategy, VMChange
+from sand.plan.model import (
+    FORK_BLOCKER,
+    Action,
+    Blocker,
+    FieldChange,
+    GuestAction,
+    Plan,
+    Strategy,
+    VMChange,
+)
 from sand.plan.sleeps import maybe_sleep
 
 Policy = Mapping[str, Mutability]
@@ -245,11 +255,25 @@ def _plan_fork(
     if not can.fork:
         why = f"backend {vm.backend!r} cannot fork VMs yet"
         return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
-    sources = [o for o in obs.named(vm.fork.source) if o.ownership is Ownership.MANAGED]
-    if not sources:
-        why = f"its source {vm.fork.source!r} does not exist yet: apply once more after it is"
-        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, reasons=(why,))
-    return base(action=Action.CREATE, guest=_whole(vm))
+    source = vm.fork.source
+    named = obs.named(source)
+    if not [o for o in named if o.ownership is Ownership.MANAGED]:
+        if named:  # a person's instance, a copy, another backend entry's VM: not ours
+            why = (
+                f"its source {source!r} is not a VM sand manages on backend {vm.backend!r} "
+                f"(the VM of that name is {named[0].ownership.value}): sand forks only its own"
+            )
+        else:
+            why = (
+                f"its source {source!r} does not exist on backend {vm.backend!r} yet: apply "
+                "once more after it is created"
+            )
+        # Located (FILE:LINE:COL of its from:) once the plan meets the manifest's file.
+        blocker = Blocker(why, kind=FORK_BLOCKER)
+        return base(action=Action.BLOCKED, blocked_action=Action.CREATE, blockers=(blocker,))
+    if can.fork_stops_source:  # the plan says so; apply refuses it while the agent works
+        vm = replace(vm, fork=replace(vm.fork, stops_source=True))
+    return base(action=Action.CREATE, guest=_whole(vm), desired=vm)
 
 
 def _whole(vm: DesiredVM) -> GuestAction:
@@ -347,6 +371,19 @@ def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:
         )
     if observed.lock:
         return base(action=Action.BLOCKED, reasons=(f"not pruned while locked ({observed.lock})",))
+    image = observed.marker.image if observed.marker else ""
+    if image.startswith(FORK_PREFIX):
+        # Made by `sand fork --apply`, whose entries were printed to be added: say so,
+        # so the person adds the entry instead of losing the attempt.
+        source = image[len(FORK_PREFIX) :]
+        return base(
+            action=Action.DELETE,
+            reasons=(
+                f"not in the manifest: a fork of {source} that no entry declares (made by "
+                f"`sand fork --apply`?); to keep it, add under vms: `- name: {observed.name}` "
+                f"with `from: {{vm: {source}}}`",
+            ),
+        )
     return base(action=Action.DELETE, reasons=("not in the manifest",))
 
 

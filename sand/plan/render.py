@@ -296,7 +296,11 @@ def _fork_note(change: VMChange) -> str:
     if fork is None:
         return ""
     memory = ", with its memory" if fork.memory else ""
-    return f" (fork of {fork.source} at apply time{memory})"
+    stops = ""
+    if fork.stops_source:
+        working = ", even while its agent works" if fork.force else ""
+        stops = f": stops {fork.source} for the copy{working}"
+    return f" (fork of {fork.source} at apply time{memory}{stops})"
 
 
 # Keyed by VMChange.verb: the machine's action, or "reprovision" for a kept machine

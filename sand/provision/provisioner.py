@@ -34,7 +34,7 @@ from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
 from sand.guest.endpoint import GuestEndpoint
 from sand.guest.runner import GuestTimeout, SshRunner
-from sand.guest.ssh import CONNECT_DEADLINE, connect, where
+from sand.guest.ssh import CONNECT_DEADLINE, connect, repin, where
 from sand.logs import get_logger, redact
 from sand.provision.bundle import Bundle, default_bundle
 from sand.provision.driver import (
@@ -270,6 +270,8 @@ async def _run(
                 raise GuestCommandError(
                     name, None, f"{tail}\n(no result after {exc.timeout:g}s)".lstrip()
                 ) from None
+            if _new_host_keys(result.stdout, run.nonce):
+                await repin(conn, endpoint)
     text = inert(result.stdout.decode(errors="replace"))
     outcomes = read_frames(text, run.nonce)
     reports = [_report(o, values) for o in outcomes]
@@ -295,6 +297,18 @@ async def _run(
         seconds=round(done.seconds, 3),
     )
     return done
+
+
+def _new_host_keys(stdout: bytes, nonce: str) -> bool:
+    """Whether a step of this run made the guest's SSH host keys anew (a fork's
+    fork-identity step): its connection is still the guest's, the pin is not."""
+    for outcome in read_frames(stdout.decode(errors="replace"), nonce):
+        if outcome.name == "fork-identity" and outcome.ran and outcome.status == 0:
+            return any(
+                line.startswith(CHANGED) and "SSH host keys" in line
+                for line in outcome.output.splitlines()
+            )
+    return False
 
 
 class _Narrator:

@@ -16,7 +16,7 @@ from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
-from sand.plan.model import Plan
+from sand.plan.model import FORK_BLOCKER, Plan
 from sand.plan.pools import with_pools
 from sand.plan.targeting import steer
 from sand.project import Session, observe_all
@@ -108,6 +108,10 @@ async def compute_plan(
     # Which new VMs claim a spare (and which spares refill), before the bases: a claim
     # clones nothing, a refill is cloned from its pool's base.
     plan = with_pools(plan, desired)
+    if any(b.kind == FORK_BLOCKER for c in plan.changes for b in c.blockers):
+        from sand.survey.preflight import located_forks  # only for a fork that waits
+
+        plan = located_forks(plan, session)
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:

@@ -15,7 +15,7 @@ from sand.backends.protocol import Backend, PreflightItem, PreflightProblem, Pre
 from sand.errors import SandError
 from sand.manifest.locate import backend_field_location, vm_field_location
 from sand.plan.gates import Key, with_blockers, with_strategies
-from sand.plan.model import Action, Blocker, Plan, Strategy, VMChange
+from sand.plan.model import FORK_BLOCKER, Action, Blocker, Plan, Strategy, VMChange
 from sand.project import Session
 
 
@@ -86,6 +86,23 @@ async def preflight_plan(plan: Plan, session: Session) -> Plan:
         )
     plan = with_blockers(plan, blockers)
     return replace(plan, warnings=(*plan.warnings, *dict.fromkeys(warnings)))
+
+
+def located_forks(plan: Plan, session: Session) -> Plan:
+    """Each fork blocked for its source (missing, or not this project's), with the
+    ``FILE:LINE:COL`` of its ``from:``: plain data, so every plan gets it."""
+
+    def located(change: VMChange) -> VMChange:
+        if not any(b.kind == FORK_BLOCKER and not b.where for b in change.blockers):
+            return change
+        where = vm_field_location(session.loaded, change.vm, "from", use_defaults=False)
+        blockers = tuple(
+            replace(b, where=where) if b.kind == FORK_BLOCKER and not b.where else b
+            for b in change.blockers
+        )
+        return replace(change, blockers=blockers)
+
+    return replace(plan, changes=tuple(located(c) for c in plan.changes))
 
 
 def _blocker(session: Session, backend: str, problem: PreflightProblem) -> Blocker:

@@ -60,3 +60,23 @@ def test_fork_is_completed_and_explained(shell_env):  # noqa: F811
     helped = sand.run("fork", "--help")
     assert helped.returncode == 0 and "writes nothing" not in helped.stderr
     assert "--prefix P" in helped.stdout and "fork/<name>" in helped.stdout
+
+
+def test_fork_apply_adds_the_entries_in_memory_at_the_end_of_vms(tmp_path):
+    """Also when `vms:` is not the file's last section; lines before it keep their
+    numbers (what is located in the manifest stays located right)."""
+    from sand.cli.fork_entries import overlay
+
+    path = tmp_path / "sand.yaml"
+    text = (
+        "apiVersion: sand/v1\nproject: demo\nbackends:\n  laptop: {type: lima}\n"
+        "defaults: {image: debian-12}\nvms:\n  - name: agent-1\n    repos: [app]\n"
+        "# the repos\nrepos:\n  app: {url: https://example.test/app.git}\n"
+    )
+    path.write_text(text)
+    loaded = overlay(str(path), [{"name": "try-1", "from": {"vm": "agent-1"}}])
+    assert path.read_text() == text
+    assert [v.name for v in loaded.manifest.vms] == ["agent-1", "try-1"]
+    assert loaded.text.splitlines()[:8] == text.splitlines()[:8]
+    (fork,) = [v for v in loaded.manifest.vms if v.fork is not None]
+    assert fork.fork is not None and fork.fork.vm == "agent-1"

@@ -109,14 +109,34 @@ def test_the_plan_says_a_fork_is_made_from_its_source_at_apply_time() -> None:
 
 
 def test_a_backend_that_cannot_fork_blocks_the_fork_instead_of_creating_it() -> None:
-    # Lima does not fork yet (its stop, clone, start is not built).
     state = desired(SOURCE + "  - name: try-c\n    from: {vm: c}\n")
     obs = converged(state)
     obs["laptop"] = Observation("laptop", tuple(v for v in obs["laptop"].vms if v.name == "c"))
-    plan = make_plan(state, obs, POLICIES)
+    unable = {**POLICIES, "laptop": replace(POLICIES["laptop"], fork=False)}
+    plan = make_plan(state, obs, unable)
     (change,) = [c for c in plan.changes if c.vm == "try-c"]
     assert change.action is Action.BLOCKED and change.blocked_action is Action.CREATE
     assert change.reasons == ("backend 'laptop' cannot fork VMs yet",)
+
+
+@pytest.mark.parametrize(
+    ("entry", "note"),
+    [
+        ("{vm: c}", "(fork of c at apply time: stops c for the copy)"),
+        (
+            "{vm: c, force: true}",
+            "(fork of c at apply time: stops c for the copy, even while its agent works)",
+        ),
+    ],
+)
+def test_the_plan_says_a_lima_fork_stops_its_source(entry: str, note: str) -> None:
+    state = desired(SOURCE + f"  - name: try-c\n    from: {entry}\n")
+    obs = converged(state)
+    obs["laptop"] = Observation("laptop", tuple(v for v in obs["laptop"].vms if v.name == "c"))
+    plan = make_plan(state, obs, POLICIES)  # Lima's own capabilities: it stops the source
+    (change,) = [c for c in plan.changes if c.vm == "try-c"]
+    assert change.action is Action.CREATE
+    assert f'  + vm "try-c" {note} {{' in render_text(plan)
 
 
 def test_a_fork_waits_for_its_source_to_exist() -> None:
@@ -128,7 +148,11 @@ def test_a_fork_waits_for_its_source_to_exist() -> None:
     plan = make_plan(state, obs, FORKING)
     (change,) = [c for c in plan.changes if c.vm == "try-1"]
     assert change.action is Action.BLOCKED
-    assert "its source 'a' does not exist yet" in change.reasons[0]
+    (blocker,) = change.blockers
+    assert blocker.kind == "fork"
+    assert blocker.reason == (
+        "its source 'a' does not exist on backend 'pve' yet: apply once more after it is created"
+    )
 
 
 def test_a_later_change_of_the_source_never_replaces_the_fork() -> None:
@@ -145,5 +169,5 @@ def test_the_json_plan_names_what_a_fork_is_made_from() -> None:
 
     data = plan_to_json(_plan(FORKED))
     (change,) = [c for c in data["changes"] if c["vm"] == "try-1"]
-    assert change["fork_of"] == {"vm": "a", "memory": False}
+    assert change["fork_of"] == {"vm": "a", "memory": False, "stops_source": False, "force": False}
     assert all("fork_of" not in c for c in data["changes"] if c["vm"] != "try-1")

@@ -42,7 +42,9 @@ from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, Sec
 from sand.state.journal import Journal, PendingEntry
 
 # Instance names are unique on a Lima host (a directory each).
-CAPABILITIES = Capabilities(field_policy=lifecycle.FIELD_POLICY, unique_names=True)
+CAPABILITIES = Capabilities(
+    field_policy=lifecycle.FIELD_POLICY, unique_names=True, fork=True, fork_stops_source=True
+)
 
 
 class LimaBackend:
@@ -171,7 +173,7 @@ class LimaBackend:
     async def lease_record(self) -> LeaseRecord | None:
         return await read_lease(self.ctx)
 
-    async def doctor(self) -> DoctorReport:
+    async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
         return await run_doctor(self.ctx)
 
     async def close(self) -> None:

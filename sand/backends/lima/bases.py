@@ -41,7 +41,7 @@ def base_stamp(project: str, vm: DesiredVM) -> str:
 def count_users(ctx: Ctx, desired: Sequence[DesiredVM]) -> None:
     """Remember how many desired VMs share each base (two or more: worth building one)."""
     ctx.base_users = {}
-    for vm in desired:
+    for vm in (v for v in desired if v.fork is None):  # a fork is copied from its source
         key = base_name(ctx.project, vm)
         ctx.base_users[key] = ctx.base_users.get(key, 0) + 1
 

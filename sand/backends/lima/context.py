@@ -64,6 +64,8 @@ class Ctx:
     # Per-name reads shared by the creates that ask together (observe.observe_one; of
     # its Inspected, a layer above this one).
     reads: SharedReads[Any] | None = None
+    # One fork at a time per source (each stops, copies and starts it): source -> lock.
+    fork_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Clones copy the base's disk; more than a few at once only contend for I/O.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from sand.backends.lima import bases, golden, limayaml, observe, scripts, vmops
+from sand.backends.lima import fork as fork_mod
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
@@ -36,27 +37,35 @@ async def create(
             backend=ctx.name,
         )
     made_from = ""
-    if from_base:
+    source: fork_mod.Source | None = None
+    base: str | None = None
+    if vm.fork is not None:  # copied from its source, not from a base
+        source = await fork_mod.read_source(ctx, vm)
+    elif from_base:
         assert vm.base is not None
-        base: str | None = await golden.source_for(ctx, vm.base)
+        base = await golden.source_for(ctx, vm.base)
         made_from = vm.base.fingerprint
     elif bases.should_clone(ctx, vm):
         base = await bases.ensure_base(ctx, vm, journal)
-    else:
-        base = None
     uid = new_uid()  # the incarnation, journalled first: recovery adopts only this one
+    via = f"clone:{base}" if base else "create"
+    # A fork's copy carries its source's marker until its own is written: the source's
+    # incarnation tells recovery that copy apart.
+    origin = {"via": fork_mod.VIA + source.name, "source_uid": source.uid} if source else {}
     entry = await journal.begin_async(
         "create",
         backend=ctx.name,
         vm=name,
         identity=name,
-        via=f"clone:{base}" if base else "create",
         image=vm.image,
         uid=uid,
+        **{"via": via, **origin},
     )
     marked = False
     try:
-        if base:
+        if source is not None:
+            await fork_mod.copy(ctx, vm, source, journal, entry)
+        elif base:
             settings = {
                 **limayaml.vm_edit_settings(vm, ctx.bundle),
                 f"param.{limayaml.PARAM_INSTANCE}": name,
@@ -77,7 +86,8 @@ async def create(
             )
             sets = limayaml.set_expressions(limayaml.security_settings(vm.ports, ctx.bundle))
             await vmops.create_instance(ctx, name, body, sets)
-        journal.step(entry, "created")
+        if source is None:
+            journal.step(entry, "created")  # a fork's copy says so itself
         sidecar = Sidecar(
             Marker(
                 ctx.project,
@@ -106,7 +116,7 @@ async def create(
         if marked:
             # A managed instance with fingerprint "": the next plan converges it.
             journal.finish(entry, "failed")
-        elif await _cleanup_half_made(ctx, name):
+        elif await _cleanup_half_made(ctx, name, source):
             journal.finish(entry, "failed")
         raise
     journal.finish(entry)
@@ -114,14 +124,17 @@ async def create(
     return observed
 
 
-async def _cleanup_half_made(ctx: Ctx, name: str) -> bool:
+async def _cleanup_half_made(ctx: Ctx, name: str, source: fork_mod.Source | None) -> bool:
     """After a failed clone/create: remove what it left. True when settled."""
     try:
         found = (await observe.inspect(ctx, name))[name]
         inst = found.instance
         if inst is None:
             return True
-        if found.sidecar is not None:
+        side = found.sidecar
+        # A fork's copy carries its source's marker (the name was free before the copy).
+        copied = source is not None and side is not None and side.uid == source.uid
+        if side is not None and not copied:
             return True  # carries a marker: not half-made
         await vmops.remove(ctx, name, readable=inst.readable)
         return True

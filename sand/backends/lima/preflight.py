@@ -57,7 +57,8 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     todo = [i for i in items if i.action in ("create", "replace") or SIZED & set(i.fields)]
     if not todo:
         return PreflightReport()
-    made = [i for i in todo if i.action in ("create", "replace")]
+    # A fork is copied from its source's disk: it names no image to look for.
+    made = [i for i in todo if i.action in ("create", "replace") and i.vm.fork is None]
     images = sorted({i.vm.image for i in made})
     templated = any(template_name(img) for img in images)
     locations = [img for img in images if template_name(img) is None]
@@ -99,7 +100,7 @@ def _problems(
 ) -> list[PreflightProblem]:
     vm = item.vm
     out: list[PreflightProblem] = []
-    if item.action in ("create", "replace"):
+    if item.action in ("create", "replace") and vm.fork is None:
         name = template_name(vm.image)
         if name is not None:
             if facts.templates is not None and name not in facts.templates:

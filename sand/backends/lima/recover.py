@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
-from sand.backends.lima import lifecycle, limayaml, scripts, vmops
+from sand.backends.lima import fork, lifecycle, limayaml, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import classify
 from sand.backends.lima.observe import Inspected, inspect
@@ -143,6 +143,8 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
             )
     if op == "rename":
         return await _decide_rename(ctx, entry, say)
+    if op == fork.OP:  # a fork's source, stopped for the copy
+        return say(*await fork.decide_fork_stop(ctx, entry))
     found = (await inspect(ctx, name))[name]
     inst = found.instance
     if op == "create":
@@ -190,6 +192,12 @@ def _decide_create(
         return decide_as(
             RecoveryAction.NOTHING, f"nothing to undo: {name} was never created", absent=True
         )
+    if fork.copied_marker(entry, found):
+        return decide_as(
+            RecoveryAction.DELETE,
+            f"delete the half-made fork {name} (a copy its create never marked)",
+            absent=True,
+        )
     if not _uid_matches(entry, found):
         return decide_as(
             RecoveryAction.MOOT,
@@ -203,7 +211,12 @@ def _decide_create(
     if c.ownership is Ownership.MANAGED and not c.incomplete:
         return decide_as(RecoveryAction.ADOPT, f"adopt {name}: it carries this project's marker")
     via = str(entry.detail("via") or "")
-    from_base = via.startswith("clone:") and inst.param.get(limayaml.PARAM_INSTANCE) == via[6:]
+    kind, _, copied_from = via.partition(":")
+    # A copy whose --set has not renamed its origin yet still names its base or source.
+    from_base = kind in ("clone", "fork") and inst.param.get(limayaml.PARAM_INSTANCE) in (
+        copied_from,
+        name,
+    )
     ours = found.sidecar is None and inst.param.get(limayaml.PARAM_PROJECT) == ctx.project
     if ours and (c.incomplete or from_base):
         if inst.protected:
@@ -243,6 +256,7 @@ _PAST = {
     "finish removing": "finished removing",
     "finish renaming": "finished renaming",
     "adopt ": "adopted ",
+    "start ": "started ",
 }
 
 
@@ -260,6 +274,11 @@ async def act(ctx: Ctx, entry: PendingEntry, decision: RecoveryDecision) -> str:
         if again.action is RecoveryAction.FINISH:
             await lifecycle.finish_rename(ctx, entry.identity, str(entry.detail("to")))
         return _past(again.summary)
+    if decision.action is RecoveryAction.FINISH and decision.op == fork.OP:
+        action, summary = await fork.decide_fork_stop(ctx, entry)
+        if action is RecoveryAction.FINISH:
+            await vmops.start(ctx, entry.identity)
+        return _past(summary)
     if decision.action is not RecoveryAction.DELETE:
         return _past(decision.summary)
     name = decision.identity

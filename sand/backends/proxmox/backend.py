@@ -171,8 +171,8 @@ class ProxmoxBackend:
     async def lease_record(self) -> LeaseRecord | None:
         return await read_lease(self.ctx)
 
-    async def doctor(self) -> DoctorReport:
-        return await run_doctor(self.ctx)
+    async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
+        return await run_doctor(self.ctx, forks=any(vm.fork is not None for vm in desired))
 
     async def build_template(
         self,

@@ -57,6 +57,7 @@ def check_permissions(
     template_in_pool: bool,
     nodes: list[str],
     major: int = refusals.LATEST,
+    forks: bool = False,
 ) -> list[Finding]:
     findings: list[Finding] = []
     pool_path = f"/pool/{pool}"
@@ -64,6 +65,9 @@ def check_permissions(
     for priv in (*VM_PRIVILEGES, refusals.agent_privilege(major)):
         if not holds(perms, pool_path, priv):
             missing.append(f"{priv} on {pool_path}")
+    if forks and not holds(perms, pool_path, "VM.Snapshot"):
+        # A fork is a clone of a snapshot of its source, taken for it and removed after.
+        missing.append(f"VM.Snapshot on {pool_path} (a VM of the manifest is a fork)")
     if template is not None:
         tpath = f"/vms/{template}"
         also = (pool_path,) if template_in_pool else ()
@@ -110,7 +114,8 @@ def check_permissions(
     return findings
 
 
-async def doctor(ctx: Ctx) -> DoctorReport:
+async def doctor(ctx: Ctx, *, forks: bool = False) -> DoctorReport:
+    """``forks``: a VM of the manifest forks another here (then VM.Snapshot is needed)."""
     findings: list[Finding] = []
 
     def done() -> DoctorReport:
@@ -164,6 +169,7 @@ async def doctor(ctx: Ctx) -> DoctorReport:
             template_in_pool=bool(tmpl and tmpl[0].get("pool") == ctx.config.pool),
             nodes=ctx.config.placement_nodes,
             major=major,
+            forks=forks,
         )
     )
     findings.extend(_tag_findings(perms or {}, options or {}, rows))

@@ -31,6 +31,7 @@ from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row
+from sand.backends.proxmox.recover import entry_decision
 from sand.desired import DesiredVM
 from sand.state.journal import Journal, JournalEntry, PendingEntry
 
@@ -153,16 +154,8 @@ async def decide_fork(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryD
     else:
         action = RecoveryAction.NOTHING
         summary = f"the interrupted fork {entry.vm} left no snapshot on VM {vmid}"
-    return RecoveryDecision(
-        entry=entry.id,
-        backend=ctx.name,
-        vm=entry.vm,
-        op=entry.op,
-        identity=vmid,
-        action=action,
-        summary=summary,
-        absent=False,  # about the source's snapshot: says nothing of the fork
-    )
+    # absent=False: the decision is about the source's snapshot, it says nothing of the fork.
+    return entry_decision(ctx, entry, action, summary, absent=False)
 
 
 async def act_fork(ctx: Ctx, entry: PendingEntry, decision: RecoveryDecision) -> str:

@@ -58,7 +58,7 @@ class _Seen:
         return self.ownership is Ownership.OTHER_BACKEND
 
 
-def _decision(
+def entry_decision(
     ctx: Ctx, entry: PendingEntry, action: RecoveryAction, summary: str, *, absent: bool
 ) -> RecoveryDecision:
     return RecoveryDecision(
@@ -111,7 +111,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
         row = await vmops.locate(ctx, vmid)
         if row is None and await vmops.id_taken(ctx, vmid):
             if in_flight:
-                return _decision(
+                return entry_decision(
                     ctx,
                     entry,
                     RecoveryAction.WAIT,
@@ -119,7 +119,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
                     f"a clone still running?), then settle the {what}",
                     absent=False,
                 )
-            return _decision(
+            return entry_decision(
                 ctx,
                 entry,
                 RecoveryAction.MOOT,
@@ -128,7 +128,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
                 absent=False,
             )
     if row is None:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -139,7 +139,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
     if not wait:
         busy = row.get("lock") or await _active(ctx, node, vmid)
         if busy:
-            return _decision(
+            return entry_decision(
                 ctx,
                 entry,
                 RecoveryAction.WAIT,
@@ -162,9 +162,9 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
         return _moot(ctx, entry, seen)
     if op == pools.OP:  # one config write: the VM is the spare or the claimed VM
         said = pools.claim_outcome(name, str(entry.detail("spare") or ""), vmid, seen.named)
-        return _decision(ctx, entry, RecoveryAction.NOTHING, said, absent=False)
+        return entry_decision(ctx, entry, RecoveryAction.NOTHING, said, absent=False)
     if op == "update":
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -172,7 +172,7 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
             "re-applies what is left",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx, entry, RecoveryAction.NOTHING, f"nothing to do for the {what}", absent=False
     )
 
@@ -193,7 +193,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
         and made_here
     )
     if not ours:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.MOOT,
@@ -204,7 +204,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
     tags = mk.parse_tags(config.get("tags"))
     ready = bool(row.get("template")) and tags.golden == str(block.get("fingerprint"))
     if entry.op == "base" and ready:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.NOTHING,
@@ -212,7 +212,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
             absent=False,
         )
     if is_protected(config):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
@@ -225,7 +225,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
         if entry.op == "base"
         else f"finish the interrupted delete of golden base {name} (VM {vmid})"
     )
-    return _decision(ctx, entry, RecoveryAction.DELETE, what, absent=True)
+    return entry_decision(ctx, entry, RecoveryAction.DELETE, what, absent=True)
 
 
 async def _active(ctx: Ctx, node: str, vmid: str) -> str:
@@ -257,7 +257,7 @@ def _moot(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecision:
         why = "it is another VM that got the same vmid (its incarnation differs)"
     else:
         why = "it is not this project's"
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.MOOT,
@@ -288,7 +288,7 @@ def _decide_create(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if not ours or not matches:
         return _moot(ctx, entry, seen)
     if seen.tagged:
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.ADOPT,
@@ -299,14 +299,14 @@ def _decide_create(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if adopting:
         return _moot(ctx, entry, seen)
     if is_protected(seen.config):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
             f"leave half-made clone {vmid} of {name} alone: it is protected",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.DELETE,
@@ -321,14 +321,14 @@ def _decide_delete(ctx: Ctx, entry: PendingEntry, seen: _Seen) -> RecoveryDecisi
     if not _same_incarnation(entry, seen):
         return _moot(ctx, entry, seen)
     if is_protected(seen.config) or seen.row.get("template"):
-        return _decision(
+        return entry_decision(
             ctx,
             entry,
             RecoveryAction.LEAVE,
             f"leave VM {vmid} of {name} alone: protected or a template since its delete",
             absent=False,
         )
-    return _decision(
+    return entry_decision(
         ctx,
         entry,
         RecoveryAction.DELETE,

@@ -84,3 +84,16 @@ def test_escalation_privileges_anywhere_are_flagged() -> None:
     text = [str(f) for f in findings]
     assert any("Permissions.Modify on /pool/sand is never needed" in t for t in text)
     assert any("too broad" in t and "on /vms" in t for t in text)
+
+
+async def test_vm_snapshot_is_asked_for_only_when_a_vm_forks(rig: FakePveRig) -> None:
+    """A fork snapshots its source (issue 29): without VM.Snapshot its apply would fail
+    at PVE's permission check, so doctor names it, and only for a manifest with forks."""
+    token = rig.add_token("sand@pve!nosnap", acl="none")
+    rig.run(rig.grant_sand_privileges, "sand@pve!nosnap", without=["VM.Snapshot"])
+    backend = rig.make_backend(token_file=str(token))
+    source, fork = rig.desired([{"name": "agent-1"}, {"name": "try-1", "from": {"vm": "agent-1"}}])
+    missing = "error: missing privilege VM.Snapshot on /pool/sand (a VM of the manifest is a fork)"
+    assert list(await backend.doctor([source])) == []
+    assert missing in list(await backend.doctor([source, fork]))
+    await backend.close()

@@ -92,3 +92,22 @@ def test_a_token_missing_a_privilege_apply_needs(rig: FakePveRig, tmp_path: Path
     res = doctor(rig, tmp_path, token_file=str(token))
     assert res.returncode == 1
     assert res.stdout.splitlines() == ["pve: error: missing privilege VM.PowerMgmt on /pool/sand"]
+
+
+def test_doctor_asks_for_vm_snapshot_when_the_manifest_forks(
+    rig: FakePveRig, tmp_path: Path
+) -> None:
+    token = rig.add_token("sand@pve!nosnap", acl="none")
+    rig.run(rig.grant_sand_privileges, "sand@pve!nosnap", without=["VM.Snapshot"])
+    path = tmp_path / "sand.yaml"
+    forks = [{"name": "agent-1"}, {"name": "try-1", "from": {"vm": "agent-1"}}]
+    path.write_text(yaml.safe_dump(rig.manifest(forks, token_file=str(token))))
+    res = subprocess.run(
+        [sys.executable, "-m", "sand", "doctor", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+        env={**os.environ, "SAND_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stdout.splitlines() == [
+        "pve: error: missing privilege VM.Snapshot on /pool/sand (a VM of the manifest is a fork)"
+    ]

@@ -1,0 +1,73 @@
+"""A Lima fork stops its source for the copy, so it is refused while the source's
+agent is working (read from the real guest as the deep check reads it), unless its
+``from:`` says ``force: true`` (issue 29, item 1)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_agent_state import MANIFEST, STATE, Fleet
+
+pytestmark = pytest.mark.e2e
+
+FORK = "  - name: try-1\n    from: {vm: dev-1%s}\n    provision: false\n"
+
+
+def agent_is(fleet: Fleet, state: str) -> None:
+    session = {"agent": "claude", "session": "s1", "state": state, "since": int(time.time())}
+    doc = json.dumps({"sessions": [{**session, "cwd": "~/work"}]}).encode()
+    fleet.as_user(f"mkdir -p ~/.local/state/sand && cat > ~/{STATE}", doc)
+
+
+def calls(fleet: Fleet) -> list[str]:
+    out = []
+    for inv in fleet.standin.invocations():
+        words = [w for w in inv.argv[1:] if not w.startswith("-")]
+        if words and words[0] in ("stop", "clone"):
+            out.append(" ".join(words))
+    return out
+
+
+def test_a_fork_is_refused_while_the_sources_agent_works_unless_forced(
+    tmp_path: Path, netns_guest
+) -> None:
+    fleet = Fleet(tmp_path, netns_guest())
+    agent_is(fleet, "working")
+    (tmp_path / "sand.yaml").write_text(MANIFEST + FORK % "")
+    fleet.standin.clear_log()
+    proc = fleet.sand("apply", "--auto-approve")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "not forking dev-1 into try-1: its agent is working (claude)" in out, out
+    assert "force: true" in out
+    assert calls(fleet) == []  # the source was never stopped
+    assert "try-1" not in fleet.standin.instances()
+
+    (tmp_path / "sand.yaml").write_text(MANIFEST + FORK % ", force: true")
+    plan = fleet.sand("plan")
+    assert "stops dev-1 for the copy, even while its agent works)" in plan.stdout, plan.stdout
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls(fleet) == ["stop dev-1", "clone dev-1 try-1"]
+    (source,) = fleet.standin.list_json("dev-1")
+    assert source["status"] == "Running"
+
+
+def test_a_fork_is_reached_after_its_host_keys_are_made_anew(tmp_path: Path, netns_guest) -> None:
+    """The fork-identity step makes the fork's SSH host keys anew within the boot sand
+    pinned its key for; sand pins the new key, read over its own connection, so the
+    next connection (sand shell) reaches the fork (found on the real Lima)."""
+    source, copy = netns_guest(), netns_guest()
+    fleet = Fleet(tmp_path, source)
+    fleet.standin.back_with_guest("try-1", copy)  # what the clone boots as
+    (tmp_path / "sand.yaml").write_text(MANIFEST + "  - name: try-1\n    from: {vm: dev-1}\n")
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shell = fleet.sand("shell", "try-1", "--", "hostname")
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+    assert shell.stdout == "try-1\n"
+    assert fleet.sand("plan", "--detailed-exitcode").returncode == 0
