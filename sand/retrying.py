@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
+from sand import clock
 from sand.activity import Retry, retrying
 
 T = TypeVar("T")
@@ -57,8 +58,21 @@ class Backoff:
         if self.attempts is not None:
             stops.append(tenacity.stop_after_attempt(self.attempts))
         if self.deadline is not None:
-            stops.append(tenacity.stop_before_delay(self.deadline))
+            stops.append(_BeforeDeadline(self.deadline))
         return tenacity.stop_any(*stops)
+
+
+class _BeforeDeadline(tenacity.stop.stop_base):
+    """tenacity's ``stop_before_delay`` on sand's clock (tenacity's own reads
+    time.monotonic): no retry starts whose wait would end past the deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.started = clock.monotonic()  # made as the first try begins
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        upcoming = retry_state.upcoming_sleep or 0.0
+        return clock.monotonic() - self.started + upcoming >= self.deadline
 
 
 async def retry_async(
@@ -89,6 +103,7 @@ async def retry_async(
         wait=backoff._wait(),
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=announce,
+        sleep=clock.sleep,  # the backoff is patience, not a subject: SAND_TIME_SCALE
         reraise=True,
     ):
         with attempt:
