@@ -13,11 +13,11 @@ one apply do not come back in the same instant.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sand import clock
 from sand.activity import Retry, retrying
 
 if TYPE_CHECKING:
@@ -56,16 +56,31 @@ class Backoff:
         half = {"multiplier": self.initial / 2, "exp_base": self.factor, "max": self.cap / 2}
         return tenacity.wait_exponential(**half) + tenacity.wait_random_exponential(**half)
 
-    def _stop(self, spent: float = 0.0) -> tenacity.stop.stop_base:
-        """``spent``: seconds gone before tenacity's loop began (the first attempt)."""
+    def _stop(self, started: float) -> tenacity.stop.stop_base:
+        """``started``: :func:`clock.monotonic` when the first attempt began."""
         import tenacity
 
         stops: list[tenacity.stop.stop_base] = []
         if self.attempts is not None:
             stops.append(tenacity.stop_after_attempt(self.attempts))
         if self.deadline is not None:
-            stops.append(tenacity.stop_before_delay(self.deadline - spent))
+            stops.append(_before_deadline(self.deadline, started))
         return tenacity.stop_any(*stops)
+
+
+def _before_deadline(deadline: float, started: float) -> tenacity.stop.stop_base:
+    """tenacity's ``stop_before_delay`` on sand's clock (tenacity's own reads
+    time.monotonic), counted from ``started`` (the first try, made before tenacity's
+    loop): no retry starts whose wait would end past the deadline. Made here, not at
+    import: tenacity loads only for a retry."""
+    import tenacity
+
+    class BeforeDeadline(tenacity.stop.stop_base):
+        def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+            upcoming = retry_state.upcoming_sleep or 0.0
+            return clock.monotonic() - started + upcoming >= deadline
+
+    return BeforeDeadline()
 
 
 async def retry_async(
@@ -79,7 +94,7 @@ async def retry_async(
     """``call()`` until it succeeds, fails for good, or the backoff is spent; then its
     last exception propagates unchanged (the caller says what giving up means).
     ``reason`` turns a failure into the short words a retry is shown with."""
-    started = time.monotonic()
+    started = clock.monotonic()
     try:
         # Most calls succeed at once: tenacity (~7 ms to import) loads for a retry only.
         return await call()
@@ -107,10 +122,11 @@ async def retry_async(
         retrying(Retry(layer, said, state.attempt_number, retries, delay, backoff.deadline))
 
     async for attempt in tenacity.AsyncRetrying(
-        stop=backoff._stop(spent=time.monotonic() - started),
+        stop=backoff._stop(started),
         wait=backoff._wait(),
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=announce,
+        sleep=clock.sleep,  # the backoff is patience, not a subject: SAND_TIME_SCALE
         reraise=True,
     ):
         with attempt:

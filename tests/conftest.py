@@ -42,3 +42,13 @@ def sand_process_marker(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     so do the e2e tests, whose guests outlast any one run."""
     if any(request.node.get_closest_marker(m) for m in ("sand_process", "e2e")):
         monkeypatch.setattr("tests.cli.helpers.PROCESS_MARKED", True)
+
+
+@pytest.fixture(autouse=True)
+def sand_time_scale_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``@pytest.mark.sand_time_scale(0.01)``: sand's patience with the world (a guest
+    agent, a retry's backoff, an SSH or HTTP answer that never comes) passes that much
+    faster in this test, in-process and in every ``sand`` it starts (sand/clock.py)."""
+    marker = request.node.get_closest_marker("sand_time_scale")
+    if marker is not None:
+        monkeypatch.setenv("SAND_TIME_SCALE", str(marker.args[0]))

@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncssh
 
-from sand import activity
+from sand import activity, clock
 from sand.errors import ErrorLayer, TransportError
 from sand.guest import user_known_hosts
 from sand.guest.endpoint import BOOT_MARK, GuestEndpoint, JumpHost
@@ -179,12 +179,12 @@ async def connect(
                     password=None,
                     kbdint_auth=False,
                     known_hosts=(pinned, [], []) if pinned else None,
-                    connect_timeout=attempt_timeout,
-                    login_timeout=attempt_timeout,
+                    connect_timeout=clock.real(attempt_timeout),
+                    login_timeout=clock.real(attempt_timeout),
                     keepalive_interval=15,
                     keepalive_count_max=4,
                 ),
-                timeout=attempt_timeout * 2,
+                timeout=clock.real(attempt_timeout * 2),
             )
         except asyncssh.HostKeyNotVerifiable:
             await _close(tunnel)
@@ -285,8 +285,8 @@ async def _connect_jump(jump: JumpHost) -> asyncssh.SSHClientConnection:
         ) from None
     options: dict[str, Any] = {
         "known_hosts": user_known_hosts.matcher(known),
-        "connect_timeout": ATTEMPT_TIMEOUT,
-        "login_timeout": ATTEMPT_TIMEOUT,
+        "connect_timeout": clock.real(ATTEMPT_TIMEOUT),
+        "login_timeout": clock.real(ATTEMPT_TIMEOUT),
         "keepalive_interval": 15,
     }
     if jump.user:

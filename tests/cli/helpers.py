@@ -110,7 +110,8 @@ def on_a_terminal(
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=child,
-        stderr=child if stderr_too else subprocess.PIPE,
+        # Off the terminal: nowhere (a pipe nobody reads would fill, and stay open).
+        stderr=child if stderr_too else subprocess.DEVNULL,
     )
     os.close(child)
     chunks = []

@@ -83,6 +83,7 @@ class SyncProcess:
             **(env or {}),
         }
         self.argv = [sys.executable, "-m", "sand", "sync", *args]
+        self.wrapped = bool(wrap)
         self.proc = subprocess.Popen(
             [*wrap, *self.argv],
             cwd=workdir,
@@ -90,6 +91,7 @@ class SyncProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=self.wrapped,  # a group of its own: see stop()
         )
         self.err: list[str] = []
         self.out: list[str] = []
@@ -131,7 +133,12 @@ class SyncProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            if self.wrapped:
+                # unshare ignores SIGTERM and does not pass it on: the sync inside is
+                # told as a shell tells a foreground job, through its process group.
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            else:
+                self.proc.terminate()
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

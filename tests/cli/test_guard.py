@@ -25,6 +25,7 @@ def two(rig, sand: Sand) -> None:
     sand.write(rig.manifest([{"name": "keep", "memory": "1GiB"}]))
 
 
+@pytest.mark.sand_time_scale(0.01)  # the agent's 15 s of silence is not the subject
 def test_a_vm_that_cannot_be_swept_is_not_deleted(sand, fakepve_server):
     rig = fakepve_server
     two(rig, sand)

@@ -47,6 +47,7 @@ def run_json_lines(sand: Sand, *args: str, expect: int) -> list[dict[str, Any]]:
     return lines
 
 
+@pytest.mark.sand_time_scale(0.01)  # the guard's SSH attempts are not the subject
 def test_every_machine_document_matches_its_schema_through_a_fleet_life(sand, fakepve_server):
     plan = run_json(sand, "plan", "--json", "--detailed-exitcode", expect=2)
     validate("plan", plan)

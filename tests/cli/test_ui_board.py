@@ -157,6 +157,7 @@ def test_without_a_terminal_it_says_what_to_use(sand: Sand, limactl_standin: Sta
     assert "sand ui needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.sand_time_scale(0.01)  # the agent's 15 s of silence is not the subject
 async def test_a_vm_that_cannot_be_swept_for_work_is_not_deleted(
     sand: Sand, fakepve_server: Any
 ) -> None:
@@ -177,6 +178,7 @@ async def test_a_vm_that_cannot_be_swept_for_work_is_not_deleted(
     assert sorted(v.name for v in rig.vms()) == ["drop", "keep"]
 
 
+@pytest.mark.sand_time_scale(0.01)  # the retries of the 503 are not the subject
 async def test_rows_of_a_backend_nobody_can_observe_say_so(sand: Sand, fakepve_server: Any) -> None:
     rig = fakepve_server
     sand.write(rig.manifest([{"name": "web-1"}]))

@@ -179,7 +179,9 @@ def test_self_heal_corrects_drift(tmp_path, fakepve_server):
     w = Watch(sand, "--debounce", "0.3", "--interval", "1")
     try:
         w.wait_for(lambda: len(rig.vms()) == 1)
-        w.idle()
+        # A periodic run has begun, so the first one (the create) is over; waiting for
+        # quiet instead would wait for nothing: a run a second never goes quiet.
+        w.wait_for(lambda: any(why == "periodic" for _, why in w.runs()))
         vmid = rig.vms()[0].vmid
         rig.run(lambda: rig.pve.vm(vmid).config.__setitem__("cores", 6))
         w.wait_for(lambda: int(rig.vm(vmid).config["cores"]) == 2, timeout=60)

@@ -45,8 +45,9 @@ def kill_when(
     timeout: float = 120.0,
 ) -> bool:
     """Run ``argv``; SIGKILL it ``delay`` s after ``condition`` holds. True if killed."""
+    # Nothing reads its output: a pipe would only fill (and block sand) and be left open.
     proc = subprocess.Popen(
-        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + timeout
     try:

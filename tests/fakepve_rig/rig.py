@@ -160,6 +160,8 @@ class FakePveRig:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(30)
+            if not self._thread.is_alive():
+                self._loop.close()  # its selector and descriptors now, not at some GC
 
     # --- seeding ---------------------------------------------------------------------
 

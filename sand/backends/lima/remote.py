@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sand import clock
 from sand.backends.lima.runner import Completed, HeldProcess, show_argv
 from sand.errors import BackendError, TransportError
 from sand.guest import user_known_hosts
@@ -60,7 +61,7 @@ class RemoteRunner:
         opts: dict[str, Any] = {
             "host": t.host,
             "port": t.port,
-            "connect_timeout": CONNECT_TIMEOUT,
+            "connect_timeout": clock.real(CONNECT_TIMEOUT),
             "keepalive_interval": 15,
             "keepalive_count_max": 8,
             "password": None,

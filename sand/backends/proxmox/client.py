@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sand import activity
+from sand import activity, clock
 from sand.backends.proxmox.errors import (
     ErrorKind,
     ProxmoxError,
@@ -132,7 +132,7 @@ class PveClient:
                     token_name=token.token_name,
                     token_value=token.secret,
                     verify_ssl=self.verify,
-                    timeout=self.http_timeout,
+                    timeout=clock.real(self.http_timeout),
                     service="PVE",
                 )
                 # As many connections kept as requests in flight (sand.backends.proxmox.threads).

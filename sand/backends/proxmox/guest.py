@@ -7,12 +7,10 @@ another VM of this run was already given (a stale lease, an IP conflict).
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import time
 from typing import Any
 
-from sand import activity
+from sand import activity, clock
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
@@ -57,7 +55,7 @@ async def endpoint(
     path = f"{vmops.vm_path(node, vmid)}/agent/network-get-interfaces"
     patience = ctx.timeouts.agent if wait is None else wait
     activity.step("waiting for the guest agent to report an address", limit=patience)
-    deadline = time.monotonic() + patience
+    deadline = clock.monotonic() + patience
     delay, cap = ctx.agent_poll
     while True:
         why = ""
@@ -71,13 +69,13 @@ async def endpoint(
             if e.status in (400, 401, 403, 501):
                 raise
             why = e.detail
-        if time.monotonic() + delay > deadline:
+        if clock.monotonic() + delay > deadline:
             raise ProxmoxError(
                 ctx.name,
                 f"VM {vmid} ({name}): no address from the guest agent after {patience:.0f}s: {why}",
                 transient=True,
             )
-        await asyncio.sleep(delay)
+        await clock.sleep(delay)
         delay = min(cap, delay * 2)
     holder = ctx.addresses.get(ip)
     if holder is not None and holder != vmid:

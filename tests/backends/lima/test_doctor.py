@@ -351,6 +351,7 @@ def test_an_old_limactl_on_the_remote_host(sshd: Sshd, tmp_path: Path) -> None: 
     assert "lima-vm/lima#5236" in line
 
 
+@pytest.mark.sand_time_scale(0.01)  # the 20 s are named, not waited
 def test_a_remote_host_that_never_answers(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     # sshd frozen: the kernel still accepts on its port, but no SSH banner ever comes.
     sshd.proc.send_signal(signal.SIGSTOP)

@@ -182,6 +182,7 @@ def sand(standin: StandIn, manifest: Path, *args: str) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.sand_time_scale(0.01)  # the refused SSH's backoff is not the subject
 def test_an_unreachable_guest_is_a_warning_not_a_change(fleet) -> None:
     standin, manifest = fleet
     # The stand-in's instances have no guest behind them: the check cannot connect.

@@ -79,6 +79,7 @@ def test_a_ca_file_that_does_not_exist(rig: FakePveRig, tmp_path: Path) -> None:
     assert "is unreachable" in line and "no-such-ca.pem" in line
 
 
+@pytest.mark.sand_time_scale(0.01)  # the HTTP timeout's 15 s are not waited
 def test_api_that_never_answers(rig: FakePveRig, tmp_path: Path, silent_port: int) -> None:
     res = doctor(rig, tmp_path, port=silent_port)
     assert res.returncode == 1

@@ -75,6 +75,7 @@ def test_a_fork_is_a_full_clone_of_a_snapshot_that_is_removed_after(tmp_path, fa
     assert "agent-1" in plan.stdout and "try-1" not in plan.stdout, plan.stdout
 
 
+@pytest.mark.sand_time_scale(0.01)  # the 500s' retry backoff is not the subject
 def test_a_memory_fork_snapshots_the_ram_and_a_failed_removal_is_finished_later(
     tmp_path, fakepve_server
 ):
