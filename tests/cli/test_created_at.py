@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from tests.backends.lima.test_cli import Cli
 from tests.cli.helpers import Sand
@@ -14,8 +15,8 @@ from tests.cli.helpers import Sand
 
 def pve_created_at(vm) -> tuple[int, int]:
     """(the tag's, the description block's) creation time of a fakepve VM."""
-    block = mk.parse_block(vm.config.get("description")) or {}
-    return mk.parse_tags(vm.config.get("tags")).created_at, mk.created_at_of(block)
+    block = desc.parse_block(vm.config.get("description")) or {}
+    return mk.parse_tags(vm.config.get("tags")).created_at, desc.created_at_of(block)
 
 
 def test_proxmox_records_the_creation_time_once(tmp_path, fakepve_server):

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from tests.cli.helpers import Sand
 
@@ -40,8 +41,8 @@ def made_earlier(rig, name: str, seconds: int) -> None:
 
     def edit() -> None:
         config = rig.pve.vm(vm.vmid).config
-        block = mk.parse_block(config["description"]) or {}
-        was = mk.created_at_of(block)
+        block = desc.parse_block(config["description"]) or {}
+        was = desc.created_at_of(block)
         assert was and mk.parse_tags(config["tags"]).created_at == was
         config["tags"] = config["tags"].replace(
             f"sand-created-{was}", f"sand-created-{was - seconds}"

@@ -8,6 +8,7 @@ once, every run succeeds, and a real half-made base is still cleaned up.
 
 from __future__ import annotations
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from tests.cli.helpers import Sand
 
@@ -15,7 +16,7 @@ FP = "0123456789abcdef"
 
 
 def golden_description(vmid: int, state: str = "building") -> str:
-    block = mk.render_golden_block("demo", "pve", vmid, "wb", FP, "template:9000", state, "op1")
+    block = desc.render_golden_block("demo", "pve", vmid, "wb", FP, "template:9000", state, "op1")
     return f"Golden base of image 'wb'.\n\n{block}"
 
 

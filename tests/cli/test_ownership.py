@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from tests.cli.helpers import Sand
 from tests.crash.killer import env_for, kill_when, sand_argv
@@ -32,7 +33,7 @@ def journal_of(sand: Sand):
 def block_of(rig: FakePveRig, vmid: int) -> dict:
     vm = rig.vm(vmid)
     assert vm is not None
-    return mk.parse_block(vm.config.get("description")) or {}
+    return desc.parse_block(vm.config.get("description")) or {}
 
 
 def vmid_of(rig: FakePveRig, name: str) -> int:

@@ -269,6 +269,7 @@ class FakePveRig:
     ) -> FakeVm:
         """A VM as sand leaves it converged for ``vm`` (marker in tags and description),
         sized as ``vm`` asks. ``identity`` other than vmid makes a copied marker."""
+        from sand.backends.proxmox import description as desc
         from sand.backends.proxmox import marker as mk
         from sand.backends.proxmox import units
         from sand.observed import Marker
@@ -291,7 +292,7 @@ class FakePveRig:
         extra_tags = kwargs.pop("extra_tags", ())
         note = kwargs.pop("note", "")
         kwargs["tags"] = mk.join_tags([*mk.marker_tags(marker), *extra_tags])
-        kwargs["description"] = mk.merge_description(note, marker, protect=vm.protect or None)
+        kwargs["description"] = desc.merge_description(note, marker, protect=vm.protect or None)
         return self.seed_vm(vmid, vm.name, **kwargs)
 
     def add_token(self, token_id: str, *, acl: str = "pool") -> Path:
@@ -582,7 +583,7 @@ class FakePveRig:
         """sand's backend for this fake; ``fast`` shrinks retry, poll and wait times."""
         from sand.backends.proxmox import make_proxmox_backend
         from sand.backends.proxmox.backend import ProxmoxBackend
-        from sand.backends.proxmox.client import PollPolicy
+        from sand.backends.proxmox.tasks import PollPolicy
         from sand.retrying import Backoff
 
         backend = make_proxmox_backend(

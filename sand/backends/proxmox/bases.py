@@ -26,6 +26,7 @@ import urllib.parse
 from typing import Any
 
 from sand.backends.protocol import BaseProvisioner
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import guest, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import ID_ATTEMPTS
@@ -201,7 +202,7 @@ def _description(ctx: Ctx, base: DesiredBase, vmid: int, template: Row, state: s
         f"template {template.get('name') or template['vmid']}. sand clones VMs from it and "
         "deletes it when none needs it and none was made from it."
     )
-    block = mk.render_golden_block(
+    block = desc.render_golden_block(
         ctx.project, ctx.name, vmid, base.name, base.fingerprint, base.source, state, op
     )
     return f"{note}\n\n{block}"

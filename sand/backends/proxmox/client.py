@@ -15,7 +15,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from sand.backends.proxmox.errors import (
     retry_reason,
     shortened,
 )
+from sand.backends.proxmox.tasks import PollPolicy, TaskResult
 from sand.backends.proxmox.threads import REQUESTS_AT_ONCE, RequestThreads
 from sand.backends.proxmox.token import ApiToken, read_token
 from sand.errors import ErrorLayer
@@ -49,35 +50,6 @@ def _check_path(backend: str, path: str) -> None:
     segments = path.strip("/").split("/")
     if not all(_PATH_SEGMENT.match(s) for s in segments):
         raise ProxmoxError(backend, f"refusing API path {path!r}: a segment is not a PVE name")
-
-
-@dataclass
-class PollPolicy:
-    """Task status polling: first look at once (many PVE tasks end within milliseconds),
-    the next after ``initial``, then ``initial`` growing by ``factor`` to ``cap``.
-
-    The defaults see a task's end about half a second after it (on average) at no more
-    than one request a second per task once past its first half second: a long clone
-    holds a clone slot, so each second it is seen late is a second the next clone waits.
-    """
-
-    initial: float = 0.5
-    factor: float = 2.0
-    cap: float = 1.0
-
-    def delays(self) -> Iterator[float]:
-        """The pauses between one look and the next."""
-        delay = self.initial
-        while True:
-            yield delay
-            delay = min(self.cap, delay * self.factor)
-
-
-@dataclass(frozen=True)
-class TaskResult:
-    upid: str
-    exitstatus: str
-    warnings: tuple[str, ...] = ()
 
 
 @dataclass

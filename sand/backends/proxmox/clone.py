@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from sand import activity
-from sand.backends.proxmox import marker as mk
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -136,7 +136,7 @@ async def _try_clone(
     params: dict[str, Any] = {
         "newid": vmid,
         "name": vm.name,
-        "description": mk.render_block(marker),
+        "description": desc.render_block(marker),
         "pool": ctx.config.pool,
         "storage": storage,
         "full": 1,
@@ -206,5 +206,5 @@ async def _made_by(ctx: Ctx, vmid: int, op: str) -> bool:
     node = str(row.get("node"))
     if row.get("lock"):
         await vmops.wait_unlocked(ctx, node, vmid, why="its clone is still running")
-    block = mk.parse_block((await read_config(ctx, node, vmid)).get("description"))
+    block = desc.parse_block((await read_config(ctx, node, vmid)).get("description"))
     return block is not None and block.get("op") == op

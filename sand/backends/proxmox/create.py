@@ -19,6 +19,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import fork as fork_mod
 from sand.backends.proxmox import locality, units, vmops
 from sand.backends.proxmox import marker as mk
@@ -209,7 +210,7 @@ async def _adopt(
     config = await vmops.wait_unlocked(
         ctx, node, own.identity, why="another sand run may still be creating it; re-run later"
     )
-    block = mk.parse_block(config.get("description")) or {}
+    block = desc.parse_block(config.get("description")) or {}
     # The incarnation adopted: a replay of this entry acts only on this very VM.
     entry = await journal.begin_async(
         "create",
@@ -310,8 +311,8 @@ def _base_config(
 ) -> dict[str, Any]:
     # The creation time the clone wrote into the description (now, for a clone an older
     # sand began): the tags carry it from here on.
-    block = mk.parse_block(config.get("description"))
-    made = mk.created_at_of(block) or int(time.time())
+    block = desc.parse_block(config.get("description"))
+    made = desc.created_at_of(block) or int(time.time())
     came_from = str((block or {}).get("base") or "")
     marker = Marker(
         ctx.project,
@@ -339,7 +340,7 @@ def _base_config(
     }
     if converged:
         # The marker mark_converged would write next (fingerprints in tags and block).
-        params["description"] = mk.merge_description(
+        params["description"] = desc.merge_description(
             config.get("description"), marker, protect=vm.protect
         )
     if vmops.bridge_of(config.get("net0")) != ctx.config.bridge:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.observed import ObservedBase
@@ -32,7 +33,7 @@ def golden_name(vm_name: str) -> str:
 def built_here(ctx: Ctx, identity: str, config: Mapping[str, Any]) -> bool:
     """Whether ``config`` is that of a base sand built for this project and backend
     entry at vmid ``identity`` (its golden block names that very vmid)."""
-    block = mk.parse_golden_block(config.get("description")) or {}
+    block = desc.parse_golden_block(config.get("description")) or {}
     return (
         block.get("project") == ctx.project
         and block.get("backend") == ctx.name

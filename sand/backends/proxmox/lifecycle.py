@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from sand.backends.capabilities import Mutability, fields_with
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import units, vmops
 from sand.backends.proxmox.context import Ctx
@@ -98,7 +99,7 @@ def _tracker(journal: Journal, entry: JournalEntry) -> vmops.Track:
 
 
 def _protected_by_sand(config: Mapping[str, Any]) -> bool:
-    block = mk.parse_block(config.get("description"))
+    block = desc.parse_block(config.get("description"))
     return bool(block and block.get("protect") is True)
 
 
@@ -177,11 +178,11 @@ async def update(
 def _description(
     ctx: Ctx, config: Mapping[str, Any], marker: Marker | None, **extra: object
 ) -> str:
-    block = mk.parse_block(config.get("description")) or {}
+    block = desc.parse_block(config.get("description")) or {}
     keep = {k: v for k, v in block.items() if k in ("protect",)}
     keep.update(extra)
     assert marker is not None
-    return mk.merge_description(config.get("description"), own_marker(ctx, marker, block), **keep)
+    return desc.merge_description(config.get("description"), own_marker(ctx, marker, block), **keep)
 
 
 def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
@@ -189,7 +190,7 @@ def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
     older sand made without one gets one now, once) and creation time kept (one an older
     sand made stays without: when it was made is not known)."""
     incarnation = marker.incarnation or str(block.get("op") or "") or uuid.uuid4().hex
-    created_at = marker.created_at or mk.created_at_of(block)
+    created_at = marker.created_at or desc.created_at_of(block)
     # The base it was cloned from is, like its creation, written once and kept.
     base = marker.base or str(block.get("base") or "")
     return replace(
@@ -282,7 +283,7 @@ async def mark_converged(
             if secrets is not None
             else (found.secrets, found.secrets_at)
         )
-        described = mk.parse_description(config.get("description"))
+        described = desc.parse_description(config.get("description"))
         said = owner(ctx, current.identity, mk.claims(found, described))
         if said is Ownership.OTHER_BACKEND:
             raise ProxmoxError(
@@ -297,7 +298,7 @@ async def mark_converged(
                 ctx.name,
                 f"refusing to mark VM {current.identity}: it is not the VM that was observed",
             )
-        block = mk.parse_block(config.get("description")) or {}
+        block = desc.parse_block(config.get("description")) or {}
         marker = own_marker(
             ctx,
             Marker(
@@ -310,7 +311,7 @@ async def mark_converged(
                 secrets=stamp,
                 secrets_at=stamped_at if stamp else 0,
                 incarnation=incarnation,
-                created_at=mk.created_at_of(block) or found.created_at,
+                created_at=desc.created_at_of(block) or found.created_at,
                 pool=vm.spare_of,
             ),
             block,
@@ -319,7 +320,7 @@ async def mark_converged(
             await ctx.client.put(
                 f"{path}/config",
                 tags=mk.merge_tags(config.get("tags"), marker),
-                description=mk.merge_description(
+                description=desc.merge_description(
                     config.get("description"), marker, protect=vm.protect
                 ),
                 digest=config.get("digest"),

@@ -24,7 +24,7 @@ The description ends with a fenced JSON block with the full marker (project,
 vmid, name, backend, both fingerprints, image, and ``op``: the incarnation, the
 journal entry that cloned it, kept on every write; ``created_at``, written at the
 clone and kept the same way, which the created tag mirrors), read only on a deep
-(per-VM) read.
+(per-VM) read; written and read by ``sand.backends.proxmox.description``.
 
 A template ``sand template build`` made carries the tag ``sand-template`` and a
 block of its own (``"kind": "template"``, its name, its own vmid, the image it was
@@ -48,11 +48,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from sand.observed import Claim, Marker, SleepMark
 
@@ -79,7 +77,6 @@ ASLEEP_PREFIX = "sand-asleep-"
 _ASLEEP_TAG = re.compile(r"^sand-asleep-(suspended|stopped)-(idle|person)-([0-9]{1,12})$")
 _TAG_SPLIT = re.compile(r"[;,\s]+")
 _PVE_TAG = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$")
-_BLOCK = re.compile(r"\n*```sand[ \t]*\r?\n(.*?)\r?\n```[ \t]*\n*", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -282,144 +279,3 @@ def golden_tags(project: str, backend: str, fingerprint: str | None) -> list[str
         PROJECT_PREFIX + project.lower(),
         backend_tag(backend),
     ]
-
-
-def render_golden_block(
-    project: str,
-    backend: str,
-    vmid: int,
-    image: str,
-    fingerprint: str,
-    source: str,
-    state: str,
-    op: str,
-) -> str:
-    """The description block of a golden base (``state``: ``building`` or ``ready``;
-    ``op``: the journal entry that built it, its incarnation)."""
-    data: dict[str, object] = {
-        "op": op,
-        "tool": "sand",
-        "kind": GOLDEN_KIND,
-        "project": project,
-        "backend": backend,
-        "vmid": vmid,
-        "image": image,
-        "fingerprint": fingerprint,
-        "source": source,
-        "state": state,
-    }
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
-
-
-def parse_golden_block(text: object) -> dict[str, Any] | None:
-    data = parse_block(text)
-    if data is None or data.get("kind") != GOLDEN_KIND:
-        return None
-    return data
-
-
-def parse_block(text: object) -> dict[str, Any] | None:
-    """The JSON object in the description's last ```sand block, or None."""
-    if not text:
-        return None
-    blocks = _BLOCK.findall(str(text))
-    if not blocks:
-        return None
-    try:
-        data = json.loads(blocks[-1])
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("tool", "sand") != "sand":
-        return None
-    return data
-
-
-def parse_description(text: object) -> Marker | None:
-    """The marker in the description's last ```sand block, or None."""
-    data = parse_block(text)
-    if data is None or data.get("kind") in (TEMPLATE_KIND, GOLDEN_KIND):
-        return None
-    try:
-        return Marker(
-            project=str(data["project"]),
-            name=str(data["name"]),
-            identity=str(data["vmid"]),
-            fingerprint=str(data.get("fingerprint") or ""),
-            guest_fingerprint=str(data.get("guest_fingerprint") or ""),
-            image=str(data.get("image") or ""),
-            backend=str(data.get("backend") or ""),
-            incarnation=str(data.get("op") or ""),
-            created_at=created_at_of(data),
-            base=str(data.get("base") or ""),
-            pool=str(data.get("pool") or ""),
-        )
-    except KeyError:
-        return None
-
-
-def created_at_of(block: Any) -> int:
-    """The block's ``created_at`` (0 when absent or not a plain positive integer)."""
-    value = block.get("created_at") if isinstance(block, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return 0
-    return value
-
-
-def operator_text(text: object) -> str:
-    """The description without sand's block: what an operator wrote."""
-    return _BLOCK.sub("\n\n", str(text or "")).strip()
-
-
-def render_block(marker: Marker, **extra: object) -> str:
-    """The fenced block; ``extra`` adds keys such as ``protect`` (protection was set by
-    sand, not by an operator). The marker's incarnation is written as ``op`` (the
-    journal entry that cloned the VM) and its backend as ``backend``."""
-    data: dict[str, object] = {
-        "tool": "sand",
-        "project": marker.project,
-        "name": marker.name,
-        "vmid": int(marker.identity),
-        "fingerprint": marker.fingerprint,
-        "guest_fingerprint": marker.guest_fingerprint,
-        "image": marker.image,
-    }
-    if marker.backend:
-        data["backend"] = marker.backend
-    if marker.incarnation:
-        data["op"] = marker.incarnation
-    if marker.created_at:
-        data["created_at"] = marker.created_at
-    if marker.base:
-        data["base"] = marker.base
-    if marker.pool:
-        data["pool"] = marker.pool
-    data.update((k, v) for k, v in extra.items() if v is not None)
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
-
-
-def merge_description(current: object, marker: Marker, **extra: object) -> str:
-    """The description with sand's block replaced, operator text kept first."""
-    text = operator_text(current)
-    block = render_block(marker, **extra)
-    return f"{text}\n\n{block}" if text else block
-
-
-def render_template_block(name: str, vmid: int, source: str) -> str:
-    """The block of a template sand built: its name, its own vmid (a copy an operator
-    makes names another) and the image it was imported from."""
-    data: dict[str, object] = {
-        "tool": "sand",
-        "kind": TEMPLATE_KIND,
-        "template": name,
-        "vmid": vmid,
-        "source": source,
-    }
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
-
-
-def parse_template_block(text: object) -> dict[str, Any] | None:
-    """The block of a template sand built, or None (none, or a VM's marker)."""
-    data = parse_block(text)
-    if data is None or data.get("kind") != TEMPLATE_KIND:
-        return None
-    return data

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import golden_seen, units
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
@@ -148,8 +149,8 @@ def _from_config(
     tags = mk.parse_tags(row.get("tags"))
     template = bool(row.get("template"))
     mine = mk.backend_tag(ctx.name)
-    block = mk.parse_block(config.get("description")) or {}
-    described = mk.parse_description(config.get("description"))
+    block = desc.parse_block(config.get("description")) or {}
+    described = desc.parse_description(config.get("description"))
     found = mk.claims(tags, described)
     protect = is_protected(config)
     lock = row.get("lock") or config.get("lock")

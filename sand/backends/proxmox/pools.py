@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
@@ -68,7 +69,7 @@ async def claim(ctx: Ctx, spare: ObservedVM, vm: DesiredVM, journal: Journal) ->
             f"{vmops.vm_path(node, vmid)}/config",
             name=vm.name,
             tags=mk.merge_tags(config.get("tags"), marker),
-            description=mk.merge_description(config.get("description"), marker),
+            description=desc.merge_description(config.get("description"), marker),
             digest=config.get("digest"),
         )
     observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=fresh.details.get("pool"))

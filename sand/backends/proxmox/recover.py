@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import pools, vmops
 from sand.backends.proxmox.context import Ctx, in_pool
@@ -76,8 +77,8 @@ def entry_decision(
 async def _seen(ctx: Ctx, row: Mapping[str, Any], vmid: str) -> _Seen:
     config = await read_config(ctx, str(row.get("node")), vmid)
     tags = mk.parse_tags(config.get("tags"))
-    block = mk.parse_block(config.get("description")) or {}
-    described = mk.parse_description(config.get("description"))
+    block = desc.parse_block(config.get("description")) or {}
+    described = desc.parse_description(config.get("description"))
     return _Seen(
         row=row,
         config=config,
@@ -182,7 +183,7 @@ async def _decide_base(ctx: Ctx, entry: PendingEntry, row: Mapping[str, Any]) ->
     never froze it) is removed, so no VM is ever cloned from it; a ready one is kept."""
     vmid, name = entry.identity, entry.vm
     config = await read_config(ctx, str(row.get("node")), vmid)
-    block = mk.parse_golden_block(config.get("description")) or {}
+    block = desc.parse_golden_block(config.get("description")) or {}
     # A build's own entry made this base (its incarnation); a delete's, any of ours.
     made_here = entry.op != "base" or str(block.get("op") or "") == entry.id
     ours = (
@@ -385,9 +386,9 @@ async def _still_there(ctx: Ctx, rec: RecordedVM) -> str | None:
         except ProxmoxError:
             config = None  # no rights on it (or on another node): it may well be ours
         if config is not None:
-            described = mk.parse_description(config.get("description"))
+            described = desc.parse_description(config.get("description"))
             said = owner(ctx, rec.identity, mk.claims(None, described))
-            block = mk.parse_block(config.get("description")) or {}
+            block = desc.parse_block(config.get("description")) or {}
             ours = said is Ownership.MANAGED and (
                 not rec.incarnation or str(block.get("op") or "") == rec.incarnation
             )

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import template_request as tr
 from sand.backends.proxmox import vmops
@@ -65,7 +66,7 @@ async def build(ctx: Ctx, req: TemplateRequest) -> TemplateResult:
     rows = await listing(ctx)
     others: list[Row] = []
     for row, config in await _named(ctx, rows, req.name):
-        block = mk.parse_template_block(config.get("description"))
+        block = desc.parse_template_block(config.get("description"))
         if block is None or str(block.get("vmid")) != str(row["vmid"]):
             others.append(row)  # not built by sand, or a copy of one it built
         elif row.get("template") or str(config.get("template", "")) == "1":
@@ -153,7 +154,7 @@ def _create_params(ctx: Ctx, req: TemplateRequest, vmid: int) -> dict[str, Any]:
         "vmid": vmid,
         "name": req.name,
         "pool": ctx.config.pool,
-        "description": f"{note}\n\n{mk.render_template_block(req.name, vmid, req.url)}",
+        "description": f"{note}\n\n{desc.render_template_block(req.name, vmid, req.url)}",
         "tags": mk.TEMPLATE_TAG,
         "ostype": "l26",
         "cpu": ctx.config.cpu,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
@@ -48,7 +49,7 @@ async def test_create_clones_into_the_pool_configures_and_starts(
         f"golden;sand;sand-{made.identity}-new;sand-backend-pve;sand-created-{created};"
         "sand-project-demo"
     )
-    described = mk.parse_description(cfg["description"])
+    described = desc.parse_description(cfg["description"])
     assert described is not None and (described.project, described.name) == ("demo", "dev")
     assert created > 0 and described.created_at == created
     assert fake.pending == {}
@@ -286,7 +287,7 @@ async def test_mark_converged_keeps_what_operators_wrote(
     assert f"sand-{made.identity}-{vm.fingerprint}" in cfg["tags"].split(";")
     assert cfg["tags"] == mk.join_tags(mk.split_tags(cfg["tags"]))
     assert cfg["description"].startswith("Owner: alice\n\n```sand\n")
-    marker = mk.parse_description(cfg["description"])
+    marker = desc.parse_description(cfg["description"])
     assert marker is not None and marker.fingerprint == vm.fingerprint
     assert marker.image == vm.image and marker.guest_fingerprint == vm.guest_fingerprint
     (put,) = [b for m, p, b in rig.pve.requests if m == "PUT" and p.endswith("/config")][-1:]

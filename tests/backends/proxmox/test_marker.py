@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import units
 from sand.observed import Marker
@@ -43,19 +44,19 @@ def test_operator_tags_that_merely_look_like_ours_are_kept() -> None:
 
 
 def test_description_block_round_trips_and_keeps_operator_text() -> None:
-    text = mk.merge_description("Owner: alice\n\nDo not reboot on Fridays.", M, protect=True)
+    text = desc.merge_description("Owner: alice\n\nDo not reboot on Fridays.", M, protect=True)
     assert text.startswith("Owner: alice\n\nDo not reboot on Fridays.\n\n```sand\n")
-    assert mk.parse_description(text) == M
-    assert mk.parse_block(text)["protect"] is True  # type: ignore[index]
-    again = mk.merge_description(text, M, protect=True)
+    assert desc.parse_description(text) == M
+    assert desc.parse_block(text)["protect"] is True  # type: ignore[index]
+    again = desc.merge_description(text, M, protect=True)
     assert again == text  # idempotent: no perpetual rewrite
-    assert mk.operator_text(again) == "Owner: alice\n\nDo not reboot on Fridays."
+    assert desc.operator_text(again) == "Owner: alice\n\nDo not reboot on Fridays."
 
 
 def test_description_without_a_block_has_no_marker() -> None:
-    assert mk.parse_description("just notes") is None
-    assert mk.parse_description("```sand\nnot json\n```") is None
-    assert mk.parse_description(None) is None
+    assert desc.parse_description("just notes") is None
+    assert desc.parse_description("```sand\nnot json\n```") is None
+    assert desc.parse_description(None) is None
 
 
 def test_sizes_in_pve_units() -> None:
@@ -86,9 +87,9 @@ def test_merging_any_operator_tags_is_stable(operator: list[str], fp: str) -> No
 
 @given(st.text(alphabet=st.characters(blacklist_characters="`"), max_size=80))
 def test_operator_text_survives_any_rewrite(text: str) -> None:
-    merged = mk.merge_description(text, M)
-    assert mk.operator_text(merged) == text.strip()
-    assert mk.parse_description(merged) == M
+    merged = desc.merge_description(text, M)
+    assert desc.operator_text(merged) == text.strip()
+    assert desc.parse_description(merged) == M
 
 
 def test_the_backend_entry_is_a_listing_visible_tag() -> None:
@@ -110,12 +111,12 @@ def test_the_backend_entry_is_a_listing_visible_tag() -> None:
 
 def test_the_incarnation_and_backend_survive_every_description_write() -> None:
     east = Marker("demo", "web-1", "101", "", backend="east", incarnation="e1")
-    text = mk.merge_description("Owner: alice", east, protect=True)
-    parsed = mk.parse_description(text)
+    text = desc.merge_description("Owner: alice", east, protect=True)
+    parsed = desc.parse_description(text)
     assert parsed is not None and (parsed.backend, parsed.incarnation) == ("east", "e1")
-    block = mk.parse_block(text)
+    block = desc.parse_block(text)
     assert block is not None and block["op"] == "e1" and block["protect"] is True
-    assert mk.operator_text(text) == "Owner: alice"
+    assert desc.operator_text(text) == "Owner: alice"
 
 
 @given(
@@ -131,7 +132,7 @@ def test_tags_and_description_make_claims_the_one_rule_judges_alike(
 
     mine = Marker("demo", "web-1", "101", "", "", backend=backend)
     tags = mk.parse_tags(mk.join_tags(mk.marker_tags(mine)))
-    described = mk.parse_description(mk.render_block(mine))
+    described = desc.parse_description(desc.render_block(mine))
     here = mk.backend_tag(backend or "pve")
 
     def judge(claims: list[Claim]) -> Ownership:
@@ -141,7 +142,7 @@ def test_tags_and_description_make_claims_the_one_rule_judges_alike(
     assert len(both) == 2 and judge(both) is Ownership.MANAGED
     assert judge(mk.claims(tags, None)) is judge(mk.claims(None, described)) is Ownership.MANAGED
     theirs = Marker("demo", "web-1", "101", "", "", backend=other)
-    assert judge(mk.claims(tags, mk.parse_description(mk.render_block(theirs)))) is (
+    assert judge(mk.claims(tags, desc.parse_description(desc.render_block(theirs)))) is (
         Ownership.OTHER_BACKEND
     )
     their_tags = mk.parse_tags(mk.join_tags(mk.marker_tags(theirs)))
@@ -154,9 +155,9 @@ def test_the_creation_time_is_a_tag_and_a_block_key() -> None:
     made = Marker("demo", "web-1", "101", "", created_at=1_700_000_000)
     assert "sand-created-1700000000" in mk.marker_tags(made)
     assert mk.parse_tags(mk.join_tags(mk.marker_tags(made))).created_at == 1_700_000_000
-    described = mk.parse_description(mk.render_block(made))
+    described = desc.parse_description(desc.render_block(made))
     assert described is not None and described.created_at == 1_700_000_000
     # Replaced with the rest of sand's tags, never left behind as an operator's.
     assert mk.merge_tags("sand-created-1;team-a", M) == mk.join_tags(["team-a", *mk.marker_tags(M)])
     assert mk.parse_tags("sand-created-soon").created_at == 0
-    assert mk.created_at_of({"created_at": True}) == mk.created_at_of({"created_at": "1"}) == 0
+    assert desc.created_at_of({"created_at": True}) == desc.created_at_of({"created_at": "1"}) == 0

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from sand.apply.recovery import replay_journal
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.errors import ProxmoxError
@@ -216,7 +217,7 @@ async def test_a_clone_killed_before_configuration_is_removed_though_its_templat
         status="stopped",
         disk=4 << 30,
         tags=mk.join_tags(mk.marker_tags(old)),
-        description=mk.render_block(old),
+        description=desc.render_block(old),
     )
     rig.set_task_secs("qmclone", 30)
     backend = rig.make_backend()

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.template_request import DEFAULT_IMAGE_URL
@@ -66,7 +67,7 @@ async def test_build_imports_the_image_and_leaves_a_marked_template_in_the_pool(
     assert config["ipconfig0"] == "ip=dhcp"
     # sand's marker: the tag, and a block naming the template's own vmid and its source.
     assert config["tags"] == mk.TEMPLATE_TAG
-    block = mk.parse_template_block(config["description"])
+    block = desc.parse_template_block(config["description"])
     assert block == {
         "tool": "sand",
         "kind": "template",
@@ -105,7 +106,7 @@ async def test_sand_clones_the_built_template_and_observing_it_costs_nothing(bui
     [dev] = rig.vms_named("dev-1")
     assert dev.config["cpu"] == "host"
     assert mk.TEMPLATE_TAG not in mk.split_tags(dev.config.get("tags"))  # not inherited
-    assert mk.parse_template_block(dev.config.get("description")) is None
+    assert desc.parse_template_block(dev.config.get("description")) is None
     rig.clear_log()
     observation = await backend.observe(state.vms)
     await backend.close()
@@ -182,7 +183,7 @@ async def test_a_vm_of_that_name_sand_did_not_build_is_left_alone(build_rig):
 async def test_an_interrupted_build_is_converted_on_the_next_run(build_rig):
     rig = build_rig
     vmid = 700
-    block = mk.render_template_block(NAME, vmid, DEFAULT_IMAGE_URL)
+    block = desc.render_template_block(NAME, vmid, DEFAULT_IMAGE_URL)
     rig.seed_vm(vmid, NAME, status="stopped", tags=mk.TEMPLATE_TAG, description=block)
     backend = rig.make_backend()
     result = await backend.build_template(name=NAME)
@@ -195,7 +196,7 @@ async def test_an_interrupted_build_is_converted_on_the_next_run(build_rig):
 
 async def test_a_copy_of_sands_template_is_not_taken_for_it(build_rig):
     rig = build_rig
-    block = mk.render_template_block(NAME, 700, DEFAULT_IMAGE_URL)  # names VM 700, not 701
+    block = desc.render_template_block(NAME, 700, DEFAULT_IMAGE_URL)  # names VM 700, not 701
     rig.seed_vm(701, NAME, status="stopped", template=True, description=block)
     backend = rig.make_backend()
     with pytest.raises(ProxmoxError, match="sand did not build"):
@@ -245,8 +246,8 @@ async def test_a_backend_whose_template_is_a_vmid_needs_a_name(build_rig):
 
 
 def test_the_template_block_is_no_ownership_claim():
-    block = mk.render_template_block(NAME, 700, DEFAULT_IMAGE_URL)
-    assert mk.parse_description(block) is None
+    block = desc.render_template_block(NAME, 700, DEFAULT_IMAGE_URL)
+    assert desc.parse_description(block) is None
     assert json.loads(block.split("\n")[1])["kind"] == "template"
     assert not mk.parse_tags(mk.TEMPLATE_TAG).present
     assert mk.merge_tags(f"golden;{mk.TEMPLATE_TAG}", _marker()).startswith("golden;")
