@@ -137,7 +137,11 @@ def test_a_kill_mid_replace_converges_to_one_vm(point, sand, fakepve_server, tmp
     (old,) = rig.vms_named("agent-1")
     sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB", "image": "debian-13-next"}]))
     journal = sand.state_dir / "projects" / "demo" / "journal.jsonl"
+    # The rename follows "old-deleted" by milliseconds: held, it cannot land before the
+    # kill however late the kill comes on a loaded machine.
+    rig.hold_writes("PUT", "/config", "name", "agent-1")
     killed = kill_when(sand_argv(*GO), env_for(sand.state_dir), tmp_path, journal, step(point))
+    rig.drop_held()
     assert killed, "apply finished before the crash point"
     if point == "created":  # the old VM is still there, beside a replacement
         assert rig.vm(old.vmid) is not None

@@ -82,6 +82,9 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
         # each node's own list (``GET /nodes/{node}/qemu``) still shows them.
         self.hidden_from_listing: set[int] = set()
         self._forward: asyncio.Event | None = None  # made on the server's loop
+        # Requests held unanswered (hold_writes): (method, path suffix, field, value).
+        self.holds: list[tuple[str, str, str, str]] = []
+        self._dropped: asyncio.Event | None = None
 
     # --- time -----------------------------------------------------------------------
 
@@ -101,6 +104,35 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
             self._forward.set()
         self._forward = None
 
+    # --- held requests ----------------------------------------------------------
+
+    def hold_writes(self, method: str, suffix: str, field: str, value: str) -> None:
+        """From now on, a ``method`` request to a path ending in ``suffix`` whose form
+        sets ``field`` to ``value`` is held unanswered and never carried out, until
+        :meth:`drop_held` (then it fails as a dropped connection): a test kills sand
+        while the call it is about to make cannot land."""
+        self.holds.append((method, suffix, field, value))
+
+    def drop_held(self) -> None:
+        self.holds.clear()
+        if self._dropped is not None:
+            self._dropped.set()
+        self._dropped = None
+
+    async def _held(self, request: web.Request) -> bool:
+        if not any(request.method == m and request.path.endswith(s) for m, s, _, _ in self.holds):
+            return False
+        form = await request.post()  # read and kept by aiohttp: fakepve reads it again
+        if not any(
+            request.method == m and request.path.endswith(s) and form.get(f) == v
+            for m, s, f, v in self.holds
+        ):
+            return False
+        if self._dropped is None:
+            self._dropped = asyncio.Event()
+        await self._dropped.wait()
+        return True
+
     # --- request log -------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
@@ -119,6 +151,10 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
                     Request(request.method, path, query, status, now, now - start, token)
                 )
 
+            if await self._held(request):
+                done(0)
+                request.transport.close()  # type: ignore[union-attr]
+                raise ConnectionResetError("fakepve rig: a held request was dropped")
             try:
                 response: web.StreamResponse = await handler(request)
             except BaseException:

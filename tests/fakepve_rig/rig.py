@@ -433,6 +433,15 @@ class FakePveRig:
         """Answer requests whose path ends with ``suffix`` with an error (fakepve's fail())."""
         self.run(self.pve.fail, method, suffix, status, message, error=error, times=times)
 
+    def hold_writes(self, method: str, suffix: str, field: str, value: str) -> None:
+        """Hold unanswered, and never carry out, each ``method`` request to a path ending
+        in ``suffix`` that sets ``field`` to ``value`` (until :meth:`drop_held`)."""
+        self.run(self.pve.hold_writes, method, suffix, field, value)
+
+    def drop_held(self) -> None:
+        """Held requests fail as dropped connections; nothing is held from now on."""
+        self.run(self.pve.drop_held)
+
     def hide_from_listing(self, *vmids: int) -> None:
         """``GET /cluster/resources`` leaves these VMs out from now on (each node's own
         VM list still shows them)."""
