@@ -122,11 +122,13 @@ def test_a_save_burst_gives_exactly_one_run(watched, fakepve_server):
 def test_changes_during_a_run_cause_exactly_one_follow_up(watched, fakepve_server):
     sand, start = watched
     w = start("--interval", "3600")
-    fakepve_server.set_task_secs("qmclone", 2.0)
+    # Long enough that every save below lands while the run still clones w-2, however
+    # slowly a loaded machine schedules the test.
+    fakepve_server.set_task_secs("qmclone", 6.0)
     before = len(w.runs())
     save_burst(sand, fakepve_server.manifest([{"name": "w-1"}, {"name": "w-2"}]))
     w.wait_for(lambda: len(w.runs()) == before + 1)
-    time.sleep(0.6)  # the run is now cloning w-2
+    w.wait_for(lambda: fakepve_server.vms_named("w-2"))  # the run is now cloning w-2
     for n in (3, 4, 5):
         save_burst(sand, fakepve_server.manifest([{"name": f"w-{i}"} for i in range(1, n + 1)]))
         time.sleep(0.5)
