@@ -33,9 +33,15 @@ async def until(
         await pilot.pause(0.05)
 
 
+def _base(app: Board) -> Any:
+    """The board's own screen: ``app.query_one`` searches only the screen on top, so
+    with a dialog open the title, rows and status would not be found."""
+    return app.screen_stack[0]
+
+
 def rows(app: Board) -> dict[str, dict[str, str]]:
     """The table as drawn: VM -> column -> cell."""
-    table = app.query_one("#table", DataTable)
+    table = _base(app).query_one("#table", DataTable)
     labels = [str(c.label) for c in table.ordered_columns]
     out = {}
     for index in range(table.row_count):
@@ -45,15 +51,15 @@ def rows(app: Board) -> dict[str, dict[str, str]]:
 
 
 def detail(app: Board) -> str:
-    return str(app.query_one("#detail-text", Static).render())
+    return str(_base(app).query_one("#detail-text", Static).render())
 
 
 def status(app: Board) -> str:
-    return str(app.query_one("#status", Static).render())
+    return str(_base(app).query_one("#status", Static).render())
 
 
 def title(app: Board) -> str:
-    return str(app.query_one("#title", Static).render())
+    return str(_base(app).query_one("#title", Static).render())
 
 
 def dialog(app: Board) -> str:
