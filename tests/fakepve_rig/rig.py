@@ -82,6 +82,17 @@ def _mac(vmid: int, n: int = 0) -> str:
     return f"BC:24:11:{(vmid >> 8) & 0xFF:02X}:{vmid & 0xFF:02X}:{n:02X}"
 
 
+async def _cancel_the_rest() -> None:
+    """Cancel what still runs on the server's loop (PVE tasks a test left running), so
+    closing the loop does not drop pending tasks ("Task was destroyed but it is
+    pending!" at exit)."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=5)
+
+
 class FakePveRig:
     """A running fakepve plus helpers. Attributes:
 
@@ -157,6 +168,7 @@ class FakePveRig:
     def stop(self) -> None:
         try:
             self.call(self.pve.stop(), timeout=30)
+            self.call(_cancel_the_rest(), timeout=30)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(30)
