@@ -84,6 +84,8 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
         self._forward: asyncio.Event | None = None  # made on the server's loop
         # Requests held unanswered (hold_writes): (method, path suffix, field, value).
         self.holds: list[tuple[str, str, str, str]] = []
+        # Real seconds added before answering (delay_requests): (method, path suffix).
+        self.delays: dict[tuple[str, str], float] = {}
         self._dropped: asyncio.Event | None = None
 
     # --- time -----------------------------------------------------------------------
@@ -119,6 +121,17 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
             self._dropped.set()
         self._dropped = None
 
+    def delay_requests(self, method: str, suffix: str, secs: float) -> None:
+        """Answer each ``method`` request to a path ending in ``suffix`` ``secs`` real
+        seconds late (whatever the time scale): a test makes such calls overlap."""
+        self.delays[(method, suffix)] = secs
+
+    async def _delayed(self, request: web.Request) -> None:
+        for (method, suffix), secs in self.delays.items():
+            if request.method == method and request.path.endswith(suffix):
+                await asyncio.sleep(secs)
+                return
+
     async def _held(self, request: web.Request) -> bool:
         if not any(request.method == m and request.path.endswith(s) for m, s, _, _ in self.holds):
             return False
@@ -151,6 +164,7 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
                     Request(request.method, path, query, status, now, now - start, token)
                 )
 
+            await self._delayed(request)
             if await self._held(request):
                 done(0)
                 request.transport.close()  # type: ignore[union-attr]

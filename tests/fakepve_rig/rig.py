@@ -450,6 +450,11 @@ class FakePveRig:
         in ``suffix`` that sets ``field`` to ``value`` (until :meth:`drop_held`)."""
         self.run(self.pve.hold_writes, method, suffix, field, value)
 
+    def delay_requests(self, method: str, suffix: str, secs: float) -> None:
+        """Answer each ``method`` request to a path ending in ``suffix`` ``secs`` real
+        seconds late, whatever the time scale."""
+        self.run(self.pve.delay_requests, method, suffix, secs)
+
     def drop_held(self) -> None:
         """Held requests fail as dropped connections; nothing is held from now on."""
         self.run(self.pve.drop_held)
