@@ -141,9 +141,28 @@ def rows() -> list[tuple[str, str]]:
     return asyncio.run(_measure())
 
 
+def start_guest(guests: list[Any], rootfs: Path, layers: list[Path] | None = None) -> Any:
+    """A netns guest started (and added to ``guests``, which the caller stops)."""
+    from tests.rig._util import RigError
+    from tests.rig.guest import NetnsGuest
+
+    # Under load a guest's sshd now and then does not answer within the rig's 30 s;
+    # one more start is a rig hiccup, not part of what is measured.
+    for attempt in (1, 2):
+        g = NetnsGuest(rootfs=rootfs, layers=layers or ())
+        try:
+            g.start()
+            break
+        except RigError:
+            g.stop()
+            if attempt == 2:
+                raise
+    guests.append(g)
+    return g
+
+
 async def _measure() -> list[tuple[str, str]]:
     from tests.provision.e2e_helpers import stand_in_agents
-    from tests.rig._util import RigError
     from tests.rig.fixtures import guest_uses_mirror
     from tests.rig.guest import NetnsGuest, cleanup_stale
     from tests.rig.rootfs import ensure_rootfs
@@ -155,19 +174,7 @@ async def _measure() -> list[tuple[str, str]]:
     guests: list[NetnsGuest] = []
 
     def start(rootfs: Path, layers: list[Path] | None = None) -> NetnsGuest:
-        # Under load a guest's sshd now and then does not answer within the rig's 30 s;
-        # one more start is a rig hiccup, not part of what is measured.
-        for attempt in (1, 2):
-            g = NetnsGuest(rootfs=rootfs, layers=layers or ())
-            try:
-                g.start()
-                break
-            except RigError:
-                g.stop()
-                if attempt == 2:
-                    raise
-        guests.append(g)
-        return g
+        return start_guest(guests, rootfs, layers)
 
     with tempfile.TemporaryDirectory() as tmp_name, AptMirror(bench.mirror) as mirror:
         tmp = Path(tmp_name)

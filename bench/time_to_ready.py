@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.golden_bases import _provision, _spec  # noqa: E402
+from bench.golden_bases import _provision, _spec, start_guest  # noqa: E402
 
 
 def rows() -> list[tuple[str, str]]:
@@ -76,7 +76,6 @@ def _ready_specs(spec: dict[str, Any], url: str) -> dict[str, Any]:
 async def _measure() -> list[tuple[str, str]]:
     from sand.provision import provision_base
     from tests.provision.e2e_helpers import endpoint, scoped_env, stand_in_agents
-    from tests.rig._util import RigError
     from tests.rig.fixtures import guest_uses_mirror
     from tests.rig.gitserver import GitServer
     from tests.rig.guest import NetnsGuest, cleanup_stale
@@ -88,17 +87,7 @@ async def _measure() -> list[tuple[str, str]]:
     guests: list[NetnsGuest] = []
 
     def start(layers: list[Path] | None = None) -> NetnsGuest:
-        for attempt in (1, 2):  # a guest's sshd slow under load is a rig hiccup
-            g = NetnsGuest(rootfs=bare, layers=layers or ())
-            try:
-                g.start()
-                break
-            except RigError:
-                g.stop()
-                if attempt == 2:
-                    raise
-        guests.append(g)
-        return g
+        return start_guest(guests, bare, layers)
 
     server = GitServer(token="bench-git-token-not-secret").start()
     with tempfile.TemporaryDirectory() as tmp_name, AptMirror(bench.mirror) as mirror:

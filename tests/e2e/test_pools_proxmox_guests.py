@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.cli.helpers import Sand
+from tests.e2e.test_golden_bases_proxmox import guests as guests  # the same real guests
 from tests.provision.e2e_helpers import out, root, scoped_env, stand_in_agents
-from tests.rig.clones import LayeredGuests
 
 if TYPE_CHECKING:
     from tests.rig.guest import NetnsGuest
@@ -24,24 +24,6 @@ pytestmark = pytest.mark.e2e
 CANARY_A = "canary-pool-a-7c1e-only-in-agent-a"
 CANARY_B = "canary-pool-b-93d2-only-in-agent-b"
 SPARES = ("agents-spare-1", "agents-spare-2")
-
-
-@pytest.fixture
-def guests(fakepve_server, bare_rootfs, rig_rootfs, apt_mirror):
-    rig = fakepve_server
-    public = (rig.identity.with_name(rig.identity.name + ".pub")).read_text().strip()
-    made = LayeredGuests(
-        rig,
-        public_key=public,
-        bare=bare_rootfs,
-        workbench=rig_rootfs,
-        mirror=apt_mirror,
-        base_from_bare=False,
-    )
-    try:
-        yield made
-    finally:
-        made.stop()
 
 
 def _identity(guest: NetnsGuest) -> tuple[str, str, str]:
