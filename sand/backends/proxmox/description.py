@@ -40,14 +40,11 @@ def render_golden_block(
         "source": source,
         "state": state,
     }
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+    return _fenced(data)
 
 
 def parse_golden_block(text: object) -> dict[str, Any] | None:
-    data = parse_block(text)
-    if data is None or data.get("kind") != GOLDEN_KIND:
-        return None
-    return data
+    return _block_of_kind(text, GOLDEN_KIND)
 
 
 def parse_block(text: object) -> dict[str, Any] | None:
@@ -126,7 +123,7 @@ def render_block(marker: Marker, **extra: object) -> str:
     if marker.pool:
         data["pool"] = marker.pool
     data.update((k, v) for k, v in extra.items() if v is not None)
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+    return _fenced(data)
 
 
 def merge_description(current: object, marker: Marker, **extra: object) -> str:
@@ -146,12 +143,18 @@ def render_template_block(name: str, vmid: int, source: str) -> str:
         "vmid": vmid,
         "source": source,
     }
-    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+    return _fenced(data)
 
 
 def parse_template_block(text: object) -> dict[str, Any] | None:
     """The block of a template sand built, or None (none, or a VM's marker)."""
+    return _block_of_kind(text, TEMPLATE_KIND)
+
+
+def _block_of_kind(text: object, kind: str) -> dict[str, Any] | None:
     data = parse_block(text)
-    if data is None or data.get("kind") != TEMPLATE_KIND:
-        return None
-    return data
+    return data if data is not None and data.get("kind") == kind else None
+
+
+def _fenced(data: dict[str, object]) -> str:
+    return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
