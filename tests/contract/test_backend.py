@@ -34,7 +34,7 @@ from sand.plan import make_plan
 from sand.plan.render import plan_to_json
 from sand.project import observe_all
 from sand.state.journal import Journal
-from tests.contract.conftest import MakeBackend
+from tests.contract.conftest import PROCESS_KINDS, MakeBackend
 from tests.contract.rigs import BOX, ContractRig
 from tests.required import require
 
@@ -401,7 +401,13 @@ def _hold_elsewhere(
     return holder
 
 
+# A holder in another process (killed, in a pid namespace of its own): the memory world
+# lives in this process only (the same rule's in-process part runs for it below).
+on_process_rigs = pytest.mark.parametrize("far", PROCESS_KINDS, indirect=True)
+
+
 @pytest.mark.real_clock  # the lease expiry, once per backend
+@on_process_rigs
 async def test_the_lease_of_a_killed_holder_expires(
     far: ContractRig, backend_of: MakeBackend, tmp_path: Path
 ) -> None:
@@ -427,6 +433,7 @@ async def test_the_lease_of_a_killed_holder_expires(
         holder.wait(10)
 
 
+@on_process_rigs
 async def test_a_holder_killed_on_this_host_is_seen_gone_at_once(
     far: ContractRig, backend_of: MakeBackend, tmp_path: Path
 ) -> None:
