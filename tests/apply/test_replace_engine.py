@@ -9,29 +9,14 @@ on fakepve and the limactl stand-in)."""
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
 import pytest
 
 from sand.plan.render import render_text
 from sand.state.journal import Journal, journal_path
-from sand.survey.plan import compute_plan
 from tests.memory_backend.session import Fleet
 from tests.memory_backend.world import World
 
 OLD, NEW = "debian-12", "debian-13"
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
-    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
-    return Fleet(tmp_path, {"box": World()})
-
-
-@pytest.fixture
-def world(fleet: Fleet) -> World:
-    return fleet.worlds["box"]
 
 
 def made(fleet: Fleet, world: World) -> str:
@@ -111,30 +96,13 @@ def test_a_run_cut_short_at_any_step_of_a_replace_ends_with_one_vm(
     fleet: Fleet, world: World, step: str
 ) -> None:
     old = made(fleet, world)
-    gate = world.hold(step, vm="agent-1")
-
-    async def cut() -> None:
-        run = asyncio.ensure_future(fleet.apply_async())
-        await asyncio.wait_for(gate.reached.wait(), 30)
-        run.cancel()  # what kill -9 leaves: the journal entries open
-        with pytest.raises(asyncio.CancelledError):
-            await run
-
-    asyncio.run(cut())
-    world.clear_faults()
+    fleet.cut_at(step, "agent-1")
     kept = {vm.name: vm.identity for vm in world.vms.values() if vm.marker is not None}
     (temp,) = [name for name in kept if name.startswith("agent-1-sandnew")] or [""]
     # Never lost: the person's VM is there, or the replacement made before it went.
     assert old in kept.values() or temp
 
-    async def plan_text() -> str:
-        session = fleet.session()
-        try:
-            return render_text(await compute_plan(session, allow_data_loss=True))
-        finally:
-            await session.close()
-
-    said = asyncio.run(plan_text())
+    said = render_text(fleet.plan(allow_data_loss=True))
     assert f"will recover: {CUTS[step]}" in said, said
 
     again = fleet.apply()

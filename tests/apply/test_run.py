@@ -117,12 +117,6 @@ def state_dir(path: Path) -> Iterator[None]:
         os.environ["SAND_STATE_DIR"] = saved
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
-    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))  # this host's
-    return Fleet(tmp_path, {"box": World()})
-
-
 def another_applier(fleet: Fleet, path: Path, person: bool, *targets: str) -> AnotherApplierFirst:
     async def elsewhere() -> None:
         with state_dir(path):

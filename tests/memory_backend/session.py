@@ -16,7 +16,9 @@ import yaml
 
 from sand.apply.run import ApplyRun, Approver, AutoApprove, QuietView, RunEnd, RunView, Steering
 from sand.manifest import load_manifest
+from sand.plan.model import Plan
 from sand.project import Session, desired_from
+from sand.survey.plan import compute_plan
 from tests.memory_backend.backend import MemoryBackend
 from tests.memory_backend.world import World
 
@@ -77,3 +79,34 @@ class Fleet:
 
     def apply(self, **run: Any) -> RunEnd:
         return asyncio.run(self.apply_async(**run))
+
+    def cut_at(self, step: str, vm: str, world: str = "", **run: Any) -> None:
+        """An apply cancelled where VM ``vm`` reaches ``step`` (what kill -9 leaves: its
+        journal entries open); the hold is gone afterwards."""
+        where = self.worlds[world or next(iter(self.worlds))]
+        gate = where.hold(step, vm=vm)
+
+        async def cut() -> None:
+            task = asyncio.ensure_future(self.apply_async(**run))
+            await asyncio.wait_for(gate.reached.wait(), 30)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                return
+            raise AssertionError(f"the run ended before {vm} reached {step}")
+
+        asyncio.run(cut())
+        where.clear_faults()
+
+    def plan(self, **options: Any) -> Plan:
+        """What ``sand plan`` plans now (it replays nothing: it shows what apply will)."""
+
+        async def plan() -> Plan:
+            session = self.session()
+            try:
+                return await compute_plan(session, **options)
+            finally:
+                await session.close()
+
+        return asyncio.run(plan())
