@@ -1,6 +1,7 @@
 """What a run cut short leaves, as the next ``sand plan`` shows it and the next apply
-settles it, and how the engine spreads its work: on the in-memory backend, where the
-cut is exact (a step held at a gate, the run cancelled there) and nothing waits.
+settles it; how the engine spreads its work (a bound on VMs in flight, a failure or a
+failed golden base stopping only what depends on it): on the in-memory backend, where
+a cut is exact (a step held at a gate, the run cancelled there) and nothing waits.
 
 The far side is the world and the journal file. The same recovery meets the real rigs
 in ``tests/cli/test_recovery_plan.py`` (fakepve, killed with SIGKILL), the contract
@@ -98,3 +99,25 @@ def test_creates_run_at_most_parallelism_at_once_and_a_failure_stops_no_other(
     asyncio.run(run())
     assert sorted(vm.name for vm in world.vms.values()) == [n for n in names if n != "vm-1"]
     assert all(vm.power == "running" for vm in world.vms.values())
+
+
+def test_a_golden_base_that_fails_to_build_fails_only_the_vms_made_from_it(
+    fleet: Fleet, world: World
+) -> None:
+    fleet.write(
+        [{"name": "from-base", "image": "wb"}, {"name": "plain"}],
+        images={"wb": {"packages": ["jq"]}},
+    )
+    world.fail("build", "out of space")
+
+    end = fleet.apply()
+
+    assert end.outcome is not None and end.outcome.result is not None
+    result = end.outcome.result
+    ((base, why),) = [(b.base, b.error) for b in result.base_failures()]
+    assert base == "wb" and "out of space" in why
+    (failed,) = result.failures()
+    assert (failed.vm, failed.layer) == ("from-base", "base")
+    assert failed.error.startswith("its golden base could not be built: ")
+    assert [vm.name for vm in world.vms.values()] == ["plain"]  # nothing half-built left
+    assert [step for step, _ in world.log if step == "create"] == ["create"]

@@ -34,8 +34,11 @@ class Fleet:
         self.workdir, self.worlds, self.project = workdir, dict(worlds), project
         self.manifest = workdir / "sand.yaml"
 
-    def write(self, vms: Sequence[Mapping[str, Any]], **defaults: Any) -> Path:
-        """The manifest: ``vms`` (each on the first backend unless it names one)."""
+    def write(
+        self, vms: Sequence[Mapping[str, Any]], images: Mapping[str, Any] | None = None
+    ) -> Path:
+        """The manifest: ``vms`` (each on the first backend unless it names one), and the
+        golden ``images`` they may name."""
         first = next(iter(self.worlds))
         data = {
             "apiVersion": "sand/v1",
@@ -44,7 +47,8 @@ class Fleet:
                 name: {"type": "lima", "lima_home": str(self.workdir / f"{name}-unused")}
                 for name in self.worlds
             },
-            "defaults": {"provision": False, "image": "debian-12", "memory": "2GiB", **defaults},
+            "defaults": {"provision": False, "image": "debian-12", "memory": "2GiB"},
+            **({"images": dict(images)} if images else {}),
             "vms": [{"backend": first, **vm} for vm in vms],
         }
         self.manifest.write_text(yaml.safe_dump(data, sort_keys=False))
