@@ -1,6 +1,7 @@
 """Replacement as the engine carries it out, on the in-memory backend: the new VM is made
-before the old one goes, a failure at any step before that leaves the old VM as it was,
-and a run cut short at any step is settled by the next run into exactly one VM.
+before the old one goes (after it, where the backend cannot hold both), a failure at
+any step before that leaves the old VM as it was, and a run cut short at any step is
+settled by the next run into exactly one VM.
 
 The far side is the world (its VMs, markers and the order its steps ran in) and the
 journal file. The same behaviours meet the real rigs in ``tests/cli/test_replace_proxmox.py``
@@ -111,3 +112,18 @@ def test_a_run_cut_short_at_any_step_of_a_replace_ends_with_one_vm(
     assert new != old
     if step in ("delete", "rename"):  # the replacement holds the preserved copy: kept
         assert new == kept[temp]
+
+
+def test_where_both_cannot_stand_the_old_vm_goes_first(fleet: Fleet, world: World) -> None:
+    old = made(fleet, world)
+    world.cramped = True  # the backend's preflight: no room for the old and the new
+
+    end = fleet.apply()
+
+    assert end.outcome is not None and end.outcome.converged
+    (change,) = end.plan.changes
+    assert change.strategy.value == "destroy-before-create"
+    assert [(step, name) for step, name in world.log if step != "lease"] == [
+        ("delete", "agent-1"), ("create", "agent-1"), ("make", "agent-1"), ("start", "agent-1"),
+    ]  # fmt: skip
+    assert one_vm_of_the_new_image(fleet, world) != old

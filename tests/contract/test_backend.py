@@ -1,7 +1,9 @@
 """The Backend contract (``sand/backends/protocol.py``), asserted once for every kind.
 
-Each test runs against fakepve, the limactl stand-in driven locally, and the same
-stand-in on a remote host over real SSH (the ``far`` fixture). The MUST rules it
+Each test runs against fakepve, the limactl stand-in driven locally, the same
+stand-in on a remote host over real SSH, and the in-memory backend the engine's own
+tests use (``tests/memory_backend``) (the ``far`` fixture); the two tests whose lease
+holder is another process run on the first three only. The MUST rules it
 checks are the ones the protocol's docstrings state; a new backend kind is a new
 rig in ``rigs.py`` and must pass all of them. What is asserted is read from the far
 side (the fake API's VMs, the stand-in's instance directories), the journal file,
