@@ -43,6 +43,7 @@ from sand.observed import (
 )
 from sand.state.journal import Journal, PendingEntry
 from tests.memory_backend.lease import WorldLease
+from tests.memory_backend.recovery import decide
 from tests.memory_backend.world import MemVM, World
 
 CAPABILITIES = Capabilities(
@@ -337,28 +338,8 @@ class MemoryBackend:
     # --- recovery ------------------------------------------------------------------------
 
     async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
-        vm = self.world.vms.get(entry.identity)
-
-        def say(action: RecoveryAction, summary: str, absent: bool = False) -> RecoveryDecision:
-            return RecoveryDecision(
-                entry.id, self.name, entry.vm, entry.op, entry.identity, action, summary, absent
-            )
-
-        if vm is None:
-            return say(RecoveryAction.NOTHING, f"nothing of {entry.op} {entry.vm} is left")
-        if entry.op not in ("create", "delete", "build-base"):
-            return say(RecoveryAction.NOTHING, f"{entry.vm} is as the plan sees it")
-        if entry.op == "build-base":
-            if vm.ready:
-                return say(RecoveryAction.NOTHING, f"golden base {entry.vm} was finished")
-            return say(RecoveryAction.DELETE, f"delete half-built base {entry.identity}", True)
-        if vm.uid != entry.detail("uid"):
-            return say(RecoveryAction.MOOT, f"{entry.identity} is another VM now: left alone")
-        if entry.op == "delete":
-            return say(RecoveryAction.DELETE, f"finish deleting {entry.vm}", True)
-        if vm.marker is None:
-            return say(RecoveryAction.DELETE, f"delete half-made {entry.identity}", True)
-        return say(RecoveryAction.ADOPT, f"adopt {entry.vm} ({entry.identity})")
+        # Nothing of a killed run goes on running in the world: there is nothing to wait for.
+        return decide(self.world.vms.get(entry.identity), entry, self.name)
 
     async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
         if decision.action is not RecoveryAction.DELETE:
