@@ -86,6 +86,12 @@ def test_creates_run_at_most_parallelism_at_once_and_a_failure_stops_no_other(
     async def run() -> None:
         task = asyncio.ensure_future(fleet.apply_async(parallelism=2))
         await asyncio.wait_for(gate.reached.wait(), 30)
+
+        async def two_made() -> None:
+            while len(world.vms) < 2:  # vm-1 failed and gave its slot to vm-2
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(two_made(), 30)
         for _ in range(200):  # whatever else could start now, starts
             await asyncio.sleep(0)
         assert len(world.vms) == 2  # two in flight; the rest wait for a slot
