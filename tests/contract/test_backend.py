@@ -404,7 +404,8 @@ def _hold_elsewhere(
 
 
 # A holder in another process (killed, in a pid namespace of its own): the memory world
-# lives in this process only (the same rule's in-process part runs for it below).
+# lives in this process only. The lease's other rules (a busy lease names its holder, one
+# of two takers wins, a grant's freshness) run on it too.
 on_process_rigs = pytest.mark.parametrize("far", PROCESS_KINDS, indirect=True)
 
 
