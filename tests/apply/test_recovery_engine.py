@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from sand.plan.render import plan_to_json, render_text
 from sand.state.journal import Journal, journal_path
 from tests.memory_backend.session import Fleet
@@ -73,6 +75,21 @@ def test_the_plan_after_a_run_cut_after_the_marker_adopts_the_vm(
     assert end.outcome is not None and end.outcome.converged
     assert sorted(vm.name for vm in world.vms.values()) == ["a", "b"]
     assert world.vms[marked.identity].power == "running"  # the same VM, finished
+
+
+@pytest.mark.parametrize("step", ["create", "make", "start"])
+def test_a_run_cut_at_any_step_of_a_create_ends_with_each_vm_once(
+    fleet: Fleet, world: World, step: str
+) -> None:
+    fleet.write(TWO)
+    fleet.cut_at(step, "b")  # a may be made by then, or not
+
+    end = fleet.apply()
+
+    assert end.outcome is not None and end.outcome.converged
+    assert sorted(vm.name for vm in world.vms.values()) == ["a", "b"]  # no twin, no orphan
+    assert all(vm.marker is not None and vm.power == "running" for vm in world.vms.values())
+    assert Journal(journal_path("demo")).pending() == []
 
 
 def test_creates_run_at_most_parallelism_at_once_and_a_failure_stops_no_other(
