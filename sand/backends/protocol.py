@@ -8,7 +8,8 @@ and each is journalled by the backend *before* the call that makes it.
 
 The MUST rules on :class:`Backend` are checked once for every backend kind by
 ``tests/contract/test_backend.py`` (fakepve, the limactl stand-in locally and on a
-remote host over SSH); a new backend is a new rig there and passes all of them.
+remote host over SSH, and the tests' in-memory backend); a new backend is a new rig
+there and passes all of them.
 """
 
 from __future__ import annotations

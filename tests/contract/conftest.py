@@ -10,10 +10,14 @@ import pytest
 from sand.backends.protocol import Backend
 from sand.state.journal import Journal
 from tests.backends.lima.sshd_rig import sshd  # noqa: F401  (fixture)
+from tests.contract.memory_rig import MemoryRig
 from tests.contract.rigs import ContractRig, FakePve, LimaStandIn, RemoteLima
 from tests.limactl_standin import StandIn
 
-KINDS = ("fakepve", "lima", "lima-remote")
+KINDS = ("fakepve", "lima", "lima-remote", "memory")
+# The far sides with processes of their own: a lease held by another process (killed,
+# or on another host) is theirs to test; the memory world lives in this process only.
+PROCESS_KINDS = tuple(k for k in KINDS if k != "memory")
 
 
 @pytest.fixture(params=KINDS)
@@ -24,6 +28,8 @@ def far(
     kind = request.param
     if kind == "fakepve":
         return FakePve(tmp_path, request.getfixturevalue("fakepve_server"))
+    if kind == "memory":
+        return MemoryRig(tmp_path)
     if kind == "lima":
         standin = StandIn.create(tmp_path / "standin")
         standin.configure(require_tty_false=True, host_user="claude")

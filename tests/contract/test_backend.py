@@ -1,7 +1,9 @@
 """The Backend contract (``sand/backends/protocol.py``), asserted once for every kind.
 
-Each test runs against fakepve, the limactl stand-in driven locally, and the same
-stand-in on a remote host over real SSH (the ``far`` fixture). The MUST rules it
+Each test runs against fakepve, the limactl stand-in driven locally, the same
+stand-in on a remote host over real SSH, and the in-memory backend the engine's own
+tests use (``tests/memory_backend``) (the ``far`` fixture); the two tests whose lease
+holder is another process run on the first three only. The MUST rules it
 checks are the ones the protocol's docstrings state; a new backend kind is a new
 rig in ``rigs.py`` and must pass all of them. What is asserted is read from the far
 side (the fake API's VMs, the stand-in's instance directories), the journal file,
@@ -34,7 +36,7 @@ from sand.plan import make_plan
 from sand.plan.render import plan_to_json
 from sand.project import observe_all
 from sand.state.journal import Journal
-from tests.contract.conftest import MakeBackend
+from tests.contract.conftest import PROCESS_KINDS, MakeBackend
 from tests.contract.rigs import BOX, ContractRig
 from tests.required import require
 
@@ -401,7 +403,14 @@ def _hold_elsewhere(
     return holder
 
 
+# A holder in another process (killed, in a pid namespace of its own): the memory world
+# lives in this process only. The lease's other rules (a busy lease names its holder, one
+# of two takers wins, a grant's freshness) run on it too.
+on_process_rigs = pytest.mark.parametrize("far", PROCESS_KINDS, indirect=True)
+
+
 @pytest.mark.real_clock  # the lease expiry, once per backend
+@on_process_rigs
 async def test_the_lease_of_a_killed_holder_expires(
     far: ContractRig, backend_of: MakeBackend, tmp_path: Path
 ) -> None:
@@ -427,6 +436,7 @@ async def test_the_lease_of_a_killed_holder_expires(
         holder.wait(10)
 
 
+@on_process_rigs
 async def test_a_holder_killed_on_this_host_is_seen_gone_at_once(
     far: ContractRig, backend_of: MakeBackend, tmp_path: Path
 ) -> None:

@@ -1,0 +1,1 @@
+"""An in-memory backend for the engine's own tests (see ``backend.py``)."""
