@@ -3,8 +3,8 @@ fork, a pool's spares come after the person's VMs labelled as their pool's, a pl
 pending claim and refill read as the plan text says them, and ``c`` opens the compare
 view of a source's forks (read off the UI thread, read again with ``r``, closed with
 Esc). The rows come from the real planner and ``sand status``'s real rows over fixed
-observations (tests/cli/ui_fixed.py); the compare view against real guests is in
-tests/e2e/test_ui_compare.py."""
+observations (tests/cli/ui_fixed.py), and from the limactl stand-in's VMs; the compare
+view against real guests is in tests/e2e/test_ui_compare.py."""
 
 from __future__ import annotations
 
@@ -20,10 +20,13 @@ from sand.cli.ui.app import Board
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.model import summary
 from sand.cli.ui.screens import CompareScreen
+from sand.errors import SandError
 from sand.observed import Observation
 from sand.verbs.compare import ForkView
+from tests.cli.helpers import Sand
 from tests.cli.ui_fixed import ForkFleet
-from tests.cli.ui_pilot import SIZE, detail, observed, rows, status, until
+from tests.cli.ui_pilot import SIZE, board, detail, observed, rows, status, title, until
+from tests.limactl_standin import StandIn
 
 
 class CountedForks(ForkFleet):
@@ -136,3 +139,67 @@ async def test_c_opens_the_sources_forks_reads_them_off_the_ui_thread_again_and_
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, CompareScreen), "the view closed")
         assert "try-2 on laptop" in detail(app)  # the board as it was, try-2 selected
+
+
+async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off_the_vms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limactl_standin: StandIn
+) -> None:
+    """Through the limactl stand-in: spares made by a real apply, a fork made by ``sand
+    fork --apply`` (its marker the only word on what it is), then the manifest asks for
+    a VM of the pool: the board shows what the plan will do."""
+    sand = Sand(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(sand.state_dir))  # the board runs in-process
+    monkeypatch.setenv("NO_COLOR", "1")
+    manifest: dict[str, Any] = {
+        "apiVersion": "sand/v1",
+        "project": "boardpools",
+        "backends": {"laptop": {"type": "lima", "lima_home": str(limactl_standin.lima_home)}},
+        "defaults": {"image": "debian-12", "disk": "20GiB", "memory": "2GiB", "provision": False},
+        "pools": {"agents": {"warm": 1}},
+        "vms": [{"name": "agent-1"}],
+    }
+    sand.write(manifest)
+    made = sand.run("apply", "--auto-approve")
+    assert made.returncode == 0, made.stdout + made.stderr
+    forked = sand.run("fork", "agent-1", "--apply", "--auto-approve")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    manifest["vms"].append({"name": "agent-4", "pool": "agents"})
+    sand.write(manifest)
+
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        table = rows(app)
+        assert list(table) == [
+            "agent-1",
+            "agent-4 · claims agents-spare-1",
+            "agent-1-fork-1 · fork of agent-1",
+            "agents-spare-1 · spare of pool agents",
+        ], table
+        assert table["agents-spare-1 · spare of pool agents"]["SYNC"] == "OutOfSync (refill 1/1)"
+        assert table["agent-1-fork-1 · fork of agent-1"]["SYNC"] == "OutOfSync (delete)"
+        assert "3 VMs · 1 spare · 1 Synced · 3 OutOfSync" in title(app)
+        await pilot.press("j")
+        await until(pilot, lambda: "agent-4 on laptop" in detail(app), "agent-4's detail")
+        assert "  claims spare agents-spare-1 of pool agents\n" in detail(app)
+
+
+async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+
+    class Failing(ForkFleet):
+        def compare(self, forks: Sequence[str]) -> list[ForkView]:
+            raise SandError("backend laptop: limactl list failed: exit 1")
+
+    app = Board(Failing(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        await pilot.press("j", "c")
+        said = "Error: backend laptop: limactl list failed: exit 1"
+        await until(pilot, lambda: said in str(getattr(app.screen, "text", "")), "the error")
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CompareScreen), "the view closed")
+        assert "try-1 · fork of agent-1" in rows(app)

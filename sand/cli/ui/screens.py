@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import ScrollableContainer, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -69,9 +69,10 @@ class CompareScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     CompareScreen { align: center middle; }
-    CompareScreen > VerticalScroll {
+    CompareScreen > ScrollableContainer {
         width: 100%; height: 100%; border: round $accent; padding: 0 1;
     }
+    CompareScreen #compare { width: auto; }
     """
     BINDINGS = [  # noqa: RUF012
         Binding("escape,q", "close", "close"),
@@ -87,7 +88,8 @@ class CompareScreen(ModalScreen[None]):
         self.text = ""
 
     def compose(self) -> ComposeResult:
-        scroll = VerticalScroll()
+        # A table wider than the terminal scrolls sideways rather than wrap its rows.
+        scroll = ScrollableContainer()
         scroll.border_title = f"forks of {self.source}, side by side (read-only)"
         scroll.border_subtitle = "r to read again · Esc to close"
         with scroll:
