@@ -24,7 +24,10 @@ from sand.terminal import one_line
 from sand.verbs.target import Target, connect, resolve
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sand.desired import DesiredVM
+    from sand.verbs.compare import ForkView
     from sand.verbs.drupal import Issue
     from sand.verbs.forge import GitLab
     from sand.verbs.power import Note
@@ -223,12 +226,29 @@ async def land_vm(
 
 
 async def compare_vms(manifest: str, patterns: list[str], out: TextIO = sys.stdout) -> int:
-    """``sand land --compare try-*``: the declared VMs the patterns name, each read in
-    one exchange with its guest (all at once), told side by side. A VM that is not
-    running, or does not answer, has its row say so; asleep ones are not woken."""
+    """``sand land --compare try-*``: the declared VMs the patterns name, told side by
+    side (:func:`fork_views`); exit 1 when one of them could not be read."""
     import fnmatch
     import time
 
+    # here, not at the top: sand shell/cp/land/publish starts without it
+    from sand.verbs.compare import render
+
+    def named(vm: str) -> bool:
+        return any(fnmatch.fnmatchcase(vm, p) for p in patterns)
+
+    views = await fork_views(manifest, named, " ".join(patterns))
+    out.write(render(views, time.time()))
+    return 0 if all(not v.problem for v in views) else 1
+
+
+async def fork_views(
+    manifest: str | Path, named: Callable[[str], bool], asked: str
+) -> list[ForkView]:
+    """The declared VMs ``named`` picks, each read in one exchange with its guest (all
+    at once), in the manifest's order: what ``sand land --compare`` and the board's
+    compare view show. A VM that is not running, or does not answer, has its view say
+    so; asleep ones are not woken. ``asked``: what picked them, for the error."""
     # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.guest.runner import SshRunner
 
@@ -237,18 +257,14 @@ async def compare_vms(manifest: str, patterns: list[str], out: TextIO = sys.stdo
 
     # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.project import observe_all, open_session
-    from sand.verbs.compare import ForkView, read_fork, render
+    from sand.verbs.compare import ForkView, read_fork
 
     session = open_session(manifest, lock=False)
     try:
-        vms = [
-            v for v in session.desired.vms if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)
-        ]
+        vms = [v for v in session.desired.vms if named(v.name)]
         if not vms:
             known = ", ".join(v.name for v in session.desired.vms) or "none"
-            raise UsageError(
-                f"{manifest} declares no VM matching {' '.join(patterns)} (VMs: {known})"
-            )
+            raise UsageError(f"{manifest} declares no VM matching {asked} (VMs: {known})")
         backends = {v.backend: session.backends[v.backend] for v in vms}
         seen = await observe_all(backends, session.desired)
 
@@ -268,11 +284,9 @@ async def compare_vms(manifest: str, patterns: list[str], out: TextIO = sys.stdo
             except SandError as exc:
                 return ForkView(vm.name, problem=one_line(str(exc), 160))
 
-        views = await asyncio.gather(*(one(v) for v in vms))
+        return list(await asyncio.gather(*(one(v) for v in vms)))
     finally:
         await session.close()
-    out.write(render(views, time.time()))
-    return 0 if all(not v.problem for v in views) else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """SVG snapshots of the board's main screens at 80x24 (pytest-textual-snapshot): the
 fleet, a VM's detail, the help, a plan, the apply question, an apply's results in the
-rows, the filter, and the board under NO_COLOR. The fleet is fixed (tests/cli/ui_fixed.py)
+rows, the filter, the board under NO_COLOR, forks and a warm pool's spares, and the
+compare view of two forks. The fleet is fixed (tests/cli/ui_fixed.py)
 so a picture changes only when the drawing does; update them with
 ``pytest tests/cli/test_ui_snapshots.py --snapshot-update`` and look at the report."""
 
@@ -16,8 +17,8 @@ from textual.pilot import Pilot
 
 from sand.apply.events import Phase, StepEvent
 from sand.cli.ui.app import Board
-from sand.cli.ui.screens import ConfirmScreen, TextScreen
-from tests.cli.ui_fixed import FixedFleet
+from sand.cli.ui.screens import CompareScreen, ConfirmScreen, TextScreen
+from tests.cli.ui_fixed import FixedFleet, ForkFleet
 
 SIZE = (80, 24)
 
@@ -38,8 +39,12 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FixedFleet:
 async def drawn(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, Board)
-    for _ in range(200):
-        if app.state.snapshot is not None:
+    for _ in range(500):
+        # Every row in the table, fitted to the width: the rows go in a chunk at a time,
+        # and a table wider than the terminal is drawn again with the columns that fit.
+        view = getattr(app, "rows_view", None)
+        rows = len(app.state.rows)
+        if app.state.snapshot is not None and view and len(view.cells) == len(view.keys) == rows:
             break
         await pilot.pause(0.02)
     await pilot.pause(0.1)
@@ -125,3 +130,36 @@ def test_the_filter(fleet: FixedFleet, snap_compare: Any) -> None:
 def test_no_color(fleet: FixedFleet, snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     assert snap_compare(Board(fleet), terminal_size=SIZE, run_before=drawn)
+
+
+@pytest.fixture
+def forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fleet: FixedFleet) -> ForkFleet:
+    forked = ForkFleet(tmp_path)
+    forked.now = fleet.now  # the board's clock, stood still by the fleet fixture
+    # The compare view's "read at" too (a picture must not show the hour it was taken).
+    clock = types.SimpleNamespace(
+        time=lambda: fleet.now + 0.5, localtime=lambda _: time.gmtime(0), strftime=time.strftime
+    )
+    monkeypatch.setattr("sand.cli.ui.work.time", clock)
+    return forked
+
+
+def test_forks_and_spares(forks: ForkFleet, snap_compare: Any) -> None:
+    """Two forks of agent-1, a new VM that claims a spare, the refill of its slot, and
+    the pool's other spare, after the person's VMs; the detail of a fork."""
+    assert snap_compare(Board(forks), press=["j"], terminal_size=SIZE, run_before=drawn)
+
+
+def test_the_compare_view(forks: ForkFleet, snap_compare: Any) -> None:
+    async def compared(pilot: Pilot[Any]) -> None:
+        await drawn(pilot)
+        await pilot.press("j", "c")
+        await shown(pilot, CompareScreen)
+        app = pilot.app
+        for _ in range(500):
+            if "read at" in getattr(app.screen, "text", ""):
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+
+    assert snap_compare(Board(forks), terminal_size=SIZE, run_before=compared)

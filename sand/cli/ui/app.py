@@ -202,6 +202,7 @@ class Board(KeyActions, App[int]):
             provision_log=provlog,
             landing=self.state.landing.get(row.vm),
             activity=self.state.activity.get(row.vm),
+            forks=self.forks_of(row.vm),
         )
         pane.update(detail_text(detail))
 
@@ -217,6 +218,10 @@ class Board(KeyActions, App[int]):
         if not rows or table.cursor_row < 0 or table.cursor_row >= len(rows):
             return None
         return rows[table.cursor_row]
+
+    def forks_of(self, source: str) -> list[str]:
+        """The board's VMs that are forks of ``source``, in the board's order."""
+        return [r.vm for r in self.state.rows if r.fork_of == source]
 
     def selected_vm(self) -> str | None:
         row = self.selected_row()

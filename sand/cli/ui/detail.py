@@ -29,11 +29,18 @@ class Detail:
     provision_log: Sequence[str] = ()
     landing: str | None = None  # sand land's table, once swept with l
     activity: Activity | None = None
+    forks: Sequence[str] = ()  # the VMs of the board that are forks of this one
 
 
 def detail_text(d: Detail, width: int = 78) -> str:
     r = d.row
     lines = [f"{r.vm} on {r.backend} — {r.sync}" + (f": {r.why}" if r.why else "")]
+    if r.role_whole:
+        lines.append(f"  {r.role_whole}")
+    if r.fork_of:
+        lines.append(f"  c: compare the forks of {r.fork_of} side by side")
+    elif d.forks:
+        lines.append(f"  forks: {shown(', '.join(d.forks), width - 9)} (c compares them)")
     # What a narrow table leaves out (the address, the age) is always here.
     facts = [f"reached at {r.address}"] if r.address else []
     if r.created_at is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +29,7 @@ from sand.survey.status import StatusReport
 if TYPE_CHECKING:
     from sand.guest.endpoint import GuestEndpoint
     from sand.manifest import LoadedManifest
+    from sand.verbs.compare import ForkView
 
 # (the plan, why it may not run or None) -> approved? The board asks in a dialog.
 Ask = Callable[[Plan, str | None], Awaitable[bool]]
@@ -181,6 +182,22 @@ class Fleet:
         except SandError as exc:
             return out.getvalue() + f"Error: {exc}\n"
         return out.getvalue()
+
+    def compare(self, forks: Sequence[str]) -> list[ForkView]:
+        """What ``sand land --compare`` shows of ``forks``: each guest read once,
+        read-only; a fork no entry declares (``sand fork --apply``'s, not added yet) has
+        no declared checkouts to read, and its view says so."""
+        from sand.cli.verb_commands import UsageError, fork_views
+        from sand.verbs.compare import ForkView
+
+        wanted = set(forks)
+        try:
+            views = asyncio.run(fork_views(self.manifest, wanted.__contains__, ", ".join(forks)))
+        except UsageError:  # none of them is declared
+            views = []
+        read = {v.vm for v in views}
+        undeclared = "no entry of the manifest declares it: its checkouts are not known"
+        return views + [ForkView(vm, problem=undeclared) for vm in forks if vm not in read]
 
     def endpoint(self, vm: str, note: Callable[[str], None] | None = None) -> GuestEndpoint:
         """The guest endpoint ``sand shell VM`` hands to ssh (its host key pinned); a VM

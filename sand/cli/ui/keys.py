@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Input
 from sand.cli.ui.screens import KEYS, TextScreen
 
 if TYPE_CHECKING:
+    from sand.cli.ui.model import BoardRow
     from sand.cli.ui.state import BoardState
     from sand.cli.ui.work import Jobs
 
@@ -21,6 +22,8 @@ BINDINGS: list[BindingType] = [
     Binding("a", "apply", "apply"),
     Binding("s", "shell", "shell"),
     Binding("l", "land", "land"),
+    # Not in the footer (80 columns hold the others): the help and the detail pane say it.
+    Binding("c", "compare", "compare", show=False),
     Binding("r", "refresh", "refresh"),
     Binding("slash", "filter", "filter", key_display="/"),
     Binding("question_mark", "help", "help", key_display="?"),
@@ -50,6 +53,8 @@ class KeyActions(_Base):
 
         def say(self, text: str) -> None: ...
         def selected_vm(self) -> str | None: ...
+        def selected_row(self) -> BoardRow | None: ...
+        def forks_of(self, source: str) -> list[str]: ...
         def leave(self, code: int) -> None: ...
         def _redraw_rows(self) -> None: ...
 
@@ -68,6 +73,18 @@ class KeyActions(_Base):
             self.say("no VM selected")
             return
         self.jobs.land(vm)
+
+    def action_compare(self) -> None:
+        row = self.selected_row()
+        if row is None:
+            self.say("no VM selected")
+            return
+        source = row.fork_of or row.vm
+        forks = self.forks_of(source)
+        if not forks:
+            self.say(f"{row.vm} is not a fork, and no VM on the board is a fork of it")
+            return
+        self.jobs.compare(source, forks)
 
     def action_shell(self) -> None:
         vm = self.selected_vm()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -21,6 +21,7 @@ from rich.text import Text
 from sand.agentstate import AgentReport
 from sand.agentstate import cell as agent_cell
 from sand.apply.events import Phase, StepEvent
+from sand.desired.fork import FORK_PREFIX
 from sand.plan.model import Plan, VMChange
 from sand.redaction import redact
 from sand.terminal import one_line
@@ -111,6 +112,40 @@ class BoardRow:
     unobservable: bool  # its backend could not be observed this time
     # What its agents reported in the refresh's guest read (None: not read).
     agents: AgentReport | None = None
+    # What it is made from or for (docs/fork-and-pools.md): the VM it is a fork of, the
+    # pool it is a spare of, and a plan's pending claim ("claims spare S of pool P") or
+    # refill ((slot, warm)) as the plan text says them.
+    fork_of: str = ""
+    spare_of: str = ""
+    claims: str = ""
+    claims_pool: str = ""
+    refill: tuple[int, int] | None = None
+
+    @property
+    def role(self) -> str:
+        """What the VM is besides a VM of the manifest, in short, for its VM cell: "fork
+        of agent-1", "spare of pool agents", "claims agents-spare-1"; "" for any other VM
+        (a refill's slot is in its SYNC cell)."""
+        if self.spare_of:
+            return f"spare of pool {self.spare_of}"
+        if self.claims:
+            return f"claims {self.claims}"
+        return f"fork of {self.fork_of}" if self.fork_of else ""
+
+    @property
+    def role_whole(self) -> str:
+        """The role as the plan text says it (:func:`sand.plan.render.render_change`),
+        for the detail pane."""
+        if self.spare_of and self.refill:
+            return f"spare of pool {self.spare_of} (refill {self.refill[0]}/{self.refill[1]})"
+        if self.claims:
+            return f"claims spare {self.claims} of pool {self.claims_pool}"
+        return self.role
+
+    @property
+    def named(self) -> str:
+        """The VM cell: its name, and its role when it has one."""
+        return f"{self.vm} · {self.role}" if self.role else self.vm
 
     def cells(
         self, now: float, activity: Activity | None = None, last_room: int | None = None
@@ -120,7 +155,7 @@ class BoardRow:
         sync = f"{self.sync} ({self.short_why})" if self.short_why else self.sync
         last = activity.text(time.monotonic(), last_room) if activity else self.last_short(now)
         cells = {
-            "VM": self.vm,
+            "VM": self.named,
             "SYNC": sync,
             "HEALTH": self.health,
             "PROV": self.provisioned,
@@ -137,6 +172,8 @@ class BoardRow:
     def short_why(self) -> str:
         if self.unobservable:
             return "backend"
+        if self.refill is not None and self.sync == "OutOfSync":
+            return f"refill {self.refill[0]}/{self.refill[1]}"
         return self.why.split(";")[0].split(":")[0].strip()[:24] if self.why else ""
 
     def last_short(self, now: float) -> str:
@@ -154,7 +191,8 @@ class BoardRow:
     def matches(self, text: str) -> bool:
         """The filter (``/``): every word appears somewhere in the row, any case."""
         agent = agent_cell(self.agents, 0).rsplit(" ", 1)[0] if self.agents else ""
-        hay = " ".join((self.vm, self.backend, self.sync, self.why, self.power, agent)).lower()
+        words = (self.vm, self.role_whole, self.backend, self.sync, self.why, self.power, agent)
+        hay = " ".join(words).lower()
         return all(word in hay for word in text.lower().split())
 
 
@@ -162,7 +200,9 @@ def board_rows(report_rows: Sequence[StatusRow], plan: Plan) -> list[BoardRow]:
     """``sand status``'s rows (:func:`sand.survey.status.status_from`) for the board,
     each with what only the plan's observation holds (address, creation time)."""
     changes = {(c.backend, c.vm): c for c in plan.changes}  # one pass: a fleet is big
-    return [_board_row(r, changes.get((r.backend, r.vm))) for r in report_rows]
+    rows = [_board_row(r, changes.get((r.backend, r.vm))) for r in report_rows]
+    # A pool's spares are not the person's VMs: they come after them, together.
+    return sorted(rows, key=lambda r: r.spare_of != "")
 
 
 def _board_row(r: StatusRow, change: VMChange | None) -> BoardRow:
@@ -185,7 +225,29 @@ def _board_row(r: StatusRow, change: VMChange | None) -> BoardRow:
         last_at=_epoch(r.last_reconcile),
         unobservable=unknown,
         agents=r.agents,
+        **_made_of(change),
     )
+
+
+def _made_of(change: VMChange | None) -> dict[str, Any]:
+    """The row's fork, pool and claim fields, as the plan text reads them
+    (:func:`sand.plan.render.render_change`): from the manifest's entry, else (a VM it
+    no longer declares) from the VM's own marker."""
+    if change is None:
+        return {}
+    d, o = change.desired, change.observed
+    marker = o.marker if o is not None else None
+    fork_of = d.fork.source if d is not None and d.fork is not None else ""
+    if d is None and marker is not None and marker.image.startswith(FORK_PREFIX):
+        fork_of = marker.image[len(FORK_PREFIX) :]
+    spare_of = d.spare_of if d is not None else (marker.pool if marker is not None else "")
+    return {
+        "fork_of": shown(fork_of, 64),
+        "spare_of": shown(spare_of, 64),
+        "claims": shown(change.claims or "", 64),
+        "claims_pool": shown(d.pool or "", 64) if change.claims and d is not None else "",
+        "refill": change.refill,
+    }
 
 
 def _sync(value: object) -> str:
@@ -245,11 +307,14 @@ def age(created_at: float | None, now: float) -> str:
 
 
 def summary(rows: Iterable[BoardRow]) -> str:
-    """The count line under the title: "12 VMs · 10 Synced · 1 OutOfSync · 1 Unknown"."""
+    """The count line under the title: "12 VMs · 10 Synced · 1 OutOfSync · 1 Unknown";
+    a pool's spares counted apart from the VMs ("12 VMs · 3 spares · ...")."""
     rows = list(rows)
     counts = {s: sum(1 for r in rows if r.sync == s) for s in ("Synced", "OutOfSync", "Unknown")}
-    vms = f"{len(rows)} VM{'s' * (len(rows) != 1)}"
-    return " · ".join([vms, *(f"{n} {s}" for s, n in counts.items() if n)])
+    spares = sum(1 for r in rows if r.spare_of)
+    vms = f"{len(rows) - spares} VM{'s' * (len(rows) - spares != 1)}"
+    pools = [f"{spares} spare{'s' * (spares != 1)}"] if spares else []
+    return " · ".join([vms, *pools, *(f"{n} {s}" for s, n in counts.items() if n)])
 
 
 # Colour says at a glance what the words say in full (NO_COLOR turns it to grey).
@@ -259,6 +324,7 @@ _SYNC_STYLE = {"Synced": _GREEN, "OutOfSync": _YELLOW, "Unknown": _RED}
 _HEALTH_STYLE = {"Healthy": _GREEN, "Unhealthy": _RED, "Unknown": _RED}
 _AGENT_STYLE = {"needs-input": Style(color="yellow", bold=True), "failed": _RED, "working": _GREEN}
 _SYNC, _HEALTH, _AGENT = COLUMNS.index("SYNC"), COLUMNS.index("HEALTH"), COLUMNS.index("AGENT")
+_VM, _DIM = COLUMNS.index("VM"), Style(dim=True)
 _LAST = COLUMNS.index(LAST_COLUMN)
 
 Cell = str | Text
@@ -316,6 +382,8 @@ def painted(
     plain string: the table would read one as markup ("[redacted]" would vanish as an
     unknown tag), and parse it each time it measured the row."""
     cells = [Text(c) for c in row.cells(now, activity, last_room)]
+    if row.role:  # what it is of, quieter than its name
+        cells[_VM] = Text.assemble(row.vm, (f" · {row.role}", _DIM))
     for column, style in (
         (_SYNC, _SYNC_STYLE.get(row.sync)),
         (_HEALTH, _HEALTH_STYLE.get(row.health)),

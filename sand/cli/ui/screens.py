@@ -3,9 +3,11 @@ apply confirmation, which asks ``sand apply``'s question with its one rule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import ScrollableContainer, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -19,6 +21,7 @@ Keys of sand ui
   a              apply: the plan, then sand apply's question; only 'yes' approves
   s              shell into the selected VM (its tmux session); the board comes back after
   l              land: sweep the selected VM's checkouts, as sand land reports them
+  c              compare the selected fork's (or source's) forks, side by side
   r              refresh now (one listing per backend)
   /              filter the rows (every word must match); Esc clears it
   ?              this help
@@ -54,6 +57,52 @@ class TextScreen(ModalScreen[None]):
         scroll.border_subtitle = "Esc to close"
         with scroll:
             yield Static(self.text, markup=False, id="text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class CompareScreen(ModalScreen[None]):
+    """The forks of ``source`` side by side, as ``sand land --compare`` shows them:
+    read-only, read by the board's jobs off the UI thread (``reread``: read them again,
+    the ``r`` key), closed with Esc or q."""
+
+    DEFAULT_CSS = """
+    CompareScreen { align: center middle; }
+    CompareScreen > ScrollableContainer {
+        width: 100%; height: 100%; border: round $accent; padding: 0 1;
+    }
+    CompareScreen #compare { width: auto; }
+    """
+    BINDINGS = [  # noqa: RUF012
+        Binding("escape,q", "close", "close"),
+        Binding("r", "reread", "read again"),
+    ]
+
+    def __init__(self, source: str, forks: list[str], reread: Callable[[], None]) -> None:
+        super().__init__()
+        self.source = source
+        self.forks = forks
+        self.reread = reread
+        self.reading = False  # a read under way: r waits for it
+        self.text = ""
+
+    def compose(self) -> ComposeResult:
+        # A table wider than the terminal scrolls sideways rather than wrap its rows.
+        scroll = ScrollableContainer()
+        scroll.border_title = f"forks of {self.source}, side by side (read-only)"
+        scroll.border_subtitle = "r to read again · Esc to close"
+        with scroll:
+            yield Static(self.text, markup=False, id="compare")
+
+    def show(self, text: str, reading: bool = False) -> None:
+        self.text, self.reading = text, reading
+        if self.is_mounted:
+            self.query_one("#compare", Static).update(text)
+
+    def action_reread(self) -> None:
+        if not self.reading:
+            self.reread()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -25,6 +25,7 @@ from textual.message import Message
 from sand.apply.events import StepEvent
 from sand.cli.inflight import track
 from sand.cli.outcome import outcome_text
+from sand.cli.ui.model import shown
 from sand.cli.verb_commands import run_ssh
 from sand.cli.waits import StepClock, watched
 from sand.errors import SandError
@@ -36,7 +37,9 @@ from sand.verbs.shell import tmux_command
 
 if TYPE_CHECKING:
     from sand.cli.ui.fleet import Fleet, Snapshot
+    from sand.cli.ui.screens import CompareScreen
     from sand.cli.ui.state import BoardState
+    from sand.verbs.compare import ForkView
 
 
 class Board(Protocol):
@@ -294,6 +297,36 @@ class Jobs:
         self.board.say(f"back from {vm}'s shell (exit {code})")
         self.refresh()
 
+    # --- compare ---------------------------------------------------------------------------
+
+    def compare(self, source: str, forks: list[str]) -> None:
+        """The compare view of ``source``'s forks, read now and on each ``r`` in it."""
+        # here, not at the top: importing it loads platformdirs
+        from sand.cli.ui.screens import CompareScreen
+
+        screen = CompareScreen(source, forks, lambda: self._compare(screen))
+        self.board.push_screen(screen)
+        self._compare(screen)
+
+    def _compare(self, screen: CompareScreen) -> None:
+        forks = screen.forks
+        said = screen.text.split("\n\n", 1)[-1] if screen.text else ""
+        screen.show(compare_head(forks, "reading each fork's guest (read-only)…") + said, True)
+
+        def run() -> None:
+            try:
+                views = self.board.fleet.compare(forks)
+            except Exception as exc:  # a bug or a fault: said in the view, never a crash
+                text = str(exc) if isinstance(exc, SandError) else f"{type(exc).__name__}: {exc}"
+                self.post(lambda: screen.show(compare_head(forks, f"Error: {shown(text, 300)}")))
+                return
+            now = time.time()
+            table = render_compare(views, now)
+            read = time.strftime("read at %H:%M:%S", time.localtime(now))
+            self.post(lambda: screen.show(compare_head(forks, read) + table))
+
+        self.spawn("compare", run)
+
     # --- stopping ---------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -304,6 +337,21 @@ class Jobs:
         if loop is not None and task is not None:
             self.was_stopped_mid_apply = True
             loop.call_soon_threadsafe(task.cancel)
+
+
+def compare_head(forks: Sequence[str], said: str) -> str:
+    """The compare view's first lines: which forks, what ``sand land --compare`` says
+    of them, and when they were read (or what is under way)."""
+    names = shown(" ".join(forks), 200)
+    return f"sand land --compare {names}\n{said}\n\n"
+
+
+def render_compare(views: Sequence[ForkView], now: float) -> str:
+    """``sand land --compare``'s table, each line fit for the board."""
+    # here, not at the top: the board starts without the guest's reader
+    from sand.verbs.compare import render
+
+    return "".join(shown(line, 400) + "\n" for line in render(views, now).splitlines())
 
 
 def read_detail_files(
