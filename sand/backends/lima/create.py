@@ -12,7 +12,8 @@ base's disk the same way (``pkg/instance/clone.go``), so a clone is no cheaper t
 create. Measured on ext4 with Lima 2.2.0 (2 cores, image served over HTTP through
 Lima's cache): a 1.5 GB qcow2 took 5.0-5.1 s per create and 4.5-4.6 s per clone, the
 base 6.8 s and 1.5 GB of disk more; a 466 MB compressed qcow2 took 1.6-2.2 s per create
-and 2.1-2.8 s per clone.
+and 2.1-2.8 s per clone (``bench/lima_base_cost.py``; at a load of 6-8 it was 2.9-3.3 s
+per create, 3.1-3.4 s per clone).
 
 Every path passes the security settings as ``--set`` so they hold after Lima merges
 base templates. The sidecar's ``uid`` (the incarnation) is journalled before any call,
