@@ -22,8 +22,8 @@ from sand.observed import ObservedBase
 _GOLDEN = re.compile(rf"^{RESERVED_PREFIX}-(.+)-([0-9a-f]{{12}})$")
 _RETIRED = re.compile(rf"^{RESERVED_PREFIX}-(.+)-([0-9a-f]{{8}})$")
 RETIRED_WHY = (
-    "a clone-source base an earlier sand made: VMs are now created from their image "
-    "(as fast, and no copy of the image kept), so nothing is cloned from it any more"
+    "a clone-source base an earlier sand made: VMs are now created from their image, "
+    "so nothing is cloned from it"
 )
 
 

@@ -72,6 +72,9 @@ def test_the_plan_deletes_a_retired_base_and_apply_removes_it(cli: Cli) -> None:
     assert plan.returncode == 0, plan.stdout + plan.stderr
     (base,) = json.loads(plan.stdout)["bases"]
     assert (base["action"], base["identity"], base["reasons"]) == ("delete", name, [RETIRED_WHY])
+    text = cli.sand("plan").stdout
+    assert f'# retired base "{name}" (laptop, {name}) will be deleted' in text
+    assert "Golden bases: 0 to build, 1 to delete." in text
     res = cli.sand("apply", "--auto-approve")
     assert res.returncode == 0, res.stdout + res.stderr
     assert cli.standin.instances() == ["a"]  # made from its image, the old base gone
