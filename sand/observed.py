@@ -156,6 +156,9 @@ class ObservedBase:
     made: tuple[str, ...] = ()
     # Why it must not be deleted now though nothing needs it (a lock, a clone running).
     busy: str | None = None
+    # Why it is deleted though it is not half-made: a kind of base the backend no
+    # longer uses (Lima's clone-source bases of earlier versions); "" for any other.
+    retired: str = ""
 
 
 @dataclass(frozen=True)

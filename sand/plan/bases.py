@@ -16,7 +16,8 @@ have shaped it) with the same observations:
 4. A base is deleted only when nothing wants it (no VM of the manifest has its
    fingerprint), no VM the listing shows was made from it (after this plan's own
    deletes and replacements), and nothing holds it now (a lock, a clone running); a
-   half-made one (a build that did not finish) likewise. Only bases the backend
+   half-made one (a build that did not finish) likewise, and a retired one (a kind of
+   base the backend no longer uses, saying why). Only bases the backend
    read as this project's own, from this backend entry, are ever listed here.
 """
 
@@ -179,7 +180,7 @@ def _deletes(
             if base.busy:
                 notes.append(f"base {where} is not deleted now: {base.busy}")
                 continue
-            why = (
+            why = base.retired or (
                 "half-made: a build that did not finish (nothing was cloned from it)"
                 if not base.ready
                 else "no VM of the manifest needs it any more, and none was made from it"

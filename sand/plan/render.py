@@ -184,7 +184,8 @@ def _render_out_of_date(plan: Plan) -> list[str]:
 def _render_base(base: BaseChange, paint: Any) -> list[str]:
     where = f"{base.backend}{', ' + base.identity if base.identity else ''}"
     verb = "will be built" if base.action is BaseAction.BUILD else "will be deleted"
-    out = [f"  # golden base {json.dumps(base.name)} ({where}) {verb}"]
+    kind = "retired base" if base.observed is not None and base.observed.retired else "golden base"
+    out = [f"  # {kind} {json.dumps(base.name)} ({where}) {verb}"]
     out.extend(f"  #   {reason}" for reason in base.reasons)
     if base.for_vms:
         out.append("  #   made from it this run: " + ", ".join(base.for_vms))

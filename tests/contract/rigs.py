@@ -317,15 +317,15 @@ class LimaStandIn(ContractRig):
         ]
 
     def slow_down_the_make(self) -> None:
-        self.standin.configure(clone_delay=1.0)  # the new directory has no lima.yaml yet
+        self.standin.configure(create_delay=1.0)  # the new directory has no disk yet
 
     def slow_down_the_start(self) -> None:
         self.standin.configure(start_delay=1.0)
 
     def half_made(self, name: str) -> bool:
-        # A clone under way: the directory is there, its lima.yaml not yet.
+        # A create under way: the directory is there, its disk (the image's copy) not yet.
         d = self.standin.instance_dir(name)
-        return d.is_dir() and not (d / "lima.yaml").exists()
+        return d.is_dir() and not (d / "disk").exists()
 
     def marked(self, name: str) -> bool:
         return (self.standin.instance_dir(name) / "sand-marker.json").is_file()

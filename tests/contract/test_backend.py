@@ -250,8 +250,7 @@ async def test_recovery_of_an_interrupted_create_removes_or_adopts_it(
     # Lima's recovery waits for any limactl process on the host acting on the name: a
     # name of its own keeps other tests' instances (on this machine) out of it.
     name, other = f"cut-{secrets.token_hex(3)}", f"cut-{secrets.token_hex(3)}"
-    # Two VMs of one image: Lima clones them from a shared base (the path a clone can
-    # be cut short on); the run is killed while it makes the first.
+    # Two VMs of one image; the run is killed while it makes the first.
     state = far.state([{"name": name}, {"name": other}])
     vm = state.vms[0]
     if cut == "before-the-marker":

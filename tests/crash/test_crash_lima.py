@@ -1,6 +1,6 @@
 """Kill `sand apply` with SIGKILL at every mutating step on the limactl
 stand-in; the next apply must converge with zero duplicate and zero orphaned
-instances (the base image excepted, which is never a VM)."""
+instances (a golden base excepted, which is never a VM)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ class Rig:
 
 POINTS = {
     "after the intent": (lambda: intent("create"), 0.0),
-    "mid clone (dir without lima.yaml)": (lambda: intent("create"), 0.2),
-    "after the clone": (lambda: step("created"), 0.0),
+    "mid create (lima.yaml, the image not copied yet)": (lambda: intent("create"), 0.2),
+    "after the create": (lambda: step("created"), 0.0),
     "after the marker": (lambda: step("marked"), 0.0),
     "mid start": (lambda: step("marked"), 0.3),
 }
@@ -88,11 +88,11 @@ POINTS = {
 @pytest.mark.parametrize("point", list(POINTS))
 def test_crash_during_create_converges(point, tmp_path):
     rig = Rig(tmp_path)
-    rig.standin.configure(clone_delay=1.0, start_delay=1.0)
+    rig.standin.configure(create_delay=1.0, start_delay=1.0)
     rig.write(TWO)
     condition, delay = POINTS[point]
     rig.kill_at(condition(), delay)
-    rig.standin.configure(clone_delay=0.0, start_delay=0.0)
+    rig.standin.configure(create_delay=0.0, start_delay=0.0)
     rig.assert_converged(["a", "b"])
 
 

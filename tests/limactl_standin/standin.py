@@ -75,6 +75,7 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
               "start": {"vm1": "msg"},    #   or per instance ("*" = any);
               "version": "msg"},          #   "version": --version itself fails
      "clone_delay": 0.5,                  # seconds the new dir exists without lima.yaml
+     "create_delay": 0.0,                 # seconds a create's dir has lima.yaml, no disk
      "delete_delay": 0.5,                 # seconds between removing lima.yaml and the dir
      "start_delay": 0.0,
      "await_guest": 0.0,                  # seconds `start` waits for the instance's guest
@@ -818,6 +819,8 @@ def write_instance(name: str, doc: dict[str, Any], cfg: dict[str, Any]) -> Path:
     (d / "lima.yaml").write_text(dump_yaml(doc), encoding="utf-8")
     (d / "lima-version").write_text(version(cfg) + "\n", encoding="utf-8")
     (d / "cidata.iso").write_bytes(b"stand-in cidata\n")
+    if delay := float(cfg.get("create_delay") or 0):
+        time.sleep(delay)  # Lima copies the image into the instance now
     (d / "disk").write_bytes(b"\0" * 4096)
     bind_guest(name, cfg)
     return d

@@ -3,8 +3,8 @@ over one SSH connection. See ``docs/backends/lima.md``.
 
 Modules, cut the way ``sand.backends.proxmox`` is: ``backend`` (the Backend, a facade
 over the rest), ``context`` (what every operation needs), ``vmops`` (limactl and script
-calls on one instance), ``observe`` (the one listing and per-name reads), ``bases``
-(the shared base instances), ``create``, ``lifecycle`` (update, delete, rename, mark),
+calls on one instance), ``observe`` (the one listing and per-name reads), ``golden``
+(the golden bases VMs are cloned from), ``create``, ``lifecycle`` (update, delete, rename, mark),
 ``guest`` (the SSH endpoint), ``recover``, ``preflight``, ``doctor``; beneath them
 ``runner`` (the :class:`HostRunner` seam, local or SSH), ``scripts`` (the fixed sh
 scripts run next to limactl), ``listing`` (JSON Lines parsing), ``limayaml`` (generated

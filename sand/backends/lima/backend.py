@@ -1,9 +1,9 @@
 """The Lima backend object: the Backend protocol over the modules beside it.
 
 Instances live on this machine or on a remote host, driven by ``limactl``. Observing is
-one listing per reconcile (``observe.py``); a VM whose base others share is cloned from
-a base instance (``bases.py``, ``create.py``), a VM of a golden image from its golden
-base (``golden.py``); changes, deletes and renames are in
+one listing per reconcile (``observe.py``); a VM is created from its image
+(``create.py``), a VM of a golden image cloned from its golden base (``golden.py``);
+changes, deletes and renames are in
 ``lifecycle.py``; the SSH endpoint in ``guest.py``; crash recovery in ``recover.py``.
 Every mutating limactl call is journalled first.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from sand.backends.capabilities import Capabilities
 from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
-from sand.backends.lima import bases, golden, guest, lifecycle, pools
 from sand.backends.lima import create as create_mod
+from sand.backends.lima import golden, guest, lifecycle, pools
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
 from sand.backends.lima import sleep as sleep_mod
@@ -85,7 +85,6 @@ class LimaBackend:
         return self.ctx.runner
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        bases.count_users(self.ctx, desired)  # which VMs share a base: clone or create
         return await observe_mod.observe(self.ctx)
 
     async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from sand.backends.lima.limayaml import BundleMount
-from sand.backends.lima.marker import BaseStamp
 from sand.backends.lima.runner import HostRunner
 from sand.backends.lima.shared import SharedReads
 from sand.guest.endpoint import JumpHost
@@ -30,14 +29,6 @@ class Timeouts:
 
 
 @dataclass
-class BaseState:
-    """One base instance in this run: built (or found fresh) at most once, under a lock."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    ready: bool = False
-
-
-@dataclass
 class Ctx:
     name: str
     project: str
@@ -53,9 +44,6 @@ class Ctx:
     version_warnings: list[str] = field(default_factory=list)
     # Every instance name in the last listing (None: none trusted yet).
     seen: set[str] | None = None
-    bases: dict[str, BaseState] = field(default_factory=dict)
-    base_users: dict[str, int] = field(default_factory=dict)  # base name -> desired VMs
-    base_stamps: dict[str, BaseStamp] = field(default_factory=dict)  # as last listed
     golden: dict[str, str] = field(default_factory=dict)  # golden fingerprint -> instance
     local_keys: dict[str, str] = field(default_factory=dict)  # remote path -> local copy
     # This project's lease record as the last listing showed it ("" none; None: not
@@ -68,5 +56,5 @@ class Ctx:
     fork_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # Clones copy the base's disk; more than a few at once only contend for I/O.
+        # Creates and clones copy an image or a base's disk: a few at once, or they contend for I/O.
         self.clone_slots = asyncio.Semaphore(self.clone_parallelism)

@@ -1,13 +1,14 @@
 """Golden bases on Lima: a provisioned, stopped instance VMs are ``limactl clone``-d from.
 
-A golden base is named ``sand-base-<project>-<fp12>`` (its fingerprint's first twelve
-hex digits; the unprovisioned bases of ``bases.py`` carry eight), created from the
-base's source with the base config and this project's ``param`` origin, started,
-handed to the caller to provision, stopped, and only then stamped (its
-``sand-base.json`` names the fingerprint): an instance of that name without the stamp
-is a build that did not finish and is never cloned from. Every step is journalled
-under one ``base`` entry, which the journal replay settles like any base's (stamped:
-kept; not: removed).
+The one kind of base sand makes on Lima (the clone-source bases of earlier versions are
+retired: ``create.py`` says why, ``golden_marks`` how the plan deletes what is left). A
+golden base is named ``sand-base-<project>-<fp12>`` (its fingerprint's first twelve hex
+digits; a retired base's name carries eight), created from the base's source with the
+base config and this project's ``param`` origin, started, handed to the caller to
+provision, stopped, and only then stamped (its ``sand-base.json`` names the
+fingerprint): an instance of that name without the stamp is a build that did not finish
+and is never cloned from. Every step is journalled under one ``base`` entry, which the
+journal replay settles like any base's (stamped: kept; not: removed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import replace
 from sand.backends.lima import guest as lima_guest
 from sand.backends.lima import limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
-from sand.backends.lima.golden_marks import golden_instance, is_golden
+from sand.backends.lima.golden_marks import golden_instance, is_golden, is_retired
 from sand.backends.lima.marker import BaseStamp, new_uid
 from sand.backends.protocol import BaseProvisioner
 from sand.desired.spec import DesiredBase
@@ -117,9 +118,9 @@ async def delete(ctx: Ctx, base: ObservedBase, journal: Journal) -> str:
     inst = found.instance
     if inst is None:
         return "already gone"
-    if not is_golden(ctx, inst, found.base_stamp):
+    if not is_golden(ctx, inst, found.base_stamp) and not is_retired(ctx, inst, found.base_stamp):
         raise BackendError(
-            f"refusing to delete {name}: it is not a golden base sand built for project "
+            f"refusing to delete {name}: it is not a base sand built for project "
             f"{ctx.project} on this backend",
             backend=ctx.name,
         )

@@ -1,6 +1,10 @@
 """How a listing shows a golden base on Lima: its name, its stamp, the VMs made from it.
 
 Pure: the listing (``observe``) and the builder (``golden``) both read bases this way.
+A *retired* base is a clone-source base an earlier sand made (``sand-base-<project>-<8
+hex>``, stamped without a golden fingerprint, never started); sand no longer makes or
+clones from one (``create.py`` says why), so the listing shows it as a base nothing
+needs and the plan deletes it, like a half-made golden base.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from sand.manifest.backends.lima import RESERVED_PREFIX
 from sand.observed import ObservedBase
 
 _GOLDEN = re.compile(rf"^{RESERVED_PREFIX}-(.+)-([0-9a-f]{{12}})$")
+_RETIRED = re.compile(rf"^{RESERVED_PREFIX}-(.+)-([0-9a-f]{{8}})$")
+RETIRED_WHY = (
+    "a clone-source base an earlier sand made: VMs are now created from their image, "
+    "so nothing is cloned from it"
+)
 
 
 def golden_instance(project: str, base: DesiredBase) -> str:
@@ -33,6 +42,17 @@ def is_golden(ctx: Ctx, inst: LimaInstance, stamp: BaseStamp | None) -> bool:
         and found[1] == ctx.project
         and inst.param.get(limayaml.PARAM_PROJECT) == ctx.project
     )
+
+
+def is_retired(ctx: Ctx, inst: LimaInstance, stamp: BaseStamp | None) -> bool:
+    """A clone-source base this project's earlier sand made: its name, and this project
+    as both its ``param`` origin and (once complete) its stamp's; never a golden one."""
+    found = _RETIRED.match(inst.name)
+    if found is None or found[1] != ctx.project:
+        return False
+    if inst.param.get(limayaml.PARAM_PROJECT) != ctx.project:
+        return False
+    return stamp is None or (not stamp.golden and stamp.project == ctx.project)
 
 
 def observed_base(
@@ -54,6 +74,7 @@ def observed_base(
         ready=bool(fingerprint),
         made=tuple(made.get(fingerprint, ())) if fingerprint else (),
         busy=busy,
+        retired=RETIRED_WHY if not fingerprint and is_retired(ctx, inst, stamp) else "",
     )
 
 

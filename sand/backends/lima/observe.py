@@ -87,7 +87,6 @@ async def observe(ctx: Ctx) -> Observation:
     ctx.lease_seen = frames.leases.get(ctx.project, b"").decode(errors="replace").strip()
     vms: list[ObservedVM] = []
     unreadable: list[str] = []
-    ctx.base_stamps = {}
     golden_bases: list[tuple[LimaInstance, BaseStamp | None]] = []
     sidecars: list[Sidecar] = []
     for inst in instances:
@@ -96,9 +95,7 @@ async def observe(ctx: Ctx) -> Observation:
         if inst.name.startswith(RESERVED_PREFIX):
             stamp_raw = frames.files.get((inst.name, scripts.BASE_STAMP_FILE))
             stamp = parse_base_stamp(stamp_raw) if stamp_raw is not None else None
-            if stamp is not None:
-                ctx.base_stamps[inst.name] = stamp
-            if golden.is_golden(ctx, inst, stamp):
+            if golden.is_golden(ctx, inst, stamp) or golden.is_retired(ctx, inst, stamp):
                 golden_bases.append((inst, stamp))
             continue  # bases are sand's plumbing, never VMs
         raw = frames.files.get((inst.name, scripts.MARKER_FILE))

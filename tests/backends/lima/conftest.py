@@ -11,8 +11,11 @@ import pytest
 
 from sand.backends.lima import LimaBackend, make_lima_backend
 from sand.desired import DesiredState, DesiredVM, build_desired
+from sand.desired.spec import DesiredBase
+from sand.guest.endpoint import GuestEndpoint
 from sand.manifest import parse_manifest
 from sand.manifest.backends import LimaConfig
+from sand.observed import ObservedBase
 from sand.state.journal import Journal
 from tests.backends.lima.sshd_rig import sshd  # noqa: F401  (the remote-host fixture)
 from tests.limactl_standin import StandIn
@@ -42,6 +45,31 @@ def desired(vms: str = "  - name: vm1\n", project: str = PROJECT) -> DesiredStat
 
 def one(vms: str = "  - name: vm1\n") -> DesiredVM:
     return desired(vms).vms[0]
+
+
+# A golden image the VMs of ``golden_desired`` are made from: the only base sand clones
+# VMs from on Lima (``sand.backends.lima.create`` says why there is no other).
+IMAGES = "images:\n  wb:\n    from: debian-12\n    packages: [jq]\n"
+
+
+def golden_desired(vms: str = "  - name: vm1\n", project: str = PROJECT) -> DesiredState:
+    """Like ``desired``, with the golden image ``wb`` as the VMs' default image."""
+    text = MANIFEST.format(vms=vms).replace("project: demo", f"project: {project}")
+    text = text.replace("  image: debian-12\n", "  image: wb\n").replace(
+        "vms:\n", IMAGES + "vms:\n"
+    )
+    return build_desired(parse_manifest(text))
+
+
+async def build_golden(backend: LimaBackend, vm: DesiredVM, journal: Journal) -> ObservedBase:
+    """Build ``vm``'s golden base (its provisioning a no-op: the backend's side is what
+    these tests are about)."""
+
+    async def provision(base: DesiredBase, endpoint: GuestEndpoint) -> None:
+        del base, endpoint
+
+    assert vm.base is not None
+    return await backend.build_base(vm.base, provision, journal)
 
 
 @pytest.fixture

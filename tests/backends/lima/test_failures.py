@@ -13,10 +13,9 @@ import pytest
 
 from sand.backends.lima import LimaBackend
 from sand.errors import BackendError
-from sand.manifest.backends.lima import RESERVED_PREFIX as RESERVED_LIMA_PREFIX
 from sand.observed import Ownership
 from sand.state.journal import Journal
-from tests.backends.lima.conftest import MakeBackend, desired, one
+from tests.backends.lima.conftest import MakeBackend, build_golden, desired, golden_desired, one
 from tests.limactl_standin import StandIn
 from tests.required import require
 
@@ -140,12 +139,12 @@ async def test_a_failing_start_is_a_backend_error_with_the_log(
 async def test_a_failing_clone_leaves_nothing_behind(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n  - name: b\n")
+    state = golden_desired("  - name: b\n")
     await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
+    await build_golden(backend, state.vms[0], journal)
     standin.fail("clone", "no space left on device", name="b")
     with pytest.raises(BackendError, match="no space left"):
-        await backend.create(state.vms[1], journal)
+        await backend.create(state.vms[0], journal, from_base=True)
     assert "b" not in standin.instances()
     assert journal.pending() == []
 
@@ -154,15 +153,14 @@ async def test_a_rejected_clone_edit_is_cleaned_up(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     # Lima leaves the new directory behind when the edit after a clone is rejected.
-    state = desired("  - name: a\n  - name: b\n    disk: 10GiB\n  - name: c\n")
+    state = golden_desired("  - name: c\n")
     await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
+    base = (await build_golden(backend, state.vms[0], journal)).identity
     y = standin.read_yaml(base)
     y["disk"] = "50GiB"  # the clone's 20GiB now shrinks it: Lima refuses the edit
     standin.write_yaml(base, y)
     with pytest.raises(BackendError, match="shrinking"):
-        await backend.create(state.vms[2], journal)
+        await backend.create(state.vms[0], journal, from_base=True)
     assert "c" not in standin.instances()
 
 
@@ -241,10 +239,9 @@ async def test_recover_never_touches_a_stranger(
 async def test_recover_a_crashed_clone_from_the_base(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n  - name: b\n")
+    state = golden_desired("  - name: b\n")
     await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
+    base = (await build_golden(backend, state.vms[0], journal)).identity
     standin.run("clone", base, "b")  # crash: cloned, but neither edited nor marked
     how = await backend.recover(_entry(journal, "create", "b", via=f"clone:{base}"))
     assert "deleted the half-made b" in how and "b" not in standin.instances()
@@ -253,10 +250,9 @@ async def test_recover_a_crashed_clone_from_the_base(
 async def test_recover_a_half_built_base(
     standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n  - name: b\n")
+    state = golden_desired("  - name: a\n")
     await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
+    base = (await build_golden(backend, state.vms[0], journal)).identity
     assert "complete" in await backend.recover(_entry(journal, "base", base))
     (standin.instance_dir(base) / "sand-base.json").unlink()  # crash before the stamp
     how = await backend.recover(_entry(journal, "base", base))
@@ -264,16 +260,17 @@ async def test_recover_a_half_built_base(
     # The next run rebuilds it.
     fresh = make_backend()
     await fresh.observe(state.vms)
-    await fresh.create(state.vms[1], journal)
+    await build_golden(fresh, state.vms[0], journal)
     assert base in standin.instances()
 
 
 async def test_journal_records_intent_before_each_mutation(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n  - name: b\n")
+    state = golden_desired("  - name: a\n")
     await backend.observe(state.vms)
-    current = await backend.create(state.vms[0], journal)
+    await build_golden(backend, state.vms[0], journal)
+    current = await backend.create(state.vms[0], journal, from_base=True)
     await backend.delete(current, journal)
     records = [json.loads(line) for line in journal.path.read_text().splitlines()]
     intents = [(r["op"], r["vm"]) for r in records if r["phase"] == "intent"]

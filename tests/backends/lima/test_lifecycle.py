@@ -16,7 +16,7 @@ from sand.errors import BackendError
 from sand.manifest.backends.lima import RESERVED_PREFIX as RESERVED_LIMA_PREFIX
 from sand.observed import Ownership
 from sand.state.journal import Journal
-from tests.backends.lima.conftest import MakeBackend, desired, one
+from tests.backends.lima.conftest import MakeBackend, build_golden, desired, golden_desired, one
 from tests.limactl_standin import StandIn
 
 
@@ -85,52 +85,44 @@ async def test_noop_observe_is_exactly_one_list(
     assert standin.commands() == ["list"]
 
 
-async def test_vms_sharing_a_base_are_cloned_from_one_base(
+async def test_vms_sharing_an_image_are_created_from_it_without_a_base(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
     state = desired("".join(f"  - name: vm{i}\n" for i in range(4)))
-    obs = await backend.observe(state.vms)
-    assert obs.vms == ()
+    await backend.observe(state.vms)
     results = await asyncio.gather(*(backend.create(vm, journal) for vm in state.vms))
 
-    bases = [n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX)]
-    assert len(bases) == 1
+    # No clone-source base: a clone copies as much as a create does (create.py).
+    assert standin.instances() == ["vm0", "vm1", "vm2", "vm3"]
     cmds = _mutating(standin)
-    assert cmds.count("create") == 1  # the base, built once despite parallel creates
-    assert cmds.count("clone") == 4 and cmds.count("start") == 4
+    assert cmds.count("create") == 4 and cmds.count("clone") == 0
     assert all(r.ownership is Ownership.MANAGED and r.power == "running" for r in results)
-    # The base is never started, never shown, and its stamp never reads as a VM marker.
-    assert "start" not in [i.command for i in standin.invocations() if bases[0] in i.argv]
+    assert len({r.details["uid"] for r in results}) == 4
+
+
+async def test_vms_cloned_from_a_golden_base_carry_their_own_identity(
+    standin: StandIn, backend: LimaBackend, journal: Journal
+) -> None:
+    state = golden_desired("".join(f"  - name: vm{i}\n" for i in range(3)))
+    await backend.observe(state.vms)
+    built = await build_golden(backend, state.vms[0], journal)
+    standin.clear_log()
+    results = await asyncio.gather(
+        *(backend.create(vm, journal, from_base=True) for vm in state.vms)
+    )
+
+    cmds = _mutating(standin)
+    assert cmds.count("create") == 0 and cmds.count("clone") == 3
+    # The base is never started by a clone, never shown as a VM.
+    assert "start" not in [i.command for i in standin.invocations() if built.identity in i.argv]
     obs = await backend.observe(state.vms)
-    assert sorted(v.name for v in obs.vms) == ["vm0", "vm1", "vm2", "vm3"]
+    assert sorted(v.name for v in obs.vms) == ["vm0", "vm1", "vm2"]
+    assert [b.identity for b in obs.bases] == [built.identity]
+    assert len({r.details["uid"] for r in results}) == 3
+    # Each clone carries its own identity in param, the base's is not left behind.
     for r in results:
         assert r.marker is not None and r.marker.identity == r.name
-        assert r.details["uid"]
-    assert len({r.details["uid"] for r in results}) == 4
-    # Each clone carries its own identity in param, the base's is not left behind.
-    for n in ("vm0", "vm3"):
-        assert standin.read_yaml(n)["param"]["sandInstance"] == n
-
-
-async def test_a_stale_base_is_rebuilt_before_cloning(
-    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
-) -> None:
-    state = desired("  - name: a\n  - name: b\n")
-    await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
-    stamp_path = standin.instance_dir(base) / "sand-base.json"
-    stamp = json.loads(stamp_path.read_text())
-    stamp["stamp"] = "stale"
-    stamp_path.write_text(json.dumps(stamp))
-    standin.clear_log()
-
-    fresh = make_backend()
-    await fresh.observe(state.vms)
-    await fresh.create(state.vms[1], journal)
-    cmds = _mutating(standin)
-    assert cmds[:3] == ["delete", "create", "clone"], cmds
-    assert json.loads(stamp_path.read_text())["stamp"] != "stale"
+        assert standin.read_yaml(r.name)["param"]["sandInstance"] == r.name
 
 
 async def test_field_policy() -> None:
@@ -250,15 +242,15 @@ async def test_delete_refuses_protected_and_foreign_instances(
 async def test_ownership_copied_other_project_and_unmanaged(
     standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: vm1\n  - name: vm2\n")
+    state = golden_desired("  - name: vm1\n")
     await backend.observe(state.vms)
-    vm1 = await backend.create(state.vms[0], journal)
+    base = (await build_golden(backend, state.vms[0], journal)).identity
+    vm1 = await backend.create(state.vms[0], journal, from_base=True)
     await backend.mark_converged(state.vms[0], vm1)
     await backend.update(state.vms[0], vm1, [], journal)  # no fields: nothing to do
     # A person copies a managed instance (and the base): markers come along.
     standin.run("stop", "vm1")
     standin.run("clone", "vm1", "mine")
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
     standin.run("clone", base, "from-base")
     standin.make_instance("plain-human", {"cpus": 1})
     other = make_backend(project="other")
@@ -338,36 +330,12 @@ async def test_endpoint_refuses_a_stopped_instance(
 async def test_bases_are_never_vms(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n  - name: b\n")
+    state = golden_desired("  - name: a\n  - name: b\n")
     await backend.observe(state.vms)
+    built = await build_golden(backend, state.vms[0], journal)
     for vm in state.vms:
-        await backend.create(vm, journal)
+        await backend.create(vm, journal, from_base=True)
     obs = await backend.observe([])  # nothing desired: the base is still not a VM
     assert sorted(v.name for v in obs.vms) == ["a", "b"]
     assert all(not v.name.startswith(RESERVED_LIMA_PREFIX) for v in obs.vms)
-
-
-async def test_parallel_creates_never_race_a_base_rebuild(
-    standin: StandIn, backend: LimaBackend, make_backend: MakeBackend, journal: Journal
-) -> None:
-    state = desired("".join(f"  - name: vm{i}\n" for i in range(4)))
-    await backend.observe(state.vms)
-    await backend.create(state.vms[0], journal)
-    base = next(n for n in standin.instances() if n.startswith(RESERVED_LIMA_PREFIX))
-    stamp_path = standin.instance_dir(base) / "sand-base.json"
-    stamp_path.write_text(stamp_path.read_text().replace('"stamp": "', '"stamp": "old-'))
-    standin.clear_log()
-
-    fresh = make_backend()
-    await fresh.observe(state.vms)
-    await asyncio.gather(*(fresh.create(vm, journal) for vm in state.vms[1:]))
-
-    calls = [i for i in standin.invocations() if i.command in ("create", "delete", "clone")]
-    on_base = [
-        (i.command, i.time) for i in calls if i.command != "clone" and base in " ".join(i.argv)
-    ]
-    clones = [i.time for i in calls if i.command == "clone"]
-    assert [c for c, _ in on_base] == ["delete", "create"]  # one rebuild, not one per VM
-    assert len(clones) == 3 and min(clones) > on_base[-1][1]  # every clone after it
-    obs = await fresh.observe(state.vms)
-    assert sorted(v.name for v in obs.managed()) == ["vm0", "vm1", "vm2", "vm3"]
+    assert [(b.identity, b.made) for b in obs.bases] == [(built.identity, ("a", "b"))]

@@ -84,8 +84,10 @@ def cli(tmp_path: Path) -> Cli:
 
 
 def _operands(argv: tuple[str, ...], command: str) -> list[str]:
-    """The words after ``command`` that are not flags (``--name=x`` counts as a flag)."""
-    return [w for w in argv[argv.index(command) + 1 :] if not w.startswith("-")]
+    """The words after ``command`` that are not flags, and a create's ``--name``."""
+    words = argv[argv.index(command) + 1 :]
+    named = [w.removeprefix("--name=") for w in words if w.startswith("--name=")]
+    return [w for w in words if not w.startswith("-")] + named
 
 
 def _settled(cli: Cli) -> None:

@@ -15,7 +15,7 @@ from sand.desired import DesiredPort
 from sand.plan.model import Action
 from sand.plan.planner import make_plan
 from sand.state.journal import Journal
-from tests.backends.lima.conftest import desired, one
+from tests.backends.lima.conftest import build_golden, desired, golden_desired, one
 from tests.limactl_standin import StandIn
 from tests.limactl_standin import standin as standin_impl
 
@@ -69,11 +69,11 @@ async def test_generated_lima_yaml_for_a_direct_create(
 async def test_generated_lima_yaml_for_clones_and_updates(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
-    state = desired("  - name: a\n" + PORTS + "  - name: b\n")
+    state = golden_desired("  - name: a\n" + PORTS + "  - name: b\n")
     await backend.observe(state.vms)
-    a = await backend.create(state.vms[0], journal)
-    await backend.create(state.vms[1], journal)
-    base = next(n for n in standin.instances() if n.startswith("sand-base"))
+    base = (await build_golden(backend, state.vms[0], journal)).identity
+    a = await backend.create(state.vms[0], journal, from_base=True)
+    await backend.create(state.vms[1], journal, from_base=True)
     for name, ports in ((base, set()), ("a", {(3000, 13000), (5432, 15432)}), ("b", set())):
         assert_secure(standin.read_yaml(name), ports)
         assert_secure(standin.list_json(name)[0]["config"], ports)
