@@ -5,7 +5,8 @@ carries a plan out (``sand.apply``), the loops, the terminal UI (Textual, the bo
 rich (structlog would import its traceback and pretty-printer), nor structlog itself
 while nothing is logged, nor tenacity while no request is retried; ``sand --version``
 and ``sand validate`` hold no backend, HTTP client or logging; the Proxmox backend
-imports its HTTP client (requests, proxmoxer) only when it sends a request."""
+imports requests and proxmoxer only when it writes (reads, a plan's and a status's
+all, go over the standard library's HTTP client)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def test_a_plan_or_status_process_imports_neither_the_engine_nor_the_ui(
     assert among(modules, NOT_FOR_A_PLAN) == []
     assert "structlog" not in modules  # configured, but nothing was logged
     assert "tenacity" not in modules  # its one listing needed no retry
+    # Reads go over the standard library's HTTP client (plainget.py): requests,
+    # urllib3 and proxmoxer load with the first write, and a plan writes nothing.
+    assert among(modules, CLIENTS) == []
 
 
 def test_version_and_validate_import_no_backend_client_nor_logging(sand: Sand) -> None:
