@@ -67,6 +67,9 @@ class ProxmoxBackend:
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         return await observe_mod.observe(self.ctx, desired)
 
+    def send_listing(self) -> None:
+        observe_mod.send_listing(self.ctx)
+
     async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
         return await preflight.preflight(self.ctx, items)
 

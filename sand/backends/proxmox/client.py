@@ -20,6 +20,7 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ class PveClient(Failures):
             raise ProxmoxError(self.backend, f"refusing host: {problem}")
         self._api: Any = None
         self._plain: PlainReader | None = None
+        self._early: dict[tuple[str, str, str], Future[Any]] = {}
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
         self._threads = RequestThreads(self.at_once)
@@ -209,6 +211,16 @@ class PveClient(Failures):
 
     # --- requests ---------------------------------------------------------------
 
+    def send_early(self, method: str, path: str, params: Mapping[str, Any]) -> None:
+        """Send a read now, in a thread, before any event loop runs; the first
+        :meth:`request` for it takes its answer as its first attempt. A plan sends its
+        listing so while it reads the rest of the manifest: PVE's answer and the
+        network's round trip are then waited for beside that work, not after it."""
+        _check_path(self.backend, path)
+        key = _key(method, path, params)
+        if key not in self._early:
+            self._early[key] = self._threads.submit(self._sync, method, key[1], params)
+
     async def request(
         self, method: str, path: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
     ) -> Any:
@@ -216,12 +228,16 @@ class PveClient(Failures):
         _check_path(self.backend, path)
         backoff = self.retry if retry else Backoff(attempts=1)
         sent = 0
+        early = self._early.pop(_key(method, path, params or {}), None)
 
         async def once() -> Any:
-            nonlocal sent
+            nonlocal sent, early
             sent += 1
             self.requests += 1
             try:
+                if early is not None:
+                    answer, early = asyncio.wrap_future(early), None
+                    return await answer
                 return await self._threads.run(self._sync, method, path.strip("/"), params or {})
             except ProxmoxError as e:
                 e.attempts = sent
@@ -354,6 +370,10 @@ class PveClient(Failures):
         if plain is not None:
             plain.close()
         self._threads.close()
+
+
+def _key(method: str, path: str, params: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (method, path.strip("/"), repr(sorted(params.items())))
 
 
 def _form(value: Any) -> Any:
