@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,16 +41,35 @@ def before_tree() -> str | None:
 def _medians_ms(argv: list[str], runs: int, trees: list[Path | str]) -> list[float]:
     """The median wall time of ``argv`` run by each tree's sand; the trees in turn, run
     after run, so a drift of the machine's load hits each alike."""
+    return [wall for wall, _ in _medians_wall_cpu_ms(argv, runs, trees)]
+
+
+def _medians_wall_cpu_ms(
+    argv: list[str], runs: int, trees: list[Path | str]
+) -> list[tuple[float, float]]:
+    """Per tree: the median wall time and the median CPU time (user + system: the
+    steadier figure on a shared machine) of ``argv``."""
     envs = [installed_env(tree) for tree in trees]
     for env in envs:  # warm-up: the first run writes the bytecode
         subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
-    samples: list[list[float]] = [[] for _ in envs]
+    walls: list[list[float]] = [[] for _ in envs]
+    cpus: list[list[float]] = [[] for _ in envs]
     for _ in range(runs):
-        for env, mine in zip(envs, samples, strict=True):
+        for env, wall, cpu in zip(envs, walls, cpus, strict=True):
+            used = _children_cpu()
             started = time.perf_counter()
             subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
-            mine.append((time.perf_counter() - started) * 1000)
-    return [statistics.median(mine) for mine in samples]
+            wall.append((time.perf_counter() - started) * 1000)
+            cpu.append((_children_cpu() - used) * 1000)
+    return [
+        (statistics.median(wall), statistics.median(cpu))
+        for wall, cpu in zip(walls, cpus, strict=True)
+    ]
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def _median_ms(argv: list[str], runs: int = 15) -> float:
@@ -72,17 +92,22 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
         trees: list[Path | str] = [ROOT] if before is None else [ROOT, before]
         now: dict[str, float] = {}
         then: dict[str, float] = {}
+        cpu_now: dict[str, float] = {}
+        cpu_then: dict[str, float] = {}
         for key, words in commands.items():
-            medians = _medians_ms([sys.executable, "-m", "sand", *words], runs, trees)
-            now[key] = medians[0]
+            medians = _medians_wall_cpu_ms([sys.executable, "-m", "sand", *words], runs, trees)
+            now[key], cpu_now[key] = medians[0]
             if before is not None:
-                then[key] = medians[1]
+                then[key], cpu_then[key] = medians[1]
     goals = {"sand --version": "≤ 60 ms", "sand validate (1 VM)": "≤ 150 ms"}
     rows = [("python -c pass", f"{bare:.0f} ms")]
     for key, ms in now.items():
         said = f"{ms:.0f} ms (+{ms - bare:.0f} ms over bare)"
         if key in then:
             said += f"; before {then[key]:.0f} ms"
+        said += f"; CPU {cpu_now[key]:.0f} ms"
+        if key in cpu_then:
+            said += f" (before {cpu_then[key]:.0f} ms)"
         rows.append((key, said + (f"; goal {goals[key]}" if key in goals else "")))
         if key in goals:
             record(
@@ -93,6 +118,7 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
                 before=then.get(key),
                 goal=goals[key],
             )
+            record("  its CPU time (user + system)", cpu_now[key], "ms", before=cpu_then.get(key))
     return rows
 
 

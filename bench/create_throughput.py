@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,7 +75,7 @@ def measure(
                 )
             )
             state = build_desired(manifest)
-            overrides = (
+            overrides: dict[str, Any] = (
                 {} if clone_parallelism is None else {"clone_parallelism": clone_parallelism}
             )
             backend = rig.make_backend(fast=False, **overrides)  # the product's own policies

@@ -38,12 +38,15 @@ import json, os, resource, subprocess, sys, time
 started = time.perf_counter()
 code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
 seconds = time.perf_counter() - started
-print(json.dumps([seconds, code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps([seconds, code, used.ru_maxrss, used.ru_utime + used.ru_stime]))
 """
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, int]:
-    """Wall seconds, exit code and max RSS (KiB) of one process running ``argv``."""
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, int, float]:
+    """Wall seconds, exit code, max RSS (KiB) and CPU seconds (user + system) of one
+    process running ``argv``. The CPU time is the steadier figure on a shared machine:
+    others' load stretches the wall time of a process far more than its CPU time."""
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, *argv],
         env=env,
@@ -52,8 +55,8 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, i
         text=True,
         check=True,
     )
-    seconds, code, maxrss = json.loads(out.stdout)
-    return float(seconds), int(code), int(maxrss)
+    seconds, code, maxrss, cpu = json.loads(out.stdout)
+    return float(seconds), int(code), int(maxrss), float(cpu)
 
 
 def _curl_listing(rig: FakePveRig, work: Path) -> list[str]:
@@ -91,13 +94,15 @@ def measure(vms: int, runs: int, before: str | None = None) -> dict[str, float]:
             for tree in trees.values():
                 _run(argv, tree, work)  # compiles the tree's bytecode: not timed
             times: dict[str, list[float]] = {k: [] for k in trees}
+            cpus: dict[str, list[float]] = {k: [] for k in trees}
             rss, requests, bare, curl = [], 0, [], []
             for _ in range(runs):  # each figure in turn, so a drift of the machine hits all
                 for key, tree in trees.items():
                     rig.clear_log()
-                    seconds, code, maxrss = _run(argv, tree, work)
+                    seconds, code, maxrss, cpu = _run(argv, tree, work)
                     assert code == 0, "a converged fleet must plan no changes (exit 0)"
                     times[key].append(seconds)
+                    cpus[key].append(cpu)
                     if key == "now":
                         rss.append(maxrss)
                         requests = len(rig.log)
@@ -105,6 +110,7 @@ def measure(vms: int, runs: int, before: str | None = None) -> dict[str, float]:
                 curl.append(_run(_curl_listing(rig, work), env, work)[0])
             out = {
                 "seconds": statistics.median(times["now"]),
+                "cpu": statistics.median(cpus["now"]),
                 "bare": statistics.median(bare),
                 "curl": statistics.median(curl),
                 "rss_mib": max(rss) / 1024,
@@ -112,6 +118,7 @@ def measure(vms: int, runs: int, before: str | None = None) -> dict[str, float]:
             }
             if before:
                 out["before"] = statistics.median(times["before"])
+                out["cpu_before"] = statistics.median(cpus["before"])
             return out
         finally:
             rig.stop()
@@ -133,6 +140,9 @@ def rows(
         )
         if "before" in m:
             said += f"; before {m['before'] * 1000:.0f} ms ({m['before'] / m['seconds']:.2f}x)"
+        said += f"; CPU {m['cpu'] * 1000:.0f} ms"
+        if "cpu_before" in m:
+            said += f" (before {m['cpu_before'] * 1000:.0f} ms)"
         record(
             f"sand plan, {vms} converged VMs (no-op)",
             m["seconds"] * 1000,
@@ -140,6 +150,12 @@ def rows(
             baseline=("floor", floor * 1000),
             before=m["before"] * 1000 if "before" in m else None,
             goal=GOALS.get(vms, ""),
+        )
+        record(
+            f"  its CPU time (user + system), {vms} VMs",
+            m["cpu"] * 1000,
+            "ms",
+            before=m["cpu_before"] * 1000 if "cpu_before" in m else None,
         )
         record(f"  its peak memory (max RSS), {vms} VMs", m["rss_mib"], "MiB")
         out += [

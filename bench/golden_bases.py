@@ -40,7 +40,10 @@ import time
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.rig.guest import NetnsGuest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -141,7 +144,9 @@ def rows() -> list[tuple[str, str]]:
     return asyncio.run(_measure())
 
 
-def start_guest(guests: list[Any], rootfs: Path, layers: list[Path] | None = None) -> Any:
+def start_guest(
+    guests: list[NetnsGuest], rootfs: Path, layers: list[Path] | None = None
+) -> NetnsGuest:
     """A netns guest started (and added to ``guests``, which the caller stops)."""
     from tests.rig._util import RigError
     from tests.rig.guest import NetnsGuest
@@ -164,7 +169,7 @@ def start_guest(guests: list[Any], rootfs: Path, layers: list[Path] | None = Non
 async def _measure() -> list[tuple[str, str]]:
     from tests.provision.e2e_helpers import stand_in_agents
     from tests.rig.fixtures import guest_uses_mirror
-    from tests.rig.guest import NetnsGuest, cleanup_stale
+    from tests.rig.guest import cleanup_stale
     from tests.rig.rootfs import ensure_rootfs
     from tests.rig.workbench import AptMirror, ensure_workbench
 

@@ -105,7 +105,11 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="run only sections whose title contains this")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="run only sections whose title contains this (repeatable: any of them)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="every section at a small size, in seconds"
     )
@@ -141,7 +145,7 @@ def _before(ref: str | None) -> Iterator[None]:
 def _sections(args: argparse.Namespace) -> int:
     failed: list[str] = []
     for title, module, func, quick in SECTIONS:
-        if args.only and args.only not in title:
+        if args.only and not any(word in title for word in args.only):
             continue
         print(f"\n## {title}", flush=True)
         if args.quick and isinstance(quick, str):

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,14 @@ def measure(commits: int, *, webhook: bool, interval: float) -> list[float]:
             return _measure(work, pki, git, commits, webhook=webhook, interval=interval)
 
 
+def _applying(sync: SyncProcess, sha: str) -> bool:
+    return sha[:12] in sync.applying()
+
+
+def _applied(sync: SyncProcess, sha: str) -> bool:
+    return f"revision {sha[:12]} applied" in sync.text()
+
+
 def _measure(
     work: Path,
     pki: tuple[str, str],
@@ -93,9 +102,9 @@ def _measure(
             pushed = time.monotonic()
             if webhook:
                 _poke(port)
-            sync.wait_for(lambda s=sha: s[:12] in sync.applying(), timeout=interval * 3 + 30)
+            sync.wait_for(partial(_applying, sync, sha), timeout=interval * 3 + 30)
             latencies.append(time.monotonic() - pushed)
-            sync.wait_for(lambda s=sha: f"revision {s[:12]} applied" in sync.text())
+            sync.wait_for(partial(_applied, sync, sha))
     finally:
         sync.stop()
         rig.stop()

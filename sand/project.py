@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.protocol import Backend
+from sand.backends.protocol import Backend, ListsEarly
 from sand.desired import DesiredState, build_desired
 from sand.errors import SandError
 from sand.manifest import LoadedManifest, load_manifest
@@ -65,24 +65,32 @@ def open_session(
     lock_wait: float = 0.0,
     loaded: LoadedManifest | None = None,
     host_dir: Path | None = None,
+    send_listings: bool = False,
 ) -> Session:
     """Load and validate the manifest, build backends; take the project lock if asked.
     ``loaded``: the manifest at ``path`` as already loaded (by a caller that knows the
     file has not changed since); ``host_dir``: where the manifest's relative host paths
-    point (default: beside it)."""
+    point (default: beside it); ``send_listings``: each backend that can sends its
+    listing at once, answered while the desired state is built (``sand plan``)."""
     # here, not at the top: sand plan starts without it
     from sand.backends.factory import make_backends
 
     loaded = loaded if loaded is not None else load_manifest(path)
     if host_dir is not None:
         loaded = dataclasses.replace(loaded, host_dir=host_dir)
+    early: dict[str, Backend] = {}
+    if send_listings and not lock:
+        early = make_backends(loaded.manifest, loaded.directory)
+        for backend in early.values():
+            if isinstance(backend, ListsEarly):
+                backend.send_listing()
     desired = desired_from(loaded)
     session = Session(loaded, desired)
     if lock:
         session.lock = ProjectLock(project_dir(desired.project) / "apply.lock")
         session.lock.acquire(wait=lock_wait)
     try:
-        session.backends = make_backends(loaded.manifest, loaded.directory)
+        session.backends = early or make_backends(loaded.manifest, loaded.directory)
     except BaseException:
         if session.lock:
             session.lock.release()

@@ -118,6 +118,14 @@ class PreflightReport:
     requests: int = 0  # API calls / commands spent, for budgets
 
 
+@runtime_checkable
+class ListsEarly(Protocol):
+    """A backend that can send its listing before the plan asks for it (``sand plan``)."""
+
+    def send_listing(self) -> None:
+        """Send the listing now; the next ``observe`` takes its answer."""
+
+
 class Observes(Protocol):
     """What a backend shows: read-only, and cheap."""
 

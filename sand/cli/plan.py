@@ -19,7 +19,7 @@ from sand.survey.plan import compute_plan
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    session = open_session(args.manifest, lock=False)
+    session = open_session(args.manifest, lock=False, send_listings=True)
 
     async def run() -> Plan:
         try:

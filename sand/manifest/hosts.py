@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import socket
 from dataclasses import dataclass
 
 
@@ -38,6 +37,8 @@ def addresses(name: str) -> frozenset[str]:
         return frozenset({_canonical(name)})
     except ValueError:
         pass
+    import socket  # here, not at the top: only a name that is no address is looked up
+
     try:
         found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):

@@ -3,7 +3,6 @@ listing every problem as ``FILE:LINE:COL: message``."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
@@ -203,5 +202,7 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
 
 
 def _did_you_mean(key: str, allowed: list[str]) -> str:
+    import difflib  # here, not at the top: only a manifest with an unknown key asks
+
     close = difflib.get_close_matches(key, allowed, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""

@@ -82,6 +82,8 @@ class _Converter:
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
         assert isinstance(node, yaml.ScalarNode)
+        if node.tag == _STR_TAG:  # what SafeConstructor makes of it, without its bookkeeping
+            return node.value
         try:
             return self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
@@ -134,6 +136,7 @@ class _Converter:
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 _Pair = tuple[yaml.Node, yaml.Node]
 
 

@@ -5,7 +5,8 @@ carries a plan out (``sand.apply``), the loops, the terminal UI (Textual, the bo
 rich (structlog would import its traceback and pretty-printer), nor structlog itself
 while nothing is logged, nor tenacity while no request is retried; ``sand --version``
 and ``sand validate`` hold no backend, HTTP client or logging; the Proxmox backend
-imports its HTTP client (requests, proxmoxer) only when it sends a request."""
+imports requests and proxmoxer only when it writes (reads, a plan's and a status's
+all, go over the standard library's HTTP client)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ pytestmark = pytest.mark.sand_process
 RICH = ("rich.console", "rich.traceback", "rich.pretty")
 NOT_FOR_A_PLAN = ("sand.apply", "sand.loops", "textual", "sand.cli.ui", *RICH)
 CLIENTS = ("requests", "proxmoxer", "urllib3", "asyncssh")
+# What the Proxmox backend changes the world with: a plan or status only observes.
+PROXMOX_WRITERS = tuple(
+    f"sand.backends.proxmox.{m}" for m in ("create", "clone", "template", "recover", "fork")
+)
 NOT_TO_VALIDATE = (*CLIENTS, *NOT_FOR_A_PLAN, "sand.backends", "sand.apply", "structlog")
 # --version needs no manifest either: no pydantic models are built, no YAML is read.
 NOT_FOR_THE_VERSION = (*NOT_TO_VALIDATE, "pydantic", "yaml", "sand.manifest")
@@ -61,6 +66,10 @@ def test_a_plan_or_status_process_imports_neither_the_engine_nor_the_ui(
     assert among(modules, NOT_FOR_A_PLAN) == []
     assert "structlog" not in modules  # configured, but nothing was logged
     assert "tenacity" not in modules  # its one listing needed no retry
+    # Reads go over the standard library's HTTP client (plainget.py): requests,
+    # urllib3 and proxmoxer load with the first write, and a plan writes nothing.
+    assert among(modules, CLIENTS) == []
+    assert among(modules, PROXMOX_WRITERS) == []
 
 
 def test_version_and_validate_import_no_backend_client_nor_logging(sand: Sand) -> None:

@@ -69,6 +69,33 @@ def test_the_collector_runs_rarely_in_a_sand_process():
     assert "GC=100000" in proc.stdout, proc.stderr
 
 
+COLLECTOR_PROBE = """
+import gc, sys
+from sand.cli.main import main
+before = gc.get_stats()[0]["collections"]
+main(["validate", sys.argv[1]])
+print("COLLECTED=%d ON=%s" % (gc.get_stats()[0]["collections"] - before, gc.isenabled()))
+"""
+
+
+def test_the_collector_does_not_run_while_a_fleet_is_validated(tmp_path):
+    # Millions of allocations, all living to the end: a plan or validate of a large
+    # fleet scanned them for cycles for nothing. Back on for whoever called main().
+    manifest = tmp_path / "fleet.yaml"
+    vms = "".join(f"  - name: vm-{i:05d}\n" for i in range(20000))
+    manifest.write_text(
+        "apiVersion: sand/v1\nproject: big\nbackends:\n  local: {type: lima}\nvms:\n" + vms
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, str(manifest)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert "COLLECTED=0 ON=True" in proc.stdout, proc.stdout + proc.stderr
+
+
 PLUGIN_PROBE = """
 import sys
 from sand.cli.main import main

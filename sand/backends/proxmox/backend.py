@@ -4,33 +4,32 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
-from sand.backends.protocol import (
-    BaseProvisioner,
-    PreflightItem,
-    PreflightReport,
-    RecoveryDecision,
-)
-from sand.backends.proxmox import bases, guest, lifecycle, pools, preflight
-from sand.backends.proxmox import create as create_mod
-from sand.backends.proxmox import fork as fork_mod
+from sand.backends.proxmox import lifecycle
 from sand.backends.proxmox import observe as observe_mod
-from sand.backends.proxmox import recover as recover_mod
-from sand.backends.proxmox import sleep as sleep_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
-from sand.backends.proxmox.doctor import doctor as run_doctor
-from sand.backends.proxmox.lease import ProxmoxLease, read_lease
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
-from sand.backends.proxmox.template import TemplateResult, build
-from sand.backends.proxmox.template_request import make_request
-from sand.desired import DesiredVM
-from sand.desired.spec import DesiredBase
-from sand.guest.endpoint import GuestEndpoint
-from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
-from sand.state.journal import Journal, PendingEntry
+
+if TYPE_CHECKING:
+    from sand.backends.doctor import DoctorReport
+    from sand.backends.protocol import (
+        BaseProvisioner,
+        PreflightItem,
+        PreflightReport,
+        RecoveryDecision,
+    )
+    from sand.backends.proxmox.template import TemplateResult
+    from sand.desired import DesiredVM
+    from sand.desired.spec import DesiredBase
+    from sand.guest.endpoint import GuestEndpoint
+    from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
+    from sand.state.journal import Journal, PendingEntry
+
+# What creates, changes, deletes, recovers, sleeps, leases, checks or builds is imported
+# by the method that does it: a plan (observe alone) starts without those modules.
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
 CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True, fork=True)
@@ -67,18 +66,27 @@ class ProxmoxBackend:
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         return await observe_mod.observe(self.ctx, desired)
 
+    def send_listing(self) -> None:
+        observe_mod.send_listing(self.ctx)
+
     async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
+        from sand.backends.proxmox import preflight
+
         return await preflight.preflight(self.ctx, items)
 
     async def rename(self, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
     async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
+        from sand.backends.proxmox import pools
+
         return await pools.claim(self.ctx, spare, vm, journal)
 
     async def create(
         self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False
     ) -> ObservedVM:
+        from sand.backends.proxmox import create as create_mod
+
         return await create_mod.create(
             self.ctx, vm, journal, from_base=from_base, converged=converged
         )
@@ -86,9 +94,13 @@ class ProxmoxBackend:
     async def build_base(
         self, base: DesiredBase, provision: BaseProvisioner, journal: Journal
     ) -> ObservedBase:
+        from sand.backends.proxmox import bases
+
         return await bases.build(self.ctx, base, provision, journal)
 
     async def delete_base(self, base: ObservedBase, journal: Journal) -> str:
+        from sand.backends.proxmox import bases
+
         return await bases.delete(self.ctx, base, journal)
 
     async def update(
@@ -99,9 +111,13 @@ class ProxmoxBackend:
     async def sleep(
         self, current: ObservedVM, how: str, journal: Journal, *, by: str = "idle"
     ) -> None:
+        from sand.backends.proxmox import sleep as sleep_mod
+
         await sleep_mod.sleep(self.ctx, current, how, journal, by)
 
     async def wake(self, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
+        from sand.backends.proxmox import sleep as sleep_mod
+
         await sleep_mod.wake(self.ctx, vm, current, journal)
 
     async def delete(self, current: ObservedVM, journal: Journal) -> None:
@@ -115,14 +131,22 @@ class ProxmoxBackend:
     async def endpoint(
         self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
     ) -> GuestEndpoint:
+        from sand.backends.proxmox import guest
+
         return await guest.endpoint(self.ctx, vm, current, wait=wait)
 
     async def decide_recovery(self, entry: PendingEntry, *, wait: bool) -> RecoveryDecision:
+        from sand.backends.proxmox import fork as fork_mod
+        from sand.backends.proxmox import recover as recover_mod
+
         if entry.op == fork_mod.OP:  # the snapshot a fork left on its source
             return await fork_mod.decide_fork(self.ctx, entry, wait=wait)
         return await recover_mod.decide(self.ctx, entry, wait=wait)
 
     async def act_recovery(self, entry: PendingEntry, decision: RecoveryDecision) -> str:
+        from sand.backends.proxmox import fork as fork_mod
+        from sand.backends.proxmox import recover as recover_mod
+
         if entry.op == fork_mod.OP:
             return await fork_mod.act_fork(self.ctx, entry, decision)
         return await recover_mod.act(self.ctx, entry, decision)
@@ -133,6 +157,8 @@ class ProxmoxBackend:
         return await self.act_recovery(entry, await self.decide_recovery(entry, wait=True))
 
     async def vanished(self, recorded: Sequence[RecordedVM]) -> dict[str, str | None]:
+        from sand.backends.proxmox import recover as recover_mod
+
         return await recover_mod.vanished(self.ctx, recorded)
 
     def lease(
@@ -143,6 +169,8 @@ class ProxmoxBackend:
         wait: float = 0.0,
         on_wait: Callable[[LeaseBusy], None] | None = None,
     ) -> AbstractAsyncContextManager[LeaseGrant]:
+        from sand.backends.proxmox.lease import ProxmoxLease
+
         return self._holding(
             keep(
                 ProxmoxLease(self.ctx, holder, ttl),
@@ -169,9 +197,13 @@ class ProxmoxBackend:
                 self.ctx.leases_held -= 1
 
     async def lease_record(self) -> LeaseRecord | None:
+        from sand.backends.proxmox.lease import read_lease
+
         return await read_lease(self.ctx)
 
     async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
+        from sand.backends.proxmox.doctor import doctor as run_doctor
+
         return await run_doctor(self.ctx, forks=any(vm.fork is not None for vm in desired))
 
     async def build_template(
@@ -184,6 +216,9 @@ class ProxmoxBackend:
         node: str | None = None,
     ) -> TemplateResult:
         """Make (once) the template this backend clones from, from a cloud image."""
+        from sand.backends.proxmox.template import build
+        from sand.backends.proxmox.template_request import make_request
+
         request = make_request(
             self.ctx, name=name, url=url, checksum=checksum, image_storage=image_storage, node=node
         )

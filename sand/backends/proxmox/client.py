@@ -1,8 +1,10 @@
-"""A thin asyncio wrapper around proxmoxer: retries, task polling, error mapping.
+"""A thin asyncio wrapper around the PVE API: retries, task polling, error mapping.
 
-proxmoxer (requests) is synchronous, so every call runs in a worker thread of the
-client's own (``threads.py``). Transient failures (5xx other than PVE's definite
-refusals, connection errors, timeouts, lock timeouts, no quorum) are retried
+Writes go through proxmoxer (requests); reads through the standard library's HTTP
+client (``plainget.py``: a plan pays no import of requests). Both are synchronous,
+so every call runs in a worker thread of the client's own (``threads.py``).
+Transient failures (5xx other than PVE's definite refusals, connection errors,
+timeouts, lock timeouts, no quorum) are retried
 with jittered exponential backoff (``sand.retrying``), each retry said to whoever
 watches ("PVE 503, retry 2/5 in 1.6s"); 401/403 never are. Every error is a
 :class:`ProxmoxError` naming the backend, the call and PVE's reason, and
@@ -12,24 +14,29 @@ classified here, once (``kind``: see ``errors.py``), so no caller reads PVE's te
 from __future__ import annotations
 
 import asyncio
+import http.client
 import re
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sand import activity, clock
+from sand.backends.proxmox import plainget
 from sand.backends.proxmox.errors import (
     ErrorKind,
     ProxmoxError,
-    classify_answer,
     classify_task,
     refused_connection,
     retry_reason,
     shortened,
 )
+from sand.backends.proxmox.failures import Failures
+from sand.backends.proxmox.plainget import PlainReader
 from sand.backends.proxmox.tasks import PollPolicy, TaskResult
 from sand.backends.proxmox.threads import REQUESTS_AT_ONCE, RequestThreads
 from sand.backends.proxmox.token import ApiToken, read_token
@@ -53,7 +60,7 @@ def _check_path(backend: str, path: str) -> None:
 
 
 @dataclass
-class PveClient:
+class PveClient(Failures):
     backend: str
     host: str
     port: int
@@ -77,6 +84,8 @@ class PveClient:
         if problem:
             raise ProxmoxError(self.backend, f"refusing host: {problem}")
         self._api: Any = None
+        self._plain: PlainReader | None = None
+        self._early: dict[tuple[str, str, str], Future[Any]] = {}
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
         self._threads = RequestThreads(self.at_once)
@@ -87,16 +96,21 @@ class PveClient:
 
     # --- plumbing ---------------------------------------------------------------
 
+    def _read_token(self) -> ApiToken:
+        with self._init_lock:
+            if self._token is None:
+                self._token = read_token(self.token_file, self.backend)
+            return self._token
+
     def _connect(self) -> Any:
-        # Imported by the first request (requests and urllib3 are most of it): a
-        # command that never reaches this backend does not pay for them.
+        # Imported by the first write (requests and urllib3 are most of it): a
+        # command that only reads (a plan) does not pay for them (plainget.py).
         import proxmoxer
         from requests.adapters import HTTPAdapter
 
+        token = self._read_token()
         with self._init_lock:
             if self._api is None:
-                token = read_token(self.token_file, self.backend)
-                self._token = token
                 api = proxmoxer.ProxmoxAPI(
                     self.host,
                     port=self.port,
@@ -114,39 +128,36 @@ class PveClient:
 
     @property
     def token(self) -> ApiToken:
-        self._connect()
-        assert self._token is not None
-        return self._token
+        return self._read_token()
 
-    def _scrub(self, text: str) -> str:
-        if self._token is not None and self._token.secret:
-            text = text.replace(self._token.secret, "***")
-        return text
-
-    def _fail(
-        self,
-        what: str,
-        message: str,
-        *,
-        kind: ErrorKind,
-        transient: bool,
-        status: int | None = None,
-    ) -> None:
-        raise ProxmoxError(
-            self.backend,
-            self._scrub(f"{what}: {message}"),
-            transient=transient,
-            status=status,
-            kind=kind,
-        )
+    def _reader(self) -> PlainReader | None:
+        """The standard-library reader of GETs; None when requests must carry them."""
+        if not plainget.serves():
+            return None
+        with self._init_lock:
+            if self._plain is None or (self._plain.host, self._plain.port) != (
+                self.host,
+                self.port,
+            ):
+                self._plain = PlainReader(
+                    self.host, self.port, self.verify, clock.real(self.http_timeout)
+                )
+            return self._plain
 
     def _sync(self, method: str, path: str, params: Mapping[str, Any]) -> Any:
+        what = f"{method} /{path}"
+        args = {k: _form(v) for k, v in params.items() if v is not None}
+        if method == "GET":
+            try:
+                reader = self._reader()
+            except OSError as e:  # the CA bundle cannot be read
+                self._cannot_connect(what, e)
+            if reader is not None:
+                return self._plain_get(reader, what, path, args)
         import proxmoxer
         import requests
 
         api = self._connect()
-        what = f"{method} /{path}"
-        args = {k: _form(v) for k, v in params.items() if v is not None}
         resource = api(path)
         try:
             if method == "GET":
@@ -159,67 +170,56 @@ class PveClient:
                 return self._answered(resource.delete(**args))
             raise ValueError(method)
         except proxmoxer.core.ResourceException as e:
-            self.reached = True
-            reason = str(e.content or "").strip()
-            if e.errors:
-                reason += f" {e.errors}"
-            status = int(e.status_code)
-            phrase = e.status_message or ""
-            text = f"{status} {phrase}: {reason}" if phrase else f"{status}: {reason}"
-            if status == 401:
-                text += " (the API token was rejected: check token_file)"
-            elif status == 403:
-                text += " (the token lacks this privilege: run `sand doctor`)"
-            kind, transient = classify_answer(status, reason)
-            self._fail(what, text, kind=kind, transient=transient, status=status)
+            self._refused(what, e)
         except requests.exceptions.SSLError as e:
-            self._fail(
-                what,
-                f"TLS verification failed for https://{self.host}:{self.port} ({shortened(e)}); "
-                "set ca_file to the cluster's CA certificate",
-                kind=ErrorKind.UNREACHABLE,
-                transient=False,
-            )
+            self._untrusted(what, e)
         except requests.exceptions.ConnectionError as e:
             if not refused_connection(e):
                 self._fail(what, f"{type(e).__name__}: {shortened(e)}", **_UNREACHABLE)
-            # Nothing listens there. Before PVE ever answered this run it is the address
-            # that is wrong, and retrying it cost a plan 12 s for nothing; after, it is
-            # pveproxy restarting, which passes.
-            self._fail(
-                what,
-                f"connection refused by {self.host}:{self.port}: nothing listens there; check "
-                "the backend's host and port (PVE's API listens on 8006) and that pveproxy "
-                "runs",
-                kind=ErrorKind.UNREACHABLE,
-                transient=self.reached,
-            )
+            self._nothing_listens(what)
         except (
             requests.exceptions.Timeout,
             requests.exceptions.ChunkedEncodingError,
         ) as e:
             self._fail(what, f"{type(e).__name__}: {shortened(e)}", **_UNREACHABLE)
         except ValueError as e:  # a reply that is not JSON
-            self._fail(
-                what,
-                f"unreadable answer: {shortened(e)}",
-                kind=ErrorKind.UNREACHABLE,
-                transient=True,
-            )
+            self._unreadable(what, e)
         except OSError as e:  # requests raises a bare OSError for a missing CA bundle
-            self._fail(
-                what,
-                f"cannot connect to https://{self.host}:{self.port}: {shortened(e)}",
-                kind=ErrorKind.UNREACHABLE,
-                transient=False,
-            )
+            self._cannot_connect(what, e)
         return None  # unreachable: _fail raises
+
+    def _plain_get(self, reader: PlainReader, what: str, path: str, args: Any) -> Any:
+        """A GET through the standard library, its failures said as ``_sync`` says
+        those of requests (the same kinds, the same words)."""
+        authorization = f"PVEAPIToken={self.token.token_id}={self.token.secret}"
+        try:
+            return self._answered(reader.get(path, args, authorization))
+        except plainget.Refused as e:
+            self._refused(what, e)
+        except ssl.SSLError as e:
+            self._untrusted(what, e)
+        except ConnectionRefusedError:
+            self._nothing_listens(what)
+        except (OSError, http.client.HTTPException) as e:
+            self._fail(what, f"{type(e).__name__}: {shortened(e)}", **_UNREACHABLE)
+        except ValueError as e:  # a reply that is not JSON, or not gzip as it says
+            self._unreadable(what, e)
 
     def _answered(self, reply: Any) -> Any:
         self.reached = True
         return reply
 
     # --- requests ---------------------------------------------------------------
+
+    def send_early(self, method: str, path: str, params: Mapping[str, Any]) -> None:
+        """Send a read now, in a thread, before any event loop runs; the first
+        :meth:`request` for it takes its answer as its first attempt. A plan sends its
+        listing so while it reads the rest of the manifest: PVE's answer and the
+        network's round trip are then waited for beside that work, not after it."""
+        _check_path(self.backend, path)
+        key = _key(method, path, params)
+        if key not in self._early:
+            self._early[key] = self._threads.submit(self._sync, method, key[1], params)
 
     async def request(
         self, method: str, path: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
@@ -228,12 +228,16 @@ class PveClient:
         _check_path(self.backend, path)
         backoff = self.retry if retry else Backoff(attempts=1)
         sent = 0
+        early = self._early.pop(_key(method, path, params or {}), None)
 
         async def once() -> Any:
-            nonlocal sent
+            nonlocal sent, early
             sent += 1
             self.requests += 1
             try:
+                if early is not None:
+                    answer, early = asyncio.wrap_future(early), None
+                    return await answer
                 return await self._threads.run(self._sync, method, path.strip("/"), params or {})
             except ProxmoxError as e:
                 e.attempts = sent
@@ -362,7 +366,14 @@ class PveClient:
         api, self._api = self._api, None
         if api is not None:
             await self._threads.run(api._store["session"].close)
+        plain, self._plain = self._plain, None
+        if plain is not None:
+            plain.close()
         self._threads.close()
+
+
+def _key(method: str, path: str, params: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (method, path.strip("/"), repr(sorted(params.items())))
 
 
 def _form(value: Any) -> Any:

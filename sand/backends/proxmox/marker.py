@@ -118,6 +118,7 @@ def join_tags(tags: Iterable[str]) -> str:
     return ";".join(sorted({t.lower() for t in tags if t}))
 
 
+@functools.lru_cache(maxsize=64)  # asked twice per VM of a listing, of a few names
 def backend_tag(name: str) -> str:
     """The tag naming backend entry ``name``; a name that is not a valid lower-case PVE
     tag (PVE lower-cases tags) is written as a short hash of it instead."""

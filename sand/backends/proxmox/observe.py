@@ -38,9 +38,18 @@ Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"
 
 
+_LISTING = ("cluster/resources", {"type": "vm"})
+
+
+def send_listing(ctx: Ctx) -> None:
+    """The listing sent now, for the next :func:`listing` to take (a plan's, ``sand
+    plan`` only: a run that changes the world must read it after it decided to)."""
+    ctx.client.send_early("GET", *_LISTING)
+
+
 async def listing(ctx: Ctx) -> list[Row]:
     """The cluster's QEMU guests the token may audit (one request)."""
-    rows = await ctx.client.get("cluster/resources", type="vm")
+    rows = await ctx.client.get(_LISTING[0], **_LISTING[1])
     return [r for r in rows or [] if r.get("type", "qemu") == "qemu" and "vmid" in r]
 
 

@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -32,10 +32,17 @@ class RequestThreads:
         self._pool: ThreadPoolExecutor | None = None  # made by the first request
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads(), call)
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        """``fn`` started now, before any event loop runs (``PveClient.send_early``)."""
+        return self._threads().submit(fn, *args)
+
+    def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.at_once, thread_name_prefix="sand-pve")
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        return self._pool
 
     def close(self) -> None:
         pool, self._pool = self._pool, None

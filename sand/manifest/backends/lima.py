@@ -7,7 +7,6 @@ where two Lima backends would collide (one Lima home).
 
 from __future__ import annotations
 
-import getpass
 import os
 import posixpath
 import re
@@ -193,6 +192,8 @@ def _remote_home(value: str) -> str:
 
 
 def _login_name() -> str:
+    import getpass  # here, not at the top: a manifest that names no user for a remote host
+
     try:
         return getpass.getuser()
     except (OSError, KeyError):
