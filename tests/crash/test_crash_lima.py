@@ -135,7 +135,19 @@ def test_crash_mid_stop_waits_for_the_orphaned_limactl(tmp_path):
     assert rig.sand("apply", "--auto-approve").returncode == 0
     rig.standin.configure(stop_delay=5.0)
     rig.write("  - name: a\n    cpus: 4\n  - name: b\n")
-    rig.kill_at(intent("update"), 0.3, settle=False)  # the orphaned stop is the subject
+    rig.standin.clear_log()
+
+    def stopping(records) -> bool:
+        """The update's ``limactl stop`` is under way (logged as it begins; then it sleeps
+        out its delay): a fixed time after the intent may come before it, under load."""
+        if not intent("update")(records):
+            return False
+        try:
+            return "stop" in rig.standin.commands()
+        except ValueError:  # a log line being written
+            return False
+
+    rig.kill_at(stopping, 0.0, settle=False)  # the orphaned stop is the subject
     killed_at = time.monotonic()
     rig.standin.configure(stop_delay=0.0)  # the next run's own stop is quick
     proc = rig.sand("plan")
