@@ -58,25 +58,33 @@ class Sand:
     ) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, "SAND_STATE_DIR": str(self.state_dir), "NO_COLOR": "1"}
         full_env.update(env or {})
-        if not _in_a_process_of_its_own():
-            from tests.cli.inprocess import run_in_process
-
-            return run_in_process(list(args), cwd=self.workdir, env=full_env, stdin=stdin)
-        return subprocess.run(
-            [sys.executable, "-m", "sand", *args],
-            capture_output=True,
-            text=True,
-            cwd=self.workdir,
-            env=full_env,
-            input=stdin,
-            timeout=300,
-            check=False,
-        )
+        return run_sand(list(args), cwd=self.workdir, env=full_env, stdin=stdin)
 
     def plan_json(self, *extra: str) -> dict[str, Any]:
         proc = self.run("plan", "--json", *extra)
         assert proc.returncode in (0, 2), proc.stderr
         return json.loads(proc.stdout)
+
+
+def run_sand(
+    args: list[str], *, cwd: Path, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``sand ARGS`` with exactly this environment: in this process, or as ``python -m
+    sand`` where the test is about the process (see the module's docstring)."""
+    if not _in_a_process_of_its_own():
+        from tests.cli.inprocess import run_in_process
+
+        return run_in_process(args, cwd=cwd, env=env, stdin=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "sand", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        timeout=300,
+        check=False,
+    )
 
 
 # Set by the autouse fixture ``sand_process_marker`` (tests/conftest.py) for a test

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import subprocess
 import sys
 import termios
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli.helpers import run_sand
 from tests.e2e.test_shell_tmux import Terminal
 from tests.limactl_standin import StandIn
 
@@ -183,10 +183,11 @@ def test_quitting_mid_apply_stops_it_where_the_journal_sees_it(
     assert b"Interrupted: web-1 was creating" in out and b"(journal)" in out
     # The next apply settles what was left: one VM, not two.
     rig.fast_forward()  # the clone the board left running is done
-    proc = subprocess.run(
-        [sys.executable, "-m", "sand", "apply", "--auto-approve", "-f", str(manifest)],
-        env={**env, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    proc = run_sand(
+        ["apply", "--auto-approve", "-f", str(manifest)],
+        cwd=tmp_path,
+        env={**env, "NO_COLOR": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [v.name for v in rig.vms()] == ["web-1"]
 

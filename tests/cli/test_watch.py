@@ -122,9 +122,9 @@ def test_a_save_burst_gives_exactly_one_run(watched, fakepve_server):
 def test_changes_during_a_run_cause_exactly_one_follow_up(watched, fakepve_server):
     sand, start = watched
     w = start("--interval", "3600")
-    # Long enough that every save below lands while the run still clones w-2, however
-    # slowly a loaded machine schedules the test.
-    fakepve_server.set_task_secs("qmclone", 6.0)
+    # The clone of w-2 lasts until the saves below have all landed, however slowly a
+    # loaded machine schedules the test: it is ended then (fast_forward), not waited out.
+    fakepve_server.set_task_secs("qmclone", 600.0)
     before = len(w.runs())
     save_burst(sand, fakepve_server.manifest([{"name": "w-1"}, {"name": "w-2"}]))
     w.wait_for(lambda: len(w.runs()) == before + 1)
@@ -132,6 +132,9 @@ def test_changes_during_a_run_cause_exactly_one_follow_up(watched, fakepve_serve
     for n in (3, 4, 5):
         save_burst(sand, fakepve_server.manifest([{"name": f"w-{i}"} for i in range(1, n + 1)]))
         time.sleep(0.5)
+    assert len(w.runs()) == before + 1 and not fakepve_server.vms_named("w-3")  # still cloning
+    fakepve_server.set_task_secs("qmclone", 0)
+    fakepve_server.fast_forward()
     w.wait_for(lambda: len(fakepve_server.vms()) == 5, timeout=120)
     w.idle(3.0)
     runs = w.runs()[before:]

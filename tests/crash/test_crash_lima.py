@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sand.state.journal import Journal
-from tests.crash.killer import intent, kill_when, sand_argv, step
+from tests.cli.helpers import run_sand
+from tests.crash.killer import intent, kill_when, sand_argv, step, wait_for_strays
 from tests.limactl_standin import StandIn
 
 MANIFEST = """\
@@ -41,22 +42,15 @@ class Rig:
         return env
 
     def sand(self, *args: str):
-        import subprocess
-
-        return subprocess.run(
-            sand_argv(*args, str(self.manifest)),
-            env=self.env(),
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        # Only the runs to be killed need a process of their own (kill_at).
+        return run_sand([*args, str(self.manifest)], cwd=self.root, env=self.env())
 
     def vms(self) -> list[str]:
         return sorted(n for n in self.standin.instances() if not n.startswith("sand-base"))
 
-    def kill_at(self, condition, delay: float = 0.0, *args: str) -> None:
+    def kill_at(self, condition, delay: float = 0.0, *args: str, settle: bool = True) -> None:
+        """Kill an apply at ``condition`` and, unless told not to, wait until what it left
+        running (limactl in sessions of their own) has ended too."""
         killed = kill_when(
             sand_argv("apply", "--auto-approve", "--parallelism", "1", *args, str(self.manifest)),
             self.env(),
@@ -66,7 +60,13 @@ class Rig:
             delay=delay,
         )
         assert killed, "apply finished before the crash point"
+        if settle:
+            self.settle()
         assert Journal(self.journal).pending(), "the kill left no unfinished operation"
+
+    def settle(self) -> None:
+        # By sand's environment, which its children carry from the fork on.
+        wait_for_strays(f"SAND_STATE_DIR={self.root / 'state'}")
 
     def assert_converged(self, expected: list[str], *args: str) -> None:
         proc = self.sand("apply", "--auto-approve", *args)
@@ -135,7 +135,19 @@ def test_crash_mid_stop_waits_for_the_orphaned_limactl(tmp_path):
     assert rig.sand("apply", "--auto-approve").returncode == 0
     rig.standin.configure(stop_delay=5.0)
     rig.write("  - name: a\n    cpus: 4\n  - name: b\n")
-    rig.kill_at(intent("update"), 0.3)
+    rig.standin.clear_log()
+
+    def stopping(records) -> bool:
+        """The update's ``limactl stop`` is under way (logged as it begins; then it sleeps
+        out its delay): a fixed time after the intent may come before it, under load."""
+        if not intent("update")(records):
+            return False
+        try:
+            return "stop" in rig.standin.commands()
+        except ValueError:  # a log line being written
+            return False
+
+    rig.kill_at(stopping, 0.0, settle=False)  # the orphaned stop is the subject
     killed_at = time.monotonic()
     rig.standin.configure(stop_delay=0.0)  # the next run's own stop is quick
     proc = rig.sand("plan")

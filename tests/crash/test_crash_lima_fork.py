@@ -8,7 +8,7 @@ import pytest
 
 from sand.state.journal import Journal
 from tests.backends.lima.test_fork_lima import FORK, SOURCE, made, sidecar, source_files, status
-from tests.crash.killer import intent, step, wait_for_strays
+from tests.crash.killer import intent, step
 from tests.crash.test_crash_lima import Rig
 
 # The crash point, and whether the source is left stopped (once the limactl children
@@ -35,8 +35,7 @@ def test_a_fork_killed_anywhere_leaves_the_source_running_and_one_fork(point, tm
     rig.write(SOURCE + FORK)
     rig.standin.configure(stop_delay=1.0, clone_delay=1.0, start_delay=1.0)
     condition, delay, stopped = POINTS[point]
-    rig.kill_at(condition, delay)
-    wait_for_strays(f"LIMA_HOME={(tmp_path / 'lima').resolve()}")
+    rig.kill_at(condition, delay)  # and waits for the limactl children it left
     rig.standin.configure(stop_delay=0.0, clone_delay=0.0, start_delay=0.0)
     if stopped is None:
         stopped = status(rig, "agent-1") == "Stopped"

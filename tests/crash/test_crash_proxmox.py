@@ -10,7 +10,14 @@ import subprocess
 import pytest
 
 from tests.cli.helpers import Sand
-from tests.crash.killer import env_for, intent, kill_when, sand_argv, step
+from tests.crash.killer import (
+    env_for,
+    intent,
+    kill_when,
+    only_the_killed_runs_tasks_take_time,
+    sand_argv,
+    step,
+)
 
 VMS = [{"name": "web-1"}, {"name": "web-2"}]
 
@@ -66,6 +73,7 @@ def test_crash_during_create_converges(point, tmp_path, fakepve_server):
     )
     assert killed, f"apply finished before reaching {point!r}"
     assert_interrupted(sand)
+    only_the_killed_runs_tasks_take_time(rig, "qmclone", "qmstart")
     assert_converged(sand, rig, ["web-1", "web-2"])
 
 
@@ -90,6 +98,7 @@ def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
     )
     assert killed
     assert_interrupted(sand)
+    only_the_killed_runs_tasks_take_time(rig, "qmdestroy", "qmstop")
     # A delete killed before it began is planned again, and swept again: same flag.
     assert_converged(sand, rig, ["web-1", "web-2"], "--allow-data-loss")
 
@@ -113,6 +122,7 @@ def test_crash_mid_update_converges(tmp_path, fakepve_server):
     )
     assert killed
     assert_interrupted(sand)
+    only_the_killed_runs_tasks_take_time(rig, "qmshutdown", "qmstop")
     assert_converged(sand, rig, ["web-1", "web-2"])
     assert int(rig.vms_named("web-1")[0].config["memory"]) == 4096
 
@@ -174,6 +184,7 @@ def test_crash_mid_power_task_is_awaited_before_convergence(task_type, tmp_path,
         task_started(task_type),
     )
     assert killed
+    only_the_killed_runs_tasks_take_time(rig, "qmshutdown", "qmstart")
     from tests.crash.killer import journal_records
 
     (upid,) = [

@@ -18,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sand.state.journal import Journal
-from tests.cli.helpers import Sand
-from tests.crash.killer import Record, env_for, journal_records, kill_when, sand_argv
+from tests.cli.helpers import Sand, run_sand
+from tests.crash.killer import (
+    Record,
+    env_for,
+    journal_records,
+    kill_when,
+    sand_argv,
+    wait_for_strays,
+)
 from tests.limactl_standin import StandIn
 
 GO = ("apply", "--auto-approve", "--allow-data-loss")
@@ -47,6 +54,8 @@ class World:
     def vms(self) -> list[Seen]: ...
     def clear_log(self) -> None: ...
     def made_before_deleted(self, old: Seen) -> bool: ...
+    def settle(self) -> None:
+        """Wait for what the killed run left running on the far side to end."""
 
 
 class Pve(World):
@@ -124,10 +133,8 @@ class Lima(World):
         return env
 
     def sand(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            sand_argv(*args, str(self.manifest)), env=self.env(), cwd=self.root,
-            capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
+        # Only the runs to be killed need a process of their own (argv, kill_when).
+        return run_sand([*args, str(self.manifest)], cwd=self.root, env=self.env())
 
     def argv(self) -> tuple[list[str], dict[str, str], Path]:
         return sand_argv(*GO, str(self.manifest)), self.env(), self.root
@@ -149,6 +156,11 @@ class Lima(World):
 
     def clear_log(self) -> None:
         self.standin.clear_log()
+
+    def settle(self) -> None:
+        # The limactl children of the killed sand run on in sessions of their own; they
+        # carry sand's environment from the fork on.
+        wait_for_strays(f"SAND_STATE_DIR={self.root / 'state'}")
 
     def made_before_deleted(self, old: Seen) -> bool:
         calls = [(i.command, i.argv) for i in self.standin.invocations()]
@@ -190,6 +202,7 @@ def sweep(world: World) -> None:
         at: Callable[[list[Record]], bool] = lambda rs, n=base + k: len(rs) >= n  # noqa: E731
         if not kill_when(argv, env, cwd, world.journal, at):
             continue  # the run finished first: nothing was interrupted
+        world.settle()
         after_kill = world.vms()
         old_stands = any(v.key == old.key for v in after_kill)
         made = [v for v in after_kill if v.key != old.key]  # what the killed run made

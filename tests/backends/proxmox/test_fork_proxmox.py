@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tests.cli.helpers import Sand
-from tests.crash.killer import env_for, intent, kill_when, sand_argv, step
+from tests.crash.killer import (
+    env_for,
+    intent,
+    kill_when,
+    only_the_killed_runs_tasks_take_time,
+    sand_argv,
+    step,
+)
 
 SOURCE = [{"name": "agent-1"}]
 FORKED = [*SOURCE, {"name": "try-1", "from": {"vm": "agent-1"}}]
@@ -130,6 +137,7 @@ def test_a_kill_mid_fork_leaves_no_snapshot_and_no_duplicate(point, tmp_path, fa
         delay=delay,
     )
     assert killed, f"apply finished before reaching {point!r}"
+    only_the_killed_runs_tasks_take_time(rig, "qmsnapshot", "qmclone", "qmdelsnapshot")
     proc = sand.run("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _settled(sand, rig)

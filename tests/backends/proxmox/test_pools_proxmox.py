@@ -135,6 +135,7 @@ def test_an_image_change_replaces_the_spares_and_never_a_claimed_vm(tmp_path, fa
     _settled(sand)
 
 
+@pytest.mark.sand_time_scale(0.01)  # the failing write's retries, not their backoff
 def test_a_claim_whose_write_failed_leaves_the_spare_and_is_settled(tmp_path, fakepve_server):
     rig = fakepve_server
     sand, spares = _warm(tmp_path, rig)
