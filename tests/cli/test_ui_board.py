@@ -297,11 +297,22 @@ async def test_a_yes_while_another_applier_holds_the_lease_changes_nothing(
     app = board(sand.manifest)
     async with app.run_test(size=SIZE) as pilot:
         await observed(pilot, app)
+        said: list[tuple[str, bool]] = []  # each status line, and whether still applying
+        say = app.say
+
+        def spy(text: str) -> None:
+            say(text)
+            said.append((text, app.jobs.applying))
+
+        app.say = spy  # type: ignore[method-assign]
         async with other.lease(LeaseHolder.here(command="elsewhere"), ttl=30):
             await pilot.press("a")
             await answer(pilot, app, "yes")
             await until(pilot, lambda: "is being applied by" in status(app), "the refusal")
             assert rig.vms() == []  # one writer: the board wrote nothing
+        # The refusal is shown once the apply is over: an `a` pressed on reading it
+        # starts the next one, not "an apply is already running".
+        assert [busy for text, busy in said if "is being applied by" in text] == [False]
         await other.close()
         await asyncio.sleep(0)
         await pilot.press("a")

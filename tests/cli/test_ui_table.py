@@ -14,7 +14,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from sand.cli.ui.model import COLUMNS, LAST_COLUMN, Cell
-from sand.cli.ui.table import RowsView
+from sand.cli.ui.table import RowsTable, RowsView
 
 LAST, AGE = COLUMNS.index(LAST_COLUMN), COLUMNS.index("AGE")
 
@@ -27,8 +27,10 @@ def row(i: int, age: str = "3h", last: str = "ok 5m ago") -> tuple[Cell, ...]:
 
 
 class Table(App[None]):
+    CSS = "#t { height: 1fr; }"  # as the board's: rows going in do not resize it
+
     def compose(self) -> ComposeResult:
-        yield DataTable(id="t")
+        yield RowsTable(id="t")
 
     def on_mount(self) -> None:
         self.view = RowsView(self.query_one(DataTable), self.call_later, self.size.width)
@@ -90,3 +92,28 @@ async def test_the_width_decides_and_a_refresh_redraws_no_row() -> None:
         await pilot.pause(0.1)
         assert view.table.virtual_size.width <= 80
         assert view.table.cursor_row == 3  # the selection kept through the redraw
+
+
+async def test_lines_painted_before_the_table_measured_its_rows_are_painted_again() -> None:
+    """The table measures the rows it is given when it next goes idle; a screen painted
+    before then (a loaded machine, or a pilot's pause) drew every column as wide as its
+    header. Those lines must not stay once the rows are measured, nor after a cell
+    widens its column."""
+    app = Table()
+    async with app.run_test(size=(80, 24)) as pilot:
+        view, table = app.view, app.view.table
+        await pilot.pause()  # the table focused and sized, as the board's is by a refresh
+        view.show(["agent-000", "agent-001"], [row(0), row(1)], None)
+        early = table.render_line(0).text  # what a screen painted now would show
+        assert early.index("SYNC") == len(" VM ") + 1  # as wide as the headers, for now
+        await pilot.pause()
+        header, first = table.render_line(0).text, table.render_line(1).text
+        assert header.index("SYNC") == len(" agent-000 ") + 1
+        assert first.startswith(" agent-000  Synced  ")
+
+        # A cell that widens its column: measured when the table next idles, too.
+        wider = (*row(1)[:1], Text("OutOfSync"), *row(1)[2:])
+        view.show(["agent-000", "agent-001"], [row(0), wider], None)
+        table.render_line(0)
+        await pilot.pause()
+        assert table.render_line(0).text.index("HEALTH") == len(" agent-000  OutOfSync ") + 1

@@ -33,7 +33,7 @@ from sand.cli.ui.model import (
     summary,
 )
 from sand.cli.ui.state import BoardState
-from sand.cli.ui.table import RowsView
+from sand.cli.ui.table import RowsTable, RowsView
 from sand.cli.ui.work import read_detail_files
 from sand.plan.model import Plan
 
@@ -67,8 +67,7 @@ class Board(KeyActions, App[int]):
 
     def compose(self) -> ComposeResult:
         yield Static(f"sand ui · {shown(self.fleet.manifest, 60)} · observing…", id="title")
-        table: DataTable[str] = DataTable(id="table", cursor_type="row", zebra_stripes=True)
-        yield table
+        yield RowsTable(id="table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="detail"):
             yield Static("", markup=False, id="detail-text")
         yield Static("", markup=False, id="status")

@@ -7,6 +7,9 @@ order touches only the cells that changed (nothing at all for a quiet fleet); a
 new set of rows is added a chunk at a time, each chunk its own turn of the event
 loop, so keys are handled between chunks.
 
+The table itself is a :class:`RowsTable`: a DataTable that draws its lines again once
+it has measured what it was given (see there).
+
 The view also fits the rows to the width (:func:`sand.cli.ui.model.columns_that_fit`):
 it keeps every row's whole cells and draws the columns that fit, an apply's step cut
 to the room left, and fits them again when the terminal is resized.
@@ -14,12 +17,13 @@ to the room left, and fits them again when the terminal is resized.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from sand.cli.ui.model import (
     COLUMNS,
@@ -34,6 +38,26 @@ from sand.cli.ui.model import (
 CHUNK = 50  # rows added per turn of the event loop (the table measures them, ~20 ms)
 SCROLLBAR = 2  # the table's vertical scrollbar, there as soon as the rows overflow
 LAST = COLUMNS.index(LAST_COLUMN)
+
+
+class RowsTable(DataTable[Any]):
+    """A DataTable whose lines are drawn again once it has measured its rows.
+
+    Textual's DataTable (8.2) measures the rows and cells it is given when it next goes
+    idle, but keys the lines it has drawn on a count of changes that measuring does not
+    move (textual#4470). A screen painted in between (a loaded machine; a pilot's pause)
+    kept every column as wide as its header until the next change, which on a quiet
+    fleet never comes."""
+
+    _measured: tuple[int, ...] = ()  # the columns' widths the lines were last drawn at
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        super()._update_dimensions(new_rows)
+        widths = tuple(c.get_render_width(self) for c in self.ordered_columns)
+        if widths != self._measured:
+            self._measured = widths
+            self._update_count += 1  # the key of every line drawn before: not used again
+            self.refresh()
 
 
 class RowsView:

@@ -18,6 +18,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.message import Message
@@ -127,8 +128,7 @@ class Jobs:
         return thread
 
     def failed(self, what: str, exc: BaseException) -> None:
-        text = str(exc) if isinstance(exc, SandError) else f"{type(exc).__name__}: {exc}"
-        self.post(lambda: self.board.show_error(f"{what}: {text}"))
+        self.post(lambda: self.board.show_error(failure(what, exc)))
 
     # --- refresh -------------------------------------------------------------------------
 
@@ -197,17 +197,20 @@ class Jobs:
             self._apply_task = asyncio.current_task()
             return await self.board.fleet.apply(self._ask, hooks, self._note)
 
+        said: Callable[[], None] | None = None
         try:
             outcome = asyncio.run(run())
         except asyncio.CancelledError:
-            self.post(lambda: self.board.say("apply stopped; the next sand apply settles it"))
+            said = partial(self.board.say, "apply stopped; the next sand apply settles it")
         except Exception as exc:
-            self.failed("apply", exc)
+            said = partial(self.board.show_error, failure("apply", exc))
         else:
-            self.post(lambda: self._applied(outcome))
+            said = partial(self._applied, outcome)
         finally:
             self._apply_loop = self._apply_task = None
-            self.post(self._apply_ended)
+            # One message: how the apply ended is shown once the board knows it has,
+            # so an `a` pressed on reading it starts the next ("already running" else).
+            self.post(partial(self._apply_ended, said))
 
     async def _ask(self, plan: Plan, refusal: str | None) -> bool:
         answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
@@ -244,8 +247,10 @@ class Jobs:
             said, warnings = outcome_text(outcome)
             self.board.say(" ".join([said.replace("\n", " "), *warnings]))
 
-    def _apply_ended(self) -> None:
+    def _apply_ended(self, said: Callable[[], None] | None = None) -> None:
         self.applying, self.leaving = False, False
+        if said is not None:
+            said()
         self.apply_finished = time.time()
         self.refresh()
 
@@ -337,6 +342,11 @@ class Jobs:
         if loop is not None and task is not None:
             self.was_stopped_mid_apply = True
             loop.call_soon_threadsafe(task.cancel)
+
+
+def failure(what: str, exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, SandError) else f"{type(exc).__name__}: {exc}"
+    return f"{what}: {text}"
 
 
 def compare_head(forks: Sequence[str], said: str) -> str:
