@@ -110,6 +110,10 @@ def test_forks_of_one_source_in_one_apply_stop_it_once(parallelism, tmp_path):
     times and started once (with one slot too: the first fork copies for all)."""
     rig = made(Rig(tmp_path))
     rig.write(SOURCE + THREE_FORKS)
+    plan = rig.sand("plan").stdout
+    for fork, others in (("try-1", "try-2, try-3"), ("try-3", "try-1, try-2")):
+        shared = f"  #   agent-1 is stopped once for this copy and those of {others}\n"
+        assert f'{shared}  + vm "{fork}" (fork of agent-1 at apply time' in plan, plan
     rig.standin.clear_log()
     proc = rig.sand("apply", "--auto-approve", "--parallelism", parallelism)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -139,6 +143,7 @@ def test_forks_of_one_source_in_separate_applies_each_stop_it(tmp_path):
     rig.write(SOURCE + FORK)
     assert rig.sand("apply", "--auto-approve").returncode == 0
     rig.write(SOURCE + TWO_FORKS)
+    assert "is stopped once" not in rig.sand("plan").stdout  # one fork: no one to share with
     rig.standin.clear_log()
     proc = rig.sand("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
