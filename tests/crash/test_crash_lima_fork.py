@@ -51,7 +51,7 @@ POINTS = {
     "after the stop": (step("stopped"), 0.0, True),
     "mid clone": (step("stopped"), 0.3, True),
     "after the clone": (step("created"), 0.0, None),
-    "mid start of the source": (step("created"), 1.3, False),
+    "mid start of the source": (step("created"), 0.5, None),
     "after the source started": (source_step("started"), 0.0, False),
     # The fork goes on (its marker, its start) as the source starts again.
     "after the fork's marker": (step("marked"), 0.0, None),
