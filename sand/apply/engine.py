@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
-from sand.apply.forkguard import refuse_while_working, stops_source
+from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.protocol import Backend, BaseProvisioner, ClaimsSpares, Sleeps
 from sand.defaults import PARALLELISM
@@ -126,6 +126,7 @@ async def execute(
             )
 
     claims = _Claims(plan)
+    looks = SourceLooks(plan)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
@@ -157,7 +158,7 @@ async def execute(
                 with activity.listening(say.heard):
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
-                        await refuse_while_working(plan, change, backends[change.backend])
+                        await looks.refuse_while_working(change, backends[change.backend])
                     result.observed = await _apply_one(
                         change, backends[change.backend], journal, kit, say, claims
                     )
@@ -173,6 +174,7 @@ async def execute(
         return result
 
     todo = plan.actionable()
+    announce_forks(todo, backends)
     results = await asyncio.gather(*(run(c) for c in todo))
     # Every build is awaited, also one no VM of this run used (an image's eager build).
     await asyncio.gather(*builds.values(), return_exceptions=True)

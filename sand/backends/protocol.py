@@ -400,3 +400,12 @@ class ClaimsSpares(Protocol):
     new VM."""
 
     async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM: ...
+
+
+@runtime_checkable
+class CopiesForksTogether(Protocol):
+    """A backend that stops a fork's source for the copy (Lima) copies the forks one
+    apply makes of one source with one stop of it; the apply names them before any
+    create (``expect_forks``), each still created by its own ``create`` call."""
+
+    def expect_forks(self, forks: Sequence[DesiredVM]) -> None: ...

@@ -319,7 +319,8 @@ def _resolve(
         agents = tuple(sorted(set(vm.agents or d.agents or DEFAULT_AGENTS)))
         docker = first_set(vm.docker, d.docker, DEFAULT_DOCKER)
     packages = tuple(sorted(set(vm.packages or d.packages or ())))
-    if base is None and provision and backend.derive_bases:
+    disk = vm.disk or d.disk or DEFAULT_DISK
+    if base is None and provision and backend.derives_base_for(disk):
         base = derived_base(
             m.project,
             backend_name,
@@ -351,7 +352,7 @@ def _resolve(
         image=image,
         cpus=vm.cpus or d.cpus or DEFAULT_CPUS,
         memory=vm.memory or d.memory or DEFAULT_MEMORY,
-        disk=vm.disk or d.disk or DEFAULT_DISK,
+        disk=disk,
         state=vm.state or d.state or DEFAULT_STATE,
         protect=vm.protect,
         node=vm.node,

@@ -87,9 +87,10 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
         lines.extend(_render_base(base, paint))
         lines.append("")
     unseen = {c.vm for c in body if _only_unseen(plan, c)}
+    shared = _shared_stops(plan)
     for change in body:
         if change.vm not in unseen:
-            lines.extend(_render_change(change, paint))
+            lines.extend(_render_change(change, paint, shared.get(change.vm, ())))
             lines.append("")
     lines.extend(_render_unseen(plan, [c for c in body if c.vm in unseen], paint))
     blocked = [c for c in body if c.action is Action.BLOCKED]
@@ -217,7 +218,23 @@ def _where(vm: str, backend: str, identity: str | None) -> str:
     return f"{vm} ({backend}{shown})"
 
 
-def _render_change(change: VMChange, paint: Any) -> list[str]:
+def _shared_stops(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """Each fork this plan copies with one stop of its source, and the other forks of that
+    stop (the forks of one source and one ``force`` are copied together)."""
+    groups: dict[tuple[str, str, bool], list[str]] = {}
+    for c in plan.actionable():
+        fork = c.desired.fork if c.action is Action.CREATE and c.desired is not None else None
+        if fork is not None and fork.stops_source and c.claim is None:
+            groups.setdefault((c.backend, fork.source, fork.force), []).append(c.vm)
+    return {
+        vm: tuple(n for n in names if n != vm)
+        for names in groups.values()
+        if len(names) > 1
+        for vm in names
+    }
+
+
+def _render_change(change: VMChange, paint: Any, stop_shared: tuple[str, ...] = ()) -> list[str]:
     symbol = SYMBOLS[change.action]
     head = f"  # {_where(change.vm, change.backend, change.identity)}"
     verb = _VERBS[change.verb]
@@ -245,6 +262,9 @@ def _render_change(change: VMChange, paint: Any) -> list[str]:
     if change.base is not None and change.acts and change.desired is not None:
         named = change.desired.base.name if change.desired.base is not None else "?"
         out.append(f"  #   cloned from golden base {json.dumps(named)} ({change.base})")
+    if stop_shared and change.desired is not None and change.desired.fork is not None:
+        source, others = change.desired.fork.source, ", ".join(stop_shared)
+        out.append(f"  #   {source} is stopped once for this copy and those of {others}")
     for kept in change.work_preserved:
         out.append(f"  #   unpushed work kept by preserve: {kept}")
     pad = " " * max(0, 3 - len(symbol))

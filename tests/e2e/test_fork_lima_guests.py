@@ -57,6 +57,23 @@ def test_a_fork_is_refused_while_the_sources_agent_works_unless_forced(
     assert source["status"] == "Running"
 
 
+def test_forks_of_one_working_source_are_refused_together(tmp_path: Path, netns_guest) -> None:
+    """The forks of one source in one apply share one look at its agent (they are copied
+    with one stop): each is refused by name, and the source is never stopped."""
+    fleet = Fleet(tmp_path, netns_guest())
+    agent_is(fleet, "working")
+    two = FORK % "" + (FORK % "").replace("try-1", "try-2")
+    (tmp_path / "sand.yaml").write_text(MANIFEST + two)
+    fleet.standin.clear_log()
+    proc = fleet.sand("apply", "--auto-approve", "--parallelism", "4")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    for fork in ("try-1", "try-2"):
+        assert f"not forking dev-1 into {fork}: its agent is working (claude)" in out, out
+    assert calls(fleet) == []
+    assert not {"try-1", "try-2"} & set(fleet.standin.instances())
+
+
 def test_a_fork_is_reached_after_its_host_keys_are_made_anew(tmp_path: Path, netns_guest) -> None:
     """The fork-identity step makes the fork's SSH host keys anew within the boot sand
     pinned its key for; sand pins the new key, read over its own connection, so the

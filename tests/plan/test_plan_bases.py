@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from sand.observed import Observation, ObservedBase
 from sand.plan import Action, BaseAction, make_plan
 from sand.plan.bases import with_bases
@@ -179,6 +181,20 @@ def test_a_derived_base_only_for_two_creates_sharing_their_content():
         off.replace("    memory: 16GiB\n", "    backend: laptop\n    image: debian-12\n")
     )
     assert plan.bases == ()
+
+
+@pytest.mark.parametrize(("disk", "derived"), [("8GiB", False), ("10GiB", True)])
+def test_lima_derives_no_base_for_vms_smaller_than_its_base(disk, derived):
+    """A Lima clone's disk only grows from its base's (10 GiB; ``limactl clone`` refuses
+    to shrink it): two VMs of 8 GiB were planned onto a derived base, and both clones
+    failed (found on the real Lima). Such VMs are made directly."""
+    text = MANIFEST.replace("  - name: c\n", f"  - name: c\n    disk: {disk}\n") + (
+        f"  - name: d\n    backend: laptop\n    image: debian-12\n    disk: {disk}\n"
+    )
+    plan, _ = plan_for(text)
+    lima = [b.for_vms for b in plan.bases if b.backend == "laptop"]
+    assert lima == ([("c", "d")] if derived else [])
+    assert all((c.base is not None) is derived for c in plan.changes if c.backend == "laptop")
 
 
 def test_a_targeted_plan_builds_only_what_its_targets_need_and_deletes_nothing():

@@ -19,6 +19,7 @@ from sand.backends.capabilities import Capabilities
 from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import create as create_mod
+from sand.backends.lima import fork as fork_mod
 from sand.backends.lima import golden, guest, lifecycle, pools
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
@@ -95,6 +96,9 @@ class LimaBackend:
 
     async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
         return await pools.claim(self.ctx, spare, vm, journal)
+
+    def expect_forks(self, forks: Sequence[DesiredVM]) -> None:
+        fork_mod.expect(self.ctx, forks)
 
     async def create(
         self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False

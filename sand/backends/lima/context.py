@@ -11,6 +11,7 @@ from typing import Any
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.runner import HostRunner
 from sand.backends.lima.shared import SharedReads
+from sand.desired import DesiredVM
 from sand.guest.endpoint import JumpHost
 
 
@@ -26,6 +27,17 @@ class Timeouts:
     short: float = 120.0
     # How long recovery waits for limactl children a killed run left running.
     recovery_wait: float = 600.0
+
+
+@dataclass
+class ForkBatch:
+    """The forks of one source this run copies with one stop of it (see ``fork.py``):
+    its names in plan order; the futures are made when the first of them is created."""
+
+    forks: list[DesiredVM]
+    made: dict[str, asyncio.Future[Any]] = field(default_factory=dict)  # name -> fork.Made
+    restarted: asyncio.Future[None] | None = None  # the source is as it was found again
+    task: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -52,8 +64,10 @@ class Ctx:
     # Per-name reads shared by the creates that ask together (observe.observe_one; of
     # its Inspected, a layer above this one).
     reads: SharedReads[Any] | None = None
-    # One fork at a time per source (each stops, copies and starts it): source -> lock.
+    # One batch of forks at a time per source (each stops, copies, starts it): source -> lock.
     fork_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # The forks this run's plan creates, grouped per source: fork name -> its batch.
+    fork_batches: dict[str, ForkBatch] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Creates and clones copy an image or a base's disk: a few at once, or they contend for I/O.

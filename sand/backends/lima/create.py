@@ -29,41 +29,27 @@ from sand.backends.lima import golden, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
-from sand.errors import BackendError, SandError
+from sand.errors import SandError
 from sand.observed import Marker, ObservedVM
-from sand.state.journal import Journal
+from sand.state.journal import Journal, JournalEntry
 
 
 async def create(
     ctx: Ctx, vm: DesiredVM, journal: Journal, *, from_base: bool = False
 ) -> ObservedVM:
     vmops.check_name(ctx, vm.name)
+    if vm.fork is not None:  # copied from its source with its batch (fork.py), journalled
+        made = await fork_mod.copied(ctx, vm, journal)
+        return await _finish(ctx, vm, journal, made.entry, made.uid, made=made)
     name = vm.name
-    # The planner decided this create from this backend's observation; re-read only
-    # when there was none (a failed create's cleanup relies on the name being free).
-    taken = name in ctx.seen if ctx.seen is not None else None
-    if taken is None:
-        taken = (await observe.inspect(ctx, name))[name].instance is not None
-    if taken:
-        raise BackendError(
-            f"an instance named {name} already exists on {ctx.runner.where}; sand does not "
-            "touch it",
-            backend=ctx.name,
-        )
+    await observe.refuse_taken(ctx, name)
     made_from = ""
-    source: fork_mod.Source | None = None
     base: str | None = None
-    if vm.fork is not None:  # copied from its source, not from a base
-        source = await fork_mod.read_source(ctx, vm)
-    elif from_base:
+    if from_base:
         assert vm.base is not None
         base = await golden.source_for(ctx, vm.base)
         made_from = vm.base.fingerprint
     uid = new_uid()  # the incarnation, journalled first: recovery adopts only this one
-    via = f"clone:{base}" if base else "create"
-    # A fork's copy carries its source's marker until its own is written: the source's
-    # incarnation tells recovery that copy apart.
-    origin = {"via": fork_mod.VIA + source.name, "source_uid": source.uid} if source else {}
     entry = await journal.begin_async(
         "create",
         backend=ctx.name,
@@ -71,13 +57,10 @@ async def create(
         identity=name,
         image=vm.image,
         uid=uid,
-        **{"via": via, **origin},
+        via=f"clone:{base}" if base else "create",
     )
-    marked = False
     try:
-        if source is not None:
-            await fork_mod.copy(ctx, vm, source, journal, entry)
-        elif base:
+        if base:
             settings = {
                 **limayaml.vm_edit_settings(vm, ctx.bundle),
                 f"param.{limayaml.PARAM_INSTANCE}": name,
@@ -99,8 +82,28 @@ async def create(
             sets = limayaml.set_expressions(limayaml.security_settings(vm.ports, ctx.bundle))
             async with ctx.clone_slots:  # a create copies the image as a clone copies a disk
                 await vmops.create_instance(ctx, name, body, sets)
-        if source is None:
-            journal.step(entry, "created")  # a fork's copy says so itself
+    except SandError:
+        if await observe.cleanup_half_made(ctx, name, None):
+            journal.finish(entry, "failed")
+        raise
+    journal.step(entry, "created")
+    return await _finish(ctx, vm, journal, entry, uid, made_from=made_from)
+
+
+async def _finish(
+    ctx: Ctx,
+    vm: DesiredVM,
+    journal: Journal,
+    entry: JournalEntry,
+    uid: str,
+    *,
+    made_from: str = "",
+    made: fork_mod.Made | None = None,
+) -> ObservedVM:
+    """The copy or new instance made: mark it, protect it, start it."""
+    name = vm.name
+    marked = False
+    try:
         sidecar = Sidecar(
             Marker(
                 ctx.project,
@@ -124,32 +127,16 @@ async def create(
             journal.step(entry, "protected")
         await vmops.start(ctx, name)
         journal.step(entry, "started")
+        if made is not None:
+            await made.restarted  # a fork is made once its source is back as it was
         observed = await observe.observe_one(ctx, name)
     except SandError:
         if marked:
             # A managed instance with fingerprint "": the next plan converges it.
             journal.finish(entry, "failed")
-        elif await _cleanup_half_made(ctx, name, source):
+        elif await observe.cleanup_half_made(ctx, name, made.source.uid if made else None):
             journal.finish(entry, "failed")
         raise
     journal.finish(entry)
     observe.note(ctx, name)
     return observed
-
-
-async def _cleanup_half_made(ctx: Ctx, name: str, source: fork_mod.Source | None) -> bool:
-    """After a failed clone/create: remove what it left. True when settled."""
-    try:
-        found = (await observe.inspect(ctx, name))[name]
-        inst = found.instance
-        if inst is None:
-            return True
-        side = found.sidecar
-        # A fork's copy carries its source's marker (the name was free before the copy).
-        copied = source is not None and side is not None and side.uid == source.uid
-        if side is not None and not copied:
-            return True  # carries a marker: not half-made
-        await vmops.remove(ctx, name, readable=inst.readable)
-        return True
-    except SandError:
-        return False  # leave the journal entry open: recover() settles it next run

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from sand.desired import DesiredPort, DesiredVM
+from sand.manifest.backends.lima import BASE_DISK as BASE_DISK  # a base is small
 
 # lima.yaml `param` keys (must match ^[a-zA-Z][a-zA-Z0-9_]*$ and be used by a provision
 # step, which the data step below does). Lima copies them on `limactl clone`, which is
@@ -39,7 +40,6 @@ PARAM_INSTANCE = "sandInstance"
 GUEST_IDENTITY_FILE = "/etc/sand-instance"
 LOOPBACK = "127.0.0.1"
 ALL_PORTS = [1, 65535]
-BASE_DISK = 10 << 30  # a base is small; clones grow to their own size
 BASE_CPUS = 1
 BASE_MEMORY = 1 << 30
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sand.backends.lima import golden_marks as golden
-from sand.backends.lima import limayaml, scripts
+from sand.backends.lima import limayaml, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import (
     MIN_VERSION,
@@ -34,7 +34,7 @@ from sand.backends.lima.marker import (
 from sand.backends.lima.runner import Completed
 from sand.backends.lima.shared import SharedReads
 from sand.backends.lima.vmops import error
-from sand.errors import BackendError
+from sand.errors import BackendError, SandError
 from sand.manifest.backends.lima import RESERVED_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership, SleepMark
 
@@ -295,3 +295,36 @@ def note(ctx: Ctx, name: str) -> None:
     """``name`` now exists on the host (as the listing would show it)."""
     if ctx.seen is not None:
         ctx.seen.add(name)
+
+
+async def refuse_taken(ctx: Ctx, name: str) -> None:
+    """A create takes only a free name. The planner decided it from this backend's
+    observation; the name is read again only when there was none."""
+    taken = name in ctx.seen if ctx.seen is not None else None
+    if taken is None:
+        taken = (await inspect(ctx, name))[name].instance is not None
+    if taken:
+        raise BackendError(
+            f"an instance named {name} already exists on {ctx.runner.where}; sand does not "
+            "touch it",
+            backend=ctx.name,
+        )
+
+
+async def cleanup_half_made(ctx: Ctx, name: str, source_uid: str | None) -> bool:
+    """After a failed clone/create: remove what it left. True when settled.
+    ``source_uid``: a fork's source's incarnation, whose marker its copy carries."""
+    try:
+        found = (await inspect(ctx, name))[name]
+        inst = found.instance
+        if inst is None:
+            return True
+        side = found.sidecar
+        # A fork's copy carries its source's marker (the name was free before the copy).
+        copied = source_uid is not None and side is not None and side.uid == source_uid
+        if side is not None and not copied:
+            return True  # carries a marker: not half-made
+        await vmops.remove(ctx, name, readable=inst.readable)
+        return True
+    except SandError:
+        return False  # leave the journal entry open: recover() settles it next run

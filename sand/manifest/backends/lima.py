@@ -34,6 +34,8 @@ _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 CLONE_PARALLELISM = "How many VMs this backend makes at once, 1 to 32."
 # The Lima base instances sand builds and clones from; never a manifest VM.
 RESERVED_PREFIX = "sand-base"
+# The disk a base instance is made with: clones grow from it, never shrink below it.
+BASE_DISK = 10 << 30
 
 
 class SshTarget(Strict):
@@ -108,6 +110,11 @@ class LimaConfig(Strict):
         if name.startswith(RESERVED_PREFIX):
             return f"VM name {name!r} is reserved for sand's base images on Lima"
         return None
+
+    def derives_base_for(self, disk: int) -> bool:
+        """Whether a VM of ``disk`` bytes may be cloned from a base sand derives: a
+        clone's disk only grows from its base's (``limactl clone`` refuses to shrink it)."""
+        return self.derive_bases and disk >= BASE_DISK
 
     def image_ref(self, vm_image: str | None, default: str | None) -> str:
         """What a VM is made from (a template or an image); changing it replaces the VM."""

@@ -140,6 +140,10 @@ class ProxmoxConfig(Strict):
             )
         return None
 
+    def derives_base_for(self, disk: int) -> bool:
+        """Whether a VM of ``disk`` bytes may be cloned from a base sand derives."""
+        return self.derive_bases
+
     def image_ref(self, vm_image: str | None, default: str | None) -> str:
         """``template:<template>@<storage>``: changing either replaces the VM. A VM's own
         ``image`` names another template; ``defaults.image`` (a Lima image) does not apply."""

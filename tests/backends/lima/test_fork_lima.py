@@ -1,17 +1,20 @@
 """A fork on Lima, on the limactl stand-in (issue 29, item 1): the source is stopped,
 cloned and started again; the fork carries its own marker, the source's files are
-untouched; two forks of one source take turns; a fork of an instance that is not this
-project's is refused."""
+untouched; the forks one apply makes of one source share one stop of it; a fork of an
+instance that is not this project's is refused."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from tests.crash.test_crash_lima import Rig
 
 SOURCE = "  - name: agent-1\n"
 FORK = "  - name: try-1\n    from: {vm: agent-1}\n"
 TWO_FORKS = FORK + "  - name: try-2\n    from: {vm: agent-1}\n"
+THREE_FORKS = TWO_FORKS + "  - name: try-3\n    from: {vm: agent-1}\n"
 
 
 def sidecar(rig: Rig, name: str) -> dict[str, object]:
@@ -96,19 +99,55 @@ def test_a_stopped_source_is_copied_as_it_is_and_stays_stopped(tmp_path):
     assert status(rig, "agent-1") == "Stopped" and status(rig, "try-1") == "Stopped"
 
 
-def test_two_forks_of_one_source_take_turns(tmp_path):
+def source_calls(rig: Rig) -> list[str]:
+    """The stops, clones and starts of the source agent-1 since the log was cleared."""
+    return [c for c in calls(rig, "stop", "start", "clone") if "agent-1" in c.split()[:2]]
+
+
+@pytest.mark.parametrize("parallelism", ["1", "4"])
+def test_forks_of_one_source_in_one_apply_stop_it_once(parallelism, tmp_path):
+    """Three forks of one source in one apply: the source is stopped once, copied three
+    times and started once (with one slot too: the first fork copies for all)."""
     rig = made(Rig(tmp_path))
-    rig.write(SOURCE + TWO_FORKS)
+    rig.write(SOURCE + THREE_FORKS)
+    plan = rig.sand("plan").stdout
+    for fork, others in (("try-1", "try-2, try-3"), ("try-3", "try-1, try-2")):
+        shared = f"  #   agent-1 is stopped once for this copy and those of {others}\n"
+        assert f'{shared}  + vm "{fork}" (fork of agent-1 at apply time' in plan, plan
     rig.standin.clear_log()
-    proc = rig.sand("apply", "--auto-approve", "--parallelism", "4")
+    proc = rig.sand("apply", "--auto-approve", "--parallelism", parallelism)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert rig.vms() == ["agent-1", "try-1", "try-2"]
-    # Each copy is its own stop, clone, start of the source, never interleaved.
-    source = [c for c in calls(rig, "stop", "start", "clone") if "agent-1" in c.split()[:2]]
-    assert [c.split()[0] for c in source] == ["stop", "clone", "start"] * 2, source
-    uids = {sidecar(rig, n)["uid"] for n in ("agent-1", "try-1", "try-2")}
-    assert len(uids) == 3
+    assert rig.vms() == ["agent-1", "try-1", "try-2", "try-3"]
+    assert source_calls(rig) == [
+        "stop agent-1",
+        "clone agent-1 try-1",
+        "clone agent-1 try-2",
+        "clone agent-1 try-3",
+        "start agent-1",
+    ]
+    uids = {sidecar(rig, n)["uid"] for n in ("agent-1", "try-1", "try-2", "try-3")}
+    assert len(uids) == 4
+    assert {sidecar(rig, n)["identity"] for n in ("try-1", "try-2", "try-3")} == {
+        "try-1",
+        "try-2",
+        "try-3",
+    }
     assert status(rig, "agent-1") == "Running"
+    assert all(status(rig, n) == "Running" for n in ("try-1", "try-2", "try-3"))
+    assert rig.sand("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_forks_of_one_source_in_separate_applies_each_stop_it(tmp_path):
+    """Only the forks one apply makes share a stop: a later fork stops the source again."""
+    rig = made(Rig(tmp_path))
+    rig.write(SOURCE + FORK)
+    assert rig.sand("apply", "--auto-approve").returncode == 0
+    rig.write(SOURCE + TWO_FORKS)
+    assert "is stopped once" not in rig.sand("plan").stdout  # one fork: no one to share with
+    rig.standin.clear_log()
+    proc = rig.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert source_calls(rig) == ["stop agent-1", "clone agent-1 try-2", "start agent-1"]
 
 
 def test_a_fork_of_an_instance_that_is_not_this_projects_is_refused(tmp_path):
@@ -146,19 +185,21 @@ def test_fork_apply_creates_the_forks_without_writing_the_manifest(tmp_path):
     says which VMs are undeclared forks (to delete)."""
     rig = made(Rig(tmp_path))
     before = rig.manifest.read_bytes()
+    rig.standin.clear_log()
     proc = run_sand(
-        rig, "fork", "agent-1", "--count", "2", "--prefix", "try-", "--apply", "--auto-approve"
+        rig, "fork", "agent-1", "--count", "3", "--prefix", "try-", "--apply", "--auto-approve"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '+ vm "try-1" (fork of agent-1 at apply time: stops agent-1 for the copy) {' in (
         proc.stdout
     )
-    entries = "  - name: try-1\n    from: {vm: agent-1}\n  - name: try-2\n    from: {vm: agent-1}\n"
+    entries = THREE_FORKS
     assert proc.stdout.endswith("\n" + entries), proc.stdout
     assert "NOT written to sand.yaml" in proc.stderr and "plans every fork" in proc.stderr
     assert rig.manifest.read_bytes() == before
-    assert rig.vms() == ["agent-1", "try-1", "try-2"]
+    assert rig.vms() == ["agent-1", "try-1", "try-2", "try-3"]
     assert status(rig, "agent-1") == "Running"
+    assert [c.split()[0] for c in source_calls(rig)] == ["stop", *["clone"] * 3, "start"]
     assert sidecar(rig, "try-2")["image"] == "fork:agent-1"
     # Not declared: the next plan would delete them, says what they are, and sweeps them
     # for unpushed work first as any delete (a stand-in has no guest to look into: then
