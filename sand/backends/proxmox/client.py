@@ -148,6 +148,9 @@ class PveClient(Failures):
         what = f"{method} /{path}"
         args = {k: _form(v) for k, v in params.items() if v is not None}
         if method == "GET":
+            # The token first, as the requests path reads it before any request: a
+            # missing token file is said before a missing CA bundle.
+            self._read_token()
             try:
                 reader = self._reader()
             except OSError as e:  # the CA bundle cannot be read
