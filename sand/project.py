@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sand.backends.abilities import ListsEarly
 from sand.backends.capabilities import Capabilities
-from sand.backends.protocol import Backend, ListsEarly
+from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
 from sand.errors import SandError
 from sand.manifest import LoadedManifest, load_manifest

@@ -23,7 +23,8 @@ from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.backends.protocol import Backend, BaseProvisioner, ClaimsSpares, Sleeps
+from sand.backends.abilities import ClaimsSpares, Sleeps
+from sand.backends.protocol import Backend, BaseProvisioner
 from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError

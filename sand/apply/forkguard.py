@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from sand.backends.protocol import Backend, CopiesForksTogether
+from sand.backends.abilities import CopiesForksTogether
+from sand.backends.protocol import Backend
 from sand.errors import ErrorLayer, SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.survey.health import DEEP_TIMEOUT, Target, probe_guest

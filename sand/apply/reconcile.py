@@ -16,7 +16,7 @@ from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
 from sand.apply.recorded import record_asleep, record_expired, record_inventory
 from sand.apply.recovery import replay_journal
-from sand.backends.protocol import Warns
+from sand.backends.abilities import Warns
 from sand.plan import Action, Plan
 from sand.plan.targeting import check_names, no_such_vm
 from sand.project import Session, observe_all

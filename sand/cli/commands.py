@@ -181,7 +181,8 @@ def _print_status_table(rows: list[StatusRow], unseen: set[str]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sand.backends.protocol import Backend, Diagnoses
+    from sand.backends.abilities import Diagnoses
+    from sand.backends.protocol import Backend
     from sand.desired import DesiredVM
     from sand.errors import SandError
     from sand.project import open_session

@@ -21,8 +21,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from sand.backends.abilities import Sleeps
 from sand.backends.lease import DEFAULT_TTL, LeaseBusy, LeaseHolder
-from sand.backends.protocol import Backend, Sleeps
+from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError
 from sand.observed import ObservedVM, Ownership

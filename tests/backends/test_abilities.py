@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sand.backends.protocol import Backend, Diagnoses, Warns
+from sand.backends.abilities import Diagnoses, Warns
+from sand.backends.protocol import Backend
 from tests.fakepve_rig.rig import FakePveRig
 
 

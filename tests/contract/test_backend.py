@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
+from sand.backends.abilities import ClaimsSpares, Sleeps
 from sand.backends.lease import LeaseBusy, LeaseHolder, grace
-from sand.backends.protocol import Backend, ClaimsSpares, RecoveryAction, Sleeps
+from sand.backends.protocol import Backend, RecoveryAction
 from sand.desired import DesiredState
 from sand.errors import SandError
 from sand.observed import Observation, ObservedVM, Ownership
