@@ -27,12 +27,13 @@ from dataclasses import replace
 from functools import partial
 
 from sand.agentstate import GuestPresence
-from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.capabilities import Capabilities
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
+from sand.plan.fields import field_changes
 from sand.plan.idle import Asleep, asleep_of
 from sand.plan.model import (
     FORK_BLOCKER,
@@ -46,7 +47,6 @@ from sand.plan.model import (
 )
 from sand.plan.sleeps import maybe_sleep
 
-Policy = Mapping[str, Mutability]
 # A backend that declared nothing: every field compared, none mutable in place.
 NO_CAPABILITIES = Capabilities()
 # How much later than the last delivery a boot must look before its tmpfs counts as
@@ -192,7 +192,7 @@ def _plan_vm(
         return base(
             action=Action.BLOCKED, reasons=(f"operation in progress (lock={current.lock})",)
         )
-    fields = _field_changes(vm, current, can.field_policy)
+    fields = field_changes(vm, current, can.field_policy)
     in_sync = current.fingerprint == vm.fingerprint
     drift = fields if in_sync else ()
     security = tuple(
@@ -311,45 +311,6 @@ def _secrets_reason(current: ObservedVM, stamp: str, lost: str | None) -> str | 
 
 def _guest_fp(vm: ObservedVM) -> str:
     return vm.marker.guest_fingerprint if vm.marker else ""
-
-
-def _field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[FieldChange, ...]:
-    desired = vm.infra()
-    observed: dict[str, object] = {
-        "image": (current.marker.image or None) if current.marker else None,
-        "cpus": current.cpus,
-        "cpu": current.cpu,
-        "memory": current.memory,
-        "disk": current.disk,
-        "state": current.power if current.power in ("running", "stopped") else None,
-        "protect": current.protect,
-        # Placement is only compared when the manifest pins a node.
-        "node": current.node if vm.node else None,
-        "ports": [{"guest": g, "host": h} for g, h in current.ports]
-        if current.ports is not None
-        else None,
-    }
-    if current.operator_protected:
-        # An operator's protection is never proposed for lifting (make_plan notes it).
-        observed["protect"] = None
-    running = current.power == "running"
-    out: list[FieldChange] = []
-    for name, mutability in policy.items():
-        before, after = observed.get(name), desired.get(name)
-        if before is None or after is None or before == after:
-            continue
-        if name == "image" and vm.pool is not None and not vm.spare:
-            continue  # a VM that claimed a spare is its own: its pool's image is the spares'
-        forces = mutability is Mutability.REPLACE or (
-            mutability is Mutability.GROW_ONLY
-            and isinstance(before, int)
-            and isinstance(after, int)
-            and after < before
-        )
-        restart = mutability is Mutability.RESTART and running and vm.state == "running"
-        waiting = name in current.pending and current.pending[name] == after
-        out.append(FieldChange(name, before, after, forces, restart, pending_reboot=waiting))
-    return tuple(out)
 
 
 def _plan_delete(observed: ObservedVM, obs: Observation) -> VMChange:

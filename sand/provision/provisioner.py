@@ -47,6 +47,7 @@ from sand.provision.driver import (
     plan_run,
     read_frames,
 )
+from sand.provision.output import CHANGED, scrub, tail_of
 from sand.provision.steps import (
     MACHINE,
     SECRETS_MISSING,
@@ -59,8 +60,6 @@ from sand.provision.steps import (
 from sand.secrets.resolve import SecretValue, values_for
 from sand.terminal import inert
 
-CHANGED = "sand:changed "
-TAIL_LINES = 20
 # A running guest answers at once; one that does not within this is reported, not waited for.
 CHECK_DEADLINE = 5.0
 
@@ -217,7 +216,7 @@ async def secrets_present(
         return True
     if result.exit_status == SECRETS_MISSING:
         return False
-    raise GuestCommandError(step.name, result.exit_status, _tail(result.stdout, {}))
+    raise GuestCommandError(step.name, result.exit_status, tail_of(result.stdout, {}))
 
 
 async def _run(
@@ -266,7 +265,7 @@ async def _run(
             except GuestTimeout as exc:
                 outcomes = read_frames(exc.output.decode(errors="replace"), run.nonce)
                 name = outcomes[-1].name if outcomes else what
-                tail = _tail(outcomes[-1].output.encode() if outcomes else exc.output, values)
+                tail = tail_of(outcomes[-1].output.encode() if outcomes else exc.output, values)
                 raise GuestCommandError(
                     name, None, f"{tail}\n(no result after {exc.timeout:g}s)".lstrip()
                 ) from None
@@ -343,7 +342,7 @@ def _driver_command(login_user: str) -> str:
 
 def _report(outcome: Outcome, values: Mapping[str, str]) -> StepReport:
     changes = tuple(
-        redact(_scrub(line[len(CHANGED) :], values))
+        redact(scrub(line[len(CHANGED) :], values))
         for line in outcome.output.splitlines()
         if line.startswith(CHANGED)
     )
@@ -361,11 +360,11 @@ def _failure(
     """The error for a run that did not end well, named for the step that failed."""
     if failed is None:
         # The driver itself refused (a header it could not read) or was cut off.
-        tail = _tail(text.encode(), values)
+        tail = tail_of(text.encode(), values)
         if signal:
             tail += f"\n(killed by signal {signal})"
         return GuestCommandError("driver", None if status == -1 else status, tail)
-    tail = _tail(failed.output.encode(), values)
+    tail = tail_of(failed.output.encode(), values)
     if failed.status == TIMED_OUT:
         limit = next((p.step.timeout for p in run.steps if p.step.name == failed.name), 0.0)
         return GuestCommandError(failed.name, None, f"{tail}\n(no result after {limit:g}s)")
@@ -381,21 +380,3 @@ def machine_steps_of(report: ProvisionReport, steps: Sequence[Step]) -> list[str
 def _skipped(vm: DesiredVM, log: Any) -> ProvisionReport:
     (log or get_logger("sand.provision")).info("provision.skipped", vm=vm.name, reason="off")
     return ProvisionReport(vm.name, (), 0.0)
-
-
-def _tail(output: bytes, values: Mapping[str, str]) -> str:
-    text = output.decode(errors="replace")
-    # Inert before the tail is cut (a lone \r is a line of its own) and before
-    # redaction: a value split by escape sequences is whole again only then.
-    text = inert(_scrub(text, values))
-    lines = [ln for ln in text.splitlines() if not ln.startswith(CHANGED)]
-    return redact(_scrub("\n".join(lines[-TAIL_LINES:]), values))
-
-
-def _scrub(text: str, values: Mapping[str, str]) -> str:
-    # sand.logs.redact knows every registered value; these are this VM's own,
-    # including ones a caller passed as plain strings.
-    for value in sorted(values.values(), key=len, reverse=True):
-        if value:
-            text = text.replace(value, "[redacted]")
-    return text
