@@ -76,6 +76,8 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
               "version": "msg"},          #   "version": --version itself fails
      "clone_delay": 0.5,                  # seconds the new dir exists without lima.yaml
      "create_delay": 0.0,                 # seconds a create's dir has lima.yaml, no disk
+     "keygen_delay": 0.0,                 # seconds the first create's key is missing after
+                                          #   its check (two at once: one fails, as Lima's)
      "delete_delay": 0.5,                 # seconds between removing lima.yaml and the dir
      "start_delay": 0.0,
      "await_guest": 0.0,                  # seconds `start` waits for the instance's guest
@@ -712,10 +714,21 @@ def status_of(d: Path) -> str:
     return "Running" if read_state(d).get("status") == "Running" else "Stopped"
 
 
-def ensure_user_key() -> Path:
+def ensure_user_key(cfg: dict[str, Any] | None = None) -> Path:
+    """Lima's own SSH key, made by the first create or start of a LIMA_HOME. Lima checks
+    for it, then runs ``ssh-keygen`` with no lock: a second first create that checked
+    before the key was written fails as the real one does (``keygen_delay``: the
+    seconds between the check and the key, 0: no window)."""
     cfgdir = lima_home() / "_config"
     key = cfgdir / "user"
     if not key.exists():
+        if delay := float((cfg or {}).get("keygen_delay") or 0):
+            time.sleep(delay)
+            if key.exists():
+                fatal(
+                    f"failed to run [ssh-keygen -t ed25519 -q -N  -C lima -f {key}]: "
+                    f'"{key} already exists.\\nOverwrite (y/n)? ": exit status 1'
+                )
         cfgdir.mkdir(parents=True, exist_ok=True, mode=0o755)
         key.write_text(
             "-----BEGIN OPENSSH PRIVATE KEY-----\nstand-in key, not a real one\n"
@@ -1105,6 +1118,7 @@ def do_create(args: Args, cfg: dict[str, Any], tty: bool) -> str:
     doc = apply_params(doc, args.many("param"))
     validate(doc)
     lima_home().mkdir(parents=True, exist_ok=True)
+    ensure_user_key(cfg)
     write_instance(name, doc, cfg)
     return name
 

@@ -69,6 +69,12 @@ class Ctx:
     # The forks this run's plan creates, grouped per source: fork name -> its batch.
     fork_batches: dict[str, ForkBatch] = field(default_factory=dict)
 
+    # Lima makes its own SSH key (_config/user) at the first create of a LIMA_HOME and
+    # runs ssh-keygen with no lock: two first creates at once race, and one fails
+    # "already exists". A run's first create goes alone (vmops.create_instance).
+    first_create: asyncio.Lock = field(default_factory=asyncio.Lock)
+    created_one: bool = False
+
     def __post_init__(self) -> None:
         # Creates and clones copy an image or a base's disk: a few at once, or they contend for I/O.
         self.clone_slots = asyncio.Semaphore(self.clone_parallelism)

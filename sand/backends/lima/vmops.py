@@ -70,6 +70,16 @@ async def create_instance(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -
     """limactl create from a generated lima.yaml, with the --set overrides Lima applies
     after merging templates (that is how the security keys win). The yaml reaches the
     host on stdin and limactl as a file, whole or not at all (``CREATE_FROM_STDIN``)."""
+    if not ctx.created_one:
+        async with ctx.first_create:  # Lima's first create makes its key (context.py)
+            if not ctx.created_one:
+                await _create(ctx, name, body, sets)
+                ctx.created_one = True
+                return
+    await _create(ctx, name, body, sets)
+
+
+async def _create(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -> None:
     data = body.encode()
     activity.step(f"limactl create --name={name}", limit=ctx.timeouts.create)
     command = argv(ctx, "create", f"--name={name}", *set_flags(sets))

@@ -100,6 +100,19 @@ async def test_vms_sharing_an_image_are_created_from_it_without_a_base(
     assert len({r.details["uid"] for r in results}) == 4
 
 
+async def test_the_first_creates_of_a_new_lima_home_do_not_race_for_limas_own_key(
+    standin: StandIn, backend: LimaBackend, journal: Journal
+) -> None:
+    # The real Lima makes _config/user at the first create with no lock: two first creates
+    # at once, and one failed "_config/user already exists" (the real-Lima tier's pool).
+    standin.configure(keygen_delay=0.5)
+    state = desired("".join(f"  - name: vm{i}\n" for i in range(3)))
+    await backend.observe(state.vms)
+    results = await asyncio.gather(*(backend.create(vm, journal) for vm in state.vms))
+    assert standin.instances() == ["vm0", "vm1", "vm2"]
+    assert all(r.power == "running" for r in results)
+
+
 async def test_vms_cloned_from_a_golden_base_carry_their_own_identity(
     standin: StandIn, backend: LimaBackend, journal: Journal
 ) -> None:
