@@ -122,9 +122,7 @@ def _parser_for(words: list[str]) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, str]]:
     """The command's exit code, and the error it ended with (for the JSON log)."""
     collecting = gc.isenabled()
-    # Not ``args.command in ...``: a verb's own ``command`` argument (``sand shell VM --
-    # CMD``) takes that name on the namespace, as a list.
-    if isinstance(args.command, str) and args.command in COLLECTOR_OFF:
+    if args.command in COLLECTOR_OFF:
         gc.disable()
     try:
         handler = getattr(args, "handler", None)

@@ -43,7 +43,7 @@ class UsageError(SandError):
 def cmd_shell(args: argparse.Namespace) -> int:
     raw = bool(getattr(args, "raw", False))
     new = bool(getattr(args, "new", False))
-    command = list(args.command)
+    command = list(args.guest_command)
     if command and command[0] in ("--new", "--raw"):
         # argparse hands everything after VM to the command; no guest program is
         # called --new, so this is the option written in the wrong place.

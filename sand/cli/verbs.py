@@ -55,8 +55,10 @@ def add_verb_parsers(sub: Any) -> None:
         "default terminal control sequences are removed from it",
     )
     vm_argument(p, "the VM to open a shell in")
+    # Not "command": that name holds the verb on the namespace (the parser's
+    # subcommand dest), which sand's logs and its plan/validate switches read.
     command = p.add_argument(
-        "command",
+        "guest_command",
         nargs=argparse.REMAINDER,
         metavar="CMD",
         help="optional, after --: run this alone (no tmux) and exit with its status",
