@@ -36,6 +36,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped while SAND_RIG_REQUIRED is set: {reason}"
 
 
+# Under pytest-xdist (the README's test command runs ``-n auto --dist loadgroup``) the
+# tests that boot guests under TCG go to one worker per kind, so a machine boots one
+# qemu and one real-Lima tier at a time, not one per worker, and the tier's guests,
+# ports and Lima home are never shared by two workers.
+_ONE_WORKER_EACH = (("real_lima", "real-lima"), ("tcg", "tcg"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, group in _ONE_WORKER_EACH:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 @pytest.fixture(autouse=True)
 def sand_process_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A test marked ``sand_process`` runs ``Sand.run`` as a subprocess (tests/cli/helpers);

@@ -21,7 +21,7 @@ from tests.provision.e2e_helpers import as_user, home_snapshot, root, scoped_env
 if TYPE_CHECKING:
     from tests.rig.qemu import QemuGuest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg]
 
 # The session's VM is shared: provision a user of this test's own (test_provision_qemu
 # uses another), never reshape the login user.

@@ -32,7 +32,7 @@ from tests.rig.clones import sand_block
 # One apply: a base build (boot, provision, generalise, shut down) and a clone, or a clone.
 # Generous: TCG on a shared 2-core machine.
 APPLY_DEADLINE = 1200
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2 * APPLY_DEADLINE + 300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg, pytest.mark.timeout(2 * APPLY_DEADLINE + 300)]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tests.rig.qemu import QemuGuest
 
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg]
 
 # The session's VM is shared: provision a user of our own rather than reshape the login user.
 USER = "sandq"

@@ -12,7 +12,7 @@ from tests.rig.gitserver import GitServer
 from tests.rig.qemu import GUESTFWD_ADDRESS, QemuGuest
 from tests.rig.ssh import connect_options
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg]
 
 # Measured ~30 s on 2 cores under TCG; the brief's budget is 90 s.
 BOOT_BUDGET_S = 90

@@ -207,6 +207,8 @@ ps -ww -U "$(id -u)" -o pid= -o args= 2>/dev/null | grep -F limactl | while read
     case $h in /*) ;; *) h=/proc/$pid/cwd/$h ;; esac
     h=$(cd -- "$h" 2>/dev/null && pwd -P) || continue
     [ "$h" = "$home" ] || continue
+  elif [ -d /proc/self ] && [ ! -e "/proc/$pid" ]; then
+    continue  # it ended after ps listed it: another Lima home's limactl is no wait
   fi
   printf '%s %s\n' "$pid" "$args"
 done

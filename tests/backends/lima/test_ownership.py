@@ -236,6 +236,28 @@ async def test_recovery_waits_only_for_limactl_of_this_user_and_this_lima_home(
     assert busy.startswith("limactl start (pid ")
 
 
+async def test_a_limactl_that_ended_after_ps_listed_it_is_not_waited_for(
+    backend: LimaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another Lima home's short limactl (another sand, another test) can end between the
+    process listing and the look at its environment: gone, it acts on nothing here.
+    Before, such a process counted, and the plan said "wait for limactl create (pid N)"."""
+    gone = _a_pid_that_ended()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ps = bin_dir / "ps"  # the listing as ps gave it an instant before the process ended
+    ps.write_text(f"#!/bin/sh\necho '{gone} /usr/local/bin/limactl create --name=vm1 -'\n")
+    ps.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert await recover.in_flight(backend.ctx, "vm1") == []
+
+
+def _a_pid_that_ended() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
 def _fakes() -> list[str]:
     ps = ["ps", "-ww", "-A", "-o", "args="]
     out = subprocess.run(ps, capture_output=True, text=True, check=True).stdout
