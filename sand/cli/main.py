@@ -19,8 +19,6 @@ from sand.cli.completion import print_vm_names
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
 from sand.cli.flags import resolve_manifest
 from sand.cli.parser import build_parser, subcommands
-from sand.errors import ManifestError, SandError
-from sand.terminal import continued
 
 __all__ = ["build_parser", "main"]
 
@@ -126,6 +124,10 @@ def _parser_for(words: list[str]) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, *, program: bool = False) -> tuple[int, dict[str, str]]:
     """The command's exit code, and the error it ended with (for the JSON log)."""
+    # here, not at the top: sand --version starts without them (and dataclasses)
+    from sand.errors import ManifestError, SandError
+    from sand.terminal import continued
+
     collecting = gc.isenabled()
     if args.command in COLLECTOR_OFF:
         gc.disable()
