@@ -38,6 +38,13 @@ def before_tree() -> str | None:
     return os.environ.get("SAND_BENCH_BEFORE") or None
 
 
+def run_in(tree: Path | str, argv: list[str], env: dict[str, str]) -> None:
+    """``argv`` run by ``tree``'s sand, from ``tree``: ``python -m`` and ``-c`` put the
+    working directory first on sys.path, so run from this checkout every tree ran this
+    checkout's sand (the startup rows' "before" was the tree itself)."""
+    subprocess.run(argv, check=True, capture_output=True, cwd=tree, env=env)
+
+
 def _medians_ms(argv: list[str], runs: int, trees: list[Path | str]) -> list[float]:
     """The median wall time of ``argv`` run by each tree's sand; the trees in turn, run
     after run, so a drift of the machine's load hits each alike."""
@@ -50,15 +57,15 @@ def _medians_wall_cpu_ms(
     """Per tree: the median wall time and the median CPU time (user + system: the
     steadier figure on a shared machine) of ``argv``."""
     envs = [installed_env(tree) for tree in trees]
-    for env in envs:  # warm-up: the first run writes the bytecode
-        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
+    for tree, env in zip(trees, envs, strict=True):  # warm-up: it writes the bytecode
+        run_in(tree, argv, env)
     walls: list[list[float]] = [[] for _ in envs]
     cpus: list[list[float]] = [[] for _ in envs]
     for _ in range(runs):
-        for env, wall, cpu in zip(envs, walls, cpus, strict=True):
+        for tree, env, wall, cpu in zip(trees, envs, walls, cpus, strict=True):
             used = _children_cpu()
             started = time.perf_counter()
-            subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
+            run_in(tree, argv, env)
             wall.append((time.perf_counter() - started) * 1000)
             cpu.append((_children_cpu() - used) * 1000)
     return [

@@ -64,6 +64,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"sizes": (4,), "request_sizes": (2,), "clone_secs": 0.5},
     ),
     (
+        "slow clones on fakepve: sand at its defaults beside Ansible's proxmox_kvm at forks=10",
+        "bench.ansible_clones",
+        "rows",
+        "needs Ansible (optional) and takes minutes",
+    ),
+    (
         "cold creates on Lima (limactl stand-in): limactl calls per VM",
         "bench.lima_create",
         "rows",

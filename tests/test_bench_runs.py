@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.fleet_cli import _run
 from bench.run import SECTIONS
 
@@ -56,3 +58,17 @@ def test_peak_memory_is_the_measured_process_own_not_the_bench_process():
     assert code == 0
     assert maxrss_kib < 100 * 1024, f"{maxrss_kib / 1024:.0f} MiB for python -c pass"
     del ballast
+
+
+def test_a_command_is_run_by_the_measured_tree_own_sand(tmp_path):
+    # `python -m sand` looks in the working directory first: run from this checkout,
+    # the tree before (--before) was never the one measured.
+    from bench.core import installed_env, run_in
+
+    tree = tmp_path / "before"
+    (tree / "sand").mkdir(parents=True)
+    (tree / "sand" / "__init__.py").write_text("")
+    (tree / "sand" / "__main__.py").write_text("raise SystemExit(7)\n")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_in(tree, [sys.executable, "-m", "sand", "--version"], installed_env(tree))
+    assert failed.value.returncode == 7

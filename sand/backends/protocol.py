@@ -21,17 +21,17 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
-from sand.guest.endpoint import GuestEndpoint
 from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 
-# Provisions a golden base's build machine, reached at the endpoint (sand.provision).
-BaseProvisioner = Callable[[DesiredBase, GuestEndpoint], Awaitable[None]]
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # named in signatures only: a plan starts without them
+    from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord
+    from sand.guest.endpoint import GuestEndpoint
     from sand.state.journal import Journal, PendingEntry
+
+# Provisions a golden base's build machine, reached at the endpoint (sand.provision).
+BaseProvisioner = Callable[[DesiredBase, "GuestEndpoint"], Awaitable[None]]
 
 
 class RecoveryAction(StrEnum):

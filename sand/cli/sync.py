@@ -13,7 +13,6 @@ from sand import defaults
 from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
 from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
-from sand.errors import PlanRefused
 
 if TYPE_CHECKING:
     import asyncio
@@ -79,16 +78,23 @@ def add_sync_parser(sub: Any) -> None:
     p.set_defaults(handler=cmd_sync)
 
 
+def _refused(message: str) -> Exception:
+    # here, not at the top: every command's parser imports this module, --version too
+    from sand.errors import PlanRefused
+
+    return PlanRefused(message)
+
+
 def _check(args: argparse.Namespace) -> None:
     path = PurePosixPath(args.path)
     if path.is_absolute() or ".." in path.parts or not args.path.strip():
-        raise PlanRefused(f"--path {args.path!r}: give a path inside the repository")
+        raise _refused(f"--path {args.path!r}: give a path inside the repository")
     if args.listen and not args.webhook_secret_file:
-        raise PlanRefused("--listen needs --webhook-secret-file: an unsigned hook is refused")
+        raise _refused("--listen needs --webhook-secret-file: an unsigned hook is refused")
     if args.webhook_secret_file and not args.listen:
-        raise PlanRefused("--webhook-secret-file is for --listen")
+        raise _refused("--webhook-secret-file is for --listen")
     if args.once and (args.listen or args.metrics):
-        raise PlanRefused("--once runs one check and exits: no --listen or --metrics")
+        raise _refused("--once runs one check and exits: no --listen or --metrics")
 
 
 def _address(flag: str, text: str) -> tuple[str, int]:
@@ -98,7 +104,7 @@ def _address(flag: str, text: str) -> tuple[str, int]:
     try:
         return parse_address(text)
     except ValueError as exc:
-        raise PlanRefused(f"{flag}: {exc}") from None
+        raise _refused(f"{flag}: {exc}") from None
 
 
 def _secret(path: str) -> bytes:
@@ -110,10 +116,10 @@ def _secret(path: str) -> bytes:
 
     problem = private_file_problem(Path(path))
     if problem:
-        raise PlanRefused(f"the webhook secret file {path} {problem}")
+        raise _refused(f"the webhook secret file {path} {problem}")
     value = Path(path).read_text(encoding="utf-8").strip()
     if len(value) < 8:
-        raise PlanRefused(f"the webhook secret in {path} is shorter than 8 characters")
+        raise _refused(f"the webhook secret in {path} is shorter than 8 characters")
     register_secret(value)
     return value.encode()
 
@@ -236,7 +242,7 @@ class _Serving:
                 try:
                     self.prometheus.serve(*self.metrics_at)
                 except OSError as exc:
-                    raise PlanRefused(f"--metrics {args.metrics}: {exc.strerror}") from None
+                    raise _refused(f"--metrics {args.metrics}: {exc.strerror}") from None
                 print(f"{_now()} sync: metrics on http://{args.metrics}/metrics", file=sys.stderr)
             print(
                 f"{_now()} sync: following {where} every {args.interval:g}s (Ctrl-C to stop)",
@@ -274,6 +280,6 @@ class _Serving:
         try:
             server = HookServer(self.hooks_at, self.secret, on_poke, on_refused).start()
         except OSError as exc:
-            raise PlanRefused(f"--listen {self.args.listen}: {exc.strerror}") from None
+            raise _refused(f"--listen {self.args.listen}: {exc.strerror}") from None
         print(f"{_now()} sync: webhook on http://{self.args.listen}/hooks/git", file=sys.stderr)
         return server

@@ -11,7 +11,6 @@ from typing import Any
 
 from sand.cli.exits import EXIT_OK
 from sand.cli.flags import add_manifest_args
-from sand.errors import SandError
 
 
 def add_template_parser(sub: Any) -> None:
@@ -54,6 +53,9 @@ def add_template_parser(sub: Any) -> None:
 def cmd_template_build(args: argparse.Namespace) -> int:
     # here, not at the top: sand --help starts without it
     import asyncio
+
+    # here, not at the top: every command's parser imports this module, --version too
+    from sand.errors import SandError
 
     # here, not at the top: importing it loads pydantic and yaml
     from sand.project import open_session

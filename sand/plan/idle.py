@@ -11,10 +11,13 @@ idle: sand puts to sleep only what it saw unused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sand.agentstate import GuestPresence
 from sand.manifest.idle import IdlePolicy
 from sand.observed import ObservedVM
+
+if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
+    from sand.agentstate import GuestPresence
 
 # What each way of sleeping is called in the plan, and what it costs the guest.
 SUSPENDED = "suspended"

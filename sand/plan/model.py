@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from sand.agentstate import AgentReport
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
 from sand.observed import ObservedBase, ObservedVM
 from sand.plan.idle import Asleep, Sleep
+
+if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
+    from sand.agentstate import AgentReport
 
 
 class Action(StrEnum):

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import TYPE_CHECKING
 
-from sand.agentstate import GuestPresence
 from sand.backends.capabilities import Capabilities
 from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
@@ -46,6 +46,9 @@ from sand.plan.model import (
     VMChange,
 )
 from sand.plan.sleeps import maybe_sleep
+
+if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
+    from sand.agentstate import GuestPresence
 
 # A backend that declared nothing: every field compared, none mutable in place.
 NO_CAPABILITIES = Capabilities()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from sand.agentstate import GuestPresence
 from sand.plan.idle import STOP_LOSES, STOPPED, sleep_for
 from sand.plan.model import Action, FieldChange, VMChange
+
+if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
+    from sand.agentstate import GuestPresence
 
 
 def maybe_sleep(change: VMChange, presence: GuestPresence | None, *, suspends: bool) -> VMChange:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tarfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tarfile
 
 BUNDLE_DIR = Path(__file__).with_name("bundle")
 GUEST_DIR = "/usr/local/lib/sand/bundle"  # lib.sh's SAND_LIB says the same
@@ -63,6 +66,8 @@ class Bundle:
     @cached_property
     def tar(self) -> bytes:
         """An uncompressed tar of the bundle plus a DIGEST file, byte-for-byte stable."""
+        import tarfile  # here, not at the top: a plan needs the digest only
+
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             entries = [*self.files, ("DIGEST", self.digest.encode() + b"\n", False)]
@@ -76,6 +81,8 @@ class Bundle:
 
 
 def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
+    import tarfile
+
     info = tarfile.TarInfo(name)
     info.size, info.type, info.mode = size, kind, mode
     info.uid = info.gid = 0

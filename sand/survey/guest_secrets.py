@@ -98,19 +98,26 @@ class GuestSecrets:
         # here, not at the top: sand plan starts without it
         from sand.secrets import secret_names
 
-        # here, not at the top: sand plan starts without it
-        from sand.secrets.stamp import Stamper
+        return self._stamp(vm, secret_names([vm]))
 
-        names = secret_names([vm])
+    def _stamp(self, vm: DesiredVM, names: set[str]) -> str:
         if not names or (self.lenient and names & self._resolved().keys() != names):
             return ""  # none, or (lenient) not all of them readable: not compared
         if self._stamper is None:
+            # here, not at the top: only for a VM that uses secrets
+            from sand.secrets.stamp import Stamper
+
             self._stamper = Stamper(self.session.project)
         return self._stamper.stamp(vm, self.for_vm(vm))
 
     def stamps(self, desired: DesiredState) -> Mapping[str, str]:
         """VM name → the stamp of its values now, for the VMs that use secrets."""
-        return {vm.name: s for vm in desired.vms if (s := self.stamp(vm))}
+        # here, not at the top: sand plan starts without it (and once, not per VM: the
+        # import statement alone was most of a fleet's stamps without secrets)
+        from sand.secrets import secret_names
+
+        stamped = ((vm.name, self._stamp(vm, secret_names([vm]))) for vm in desired.vms)
+        return {name: s for name, s in stamped if s}
 
     def delivered(self, vm: DesiredVM) -> SecretsRecord:
         return SecretsRecord(self.stamp(vm), int(time.time()))

@@ -10,12 +10,15 @@ at most :data:`~sand.survey.health.DEEP_PARALLELISM` at a time, each within
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
 from sand.plan.idle import Asleep
 from sand.plan.model import Plan
 from sand.state.asleep import load_asleep
-from sand.survey.health import Findings, check_health, targets
+
+if TYPE_CHECKING:
+    from sand.survey.health import Findings
 
 READ_TIMEOUT = 10.0
 
@@ -30,10 +33,17 @@ async def read_guests(
 ) -> dict[str, Findings]:
     """VM name -> what its guest told in the one exchange (who used it: ``presence``;
     its agents' state: ``agents``), for each candidate to sleep."""
-    idle = {c.vm for c in plan.changes if not c.acts and c.asleep is None}
-    todo = [
-        t for t in targets(plan, backends) if t.vm.idle and t.vm.provision and t.vm.name in idle
-    ]
+    idle = {
+        c.vm
+        for c in plan.changes
+        if not c.acts and c.asleep is None and c.desired and c.desired.idle and c.desired.provision
+    }
+    if not idle:
+        return {}
+    # here, not at the top: a fleet with no idle policy plans without the deep check
+    from sand.survey.health import check_health, targets
+
+    todo = [t for t in targets(plan, backends) if t.vm.name in idle]
     if not todo:
         return {}
     return await check_health(todo, timeout=timeout)

@@ -7,7 +7,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.proxmox import lifecycle
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
@@ -15,6 +14,7 @@ from sand.backends.proxmox.lifecycle import FIELD_POLICY
 
 if TYPE_CHECKING:
     from sand.backends.doctor import DoctorReport
+    from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord
     from sand.backends.protocol import (
         BaseProvisioner,
         PreflightItem,
@@ -169,6 +169,7 @@ class ProxmoxBackend:
         wait: float = 0.0,
         on_wait: Callable[[LeaseBusy], None] | None = None,
     ) -> AbstractAsyncContextManager[LeaseGrant]:
+        from sand.backends.lease import keep  # here: a plan takes no lease
         from sand.backends.proxmox.lease import ProxmoxLease
 
         return self._holding(
