@@ -106,6 +106,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         "rows",
         "real guests take minutes",
     ),
+    (
+        "time to ready with real boots: full vs golden clone vs warm claim vs fork (qemu TCG)",
+        "bench.time_to_ready_boot",
+        "rows",
+        "five TCG boots take many minutes",
+    ),
 ]
 
 

@@ -22,6 +22,8 @@ overlay: ~0.25 s; a PVE full clone and a boot take tens of seconds, which only t
 golden clone and the fork pay), and a claim's rename (one PVE config write; five
 requests on fakepve, ``tests/backends/proxmox/test_pools_proxmox.py``). So the ratios
 here are a floor of what a real backend shows: the steps and SSH are real.
+``time_to_ready_boot.py`` measures the same four with real disks and boots (full VMs
+under TCG).
 """
 
 from __future__ import annotations
@@ -73,9 +75,25 @@ def _ready_specs(spec: dict[str, Any], url: str) -> dict[str, Any]:
     }
 
 
+async def ready(guest: Any, vm: Any, values: dict[str, str]) -> Any:
+    """``vm`` provisioned on ``guest`` until it is ready."""
+    report = await _provision(guest, vm, values)
+    assert_ready(guest, vm, values)
+    return report
+
+
+def assert_ready(guest: Any, vm: Any, values: dict[str, str]) -> None:
+    """Ready: the VM's secret and its checkout are there."""
+    from tests.provision.e2e_helpers import scoped_env
+
+    assert scoped_env(guest, "~/work", "API_KEY") == values["API"], vm.name
+    checkout = f"/home/{guest.user}/src/app/README.md"
+    assert guest.run_root(["test", "-f", checkout]).returncode == 0, vm.name
+
+
 async def _measure() -> list[tuple[str, str]]:
     from sand.provision import provision_base
-    from tests.provision.e2e_helpers import endpoint, scoped_env, stand_in_agents
+    from tests.provision.e2e_helpers import endpoint, stand_in_agents
     from tests.rig.fixtures import guest_uses_mirror
     from tests.rig.gitserver import GitServer
     from tests.rig.guest import NetnsGuest, cleanup_stale
@@ -98,14 +116,6 @@ async def _measure() -> list[tuple[str, str]]:
         values = {**spec["values"], "GIT": server.token}
         vms = _ready_specs(spec, server.create_repo("app", {"README.md": "ready\n"}))
 
-        async def ready(guest: NetnsGuest, vm: Any) -> Any:
-            report = await _provision(guest, vm, values)
-            # Ready means: its secret and its checkout are there.
-            assert scoped_env(guest, "~/work", "API_KEY") == values["API"], vm.name
-            checkout = f"/home/{guest.user}/src/app/README.md"
-            assert guest.run_root(["test", "-f", checkout]).returncode == 0, vm.name
-            return report
-
         try:
             # The base, built once (not counted): what the golden clone and the spare use.
             base_guest = start()
@@ -117,60 +127,73 @@ async def _measure() -> list[tuple[str, str]]:
             spare = start([layer])
             await _provision(spare, vms["spare"], values)
             source = start([layer])
-            await ready(source, vms["source"])
+            await ready(source, vms["source"], values)
             snapshot = source.freeze()
 
             full_guest = start()
             guest_uses_mirror(full_guest, mirror)
             t = time.perf_counter()
-            await ready(full_guest, vms["full"])
+            await ready(full_guest, vms["full"], values)
             t_full = time.perf_counter() - t
 
             t = time.perf_counter()
             clone = start([layer])
             t_clone = time.perf_counter() - t
             t = time.perf_counter()
-            golden = await ready(clone, vms["golden"])
+            golden = await ready(clone, vms["golden"], values)
             t_golden = t_clone + time.perf_counter() - t
 
             t = time.perf_counter()
-            claimed = await ready(spare, vms["claim"])
+            claimed = await ready(spare, vms["claim"], values)
             t_claim = time.perf_counter() - t
 
             t = time.perf_counter()
             forked_guest = start([snapshot, layer])
             t_fork_start = time.perf_counter() - t
             t = time.perf_counter()
-            forked = await ready(forked_guest, vms["fork"])
+            forked = await ready(forked_guest, vms["fork"], values)
             t_fork = t_fork_start + time.perf_counter() - t
         finally:
             for g in guests:
                 g.stop()
             server.stop()
 
-    def ran(report: Any) -> str:
-        return ", ".join(report.ran) or "none"
+    return four_ways(
+        {"full": t_full, "golden": t_golden, "clone": t_clone, "claim": t_claim, "fork": t_fork},
+        {
+            "full": "bare Debian",
+            "golden": "modelled clone + own steps",
+            "claim": "rename not modelled + own steps",
+            "fork": "modelled clone + own steps",
+        },
+        {"golden clone": golden, "warm claim": claimed, "fork": forked},
+    )
 
+
+def four_ways(
+    t: dict[str, float], how: dict[str, str], reports: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """The four times (``t``: full, golden, its clone part, claim, fork) and their ratios,
+    each labelled with what its figure holds (``how``); the steps each of ``reports`` ran."""
+    full, golden, clone, claim, fork = (t[k] for k in ("full", "golden", "clone", "claim", "fork"))
     return [
-        ("full provisioning (bare Debian)", f"{t_full:.2f} s"),
+        (f"full provisioning ({how['full']})", f"{full:.2f} s"),
         (
-            "golden clone (modelled clone + own steps)",
-            f"{t_golden:.2f} s ({t_clone:.2f} s + {t_golden - t_clone:.2f} s); "
-            f"{t_full / t_golden:.1f}x faster than full",
+            f"golden clone ({how['golden']})",
+            f"{golden:.2f} s ({clone:.2f} s + {golden - clone:.2f} s); "
+            f"{full / golden:.1f}x faster than full",
         ),
         (
-            "warm claim (rename not modelled + own steps)",
-            f"{t_claim:.2f} s; {t_golden / t_claim:.1f}x faster than a golden clone "
-            f"(goal ≥ 10x), {t_full / t_claim:.1f}x than full",
+            f"warm claim ({how['claim']})",
+            f"{claim:.2f} s; {golden / claim:.1f}x faster than a golden clone "
+            f"(goal ≥ 10x), {full / claim:.1f}x than full",
         ),
         (
-            "fork of a provisioned VM (modelled clone + own steps)",
-            f"{t_fork:.2f} s; {t_golden / t_fork:.2f}x a golden clone's speed (goal > 1x), "
-            f"{t_full / t_fork:.1f}x faster than full",
+            f"fork of a provisioned VM ({how['fork']})",
+            f"{fork:.2f} s; {golden / fork:.2f}x a golden clone's speed (goal > 1x), "
+            f"{full / fork:.1f}x faster than full",
         ),
-        ("steps run, golden clone", ran(golden)),
-        ("steps run, warm claim", ran(claimed)),
-        ("steps run, fork", ran(forked)),
+        *((f"steps run, {name}", ", ".join(r.ran) or "none") for name, r in reports.items()),
     ]
 
 

@@ -106,6 +106,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         _print_status_table(rows, set(report.unknown_backends))
     for r in rows:
+        if r.claimed_by:
+            print(
+                f"{r.vm}: claimed by {r.claimed_by}: the next apply renames it "
+                f"{r.claimed_by} and refills its slot"
+            )
         if r.last_error:
             print(f"{r.vm}: last error: {continued(r.last_error)}")
         for problem in r.guest_health or ():

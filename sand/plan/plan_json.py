@@ -24,6 +24,22 @@ def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
     return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
 
 
+def shared_stops(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """Each fork this plan copies with one stop of its source, and the other forks of that
+    stop (the forks of one source and one ``force`` are copied together)."""
+    groups: dict[tuple[str, str, bool], list[str]] = {}
+    for c in plan.actionable():
+        fork = c.desired.fork if c.action is Action.CREATE and c.desired is not None else None
+        if fork is not None and fork.stops_source and c.claim is None:
+            groups.setdefault((c.backend, fork.source, fork.force), []).append(c.vm)
+    return {
+        vm: tuple(n for n in names if n != vm)
+        for names in groups.values()
+        if len(names) > 1
+        for vm in names
+    }
+
+
 # Bumped only when a key is removed or changes meaning; new keys keep the version.
 # sand/schemas/plan.schema.json describes it; docs/output.md explains it.
 PLAN_FORMAT_VERSION = "1"
@@ -87,6 +103,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],
     }
+    shared = shared_stops(plan)
     # Only when there are any, so every other plan reads as it always has.
     for c, out in zip(plan.changes, data["changes"], strict=True):
         if c.base is not None:
@@ -113,6 +130,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "memory": fork.memory,
                 "stops_source": fork.stops_source,
                 "force": fork.force,
+                # The other forks copied during the same stop of the source.
+                "stop_shared_with": list(shared.get(c.vm, ())),
             }
         out.update(_pool_keys(c))
     if plan.bases:

@@ -19,7 +19,7 @@ from sand.plan.model import (
     Strategy,
     VMChange,
 )
-from sand.plan.plan_json import plan_to_json, recovery_line
+from sand.plan.plan_json import plan_to_json, recovery_line, shared_stops
 
 __all__ = ["plan_to_json", "render_change", "render_drift", "render_text"]
 
@@ -87,7 +87,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
         lines.extend(_render_base(base, paint))
         lines.append("")
     unseen = {c.vm for c in body if _only_unseen(plan, c)}
-    shared = _shared_stops(plan)
+    shared = shared_stops(plan)
     for change in body:
         if change.vm not in unseen:
             lines.extend(_render_change(change, paint, shared.get(change.vm, ())))
@@ -216,22 +216,6 @@ def _where(vm: str, backend: str, identity: str | None) -> str:
     "agent-1 (laptop)", not "agent-1 (laptop, agent-1)"."""
     shown = f", {identity}" if identity and identity != vm else ""
     return f"{vm} ({backend}{shown})"
-
-
-def _shared_stops(plan: Plan) -> dict[str, tuple[str, ...]]:
-    """Each fork this plan copies with one stop of its source, and the other forks of that
-    stop (the forks of one source and one ``force`` are copied together)."""
-    groups: dict[tuple[str, str, bool], list[str]] = {}
-    for c in plan.actionable():
-        fork = c.desired.fork if c.action is Action.CREATE and c.desired is not None else None
-        if fork is not None and fork.stops_source and c.claim is None:
-            groups.setdefault((c.backend, fork.source, fork.force), []).append(c.vm)
-    return {
-        vm: tuple(n for n in names if n != vm)
-        for names in groups.values()
-        if len(names) > 1
-        for vm in names
-    }
 
 
 def _render_change(change: VMChange, paint: Any, stop_shared: tuple[str, ...] = ()) -> list[str]:

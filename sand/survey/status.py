@@ -60,6 +60,9 @@ class StatusRow:
     agents_read: bool = False
     # Only on a VM asleep (idle, or `sand sleep`): how, since, by whom.
     asleep: dict[str, Any] | None = None
+    # Only on a pool's spare that a new VM of the plan claims: that VM. The row reads the
+    # spare as it is now (running, healthy); its action is the slot's refill.
+    claimed_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -78,6 +81,8 @@ class StatusRow:
         }
         if self.asleep is not None:  # only then: every other row reads as it always has
             row["asleep"] = self.asleep
+        if self.claimed_by is not None:  # likewise
+            row["claimed_by"] = self.claimed_by
         if self.agents_read:
             row["agents"] = self.agents.to_json() if self.agents is not None else None
         return row
@@ -151,15 +156,25 @@ def status_from(
     ``leases``: each backend's one-writer lease as stored."""
     health = health or {}
     unknown = dict(plan.unknown_backends)
-    rows = [
-        replace(
-            _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm)),
-            agents_read=True,
-        )
-        for c in plan.changes
-    ]
+    claimers = claimers_of(plan)
+    rows = []
+    for c in plan.changes:
+        claimer = claimers.get((c.backend, c.vm))
+        if claimer is not None and claimer.claim is not None and c.observed is None:
+            # The plan's change under a claimed spare's name is its slot's refill (a
+            # create), but the machine under that name now is the spare, up and ready
+            # until the claim renames it: the row shows that machine, not "absent".
+            c = replace(c, observed=claimer.claim, identity=claimer.claim.identity)
+        row = _row(c, records.get(c.vm, {}), unknown.get(c.backend), health.get(c.vm))
+        by = claimer.vm if claimer is not None else None
+        rows.append(replace(row, agents_read=True, claimed_by=by))
     rows += _recorded_but_unseen(plan, records, unknown)
     return StatusReport(rows, unknown, leases or [], list(plan.warnings))
+
+
+def claimers_of(plan: Plan) -> dict[tuple[str, str], VMChange]:
+    """(backend, spare) -> the change of the new VM that claims that spare in ``plan``."""
+    return {(c.backend, c.claims): c for c in plan.changes if c.claims is not None}
 
 
 def _agents(found: Findings | None) -> AgentReport | None:

@@ -69,6 +69,9 @@ def test_forks_say_of_which_vm_and_spares_come_last_as_their_pools(forks: Counte
         "OutOfSync (refill 1/2)",
     )
     assert cells["agents-spare-2"][:2] == ("agents-spare-2 · spare of pool agents", "Synced")
+    # Until the claim, the spare it takes is there, up and ready: not "absent", unhealthy.
+    spare = next(r for r in snapshot.rows if r.vm == "agents-spare-1")
+    assert (spare.power, spare.health, spare.claimed_by) == ("running", "Healthy", "agent-4")
     assert summary(snapshot.rows) == "5 VMs · 2 spares · 5 Synced · 2 OutOfSync"
 
 
@@ -84,7 +87,7 @@ def test_the_detail_says_a_claim_and_a_refill_as_the_plan_text_does(forks: Count
     assert "  claims spare agents-spare-1 of pool agents\n" in claim
     assert '+ vm "agent-4" (claims spare agents-spare-1 of pool agents) {' in claim
     refill = pane("agents-spare-1")
-    assert "  spare of pool agents (refill 1/2)\n" in refill
+    assert "  spare of pool agents, claimed by agent-4 (refill 1/2)\n" in refill
     assert '+ spare "agents-spare-1" of pool agents (refill 1/2) {' in refill
     assert "c: compare the forks of agent-1 side by side" in pane("try-1")
     assert "forks: try-1, try-2 (c compares them)" in pane("agent-1", forks=["try-1", "try-2"])
@@ -176,12 +179,18 @@ async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off
             "agent-1-fork-1 · fork of agent-1",
             "agents-spare-1 · spare of pool agents",
         ], table
-        assert table["agents-spare-1 · spare of pool agents"]["SYNC"] == "OutOfSync (refill 1/1)"
+        spare = table["agents-spare-1 · spare of pool agents"]
+        assert spare["SYNC"] == "OutOfSync (refill 1/1)"
+        # The spare agent-4 claims is there until the claim: up and ready, not "absent".
+        assert (spare["POWER"], spare["HEALTH"]) == ("running", "Healthy"), spare
         assert table["agent-1-fork-1 · fork of agent-1"]["SYNC"] == "OutOfSync (delete)"
         assert "3 VMs · 1 spare · 1 Synced · 3 OutOfSync" in title(app)
         await pilot.press("j")
         await until(pilot, lambda: "agent-4 on laptop" in detail(app), "agent-4's detail")
         assert "  claims spare agents-spare-1 of pool agents\n" in detail(app)
+        await pilot.press("j", "j")
+        await until(pilot, lambda: "agents-spare-1 on laptop" in detail(app), "the spare's")
+        assert "  spare of pool agents, claimed by agent-4 (refill 1/1)\n" in detail(app)
 
 
 async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(

@@ -169,5 +169,11 @@ def test_the_json_plan_names_what_a_fork_is_made_from() -> None:
 
     data = plan_to_json(_plan(FORKED))
     (change,) = [c for c in data["changes"] if c["vm"] == "try-1"]
-    assert change["fork_of"] == {"vm": "a", "memory": False, "stops_source": False, "force": False}
+    assert change["fork_of"] == {
+        "vm": "a",
+        "memory": False,
+        "stops_source": False,
+        "force": False,
+        "stop_shared_with": [],
+    }
     assert all("fork_of" not in c for c in data["changes"] if c["vm"] != "try-1")

@@ -330,10 +330,13 @@ class QemuGuest:
         port: int | None = None,
         guestfwds: Sequence[tuple[int, str, int]] = (),
         accel: str = "tcg",
+        backing: Path | None = None,
     ) -> None:
         """guestfwds: (guest_port, host_addr, host_port) -- the guest's TCP
         connections to GUESTFWD_ADDRESS:<guest_port> reach host_addr:host_port
-        (e.g. a GitServer); nothing else is reachable from the guest."""
+        (e.g. a GitServer); nothing else is reachable from the guest.
+        backing: a qcow2 disk the guest's overlay is made over (a frozen guest's, see
+        ``freeze()``, or a copy of one) instead of the image's own disk."""
         self.id = secrets.token_hex(4)
         self.user = user
         self.memory_mb = memory_mb
@@ -341,6 +344,7 @@ class QemuGuest:
         self.port = port or 0
         self.guestfwds = list(guestfwds)
         self.accel = accel
+        self.backing = backing
         self.hostname = f"sandq-{self.id}"
         self.dir = state_dir() / f"q-{self.id}"
         self.client_key_path = self.dir / "client_ed25519"
@@ -392,21 +396,13 @@ class QemuGuest:
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path])
         return path.with_suffix(".pub").read_text().strip()
 
+    @property
+    def disk_path(self) -> Path:
+        return self.dir / "disk.qcow2"
+
     def _prepare(self, image: QemuImage) -> None:
-        run(
-            [
-                "qemu-img",
-                "create",
-                "-q",
-                "-f",
-                "qcow2",
-                "-F",
-                "raw",
-                "-b",
-                image.disk,
-                self.dir / "disk.qcow2",
-            ]
-        )
+        fmt, backing = ("raw", image.disk) if self.backing is None else ("qcow2", self.backing)
+        run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", fmt, "-b", backing, self.disk_path])
         seed = self.dir / "seed"
         seed.mkdir()
         self.host_public_key = self._keygen(seed / "ssh_host_ed25519_key", f"root@{self.hostname}")
@@ -463,7 +459,7 @@ class QemuGuest:
             "-kernel", os.fspath(image.kernel),
             "-initrd", os.fspath(image.initrd),
             "-append", cmdline,
-            "-drive", f"file={self.dir / 'disk.qcow2'},if=virtio,format=qcow2,cache=unsafe",
+            "-drive", f"file={self.disk_path},if=virtio,format=qcow2,cache=unsafe",
             "-drive", f"file={self.dir / 'seed.img'},if=virtio,format=raw,readonly=on",
             "-netdev", netdev,
             "-device", "virtio-net-pci,netdev=n0",
@@ -499,6 +495,36 @@ class QemuGuest:
                     self._proc.wait(timeout=15)
             self._proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def freeze(self, timeout: float = 180.0) -> Path:
+        """Power the machine off and keep it, as a stopped VM is kept: its disk stays in
+        place for other guests to boot from (``QemuGuest(backing=...)``, or a copy of it);
+        ``stop()`` removes it. A clean poweroff, so the guest's writes are all on the disk."""
+        proc = self._proc
+        if proc is None:
+            return self.disk_path
+        # The connection drops as the machine goes down: its exit status says nothing.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.run_root(["systemctl", "poweroff"], timeout=30)
+        try:
+            proc.wait(timeout=timeout)  # -no-reboot: QEMU exits when the guest powers off
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.wait(timeout=15)
+            why = f"qemu guest {self.id} did not power off\n{self._diagnostics()}"
+            raise RigError(why) from exc
+        self._proc = None
+        return self.disk_path
+
+    def pin_new_host_key(self) -> None:
+        """Pin the host key the guest answers with now, after something in it made new
+        ones (a fork's or a claimed spare's identity step): read over the rig's own
+        forward to the guest, which nothing else can answer on."""
+        scan = run(["ssh-keyscan", "-T", "30", "-t", "ed25519", "-p", str(self.port), self.address])
+        lines = [w.split() for w in scan.stdout.decode().splitlines() if not w.startswith("#")]
+        (key_type, key_b64), *_ = [w[1:3] for w in lines if len(w) >= 3]
+        self.host_public_key = f"{key_type} {key_b64}"
+        self.known_hosts_path.write_text(f"[{self.address}]:{self.port} {key_type} {key_b64}\n")
 
     def console_text(self) -> str:
         try:

@@ -120,6 +120,7 @@ class BoardRow:
     claims: str = ""
     claims_pool: str = ""
     refill: tuple[int, int] | None = None
+    claimed_by: str = ""  # a spare the plan's claim takes: the new VM that claims it
 
     @property
     def role(self) -> str:
@@ -137,7 +138,9 @@ class BoardRow:
         """The role as the plan text says it (:func:`sand.plan.render.render_change`),
         for the detail pane."""
         if self.spare_of and self.refill:
-            return f"spare of pool {self.spare_of} (refill {self.refill[0]}/{self.refill[1]})"
+            claimed = f", claimed by {self.claimed_by}" if self.claimed_by else ""
+            refill = f"(refill {self.refill[0]}/{self.refill[1]})"
+            return f"spare of pool {self.spare_of}{claimed} {refill}"
         if self.claims:
             return f"claims spare {self.claims} of pool {self.claims_pool}"
         return self.role
@@ -200,16 +203,23 @@ def board_rows(report_rows: Sequence[StatusRow], plan: Plan) -> list[BoardRow]:
     """``sand status``'s rows (:func:`sand.survey.status.status_from`) for the board,
     each with what only the plan's observation holds (address, creation time)."""
     changes = {(c.backend, c.vm): c for c in plan.changes}  # one pass: a fleet is big
-    rows = [_board_row(r, changes.get((r.backend, r.vm))) for r in report_rows]
+    rows = []
+    for r in report_rows:
+        claimer = changes.get((r.backend, r.claimed_by)) if r.claimed_by else None
+        rows.append(_board_row(r, changes.get((r.backend, r.vm)), claimer))
     # A pool's spares are not the person's VMs: they come after them, together.
     return sorted(rows, key=lambda r: r.spare_of != "")
 
 
-def _board_row(r: StatusRow, change: VMChange | None) -> BoardRow:
+def _board_row(r: StatusRow, change: VMChange | None, claimer: VMChange | None = None) -> BoardRow:
+    """``claimer``: on a spare a new VM claims, that VM's change, whose ``claim`` is the
+    spare as it is now (the spare's own change is its slot's refill, made later)."""
     conditions = r.conditions
     observed = r.observed
     unknown = isinstance(observed, dict) and observed.get("power") == "unknown"
     o = change.observed if change is not None else None
+    if claimer is not None and o is None:
+        o = claimer.claim
     return BoardRow(
         vm=shown(r.vm, 64),
         backend=shown(r.backend, 32),
@@ -225,6 +235,7 @@ def _board_row(r: StatusRow, change: VMChange | None) -> BoardRow:
         last_at=_epoch(r.last_reconcile),
         unobservable=unknown,
         agents=r.agents,
+        claimed_by=shown(r.claimed_by or "", 64),
         **_made_of(change),
     )
 

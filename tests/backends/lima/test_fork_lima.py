@@ -10,6 +10,7 @@ import json
 import pytest
 
 from tests.crash.test_crash_lima import Rig
+from tests.machine_schemas import validate
 
 SOURCE = "  - name: agent-1\n"
 FORK = "  - name: try-1\n    from: {vm: agent-1}\n"
@@ -135,6 +136,30 @@ def test_forks_of_one_source_in_one_apply_stop_it_once(parallelism, tmp_path):
     assert status(rig, "agent-1") == "Running"
     assert all(status(rig, n) == "Running" for n in ("try-1", "try-2", "try-3"))
     assert rig.sand("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_the_json_plan_names_the_forks_that_share_one_stop(tmp_path):
+    """What the text says under each fork ("agent-1 is stopped once for this copy and
+    those of ..."), the JSON says in ``fork_of.stop_shared_with``; a lone fork's is empty."""
+    rig = made(Rig(tmp_path))
+    for forks, shared in (
+        (THREE_FORKS, {"try-1": ["try-2", "try-3"], "try-3": ["try-1", "try-2"]}),
+        (FORK, {"try-1": []}),
+    ):
+        rig.write(SOURCE + forks)
+        proc = rig.sand("plan", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = json.loads(proc.stdout)
+        validate("plan", data)
+        made_from = {c["vm"]: c["fork_of"] for c in data["changes"] if "fork_of" in c}
+        for fork, others in shared.items():
+            assert made_from[fork] == {
+                "vm": "agent-1",
+                "memory": False,
+                "stops_source": True,
+                "force": False,
+                "stop_shared_with": others,
+            }
 
 
 def test_forks_of_one_source_in_separate_applies_each_stop_it(tmp_path):

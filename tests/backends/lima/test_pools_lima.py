@@ -14,6 +14,7 @@ import pytest
 
 from tests.crash.killer import intent, kill_when, wait_for_strays
 from tests.limactl_standin import StandIn
+from tests.machine_schemas import validate
 
 MANIFEST = """\
 apiVersion: sand/v1
@@ -118,6 +119,36 @@ def test_a_claim_renames_the_spare_and_the_pool_refills(cli: Cli) -> None:
     # One new instance: the refill's; the claimed one was renamed, never made.
     assert [ops[-1] for cmd, ops in made if cmd != "rename"] == ["agents-spare-1"]
     _settled(cli)
+
+
+def test_status_shows_the_spare_a_claim_will_take_as_it_is_and_claimed(cli: Cli) -> None:
+    """Before the apply, the spare agent-4 will claim is there, running and ready: status
+    says so and who claims it, not "absent" and unhealthy (the plan's change under its
+    name is its slot's refill, a create)."""
+    identity = cli.standin.list_json("agents-spare-1")[0]["name"]
+    cli.write(AGENT)
+    proc = cli.sand("status", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    validate("status", data)
+    rows = {r["vm"]: r for r in data["vms"]}
+    spare = rows["agents-spare-1"]
+    assert spare["claimed_by"] == "agent-4"
+    assert spare["identity"] == identity
+    assert spare["observed"]["power"] == "running"
+    assert spare["conditions"]["Healthy"] is True
+    assert spare["action"] == "create"  # the refill, after the claim
+    assert spare["reasons"] == ["refills the slot of agents-spare-1, claimed by agent-4"]
+    # The claiming VM is not there yet under its name; the other spare is as it was.
+    assert rows["agent-4"]["observed"] is None and "claimed_by" not in rows["agent-4"]
+    assert "claimed_by" not in rows["agents-spare-2"]
+    text = cli.sand("status")
+    line = next(x for x in text.stdout.splitlines() if x.startswith("agents-spare-1 "))
+    assert " running " in line and "absent" not in line, text.stdout
+    assert (
+        "agents-spare-1: claimed by agent-4: the next apply renames it agent-4 and refills "
+        "its slot\n" in text.stdout
+    )
 
 
 @pytest.mark.parametrize("slow", ["stop_delay", "clone_delay"])
