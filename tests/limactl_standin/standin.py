@@ -768,6 +768,13 @@ def inspect(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
         )
         base.update(globals_)
         return base
+    if not y:
+        # An empty lima.yaml (a create killed as it wrote the file): Lima lists the
+        # instance with no config, status "" and no errors in the JSON; why, on stderr.
+        warn(f"instance `{name}` has errors: [field `images` must be set]")
+        base.update(errors=[], protected=False, limaVersion="")
+        base.update(globals_)
+        return base
     conf = resolve(y, cfg)
     state = read_state(d)
     running = state.get("status") == "Running"

@@ -47,6 +47,8 @@ class Outcome:
 
 
 class Limactl(Protocol):
+    home: Path
+
     def __call__(self, *args: str, stdin: str | None = None) -> Outcome: ...
 
 
@@ -77,7 +79,8 @@ def real_limactl(work: Path) -> Limactl:
         )
         return Outcome(done.returncode, done.stdout, done.stderr)
 
-    return call
+    call.home = home  # type: ignore[attr-defined]
+    return call  # type: ignore[return-value]
 
 
 def standin_limactl(work: Path) -> Limactl:
@@ -94,7 +97,8 @@ def standin_limactl(work: Path) -> Limactl:
         )
         return Outcome(done.returncode, done.stdout, done.stderr)
 
-    return call
+    call.home = standin.lima_home  # type: ignore[attr-defined]
+    return call  # type: ignore[return-value]
 
 
 def script(limactl: Limactl, image: Path) -> dict[str, Any]:
@@ -141,6 +145,15 @@ def script(limactl: Limactl, image: Path) -> dict[str, Any]:
     (renamed,) = limactl("list", "--json", "vm3").listed()
     seen["renamed-param"] = renamed["config"].get("param")
     step("delete-renamed", "delete", "vm3")
+    # A create killed as it wrote lima.yaml leaves the file empty: listed with no config
+    # (sand's recovery reads that as half-made and removes it).
+    cut = limactl.home / "cut1"
+    cut.mkdir(mode=0o755)
+    (cut / "lima.yaml").touch(mode=0o644)
+    (listed,) = step("list-cut", "list", "--json", "cut1").listed()
+    seen["cut-keys"] = sorted(listed)
+    seen["cut-values"] = {k: listed[k] for k in ("name", "status", "errors")}
+    shutil.rmtree(cut)
     return seen
 
 
