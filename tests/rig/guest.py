@@ -58,6 +58,9 @@ BRIDGE = "sandbr0"
 NETWORK = ipaddress.ip_network("10.213.0.0/16")
 BRIDGE_ADDRESS = "10.213.0.1"
 NETNS_PREFIX = "sandg-"
+# A guest's sshd answers within a second on a quiet machine; the limit is for a machine
+# starved by the suite's workers and TCG guests (it is never what a test is about).
+READY_TIMEOUT = 120.0
 VETH_PREFIX = "sgh"  # host side; 3 + 8 hex chars stays under IFNAMSIZ (15)
 
 # Ownership records live outside the cache dir so guests from runs with a
@@ -320,7 +323,7 @@ class NetnsGuest:
     def __repr__(self) -> str:
         return f"NetnsGuest(id={self.id!r}, address={self.address!r}, user={self.user!r})"
 
-    def start(self, ready_timeout: float = 30.0) -> NetnsGuest:
+    def start(self, ready_timeout: float = READY_TIMEOUT) -> NetnsGuest:
         if self._started:
             return self
         _require_root_and_tools(REQUIRED_TOOLS)
@@ -596,20 +599,29 @@ class NetnsGuest:
         except OSError:
             return ""
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Block until port 22 answers with an SSH banner."""
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Block until port 22 answers with an SSH banner.
+
+        Each look waits longer than the last (2, 4, 8... s): sshd starts a process of
+        its own for every connection, and on a starved machine (the suite's workers and
+        TCG guests on two cores) that can take more than 2 s each time, so a fixed 2-s
+        look, given up and begun again, never saw a banner (16 s at most each)."""
         deadline = time.monotonic() + timeout
         last_err: Exception | None = None
+        patience = 2.0
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RigError(f"guest {self.id} exited:\n{self.log_text()}")
+            look = max(0.1, min(patience, deadline - time.monotonic()))
             try:
-                with socket.create_connection((self.address, self.port), timeout=2) as s:
-                    s.settimeout(2)
+                with socket.create_connection((self.address, self.port), timeout=look) as s:
+                    s.settimeout(look)
                     if s.recv(256).startswith(b"SSH-"):
                         return
             except OSError as e:
                 last_err = e
+                if isinstance(e, TimeoutError):
+                    patience = min(patience * 2, 16.0)
             time.sleep(0.05)
         raise RigError(
             f"guest {self.id} not ready after {timeout}s ({last_err}):\n{self.log_text()}"
