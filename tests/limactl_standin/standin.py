@@ -768,9 +768,11 @@ def inspect(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
         )
         base.update(globals_)
         return base
-    if not y:
+    if y is not None and not (d / "lima.yaml").read_text(encoding="utf-8").strip():
         # An empty lima.yaml (a create killed as it wrote the file): Lima lists the
         # instance with no config, status "" and no errors in the JSON; why, on stderr.
+        # (Lima lists any lima.yaml without images so; the stand-in, which lets tests
+        # plant a person's instance from a bare `{}`, only the empty file.)
         warn(f"instance `{name}` has errors: [field `images` must be set]")
         base.update(errors=[], protected=False, limaVersion="")
         base.update(globals_)
