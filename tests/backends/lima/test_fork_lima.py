@@ -68,12 +68,10 @@ def test_a_fork_stops_copies_and_starts_its_source(tmp_path):
     proc = rig.sand("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     acts = calls(rig, "stop", "clone", "start", "edit", "protect")
-    assert acts == [
-        "stop agent-1",
-        "clone agent-1 try-1",
-        "start agent-1",
-        "start try-1",
-    ], acts
+    # The fork goes on (its marker, its start) as soon as its copy exists, while the
+    # source starts again: those two starts may come in either order.
+    assert acts[:2] == ["stop agent-1", "clone agent-1 try-1"], acts
+    assert sorted(acts[2:]) == ["start agent-1", "start try-1"], acts
     assert rig.vms() == ["agent-1", "try-1"]
     assert status(rig, "agent-1") == "Running" and status(rig, "try-1") == "Running"
     assert source_files(rig) == before  # the source: stopped and started, nothing else
