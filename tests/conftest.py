@@ -36,11 +36,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped while SAND_RIG_REQUIRED is set: {reason}"
 
 
-# Under pytest-xdist (the README's test command runs ``-n auto --dist loadgroup``) the
-# tests that boot guests under TCG go to one worker per kind, so a machine boots one
-# qemu and one real-Lima tier at a time, not one per worker, and the tier's guests,
-# ports and Lima home are never shared by two workers.
-_ONE_WORKER_EACH = (("real_lima", "real-lima"), ("tcg", "tcg"))
+# Under pytest-xdist (``addopts`` runs ``-n 4 --dist loadgroup``) the tests that boot
+# guests under TCG, the qemu ones and the real-Lima tier, all keep to one worker: one
+# TCG guest at a time, as a serial run has it (two at once on two cores starved a
+# clone's boot past its 300 s wait for an address), and the tier's guests, ports and
+# Lima home are never shared by two workers.
+_ONE_WORKER_EACH = (("real_lima", "tcg"), ("tcg", "tcg"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
