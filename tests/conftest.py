@@ -41,16 +41,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # TCG guest at a time, as a serial run has it (two at once on two cores starved a
 # clone's boot past its 300 s wait for an address), and the tier's guests, ports and
 # Lima home are never shared by two workers.
-_ONE_WORKER_EACH = (("real_lima", "tcg"), ("tcg", "tcg"))
+BOOTS_UNDER_TCG = ("tcg", "real_lima")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        for marker, group in _ONE_WORKER_EACH:
-            if item.get_closest_marker(marker) is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+        if any(item.get_closest_marker(marker) for marker in BOOTS_UNDER_TCG):
+            item.add_marker(pytest.mark.xdist_group("tcg"))
 
 
 @pytest.fixture(autouse=True)
