@@ -12,14 +12,34 @@ import sys
 from typing import Any, NoReturn
 
 from sand import defaults
-from sand.cli.completion import complete_files
+from sand.cli.completion import VM_NAMES, complete_files
 from sand.cli.exits import EXIT_ERROR
 
 DEFAULT_MANIFEST = "sand.yaml"
+# argparse's _SubParsersAction: private, and generic in the parser class.
+Subcommands = Any
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+class ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's wrapping, except for lines indented two spaces (an epilog's
+    examples), which are kept as written: a command line must not be re-flowed."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out: list[str] = []
+        for line in text.splitlines():
+            if line.startswith("  "):
+                out.append(indent + line)
+            else:
+                out.append(super()._fill_text(line, width, indent))
+        return "\n".join(out)
+
+
 class SandParser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", ExamplesFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
@@ -139,6 +159,58 @@ def add_manifest_args(p: argparse.ArgumentParser, *, plan_file: bool = False) ->
         help=f"{what}, as a flag",
     )
     complete_files(positional, flag)
+
+
+def manifest_option(p: argparse.ArgumentParser) -> None:
+    """``-f FILE`` alone, for the commands whose positional is a VM (no positional
+    manifest); ``--manifest`` kept for scripts written before."""
+    flag = p.add_argument(
+        "-f",
+        "--file",
+        "--manifest",
+        dest="manifest",
+        default=DEFAULT_MANIFEST,
+        metavar="FILE",
+        help=f"the manifest (default: ./{DEFAULT_MANIFEST})",
+    )
+    complete_files(flag)
+
+
+def vm_argument(p: argparse.ArgumentParser, words: str) -> None:
+    """The VM a command acts on: a name the manifest declares (completed from it)."""
+    action = p.add_argument("vm", metavar="VM", help=f"{words} (a name in the manifest)")
+    action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
+
+
+def add_approve_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="do not ask for confirmation (needed without a terminal)",
+    )
+
+
+def add_data_loss_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="delete or replace VMs even when their checkouts hold unpushed work "
+        "(or they cannot be swept); never implied by --watch",
+    )
+
+
+def add_steering_flags(p: argparse.ArgumentParser) -> None:
+    """``--target`` and ``--replace``, as plan and apply take them."""
+    for flag, words in (
+        ("--target", "plan and apply only this VM (repeatable); the others are left as they are"),
+        (
+            "--replace",
+            "replace this VM although nothing changed (repeatable); preserve: paths are "
+            "carried over",
+        ),
+    ):
+        action = p.add_argument(flag, action="append", default=[], metavar="VM", help=words)
+        action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
 
 
 def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

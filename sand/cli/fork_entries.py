@@ -18,7 +18,7 @@ def fork_entries(
     manifest: str, vm: str, count: int, prefix: str | None, *, memory: bool = False
 ) -> list[dict[str, Any]]:
     """``count`` entries forking ``vm``, named ``prefix``1, 2, ... past the names in use
-    (``count`` is bounded where it is parsed: ``sand.cli.fork.MAX_FORKS``)."""
+    (``count`` is bounded where it is parsed: ``sand.cli.arguments.fork.MAX_FORKS``)."""
     loaded = load_manifest(manifest)  # a broken manifest is reported as any command does
     names = {v.name.lower() for v in loaded.manifest.vms}
     if vm not in {v.name for v in loaded.manifest.vms}:

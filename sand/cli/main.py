@@ -1,12 +1,14 @@
 """The ``sand`` command line. Exit codes: 0 ok / no changes, 1 error, 2 changes
-pending (``--detailed-exitcode``). Heavy modules are imported inside the
-command that needs them, so ``sand --version`` and ``sand validate`` stay fast.
+pending (``--detailed-exitcode``). The words are parsed by the named command's flags
+alone (``sand.cli.arguments``); its handler, ``sand.cli.commands.<command>``, is imported
+only then, so ``sand --version`` and ``sand validate`` stay fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import io
 import os
 import sys
@@ -132,10 +134,7 @@ def _run(args: argparse.Namespace, *, program: bool = False) -> tuple[int, dict[
     if args.command in COLLECTOR_OFF:
         gc.disable()
     try:
-        handler = getattr(args, "handler", None)
-        if handler is None:
-            handler = _handler(args.command)
-        return int(handler(args)), {}
+        return int(_handler(args.command)(args)), {}
     except ManifestError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -168,32 +167,6 @@ def _run(args: argparse.Namespace, *, program: bool = False) -> tuple[int, dict[
 
 
 def _handler(command: str) -> Any:
-    """The function running ``command``, imported only now (so --help stays cheap)."""
-    name = "cmd_" + command.replace("-", "_")
-    if command == "completion":
-        return cmd_completion
-    if command == "plan":
-        from sand.cli.plan import cmd_plan  # the engine is not imported to plan
-
-        return cmd_plan
-    if command in ("apply", "destroy", "reset"):
-        # here, not at the top: importing it loads pydantic and yaml
-        from sand.cli import apply
-
-        return getattr(apply, name)
-    if command == "ui":
-        from sand.cli.ui import cmd_ui  # Textual is imported by this command only
-
-        return cmd_ui
-    # here, not at the top: sand --help starts without it
-    from sand.cli import commands
-
-    return getattr(commands, name)
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    """``sand completion SHELL``: the script shtab makes from this parser."""
-    import shtab  # only this command needs it
-
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
-    return 0
+    """The function running ``command``: ``run`` of its module in ``sand.cli.commands``,
+    imported only now (so --help and the parsing stay cheap)."""
+    return importlib.import_module(f"sand.cli.commands.{command}").run

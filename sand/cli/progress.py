@@ -132,7 +132,7 @@ class LineView:
 class JsonLinesView:
     """Each event as one JSON object on a line: ``{"format_version", "type": "step" |
     "retry", ...}`` (the first and last lines of ``apply --json`` are its plan and its
-    outcome, written by ``sand.cli.apply``)."""
+    outcome, written by ``sand.cli.applying``)."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out

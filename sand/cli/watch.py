@@ -1,4 +1,5 @@
-"""``sand apply --watch``: the console around ``sand.loops.watch.Watcher``."""
+"""``sand apply --watch``: the console around ``sand.loops.watch.Watcher``; its timestamped
+notes are ``sand sync``'s too."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class ConsoleReport:
         self.who = who
 
     def note(self, text: str) -> None:
-        print(f"{_now()} {self.who}: {continued(text)}", file=sys.stderr, flush=True)
+        print(f"{now_stamp()} {self.who}: {continued(text)}", file=sys.stderr, flush=True)
 
     def show_plan(self, plan: Plan) -> None:
         sys.stdout.write(render_text(plan))
@@ -44,7 +45,7 @@ def watch(args: argparse.Namespace) -> int:
     """Until Ctrl-C: 0 when it came between runs; during a run the interrupt reaches
     ``sand.cli.main``, which names what was left in progress and exits 130."""
     load_manifest(Path(args.manifest))  # a bad manifest at start is an error, exit 1
-    print(f"{_now()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
+    print(f"{now_stamp()} watching {args.manifest} (Ctrl-C to stop)", file=sys.stderr)
     # Plain lines, not a live view: a watch's runs interleave with its notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
@@ -65,9 +66,10 @@ def watch(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if inflight.phases:
                 raise
-            print(f"{_now()} watch: stopped", file=sys.stderr)
+            print(f"{now_stamp()} watch: stopped", file=sys.stderr)
     return 0
 
 
-def _now() -> str:
+def now_stamp() -> str:
+    """The time of day a note is stamped with."""
     return time.strftime("%H:%M:%S")

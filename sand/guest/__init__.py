@@ -9,5 +9,16 @@ of sand (with the Lima backend's host runner) that imports asyncssh:
 * :mod:`~sand.guest.fs` and :mod:`~sand.guest.sftp`: the guest's files for ``sand cp``;
 * :mod:`~sand.guest.stream`: a person's command with its output streamed through;
 * :mod:`~sand.guest.sweep` (with :mod:`~sand.guest.remotes`): the read-only landing
-  sweep of a guest's git checkouts, read by ``sand land`` and the unpushed-work guard.
+  sweep of a guest's git checkouts, read by ``sand land`` and the unpushed-work guard;
+* :mod:`~sand.guest.user_known_hosts`: a person's own known_hosts, read with OpenSSH's
+  rules, for the hosts the person named (a remote Lima host, a jump host).
 """
+
+import warnings
+
+# asyncssh names cryptography's DSA classes as it is imported, and recent cryptography
+# releases warn of each use (CryptographyDeprecationWarning: ten lines on stderr of every
+# command that reaches a guest). sand never offers or accepts a DSA key, so the warning
+# says nothing to its user; only that message from asyncssh's own modules is hushed.
+# Here, the package every import of asyncssh in sand goes through first.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sand.cli.verb_commands import split_remote
+from sand.cli.guests import split_remote
 from sand.errors import TransportError
 from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.verbs.shell import (

@@ -20,16 +20,17 @@ from typing import TYPE_CHECKING, Protocol
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome
 from sand.apply.run import QuietView
+from sand.cli.guests import UsageError, fork_views, land_vm, pinned_endpoint
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
 from sand.plan.model import Plan
 from sand.survey.agentread import AgentReader
 from sand.survey.status import StatusReport
+from sand.verbs.compare import ForkView
 
 if TYPE_CHECKING:
     from sand.guest.endpoint import GuestEndpoint
     from sand.manifest import LoadedManifest
-    from sand.verbs.compare import ForkView
 
 # (the plan, why it may not run or None) -> approved? The board asks in a dialog.
 Ask = Callable[[Plan, str | None], Awaitable[bool]]
@@ -170,8 +171,6 @@ class Fleet:
 
     def land(self, vm: str) -> str:
         """What ``sand land VM`` prints: the guest's checkouts, swept read-only."""
-        from sand.cli.verb_commands import land_vm
-
         out = io.StringIO()
 
         def note(line: str) -> None:  # a wake, told where the board shows land's words
@@ -187,9 +186,6 @@ class Fleet:
         """What ``sand land --compare`` shows of ``forks``: each guest read once,
         read-only; a fork no entry declares (``sand fork --apply``'s, not added yet) has
         no declared checkouts to read, and its view says so."""
-        from sand.cli.verb_commands import UsageError, fork_views
-        from sand.verbs.compare import ForkView
-
         wanted = set(forks)
         try:
             views = asyncio.run(fork_views(self.manifest, wanted.__contains__, ", ".join(forks)))
@@ -202,8 +198,6 @@ class Fleet:
     def endpoint(self, vm: str, note: Callable[[str], None] | None = None) -> GuestEndpoint:
         """The guest endpoint ``sand shell VM`` hands to ssh (its host key pinned); a VM
         asleep is woken first, ``note`` told so."""
-        from sand.cli.verb_commands import pinned_endpoint
-
         return asyncio.run(pinned_endpoint(str(self.manifest), vm, note))
 
 

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual.message import Message
 
 from sand.apply.events import StepEvent
+from sand.cli.guests import run_ssh
 from sand.cli.inflight import track
 from sand.cli.outcome import outcome_text
 from sand.cli.ui.model import shown
-from sand.cli.verb_commands import run_ssh
 from sand.cli.waits import StepClock, watched
 from sand.errors import SandError
 from sand.plan.model import Plan

@@ -213,11 +213,14 @@ def test_fork_apply_creates_the_forks_without_writing_the_manifest(tmp_path):
         rig, "fork", "agent-1", "--count", "3", "--prefix", "try-", "--apply", "--auto-approve"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The plan and the apply's words on stderr: stdout is the entries alone, so that
+    # `sand fork VM --apply >> sand.yaml` appends them and nothing else.
     assert '+ vm "try-1" (fork of agent-1 at apply time: stops agent-1 for the copy) {' in (
-        proc.stdout
+        proc.stderr
     )
+    assert "Apply complete!" in proc.stderr
     entries = THREE_FORKS
-    assert proc.stdout.endswith("\n" + entries), proc.stdout
+    assert proc.stdout == entries, proc.stdout
     assert "NOT written to sand.yaml" in proc.stderr and "plans every fork" in proc.stderr
     assert rig.manifest.read_bytes() == before
     assert rig.vms() == ["agent-1", "try-1", "try-2", "try-3"]

@@ -4,84 +4,30 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import signal
 import sys
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
 
-from sand import defaults
-from sand.cli.completion import complete_files
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
-from sand.cli.flags import INTERVAL, LEASE_WAIT, add_apply_flags
-
-if TYPE_CHECKING:
-    import asyncio
-
-    from sand.cli.hooks import HookServer
-    from sand.cli.metrics import PrometheusMetrics
-    from sand.loops.sync import Syncer
-
-
-def add_sync_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "sync",
-        help="apply the manifest in a git repository, each new commit once (GitOps)",
-        description="Follow a branch of a git repository: fetch it every --interval "
-        "seconds (or when a push webhook pokes --listen), apply each new commit's "
-        "manifest once, keep the last good one in force when a commit's is invalid, and "
-        "correct drift between commits only with selfHeal: true. The files the manifest "
-        "names by a relative path come from --host-dir, never the repository; the manifest "
-        "only names secrets, and --host-dir/secrets.yaml maps them to sources.",
-    )
-    p.add_argument("--repo", required=True, metavar="URL", help="https, ssh or file URL")
-    p.add_argument("--branch", metavar="B", help="default: the repository's default branch")
-    p.add_argument(
-        "--path",
-        default="sand.yaml",
-        metavar="PATH",
-        help="the manifest's path in the repository (default: sand.yaml)",
-    )
-    token = p.add_argument(
-        "--token-file",
-        metavar="F",
-        help="a 0600 file holding an HTTPS token for the repository (never on argv)",
-    )
-    host_dir = p.add_argument(
-        "--host-dir",
-        metavar="DIR",
-        help="where relative paths in the manifest (token_file, identity) are found, and "
-        "secrets.yaml, the map of secret names to sources (default: the current directory)",
-    )
-    p.add_argument(
-        "--interval",
-        type=INTERVAL,
-        default=defaults.INTERVAL,
-        metavar="S",
-        help=f"fetch every S seconds, 0.5 to 86400 (default {defaults.INTERVAL:g})",
-    )
-    p.add_argument("--once", action="store_true", help="fetch and apply once, then exit (CI)")
-    p.add_argument("--listen", metavar="ADDR", help="serve POST /hooks/git on HOST:PORT")
-    secret = p.add_argument(
-        "--webhook-secret-file", metavar="F", help="the 0600 file holding the webhook secret"
-    )
-    complete_files(token, host_dir, secret)
-    p.add_argument("--metrics", metavar="ADDR", help="serve Prometheus /metrics on HOST:PORT")
-    add_apply_flags(p)
-    p.add_argument(
-        "--lease-wait",
-        type=LEASE_WAIT,
-        default=defaults.UNATTENDED_LEASE_WAIT,
-        metavar="S",
-        help="seconds a run waits while another applier holds the project's lease "
-        f"(default {defaults.UNATTENDED_LEASE_WAIT:g})",
-    )
-    p.set_defaults(handler=cmd_sync)
+from sand.cli.hooks import HookServer, parse_address
+from sand.cli.inflight import track
+from sand.cli.metrics import PrometheusMetrics
+from sand.cli.progress import progress_view
+from sand.cli.watch import ConsoleReport, now_stamp
+from sand.errors import PlanRefused
+from sand.logs import register_secret
+from sand.loops.gitmirror import GitMirror
+from sand.loops.notify import Announcer
+from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
+from sand.loops.unattended import Reconciler
+from sand.manifest.hostsecrets import load_host_secrets
+from sand.state.private import private_file_problem
+from sand.survey.agentread import AgentReader
 
 
 def _refused(message: str) -> Exception:
-    # here, not at the top: every command's parser imports this module, --version too
-    from sand.errors import PlanRefused
-
     return PlanRefused(message)
 
 
@@ -98,8 +44,6 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _address(flag: str, text: str) -> tuple[str, int]:
-    # here, not at the top: sand --help starts without it
-    from sand.cli.hooks import parse_address
 
     try:
         return parse_address(text)
@@ -108,11 +52,6 @@ def _address(flag: str, text: str) -> tuple[str, int]:
 
 
 def _secret(path: str) -> bytes:
-    # here, not at the top: sand --help starts without it
-    from sand.logs import register_secret
-
-    # here, not at the top: sand --help starts without it
-    from sand.state.private import private_file_problem
 
     problem = private_file_problem(Path(path))
     if problem:
@@ -124,36 +63,7 @@ def _secret(path: str) -> bytes:
     return value.encode()
 
 
-def cmd_sync(args: argparse.Namespace) -> int:
-    # here, not at the top: sand --help starts without it
-    import asyncio
-
-    # here, not at the top: sand --help starts without it
-    from sand.cli.inflight import track
-
-    # here, not at the top: sand --help starts without it
-    from sand.cli.progress import progress_view
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.cli.watch import ConsoleReport, _now
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.loops.gitmirror import GitMirror
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.loops.notify import Announcer
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.loops.unattended import Reconciler
-
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.manifest.hostsecrets import load_host_secrets
-
-    # here, not at the top: importing it loads the backends
-    from sand.survey.agentread import AgentReader
+def run(args: argparse.Namespace) -> int:
 
     _check(args)
     hooks_at = _address("--listen", args.listen) if args.listen else None
@@ -164,9 +74,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
     metrics: SyncMetrics = NoMetrics()
     prometheus = None
     if metrics_at is not None:
-        # here, not at the top: importing it loads pydantic and yaml
-        from sand.cli.metrics import PrometheusMetrics
-
         metrics = prometheus = PrometheusMetrics()
     host_dir = Path(args.host_dir or ".").expanduser().resolve()
     load_host_secrets(host_dir)  # a broken map is said now, at its line, not at a run
@@ -197,7 +104,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if inflight.phases:
                 raise  # during a run: sand.cli.main names what it left, exits 130
-            print(f"{_now()} sync: stopped", file=sys.stderr)
+            print(f"{now_stamp()} sync: stopped", file=sys.stderr)
     return EXIT_OK
 
 
@@ -221,14 +128,6 @@ class _Serving:
         self.prometheus = prometheus
 
     async def run(self, where: str) -> None:
-        # here, not at the top: sand --help starts without it
-        import asyncio
-
-        # here, not at the top: sand --help starts without it
-        import signal
-
-        # here, not at the top: importing it loads pydantic and yaml
-        from sand.cli.watch import _now
 
         args = self.args
         loop = asyncio.get_running_loop()
@@ -243,9 +142,11 @@ class _Serving:
                     self.prometheus.serve(*self.metrics_at)
                 except OSError as exc:
                     raise _refused(f"--metrics {args.metrics}: {exc.strerror}") from None
-                print(f"{_now()} sync: metrics on http://{args.metrics}/metrics", file=sys.stderr)
+                print(
+                    f"{now_stamp()} sync: metrics on http://{args.metrics}/metrics", file=sys.stderr
+                )
             print(
-                f"{_now()} sync: following {where} every {args.interval:g}s (Ctrl-C to stop)",
+                f"{now_stamp()} sync: following {where} every {args.interval:g}s (Ctrl-C to stop)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -257,11 +158,6 @@ class _Serving:
                 self.prometheus.stop()
 
     def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> HookServer:
-        # here, not at the top: sand --help starts without it
-        from sand.cli.hooks import HookServer
-
-        # here, not at the top: importing it loads pydantic and yaml
-        from sand.cli.watch import _now
 
         report, metrics = self.syncer.reconciler.report, self.syncer.metrics
         assert self.hooks_at is not None
@@ -281,5 +177,7 @@ class _Serving:
             server = HookServer(self.hooks_at, self.secret, on_poke, on_refused).start()
         except OSError as exc:
             raise _refused(f"--listen {self.args.listen}: {exc.strerror}") from None
-        print(f"{_now()} sync: webhook on http://{self.args.listen}/hooks/git", file=sys.stderr)
+        print(
+            f"{now_stamp()} sync: webhook on http://{self.args.listen}/hooks/git", file=sys.stderr
+        )
         return server

@@ -18,7 +18,7 @@ from sand.project import open_session
 from sand.survey.plan import compute_plan
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     session = open_session(args.manifest, lock=False, send_listings=True)
 
     async def run() -> Plan:

@@ -1,101 +1,33 @@
-"""``sand apply``, ``sand destroy`` and ``sand reset``: the prompts, the summaries and
-the exit codes around the reconcile loop (which itself prints nothing)."""
+"""One apply run as a person starts it (``sand apply``, ``destroy``, ``reset`` and
+``fork --apply``): the terminal question, the plan and progress shown, the summary and
+the exit code around ``sand.apply.run.ApplyRun`` (which itself prints nothing)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sand import asyncrun
+from sand.apply.events import Hooks
 from sand.apply.lease import same_changes
 from sand.apply.reconcile import ApplyOutcome, Prepared
 from sand.apply.run import ApplyRun, Approver, AutoApprove, RunEnd, Steering
+from sand.backends.lease import LeaseBusy
 from sand.cli.colour import use_colour
+from sand.cli.confirm import apply_question, confirm
 from sand.cli.exits import EXIT_ERROR, EXIT_OK
+from sand.cli.inflight import track
 from sand.cli.outcome import report_outcome
-from sand.cli.progress import progress_view
-from sand.defaults import PARALLELISM
+from sand.cli.progress import progress_view, write_json_line
 from sand.errors import PlanRefused
+from sand.manifest.loader import LoadedManifest
 from sand.plan import Plan
 from sand.plan.render import plan_to_json, render_text
 from sand.project import open_session
-
-if TYPE_CHECKING:
-    from sand.apply.events import Hooks
-    from sand.backends.lease import LeaseBusy
-    from sand.manifest.loader import LoadedManifest
-
-
-def cmd_apply(args: argparse.Namespace) -> int:
-    if args.watch:
-        if args.allow_data_loss:
-            raise PlanRefused(
-                "--allow-data-loss is never used with --watch: a save must not destroy work"
-            )
-        if args.target or args.replace:
-            raise PlanRefused("--target and --replace are for one apply, never with --watch")
-        # here, not at the top: sand apply starts without it
-        from sand.cli.watch import watch
-
-        return watch(args)
-    return run_apply(
-        args.manifest,
-        auto_approve=args.auto_approve,
-        parallelism=args.parallelism,
-        allow_mass_delete=args.allow_mass_delete,
-        as_json=args.json,
-        progress_mode="log" if args.log_format == "json" else "auto",
-        allow_data_loss=args.allow_data_loss,
-        targets=args.target,
-        replace_vms=args.replace,
-        lease_wait=args.lease_wait,
-    )
-
-
-def cmd_reset(args: argparse.Namespace) -> int:
-    """``sand reset VM``: the VM replaced from its image, its ``preserve:`` paths carried
-    over — exactly ``sand apply --replace VM --target VM`` (same prompt, same guards)."""
-    try:
-        return _reset(args)
-    except PlanRefused as exc:
-        # The person typed `sand reset VM`, not the flags it stands for.
-        message = str(exc)
-        for flag in ("--replace", "--target"):
-            message = message.replace(f"{flag} {args.vm!r}", f"sand reset {args.vm!r}", 1)
-        raise PlanRefused(message) from None
-
-
-def _reset(args: argparse.Namespace) -> int:
-    return run_apply(
-        args.manifest,
-        auto_approve=args.auto_approve,
-        parallelism=1,
-        allow_mass_delete=False,
-        as_json=False,
-        progress_mode="log" if args.log_format == "json" else "auto",
-        allow_data_loss=args.allow_data_loss,
-        targets=[args.vm],
-        replace_vms=[args.vm],
-        command="reset",
-    )
-
-
-def cmd_destroy(args: argparse.Namespace) -> int:
-    return run_apply(
-        args.manifest,
-        auto_approve=args.auto_approve,
-        parallelism=PARALLELISM,
-        allow_mass_delete=True,
-        as_json=False,
-        destroy=True,
-        allow_data_loss=args.allow_data_loss,
-        command="destroy",
-    )
+from sand.survey.planfile import read_plan_file, saved_steering
 
 
 def run_apply(
@@ -116,9 +48,6 @@ def run_apply(
 ) -> int:
     """``loaded``: the manifest to apply, as read already (``sand fork --apply``: the
     file with the forks added in memory); default: the file as it is."""
-    # here, not at the top: sand apply starts without it
-    from sand.survey.planfile import read_plan_file, saved_steering
-
     saved = read_plan_file(manifest)
     if saved is not None:
         # A saved plan was approved when it was made; it runs only if still exact, and
@@ -216,8 +145,6 @@ class _Console:
     def planned(self, prepared: Prepared) -> None:
         if self.as_json:
             # The stream's first line: the plan about to run (the last: its outcome).
-            from sand.cli.progress import write_json_line
-
             body = {"plan": plan_to_json(prepared.plan), "recovered": list(prepared.recovered)}
             write_json_line(sys.stdout, "plan", body)
         else:
@@ -230,15 +157,9 @@ class _Console:
 
     @contextlib.contextmanager
     def carrying_out(self) -> Iterator[Hooks]:
-        # here, not at the top: sand apply starts without it
-        from sand.cli.inflight import track
-
         with progress_view(self.progress_mode) as view:
             yield track(view)  # what Ctrl-C will say was left in progress
 
 
 def _approved(destroy: bool) -> bool:
-    # here, not at the top: sand apply starts without it
-    from sand.cli.confirm import apply_question, confirm
-
     return confirm("\n" + apply_question(destroy))
