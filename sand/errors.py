@@ -81,8 +81,11 @@ class ManifestError(SandError):
 
     layer = ErrorLayer.MANIFEST
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[Problem], *, summary: str = "") -> None:
         self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.column, p.message))
+        # What the last line says instead of "the manifest is invalid": a file that
+        # could not be read at all is no invalid manifest.
+        self.summary = summary
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

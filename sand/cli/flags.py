@@ -213,6 +213,13 @@ def add_steering_flags(p: argparse.ArgumentParser) -> None:
         action.complete = VM_NAMES  # type: ignore[attr-defined]  # read by shtab
 
 
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the command ``args`` were parsed for (``parser`` itself when none):
+    the one whose usage a person fixing that command's words needs to see."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices.get(args.command, parser)
+
+
 def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Fold ``-f`` into ``args.manifest``; both given and different is a usage error."""
     if not hasattr(args, "manifest_file"):
@@ -220,8 +227,8 @@ def resolve_manifest(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     given, flag = args.manifest, args.manifest_file
     if given is not None and flag is not None and given != flag:
         # Told by the subcommand's parser, so the usage shown is the one to fix.
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        owner = sub.choices.get(args.command, parser)
-        owner.error(f"the manifest is given twice ({given} and -f {flag}): give one")
+        command_parser(parser, args).error(
+            f"the manifest is given twice ({given} and -f {flag}): give one"
+        )
     args.manifest = given or flag or DEFAULT_MANIFEST
     del args.manifest_file

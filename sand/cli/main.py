@@ -19,7 +19,7 @@ from typing import Any
 from sand import __version__
 from sand.cli.completion import print_vm_names
 from sand.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED
-from sand.cli.flags import resolve_manifest
+from sand.cli.flags import command_parser, resolve_manifest
 from sand.cli.parser import build_parser, subcommands
 
 __all__ = ["build_parser", "main"]
@@ -72,7 +72,10 @@ def _main(words: list[str], *, program: bool = False) -> int:
     if not sys.stdout.isatty() and isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     parser = _parser_for(words)
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # argparse says this with the top-level usage; the command's is the one to fix.
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
@@ -139,11 +142,9 @@ def _run(args: argparse.Namespace, *, program: bool = False) -> tuple[int, dict[
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         count = len(exc.problems)
-        print(
-            f"Error: the manifest is invalid ({count} problem{'s' * (count != 1)}).",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR, {"error": f"the manifest is invalid ({count})"}
+        summary = exc.summary or f"the manifest is invalid ({count} problem{'s' * (count != 1)})"
+        print(f"Error: {summary}.", file=sys.stderr)
+        return EXIT_ERROR, {"error": exc.summary or f"the manifest is invalid ({count})"}
     except SandError as exc:
         # here, not at the top: sand --help starts without it
         from sand.redaction import redact

@@ -50,7 +50,11 @@ def load_manifest(path: str | FsPath) -> LoadedManifest:
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise ManifestError([Problem(str(file), 1, 1, f"cannot read: {exc.strerror}")]) from None
+        missing = " (give its path, or -f FILE)" if isinstance(exc, FileNotFoundError) else ""
+        raise ManifestError(
+            [Problem(str(file), 1, 1, f"cannot read: {exc.strerror}")],
+            summary=f"cannot read the manifest {file}: {exc.strerror}{missing}",
+        ) from None
     return load_manifest_bytes(raw, file)
 
 

@@ -157,10 +157,27 @@ def _key_of(key_node: yaml.Node) -> str:
     if not isinstance(key_node, yaml.ScalarNode):
         raise YamlProblem(Mark.of(key_node.start_mark), "keys must be plain strings")
     if key_node.tag != "tag:yaml.org,2002:str":
-        raise YamlProblem(
-            Mark.of(key_node.start_mark), f"key {key_node.value!r} must be a string, not a number"
-        )
+        raise YamlProblem(Mark.of(key_node.start_mark), _not_a_string(key_node))
     return str(key_node.value)
+
+
+# What a plain key resolved to, by YAML 1.1's rules, in a person's words.
+_KEY_KINDS = {
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:int": "a number",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:null": "null",
+    "tag:yaml.org,2002:timestamp": "a date",
+}
+
+
+def _not_a_string(key_node: yaml.ScalarNode) -> str:
+    kind = _KEY_KINDS.get(key_node.tag, "not a string")
+    why = f"key {key_node.value!r} must be a string; YAML reads it as {kind}"
+    if key_node.tag == "tag:yaml.org,2002:bool":
+        # on/off/yes/no/y/n: YAML 1.1's booleans, a trap for `on:` in particular.
+        why += f" (on, off, yes and no are YAML 1.1 booleans): quote it, '{key_node.value}'"
+    return why
 
 
 def _reason(exc: BaseException) -> str:

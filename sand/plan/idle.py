@@ -10,6 +10,7 @@ idle: sand puts to sleep only what it saw unused.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,13 @@ class Asleep:
     since: float = 0.0
     by: str = "idle"
     identity: str = ""  # the VM put to sleep ("": not recorded, a hibernation seen)
+
+    def since_utc(self) -> str | None:
+        """``since`` as the JSON outputs give every time: ISO 8601 in UTC (None: not
+        recorded), as ``last_reconcile`` and a lease's ``since`` are."""
+        if not self.since:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
 
 
 def span(seconds: float) -> str:

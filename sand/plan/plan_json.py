@@ -42,7 +42,7 @@ def shared_stops(plan: Plan) -> dict[str, tuple[str, ...]]:
 
 # Bumped only when a key is removed or changes meaning; new keys keep the version.
 # sand/schemas/plan.schema.json describes it; docs/output.md explains it.
-PLAN_FORMAT_VERSION = "1"
+PLAN_FORMAT_VERSION = "2"
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         if c.asleep is not None:
             out["asleep"] = {
                 "how": c.asleep.how,
-                "since": c.asleep.since or None,
+                "since": c.asleep.since_utc(),
                 "by": c.asleep.by,
             }
         fork = c.desired.fork if c.desired is not None else None

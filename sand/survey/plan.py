@@ -16,7 +16,7 @@ from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
-from sand.plan.model import FORK_BLOCKER, Plan
+from sand.plan.model import FORK_BLOCKER, Plan, VMChange
 from sand.plan.pools import with_pools
 from sand.plan.targeting import steer
 from sand.project import Session, observe_all
@@ -105,6 +105,8 @@ async def compute_plan(
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
     plan = steer(plan, targets=targets, replace_vms=replace_vms)
+    if destroy:
+        plan = _as_destroy(plan, {vm.name for vm in session.desired.vms})
     # Which new VMs claim a spare (and which spares refill), before the bases: a claim
     # clones nothing, a refill is cloned from its pool's base.
     plan = with_pools(plan, desired)
@@ -124,3 +126,19 @@ async def compute_plan(
         plan = await preflight_plan(plan, session)
         plan = await guard_plan(plan, session, allow_data_loss=allow_data_loss)
     return plan
+
+
+_DESTROY = "sand destroy deletes every VM of the project"
+
+
+def _as_destroy(plan: Plan, declared: set[str]) -> Plan:
+    """``sand destroy`` plans against a manifest of no VMs; a VM the file does declare
+    is deleted because destroy deletes the project, not because the file left it out."""
+
+    def said(change: VMChange) -> VMChange:
+        if change.vm not in declared:
+            return change
+        why = tuple(r.replace("not in the manifest", _DESTROY, 1) for r in change.reasons)
+        return replace(change, reasons=why)
+
+    return replace(plan, changes=tuple(said(c) for c in plan.changes))

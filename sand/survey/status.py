@@ -30,7 +30,7 @@ from sand.survey.plan import compute_plan
 
 UNKNOWN = "Unknown"
 # Bumped only when a key is removed or changes meaning (sand/schemas/status.schema.json).
-STATUS_FORMAT_VERSION = "1"
+STATUS_FORMAT_VERSION = "2"
 
 
 @dataclass
@@ -260,7 +260,7 @@ def _row(
         # only then: every other row reads as it always has
         asleep=None
         if c.asleep is None
-        else {"how": c.asleep.how, "since": c.asleep.since or None, "by": c.asleep.by},
+        else {"how": c.asleep.how, "since": c.asleep.since_utc(), "by": c.asleep.by},
     )
 
 

@@ -47,6 +47,14 @@ def test_a_usage_error_exits_1_with_argparse_message(tmp_path, args, says):
     assert proc.stdout == ""
 
 
+@pytest.mark.parametrize("command", ["plan", "apply", "status", "destroy", "doctor"])
+def test_an_unknown_flag_shows_the_usage_of_its_command(tmp_path, command):
+    proc = Sand(tmp_path).run(command, "--bogus")
+    assert proc.returncode == 1
+    assert f"sand {command}: error: unrecognized arguments: --bogus" in proc.stderr
+    assert proc.stderr.startswith(f"usage: sand {command} "), proc.stderr
+
+
 def test_the_manifest_twice_and_different_is_a_usage_error(tmp_path):
     proc = Sand(tmp_path).run("plan", "a.yaml", "-f", "b.yaml")
     assert proc.returncode == 1

@@ -209,6 +209,10 @@ def test_destroy_keeps_protected_vms(sand, fakepve_server):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert names(rig) == ["keep"]
     assert "protected" in proc.stdout
+    # Both are in the manifest: destroy deletes them because it was asked to.
+    assert "not in the manifest" not in proc.stdout, proc.stdout
+    assert "#   sand destroy deletes every VM of the project\n" in proc.stdout
+    assert "sand destroy deletes every VM of the project, but protected" in proc.stdout
     assert "Not converged: keep blocked." in proc.stderr
 
 

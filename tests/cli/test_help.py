@@ -87,3 +87,18 @@ def test_a_lima_vm_is_named_once_in_the_plan():
     text = render_text(make_plan(state, obs, POLICIES))
     assert "  # c (laptop) will be updated in place" in text, text
     assert "(laptop, c)" not in text
+
+
+def test_a_usage_written_by_hand_names_every_flag_of_its_command():
+    """shell, cp and fork write their usage line by hand: it must not fall behind the
+    flags (fork's left out --apply)."""
+    for name, parser in _commands(build_parser()):
+        if parser.usage is None:
+            continue  # argparse's own, from the flags themselves
+        for action in parser._actions:
+            flags = action.option_strings
+            if flags and flags[0] not in ("-h", "--log-format", "--log-level", "--no-color"):
+                assert any(f"{f} " in parser.usage or f"{f}]" in parser.usage for f in flags), (
+                    name,
+                    flags,
+                )

@@ -32,7 +32,7 @@ def run_json(sand: Sand, *args: str, expect: int) -> dict[str, Any]:
     proc = sand.run(*args)
     assert proc.returncode == expect, proc.stdout + proc.stderr
     data: dict[str, Any] = json.loads(proc.stdout)
-    assert data["format_version"] == "1"
+    assert data["format_version"] == "2"
     return data
 
 
@@ -103,7 +103,7 @@ def test_the_schemas_reject_what_sand_never_prints():
     # A schema that accepts anything could not catch a renamed key.
     validate("plan", {**minimal_plan()})
     with pytest.raises(AssertionError):
-        validate("plan", {**minimal_plan(), "format_version": "2"})
+        validate("plan", {**minimal_plan(), "format_version": "1"})
     with pytest.raises(AssertionError):
         validate("plan", {**minimal_plan(), "chnages": []})
     bad = minimal_plan()
@@ -131,7 +131,7 @@ def test_the_schemas_reject_what_sand_never_prints():
 
 def minimal_plan() -> dict[str, Any]:
     return {
-        "format_version": "1",
+        "format_version": "2",
         "project": "demo",
         "refresh_only": False,
         "observed_fingerprint": "0" * 16,
@@ -146,7 +146,7 @@ def minimal_plan() -> dict[str, Any]:
 def test_docs_output_names_every_key_the_schemas_list():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "output.md").read_text()
     missing = []
-    for name in ("plan", "status", "apply"):
+    for name in ("plan", "status", "apply", "doctor"):
         schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
         nodes = [schema, *schema.get("definitions", {}).values()]
         for node in nodes:

@@ -4,10 +4,13 @@ sand before its first write: the plan blocks it with the fix, apply writes nothi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cli.helpers import Sand
 from tests.fakepve_rig.rig import FakePveRig
+from tests.machine_schemas import validate
 
 BOTH = pytest.mark.parametrize("pve_version", [8, 9])
 
@@ -145,3 +148,19 @@ def test_pending_cpu_change_shows_as_waiting_for_a_reboot_and_apply_restarts(
     after = rig.vm(vm.vmid)
     assert after.config["cpu"] == "host" and after.pending == {}
     assert after.status == "running"
+
+
+def test_doctor_json_names_each_backend_and_its_problems(sand, fakepve_factory):
+    """``sand doctor --json``: the same findings as the text, per backend, valid against
+    the shipped schema, and the exit code the document's ``ok`` says."""
+    rig = fakepve_factory(nodes=("pve1", "pve2"))
+    sand.write(rig.manifest([{"name": "far", "memory": "1GiB", "node": "pve2"}]))
+    text = sand.run("doctor")
+    proc = sand.run("doctor", "--json")
+    assert proc.returncode == text.returncode == 1, proc.stdout + proc.stderr
+    document = json.loads(proc.stdout)
+    validate("doctor", document)
+    assert document["ok"] is False
+    [backend] = document["backends"]
+    assert backend["ok"] is False and backend["problems"]
+    assert [f"{backend['name']}: {p}" for p in backend["problems"]] == text.stdout.splitlines()

@@ -93,7 +93,9 @@ def test_another_host_reads_the_sleep_off_the_vm_itself(sand, fakepve_server, tm
     proc = sand.run("plan", "--detailed-exitcode", env=other)
     assert proc.returncode == 0 and "No changes." in proc.stdout, proc.stdout + proc.stderr
     row = json.loads(sand.run("status", "--json", env=other).stdout)["vms"][0]
-    assert row["asleep"] == {"how": how, "since": int(mark.rsplit("-", 1)[1]), "by": "person"}
+    # Every time in sand's JSON is ISO 8601 in UTC, this one too (not epoch seconds).
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(mark.rsplit("-", 1)[1])))
+    assert row["asleep"] == {"how": how, "since": since, "by": "person"}
     assert row["conditions"]["Synced"] is True
     assert [r.method for r in rig.log] == ["GET"] * len(rig.log)  # read off the listing
 

@@ -423,6 +423,15 @@ CASES = [
         "'needs-input', 'done' or 'failed'",
     ),
     Case("notify-debounce", REPOS, "notify:\n  debounce: -1\n" + REPOS, "-1", "0"),
+    # YAML 1.1 reads `on` as true: the message says so, not "not a number".
+    Case(
+        "notify-on",
+        REPOS,
+        "notify:\n  on: [failed]\n" + REPOS,
+        "on:",
+        "YAML reads it as a boolean (on, off, yes and no are YAML 1.1 booleans): quote it",
+    ),
+    Case("key-number", REPOS, "notify:\n  2: [failed]\n" + REPOS, "2:", "reads it as a number"),
     at_agent("    idle: {after: 2x}\n", "2x", "is not a duration", "idle-after-unit"),
     at_agent("    idle: {after: 120}\n", "120", "has no unit", "idle-after-bare-number"),
     at_agent("    idle: {after: 1m}\n", "1m", "out of range", "idle-after-too-short"),

@@ -25,13 +25,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             m = _validated(name).manifest
         except ManifestError as exc:
-            results.append({"file": name, "valid": False, "problems": exc.problems})
+            results.append(
+                {"file": name, "valid": False, "problems": exc.problems, "summary": exc.summary}
+            )
             continue
         results.append(
             {"file": name, "valid": True, "vms": len(m.vms), "backends": len(m.backends)}
         )
     if args.json:
         for r in results:
+            r.pop("summary", None)  # the text's last line; the problems say it all
             r["problems"] = [
                 {"file": p.file, "line": p.line, "column": p.column, "message": p.message}
                 for p in r.get("problems", ())
@@ -63,4 +66,5 @@ def _print_validated(result: dict[str, Any]) -> None:
     for problem in problems:
         print(problem, file=sys.stderr)
     count = len(problems)
-    print(f"Error: {name} is invalid ({count} problem{'s' * (count != 1)}).", file=sys.stderr)
+    summary = result["summary"] or f"{name} is invalid ({count} problem{'s' * (count != 1)})"
+    print(f"Error: {summary}.", file=sys.stderr)
