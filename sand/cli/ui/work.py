@@ -7,7 +7,7 @@ A refresh is single-flight: asked for while one runs, it runs once more after it
 often it was asked. One apply at a time. Threads are daemons: quitting never waits for
 an observation; an apply is cancelled where it is (as Ctrl-C does to ``sand apply``,
 its journal entries stay open for the next apply) and waited for, briefly, by
-:func:`sand.cli.ui.run_board`.
+:func:`sand.cli.commands.ui.run_board`.
 """
 
 from __future__ import annotations
