@@ -9,12 +9,11 @@ per-VM reads: equal fingerprints mean nothing sand manages has changed.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
+from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: imported from here
@@ -223,16 +222,6 @@ class DesiredState:
         return [vm for vm in self.vms if vm.backend == backend]
 
 
-# What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`` uses,
-# made once: given options, ``json.dumps`` builds a new encoder at every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
-
-
-def digest(value: object, length: int = 16) -> str:
-    """Stable short hash of JSON-able data (sorted keys, no whitespace)."""
-    return hashlib.sha256(_CANONICAL.encode(value).encode()).hexdigest()[:length]
-
-
 def with_fingerprints(vm: DesiredVM) -> DesiredVM:
     """A copy of ``vm`` with its two fingerprints set.
 
@@ -254,7 +243,6 @@ def _fingerprinted(vm: DesiredVM) -> DesiredVM:
 
 
 def _replace(item: T, **changes: object) -> T:
-
     return replace(item, **changes)  # type: ignore[type-var]
 
 

@@ -11,16 +11,14 @@ import pytest
 
 from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
+from sand.cli.ui.columns import LAST_AT_LEAST, Fit, columns_that_fit
 from sand.cli.ui.detail import Detail, detail_text, journal_lines
 from sand.cli.ui.model import (
     COLUMNS,
-    LAST_AT_LEAST,
     Activity,
     BoardRow,
-    Fit,
     age,
     board_rows,
-    columns_that_fit,
     next_activity,
     painted,
     summary,

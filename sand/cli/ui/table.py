@@ -10,7 +10,7 @@ loop, so keys are handled between chunks.
 The table itself is a :class:`RowsTable`: a DataTable that draws its lines again once
 it has measured what it was given (see there).
 
-The view also fits the rows to the width (:func:`sand.cli.ui.model.columns_that_fit`):
+The view also fits the rows to the width (:func:`sand.cli.ui.columns.columns_that_fit`):
 it keeps every row's whole cells and draws the columns that fit, an apply's step cut
 to the room left, and fits them again when the terminal is resized.
 """
@@ -25,14 +25,12 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
+from sand.cli.ui.columns import Fit, cell_width, columns_that_fit
 from sand.cli.ui.model import (
     COLUMNS,
     GIVE_WAY,
     LAST_COLUMN,
     Cell,
-    Fit,
-    cell_width,
-    columns_that_fit,
 )
 
 CHUNK = 50  # rows added per turn of the event loop (the table measures them, ~20 ms)
