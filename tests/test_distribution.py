@@ -24,6 +24,13 @@ def test_the_distribution_is_sand_fleet_and_the_command_sand():
     assert project["name"] == "sand-fleet"
     assert project["scripts"] == {"sand": "sand.cli.main:main"}
     assert project["license"] == "MIT"  # SPDX: the table form stops building in 2027
+    # The licence's text ships with it, and PyPI's filters find it.
+    assert project["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+    classifiers = set(project["classifiers"])
+    assert {"Typing :: Typed", "Programming Language :: Python :: 3.11"} <= classifiers
+    # No licence classifier beside the SPDX expression: setuptools refuses both.
+    assert not any(c.startswith("License ::") for c in classifiers)
 
 
 def test_nothing_installs_the_other_sand_or_points_at_a_placeholder():

@@ -16,9 +16,12 @@ of sand (with the Lima backend's host runner) that imports asyncssh:
 
 import warnings
 
-# asyncssh names cryptography's DSA classes as it is imported, and recent cryptography
-# releases warn of each use (CryptographyDeprecationWarning: ten lines on stderr of every
-# command that reaches a guest). sand never offers or accepts a DSA key, so the warning
-# says nothing to its user; only that message from asyncssh's own modules is hushed.
-# Here, the package every import of asyncssh in sand goes through first.
-warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
+from cryptography.utils import CryptographyDeprecationWarning
+
+# asyncssh names cryptography's DSA, ARC4 and TripleDES classes as it is imported, and
+# recent cryptography releases warn of each (CryptographyDeprecationWarning: ten lines or
+# more on stderr of every command that reaches a guest). sand never offers or accepts
+# those algorithms, so the warnings say nothing to its user; only cryptography's, raised
+# in asyncssh's own modules, are hushed. Here, the package every import of asyncssh in
+# sand goes through first.
+warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")

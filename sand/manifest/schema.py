@@ -121,3 +121,9 @@ def _rewrite(node: Any) -> Any:
         siblings = {k: v for k, v in out.items() if k != "$ref"}
         return {"allOf": [{"$ref": out["$ref"]}], **siblings}
     return out
+
+
+if __name__ == "__main__":  # scripts/publish-schemas: the checked-in file made anew
+    import sys
+
+    sys.stdout.write(schema_text())

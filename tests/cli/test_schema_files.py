@@ -74,3 +74,11 @@ def test_plain_validators_follow_the_refs(tmp_path, fakepve_server):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = subprocess.run([*check, instances[-1]], capture_output=True, text=True, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_the_published_schemas_are_the_shipped_ones():
+    """schemas/ at the top of the repository is what people link to; it is the package's
+    sand/schemas/, copied by scripts/publish-schemas, and never drifts from it."""
+    shipped = {p.name: p.read_bytes() for p in (ROOT / "sand" / "schemas").glob("*.json")}
+    published = {p.name: p.read_bytes() for p in (ROOT / "schemas").glob("*.json")}
+    assert published == shipped, "run scripts/publish-schemas"

@@ -153,7 +153,7 @@ def test_format_size_round_trips():
 
 def test_checked_in_schema_matches_the_models():
     checked_in = (ROOT / "sand" / "schemas" / "sand.schema.json").read_text()
-    regenerate = "regenerate with: sand schema > sand/schemas/sand.schema.json"
+    regenerate = "regenerate with: scripts/publish-schemas"
     assert checked_in == schema_text(), regenerate
     schema = json.loads(checked_in)
     assert schema["additionalProperties"] is False

@@ -11,7 +11,8 @@ CLI (run as root)::
     python -m tests.rig.lima run -- CMD  # CMD as that user, with that environment
 
 e.g. ``python -m tests.rig.lima run -- limactl --version`` or
-``python -m tests.rig.lima run -- python3 -m sand validate /tmp/sand.yaml``.
+``python -m tests.rig.lima run -- sand validate /tmp/sand.yaml``: ``sand`` is on that
+user's PATH, this checkout's code run with the system Python and sand's dependencies.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.rig import limabuild, limaimage
+from tests.rig import limabuild, limaimage, limapy
 from tests.rig._util import RigError, file_lock, run
 
 USER = "sand-lima"
@@ -158,8 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     except RigError as exc:
         print(exc, file=sys.stderr)
         return 1
+    try:
+        for_sand = limapy.sand_for_user()
+    except (RigError, subprocess.CalledProcessError) as exc:
+        print(f"sand for the Lima user: {exc}", file=sys.stderr)
+        return 1
+    # `sand` on the user's PATH, as a person types it (the tier's own runs pass theirs).
+    path = f"{for_sand['PATH_PREFIX']}{os.pathsep}{lima.env()['PATH']}"
+    with_sand = {"PATH": path, "PYTHONPATH": for_sand["PYTHONPATH"]}
     if args.command == "env":
-        extra = {"SAND_LIMA_USER": lima.user}
+        extra = {"SAND_LIMA_USER": lima.user, **with_sand}
         image = limaimage.built()
         if image is not None:  # a Debian 12 image Lima boots (tests/rig/limaimage.py)
             extra["SAND_LIMA_IMAGE_DIR"] = str(image)
@@ -169,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         parser.error("run: give a command after --")
-    return subprocess.run(lima.argv(command), check=False).returncode
+    return subprocess.run(lima.argv(command, with_sand), check=False).returncode
 
 
 if __name__ == "__main__":

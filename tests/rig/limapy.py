@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,25 @@ def site_dir() -> Path:
         finally:
             remove_tree(tmp)
     return dest
+
+
+def sand_for_user() -> dict[str, str]:
+    """What the Lima user's environment needs for a working ``sand`` on its PATH, as a
+    person driving the real Lima by hand types it (``tests.rig.lima run -- sand ...``):
+    sand's code copied where that user reads it (a checkout under /root is 0700), a
+    ``sand`` launcher running it with the system Python, and its dependencies."""
+    site = site_dir()
+    root = cache_dir() / "lima-sand"
+    code, bin_dir = root / "py", root / "bin"
+    with file_lock(cache_dir() / "lima-sand.lock"):
+        remove_tree(code)  # the checkout as it is now, every time
+        shutil.copytree(REPO / "sand", code / "sand", ignore=shutil.ignore_patterns("__pycache__"))
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        launcher = bin_dir / "sand"
+        launcher.write_text(f'#!/bin/sh\nexec {SYSTEM_PYTHON} -m sand "$@"\n')
+        run(["chmod", "-R", "a+rX", root])
+        launcher.chmod(0o755)
+    return {"PATH_PREFIX": str(bin_dir), "PYTHONPATH": f"{code}:{site}"}
 
 
 def main() -> int:
