@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sand.backends.abilities import ListsEarly
+from sand.backends.abilities import ListsEarly, capabilities_of
 from sand.backends.capabilities import Capabilities
 from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
@@ -42,7 +42,7 @@ class Session:
         return self.desired.project
 
     def capabilities(self) -> Mapping[str, Capabilities]:
-        return {name: b.capabilities for name, b in self.backends.items()}
+        return {name: capabilities_of(b) for name, b in self.backends.items()}
 
     async def close(self) -> None:
         for backend in self.backends.values():

@@ -6,8 +6,11 @@ backend that lacks one is simply not an instance of it (the in-memory test backe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sand.backends.capabilities import Capabilities
+from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.observed import ObservedVM
 
@@ -86,3 +89,13 @@ class CopiesForksTogether(Protocol):
     create (``expect_forks``), each still created by its own ``create`` call."""
 
     def expect_forks(self, forks: Sequence[DesiredVM]) -> None: ...
+
+
+def capabilities_of(backend: Backend | type[Backend]) -> Capabilities:
+    """What the planner may plan on ``backend`` (an instance or its class): its declared
+    field policy and kinds of fork, and what it can do at all read off the abilities it
+    implements (sleeps, claims): one declaration, the method, so the plan never promises
+    what the engine would refuse."""
+    kind = backend if isinstance(backend, type) else type(backend)
+    declared = kind.capabilities
+    return replace(declared, sleeps=issubclass(kind, Sleeps), claims=issubclass(kind, ClaimsSpares))

@@ -47,3 +47,9 @@ class Capabilities:
     # A fork stops its source for the copy and starts it again (Lima: limactl clone
     # copies a stopped instance); it is then refused while the source's agent works.
     fork_stops_source: bool = False
+    # What the backend object can do at all: it puts VMs to sleep and wakes them
+    # (``Sleeps``), it claims a warm pool's spares (``ClaimsSpares``). Never declared
+    # by hand: :func:`sand.backends.abilities.capabilities_of` reads them off the abilities the
+    # backend implements, so the plan never promises what the engine would refuse.
+    sleeps: bool = False
+    claims: bool = False

@@ -96,7 +96,7 @@ def make_plan(
         can = capabilities.get(vm.backend, NO_CAPABILITIES)
         recorded = (asleep or {}).get(vm.name)
         change = lapsed or _plan_vm(vm, obs, can, secrets, recorded)
-        if not lapsed and not refresh_only:
+        if not lapsed and not refresh_only and can.sleeps:
             change = maybe_sleep(change, (presence or {}).get(vm.name), suspends=can.suspends)
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:

@@ -13,14 +13,19 @@ out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
+from sand.backends.capabilities import Capabilities
 from sand.desired import DesiredState
 from sand.manifest.pools import SPARE_INFIX
 from sand.plan.model import Action, GuestAction, Plan, VMChange
 
 
-def with_pools(plan: Plan, desired: DesiredState) -> Plan:
+def with_pools(plan: Plan, desired: DesiredState, capabilities: Mapping[str, Capabilities]) -> Plan:
+    """``capabilities``: per backend, whether it claims spares at all; on one that does
+    not, a VM naming a pool is made as any VM (and says so), never planned as a claim
+    the engine would refuse."""
     if plan.refresh_only or not desired.manifest.pools:
         return plan
     ready: dict[tuple[str, str], list[VMChange]] = {}
@@ -35,6 +40,11 @@ def with_pools(plan: Plan, desired: DesiredState) -> Plan:
         if vm is None or vm.spare or vm.pool is None or c.action is not Action.CREATE:
             continue
         if plan.targets and c.vm not in plan.targets:
+            continue
+        can = capabilities.get(c.backend)
+        if can is None or not can.claims:
+            why = f"backend {c.backend} claims no spares: made as any VM"
+            changes[i] = replace(c, reasons=(*c.reasons, why))
             continue
         spares = ready.get((c.backend, vm.pool))
         if not spares:

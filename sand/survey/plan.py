@@ -109,7 +109,7 @@ async def compute_plan(
         plan = _as_destroy(plan, {vm.name for vm in session.desired.vms})
     # Which new VMs claim a spare (and which spares refill), before the bases: a claim
     # clones nothing, a refill is cloned from its pool's base.
-    plan = with_pools(plan, desired)
+    plan = with_pools(plan, desired, session.capabilities())
     if any(b.kind == FORK_BLOCKER for c in plan.changes for b in c.blockers):
         from sand.survey.preflight import located_forks  # only for a fork that waits
 

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 from sand.agentstate import AgentReport, report_from_json
 from sand.apply.reconcile import ApplyOutcome
-from sand.backends.lima.backend import CAPABILITIES
+from sand.backends.abilities import capabilities_of
+from sand.backends.lima.backend import LimaBackend
 from sand.cli.ui.fleet import Ask, Fleet, Snapshot
 from sand.desired import build_desired
 from sand.manifest import load_manifest
@@ -124,10 +125,10 @@ class FixedFleet(Fleet):
     def fixed_plan(self) -> Plan:
         desired = build_desired(load_manifest(self.path))
         want = {vm.name: vm for vm in desired.vms}
-        backends = {name: CAPABILITIES for name in self.observations(want)}
+        backends = {name: capabilities_of(LimaBackend) for name in self.observations(want)}
         # Which new VM claims which spare, as sand plan decides it after planning.
         return with_pools(make_plan(desired, self.observations(want), backends, now=self.now),
-                          desired)  # fmt: skip
+                          desired, backends)  # fmt: skip
 
     def observe(self) -> Snapshot:
         plan = self.fixed_plan()

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from sand.backends.abilities import ClaimsSpares, Sleeps
+from sand.backends.abilities import ClaimsSpares, Sleeps, capabilities_of
 from sand.backends.lease import LeaseBusy, LeaseHolder, grace
 from sand.backends.protocol import Backend, RecoveryAction
 from sand.desired import DesiredState
@@ -46,7 +46,7 @@ def plan_words(
     state: DesiredState, observations: Mapping[str, Observation], backends: Mapping[str, Backend]
 ) -> dict[str, Any]:
     """The plan as ``sand plan --json`` prints it (the one place that calls the planner)."""
-    capabilities = {name: b.capabilities for name, b in backends.items()}
+    capabilities = {name: capabilities_of(b) for name, b in backends.items()}
     return plan_to_json(make_plan(state, observations, capabilities))
 
 
@@ -210,11 +210,11 @@ async def test_sleep_then_wake_and_the_plan_sees_it_asleep_only_where_said(
     assert asleep.slept is not None and (asleep.slept.how, asleep.slept.by) == (how, "person")
     assert before <= asleep.slept.since <= time.time()
     await backend.sleep(asleep, how, journal)  # already asleep: nothing asked
-    capabilities = {BOX: backend.capabilities}
+    capabilities = {BOX: capabilities_of(backend)}
     words = plan_to_json(make_plan(state, {BOX: seen}, capabilities))  # no host record
     assert actions(words) == {"vm1": "no-op"}
-    assert words["changes"][0]["asleep"] == {"how": how, "since": asleep.slept.since,
-                                             "by": "person"}  # fmt: skip
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(asleep.slept.since))
+    assert words["changes"][0]["asleep"] == {"how": how, "since": since, "by": "person"}
     record = {"vm1": Asleep(how, 1.0, "idle", asleep.identity)}
     words = plan_to_json(make_plan(state, {BOX: seen}, capabilities, asleep=record))
     assert words["changes"][0]["asleep"]["by"] == "person"  # the VM's word first

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sand.backends.lima.backend import CAPABILITIES as LIMA_CAPABILITIES
-from sand.backends.proxmox.backend import CAPABILITIES as PROXMOX_CAPABILITIES
+from sand.backends.abilities import capabilities_of
+from sand.backends.lima.backend import LimaBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 from sand.observed import Marker, Observation, ObservedVM, Ownership
@@ -39,8 +40,8 @@ vms:
 """
 
 # The capabilities the backends themselves declare: the planner is tested against them.
-PVE_POLICY = PROXMOX_CAPABILITIES
-LIMA_POLICY = LIMA_CAPABILITIES
+PVE_POLICY = capabilities_of(ProxmoxBackend)
+LIMA_POLICY = capabilities_of(LimaBackend)
 POLICIES = {"pve": PVE_POLICY, "laptop": LIMA_POLICY}
 
 

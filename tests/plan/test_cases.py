@@ -48,8 +48,9 @@ import pytest
 import yaml
 
 from sand.agentstate import AgentReport, AgentSession, GuestPresence
-from sand.backends.lima.backend import CAPABILITIES as LIMA_CAPABILITIES
-from sand.backends.proxmox.backend import CAPABILITIES as PROXMOX_CAPABILITIES
+from sand.backends.abilities import capabilities_of
+from sand.backends.lima.backend import LimaBackend
+from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.desired import DesiredState, DesiredVM, build_desired
 from sand.manifest import parse_manifest
 from sand.observed import Marker, Observation, ObservedVM, Ownership
@@ -80,7 +81,10 @@ BASE: dict[str, Any] = {
 
 # What each backend type declares: which fields change in place, with a restart or by
 # replacement, and whether its names are unique.
-CAPABILITIES_BY_TYPE = {"proxmox": PROXMOX_CAPABILITIES, "lima": LIMA_CAPABILITIES}
+CAPABILITIES_BY_TYPE = {
+    "proxmox": capabilities_of(ProxmoxBackend),
+    "lima": capabilities_of(LimaBackend),
+}
 
 SIZE = re.compile(r"^(\d+)\s*([KMGT])iB$")
 SIZE_FIELDS = ("memory", "disk")

@@ -83,7 +83,7 @@ def _planned(text: str = POOLED, drop: tuple[str, ...] = ("agent-4",)):
     state = desired(text)
     obs = converged(state)
     obs["pve"] = Observation("pve", tuple(v for v in obs["pve"].vms if v.name not in drop))
-    return with_pools(make_plan(state, obs, POLICIES), state)
+    return with_pools(make_plan(state, obs, POLICIES), state, POLICIES)
 
 
 def test_a_new_pooled_vm_claims_the_first_ready_spare_and_its_slot_refills() -> None:
@@ -98,7 +98,7 @@ def test_a_new_pooled_vm_claims_the_first_ready_spare_and_its_slot_refills() -> 
     obs = converged(state)
     vms = [stale_marker(v) if v.name.startswith("agents-spare") else v for v in obs["pve"].vms]
     obs["pve"] = Observation("pve", tuple(v for v in vms if v.name != "agent-4"))
-    stale = with_pools(make_plan(state, obs, POLICIES), state)
+    stale = with_pools(make_plan(state, obs, POLICIES), state, POLICIES)
     agent = {c.vm: c for c in stale.changes}["agent-4"]
     assert agent.claims is None and "no spare of pool agents is ready" in agent.reasons[-1]
 
