@@ -31,7 +31,8 @@ def add_sync_parser(sub: Any) -> None:
         "manifest once, keep the last good one in force when a commit's is invalid, and "
         "correct drift between commits only with selfHeal: true. The files the manifest "
         "names by a relative path come from --host-dir, never the repository; the manifest "
-        "only names secrets, and --host-dir/secrets.yaml maps them to sources.",
+        "only names secrets, and --host-dir/secrets.yaml maps them to sources; "
+        "--host-dir/pins.yaml says which addresses the host's credentials may be sent to.",
     )
     p.add_argument("--repo", required=True, metavar="URL", help="https, ssh or file URL")
     p.add_argument("--branch", metavar="B", help="default: the repository's default branch")
@@ -49,8 +50,9 @@ def add_sync_parser(sub: Any) -> None:
     host_dir = p.add_argument(
         "--host-dir",
         metavar="DIR",
-        help="where relative paths in the manifest (token_file, identity) are found, and "
-        "secrets.yaml, the map of secret names to sources (default: the current directory)",
+        help="where relative paths in the manifest (token_file, identity) are found, "
+        "secrets.yaml, the map of secret names to sources, and pins.yaml, where the host's "
+        "credentials may be sent (default: the current directory)",
     )
     p.add_argument(
         "--interval",
@@ -152,6 +154,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     # here, not at the top: importing it loads pydantic and yaml
     from sand.manifest.hostsecrets import load_host_secrets
 
+    # here, not at the top: importing it loads pydantic and yaml
+    from sand.manifest.pins import load_pins
+
     # here, not at the top: importing it loads the backends
     from sand.survey.agentread import AgentReader
 
@@ -169,7 +174,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
         metrics = prometheus = PrometheusMetrics()
     host_dir = Path(args.host_dir or ".").expanduser().resolve()
-    load_host_secrets(host_dir)  # a broken map is said now, at its line, not at a run
+    # A broken map or pin is said now, at its line, not at a run.
+    load_host_secrets(host_dir)
+    load_pins(host_dir)
     # Each run's progress as plain lines, as a watch's: runs interleave with notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
