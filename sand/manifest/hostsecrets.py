@@ -66,8 +66,10 @@ def load_host_map(directory: Path) -> HostMap:
     except ValidationError as exc:
         raise ManifestError(validation_problems(exc, marked, str(file))) from None
     places = {}
-    for name in parsed.secrets:
-        mark = marked.mark_for(("secrets", name, "from"))
+    for name, secret in parsed.secrets.items():
+        source = secret.source
+        kind = "file" if source.file else "env" if source.env else "command"
+        mark = marked.mark_for(("secrets", name, "from", kind))
         places[name] = f"{file}:{mark.line}:{mark.column}"
     return HostMap({name: s.source for name, s in parsed.secrets.items()}, places)
 
