@@ -62,9 +62,10 @@ class YamlProblem(Exception):
 
 
 class _Converter:
-    def __init__(self, out: MarkedData) -> None:
+    def __init__(self, out: MarkedData, limit: int) -> None:
         self.out = out
         self.count = 0
+        self.limit = limit  # the document's own values and what aliases may add
         self.scalars = SafeConstructor()
         self.problems: list[YamlProblem] = []
         # Each mapping's resolved pairs, so a mapping merged many times (through
@@ -73,7 +74,7 @@ class _Converter:
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
+        if self.count > self.limit:
             # Aliases can expand a small file into an enormous tree.
             raise YamlProblem(Mark.of(node.start_mark), "the manifest is too large (alias bomb?)")
         self.out.value_marks.setdefault(path, node.start_mark)
@@ -175,11 +176,30 @@ def _mark_at(text: str, index: int) -> Mark:
     return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
 
 
-def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
-    """Refuse a document whose aliases (and merge keys, which copy whole mappings)
-    expand it past MAX_NODES, before anything is expanded: the size of each node is
-    counted once, however many aliases point at it, so a bomb of 10**30 values is
-    refused as fast as a small file is read."""
+def _own_nodes(root: yaml.Node) -> int:
+    """How many nodes the document itself writes: each counted once, however many
+    aliases point at it."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(c for pair in node.value for c in pair)
+    return len(seen)
+
+
+def _expansion_problem(root: yaml.Node, own: int) -> YamlProblem | None:
+    """Refuse a document whose aliases (and merge keys, which copy whole mappings) add
+    more than MAX_NODES values to the ``own`` it writes, before anything is expanded:
+    the size of each node is counted once, however many aliases point at it, so a bomb
+    of 10**30 values is refused as fast as a small file is read. Only what aliases add
+    counts: a long manifest without one is no bomb, and is told its own problems."""
+    limit = own + MAX_NODES
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -192,11 +212,11 @@ def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
             total += sum(size(item) for item in node.value)
         elif isinstance(node, yaml.MappingNode):
             total += sum(size(k) + size(v) for k, v in node.value)
-        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        sizes[id(node)] = total = min(total, limit + 1)
         return total
 
     try:
-        if size(root) <= MAX_NODES:
+        if size(root) <= limit:
             return None
     except RecursionError:
         return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
@@ -211,8 +231,8 @@ def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
         node = big[0]
     return YamlProblem(
         Mark.of(node.start_mark),
-        f"the manifest expands to more than {MAX_NODES} values through its aliases "
-        "(an alias bomb?)",
+        f"the manifest expands to more than {MAX_NODES} values through its aliases, "
+        f"beyond the {own} it writes (an alias bomb?)",
     )
 
 
@@ -240,10 +260,11 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
-    bomb = _expansion_problem(nodes[0])
+    own = _own_nodes(nodes[0])
+    bomb = _expansion_problem(nodes[0], own)
     if bomb is not None:
         return out, [bomb]
-    converter = _Converter(out)
+    converter = _Converter(out, limit=own + MAX_NODES)
     try:
         out.data = converter.convert(nodes[0], ())
     except YamlProblem as problem:
