@@ -223,3 +223,31 @@ def test_a_revision_refused_for_want_of_a_pin_is_applied_once_the_host_pins_it(
     assert done.returncode == 0, done.stderr
     assert f"revision {repo.head()[:12]} (initial): manifest valid" in done.stderr
     assert names(rig) == ["s-1"]
+
+
+def test_a_run_of_a_repository_manifest_is_held_to_the_pins_too(
+    tmp_path, fakepve_server, tls_server
+) -> None:
+    # The second lock: a revision that reaches a run without the sync's check (its
+    # stored copy changed since) still sends the host's token nowhere unpinned.
+    import asyncio
+
+    from sand.loops.unattended import Reconciler
+
+    rig = fakepve_server
+    listener = Listener("127.0.0.2", tls_server)
+    data = vm_manifest(rig, [{"name": "s-1"}])
+    data["backends"]["pve"].update(  # type: ignore[index]
+        host=listener.host, port=listener.port, verify_tls=False
+    )
+    file = tmp_path / "revision" / "sand.yaml"
+    file.parent.mkdir()
+    file.write_text(yaml.safe_dump(data))
+    reconciler = Reconciler(parallelism=2, allow_mass_delete=False, command="sync")
+    try:
+        result = asyncio.run(reconciler.run(file, "periodic", host_dir=rig.workdir))
+    finally:
+        listener.close()
+    assert listener.connections == 0 and listener.received == b""
+    assert not result.ok and rig.log == []
+    assert "backends.pve.host: 127.0.0.2 is not where the host sends" in str(result.error)
