@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from sand.errors import ManifestError
 from sand.manifest.pins import load_pins, url_within
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sync.md"
@@ -33,3 +36,13 @@ def test_a_repository_lies_under_a_prefix_only_at_a_path_boundary() -> None:
         "https://evil.org/github.com/acme/app.git",
     ):
         assert not url_within(elsewhere, prefix), elsewhere
+
+
+def test_a_broken_pin_is_refused_at_its_line_in_the_hosts_file(tmp_path) -> None:
+    file = tmp_path / "pins.yaml"
+    file.write_text("backends:\n  pve:\n    host: pve.lan\n    prot: 8006\n  lima: {}\n")
+    with pytest.raises(ManifestError) as err:
+        load_pins(tmp_path)
+    told = str(err.value)
+    assert f"{file}:4:5: unknown key 'prot'" in told
+    assert f"{file}:5:9: backends.lima: pin exactly one of 'host' (Proxmox) or 'ssh'" in told
