@@ -176,30 +176,17 @@ def _mark_at(text: str, index: int) -> Mark:
     return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
 
 
-def _own_nodes(root: yaml.Node) -> int:
-    """How many nodes the document itself writes: each counted once, however many
-    aliases point at it."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend(c for pair in node.value for c in pair)
-    return len(seen)
-
-
-def _expansion_problem(root: yaml.Node, own: int) -> YamlProblem | None:
+def _expansion_problem(root: yaml.Node, length: int) -> tuple[YamlProblem | None, int]:
     """Refuse a document whose aliases (and merge keys, which copy whole mappings) add
-    more than MAX_NODES values to the ``own`` it writes, before anything is expanded:
+    more than MAX_NODES values to those it writes itself, before anything is expanded:
     the size of each node is counted once, however many aliases point at it, so a bomb
     of 10**30 values is refused as fast as a small file is read. Only what aliases add
-    counts: a long manifest without one is no bomb, and is told its own problems."""
-    limit = own + MAX_NODES
+    counts: a long manifest without one is no bomb, and is told its own problems.
+    Also returns how many nodes the document writes (``length``: its characters)."""
+    # Sizes are capped (a bomb's would be huge numbers) above anything that matters: a
+    # text writes fewer than four nodes per character (a lone ``?`` writes a mapping and
+    # two nulls), so no document's own nodes and allowance reach the cap.
+    cap = 4 * length + MAX_NODES + 4
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -212,14 +199,16 @@ def _expansion_problem(root: yaml.Node, own: int) -> YamlProblem | None:
             total += sum(size(item) for item in node.value)
         elif isinstance(node, yaml.MappingNode):
             total += sum(size(k) + size(v) for k, v in node.value)
-        sizes[id(node)] = total = min(total, limit + 1)
+        sizes[id(node)] = total = min(total, cap)
         return total
 
     try:
-        if size(root) <= limit:
-            return None
+        total = size(root)
     except RecursionError:
-        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
+        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply"), 0
+    own = len(sizes)  # every node was visited once
+    if total <= own + MAX_NODES:
+        return None, own
     # Point at the smallest node that is too big alone: the alias or anchor to look at.
     node = root
     while True:
@@ -233,7 +222,7 @@ def _expansion_problem(root: yaml.Node, own: int) -> YamlProblem | None:
         Mark.of(node.start_mark),
         f"the manifest expands to more than {MAX_NODES} values through its aliases, "
         f"beyond the {own} it writes (an alias bomb?)",
-    )
+    ), own
 
 
 def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
@@ -260,8 +249,7 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
-    own = _own_nodes(nodes[0])
-    bomb = _expansion_problem(nodes[0], own)
+    bomb, own = _expansion_problem(nodes[0], len(text))
     if bomb is not None:
         return out, [bomb]
     converter = _Converter(out, limit=own + MAX_NODES)
