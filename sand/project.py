@@ -17,8 +17,9 @@ from sand.backends.abilities import ListsEarly, capabilities_of
 from sand.backends.capabilities import Capabilities
 from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
-from sand.errors import SandError
+from sand.errors import ManifestError, SandError
 from sand.manifest import LoadedManifest, load_manifest
+from sand.manifest.repository import repository_problems
 from sand.observed import Observation
 from sand.state.journal import Journal, journal_path
 from sand.state.lock import ProjectLock
@@ -79,6 +80,12 @@ def open_session(
     loaded = loaded if loaded is not None else load_manifest(path)
     if host_dir is not None:
         loaded = dataclasses.replace(loaded, host_dir=host_dir)
+        # The second lock behind sand sync's refusal of a revision (a copy changed
+        # since it was taken in, a path that skipped it): a manifest from a repository
+        # reaches no backend, host file or credential the host has not allowed.
+        refused = repository_problems(loaded, host_dir)
+        if refused:
+            raise ManifestError(refused)
     early: dict[str, Backend] = {}
     if send_listings and not lock:
         early = make_backends(loaded.manifest, loaded.directory)

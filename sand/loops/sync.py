@@ -111,6 +111,9 @@ class Syncer:
         self.state = SyncState.load(self.state_file)
         self.head_rejected = False  # the last fetched revision's manifest is invalid
         self.recheck = bool(self.state.good)  # in force before this start: checked again
+        # The newest revision refused before this start is checked again too: the host
+        # may have changed its files since (a backend pinned in pins.yaml, a secret mapped).
+        self.retry_rejected = bool(self.state.rejected)
 
     @property
     def state_file(self) -> Path:
@@ -135,7 +138,9 @@ class Syncer:
             self.metrics.failed(exc.layer)
             self._say(f"{exc}; revision {previous[:12] or '(none yet)'} stays in force")
             head = None
-        if head is not None and head.sha not in (self.state.good, self.state.rejected):
+        retry, self.retry_rejected = self.retry_rejected, False
+        new = head is not None and head.sha not in (self.state.good, self.state.rejected)
+        if head is not None and (new or (retry and head.sha == self.state.rejected)):
             await self._take_in(head)
         if head is not None:
             self.head_rejected = head.sha == self.state.rejected
@@ -152,14 +157,14 @@ class Syncer:
 
     async def _take_in(self, head: Revision) -> None:
         """Validate the manifest of a new revision: in force if valid, else reported."""
+        file = self.manifest_file(head.sha)
         try:
             text = await self.mirror.read(head, self.path)
-            file = self.manifest_file(head.sha)
             file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_private_file(file, text)
             self._validate(file)
         except ManifestError as exc:
-            self._reject(head, _relabel(exc, f"{self.path}@{head.short}"))
+            self._reject(head, _relabel(exc, file, f"{self.path}@{head.short}"))
             return
         except GitError as exc:
             self._reject(head, exc)
@@ -167,6 +172,8 @@ class Syncer:
         self._say(f"revision {head.short} ({head.subject}): manifest valid")
         self._forget(keep=head.sha)
         self.state.good = head.sha
+        if self.state.rejected == head.sha:
+            self.state.rejected = ""  # refused before, for what the host has fixed since
         self.state.save(self.state_file)
 
     def _validate(self, file: Path) -> None:
@@ -185,8 +192,10 @@ class Syncer:
             self._validate(file)
         except ManifestError as exc:
             self.state.good = ""
+            self.retry_rejected = False  # refused just now: not twice
             self._reject(
-                Revision(sha, "in force until now"), _relabel(exc, f"{self.path}@{sha[:12]}")
+                Revision(sha, "in force until now"),
+                _relabel(exc, file, f"{self.path}@{sha[:12]}"),
             )
 
     def _reject(self, head: Revision, exc: SandError) -> None:
@@ -247,7 +256,12 @@ class Syncer:
         await wakeups.serve([wakeups.every(interval), pokes()], self.check, pick)
 
 
-def _relabel(exc: ManifestError, label: str) -> ManifestError:
+def _relabel(exc: ManifestError, copy: Path, label: str) -> ManifestError:
     """The problems as found in the revision (``sand.yaml@<rev>:LINE:COL``), not in
-    sand's copy of it."""
-    return ManifestError([Problem(label, p.line, p.column, p.message) for p in exc.problems])
+    sand's ``copy`` of it; a problem of a host file (``pins.yaml``) stays at its own."""
+    return ManifestError(
+        [
+            Problem(label if p.file == str(copy) else p.file, p.line, p.column, p.message)
+            for p in exc.problems
+        ]
+    )

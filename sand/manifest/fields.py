@@ -136,7 +136,7 @@ PveStorage = Annotated[str, rule(v.pve_storage_problem), advertise(v.PVE_STORAGE
 PvePool = Annotated[str, rule(v.pve_pool_problem), advertise(v.PVE_POOL.pattern)]
 PveBridge = Annotated[str, rule(v.pve_bridge_problem), advertise(v.PVE_BRIDGE.pattern)]
 Template = Annotated[int | str, rule(v.template_problem)]
-Image = Annotated[str, Field(min_length=1), rule(v.control_problem)]
+Image = Annotated[str, Field(min_length=1), rule(v.image_problem)]
 Timezone = Annotated[str, rule(timezone_problem), advertise(TIMEZONE.pattern)]
 Locale = Annotated[str, rule(locale_problem), advertise(LOCALE.pattern)]
 # When a VM made from a golden image is replaced by one from its rebuilt base.

@@ -13,21 +13,23 @@ move here verbatim::
       NPM_TOKEN:
         from: {command: [pass, show, npm]}
 
-A missing file maps nothing. Errors are located (``FILE:LINE:COL``), as a manifest's.
+A missing file maps nothing. It is read only when nobody else could have written it
+(:mod:`sand.manifest.hostfiles`). Errors are located (``FILE:LINE:COL``), as a
+manifest's, and so is a source that fails when its value is read.
 """
 
 from __future__ import annotations
 
-import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from sand.errors import ManifestError, Problem
+from sand.errors import ManifestError
 from sand.manifest.content import SecretSource
 from sand.manifest.fields import EnvName, Strict
-from sand.manifest.loader import MAX_BYTES, validation_problems
-from sand.manifest.yamlmarks import load_marked
+from sand.manifest.hostfiles import read_host_file
+from sand.manifest.loader import validation_problems
 
 HOST_SECRETS = "secrets.yaml"
 
@@ -40,43 +42,38 @@ class HostSecrets(Strict):
     secrets: dict[EnvName, HostSecret] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HostMap:
+    """The host's sources, and where in ``secrets.yaml`` each is written
+    (``FILE:LINE:COL``), so a source that fails is told at its line."""
+
+    sources: dict[str, SecretSource] = field(default_factory=dict)
+    places: dict[str, str] = field(default_factory=dict)
+
+
 def host_secrets_file(directory: Path) -> Path:
     return directory / HOST_SECRETS
 
 
-def load_host_secrets(directory: Path) -> dict[str, SecretSource]:
-    """Secret name -> its source, as the host's ``secrets.yaml`` in ``directory`` says."""
+def load_host_map(directory: Path) -> HostMap:
+    """The host's ``secrets.yaml`` in ``directory``, with the place of each source."""
     file = host_secrets_file(directory)
-    where = str(file)
-    try:
-        info = file.stat()
-        raw = file.read_bytes() if info.st_size <= MAX_BYTES else None
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise ManifestError([Problem(where, 1, 1, f"cannot read: {exc.strerror}")]) from None
-    if raw is None:
-        raise ManifestError([Problem(where, 1, 1, "larger than 4 MiB")])
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        # Whoever can write it chooses the commands sand runs for a secret.
-        raise ManifestError(
-            [Problem(where, 1, 1, f"writable by group or others; chmod go-w {file}")]
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ManifestError([Problem(where, 1, 1, f"not UTF-8: {exc.reason}")]) from None
-    marked, yaml_problems = load_marked(text)
-    if yaml_problems:
-        raise ManifestError(
-            [Problem(where, p.mark.line, p.mark.column, p.message) for p in yaml_problems]
-        )
-    if marked.data is None:
-        return {}
-    if not isinstance(marked.data, dict):
-        raise ManifestError([Problem(where, 1, 1, "must be a mapping with a 'secrets' key")])
+    marked = read_host_file(file, directory, "a mapping with a 'secrets' key")
+    if marked is None:
+        return HostMap()
     try:
         parsed = HostSecrets.model_validate(marked.data)
     except ValidationError as exc:
-        raise ManifestError(validation_problems(exc, marked, where)) from None
-    return {name: secret.source for name, secret in parsed.secrets.items()}
+        raise ManifestError(validation_problems(exc, marked, str(file))) from None
+    places = {}
+    for name, secret in parsed.secrets.items():
+        source = secret.source
+        kind = "file" if source.file else "env" if source.env else "command"
+        mark = marked.mark_for(("secrets", name, "from", kind))
+        places[name] = f"{file}:{mark.line}:{mark.column}"
+    return HostMap({name: s.source for name, s in parsed.secrets.items()}, places)
+
+
+def load_host_secrets(directory: Path) -> dict[str, SecretSource]:
+    """Secret name -> its source, as the host's ``secrets.yaml`` in ``directory`` says."""
+    return load_host_map(directory).sources

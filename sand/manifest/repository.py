@@ -8,8 +8,10 @@ into a guest the committer controls, an ``env:`` would read the sync's
 environment. Each such source is a located problem; the host maps the names to
 sources in its own ``secrets.yaml`` (:mod:`sand.manifest.hostsecrets`). So is a
 backend's host file outside the host dir (a token file is presented to whichever
-Proxmox host the manifest names: it must not be ``~/.ssh/id_ed25519``) and a
-``limactl`` other than the one on the sync's PATH.
+Proxmox host the manifest names: it must not be ``~/.ssh/id_ed25519``), a
+``limactl`` other than the one on the sync's PATH, and a backend address or a
+repository a host credential would be sent to that the host's ``pins.yaml`` does not
+allow (:mod:`sand.manifest.pins`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sand.errors import Problem
 from sand.manifest.content import SecretSource
 from sand.manifest.hostsecrets import host_secrets_file
 from sand.manifest.loader import LoadedManifest
+from sand.manifest.pins import pin_findings
 
 # A backend's host files, by where they sit in its config: read on the sync host, and
 # a token file is presented to whichever host the manifest names.
@@ -32,12 +35,12 @@ def repository_problems(loaded: LoadedManifest, host_dir: Path) -> list[Problem]
     """Every secret source the repository's manifest sets, and every host path it
     names outside ``host_dir``, each at its place."""
 
-    def at(path: tuple[str, ...], message: str) -> Problem:
+    def at(path: tuple[str | int, ...], message: str) -> Problem:
         line, column = 1, 1
         if loaded.marks is not None:
             mark = loaded.marks.mark_for(path, key=True)
             line, column = mark.line, mark.column
-        return Problem(str(loaded.path), line, column, f"{'.'.join(path)}: {message}")
+        return Problem(str(loaded.path), line, column, f"{'.'.join(map(str, path))}: {message}")
 
     problems = []
     mapping = host_secrets_file(host_dir)
@@ -69,6 +72,7 @@ def repository_problems(loaded: LoadedManifest, host_dir: Path) -> list[Problem]
                     "host; put limactl on the sync's PATH",
                 )
             )
+    problems += [at(path, message) for path, message in pin_findings(loaded, host_dir)]
     return problems
 
 

@@ -36,6 +36,28 @@ def control_problem(value: str) -> str | None:
     return None
 
 
+def image_problem(image: str) -> str | None:
+    """Control characters, or one of sand's own spellings that name no image: the plan
+    shows a VM claiming a pool's spare as made from ``pool:NAME`` and a fork as made
+    from ``fork:VM``, but a manifest declares those with keys of their own. Refused
+    here, at the line, instead of at the plan."""
+    problem = control_problem(image)
+    if problem:
+        return problem
+    kind, colon, name = image.partition(":")
+    if colon and kind == "pool":
+        return (
+            f"{image!r} is not an image: a VM takes a spare of a pool with `pool: {name}` "
+            "(and no image)"
+        )
+    if colon and kind == "fork":
+        return (
+            f"{image!r} is not an image: a fork is declared with `from: {{vm: {name}}}` "
+            "(and no image)"
+        )
+    return None
+
+
 def hostname_problem(host: str, what: str = "host") -> str | None:
     """A DNS name, an IPv4 or an IPv6 address (bare, or in brackets); nothing else."""
     if not host:

@@ -62,9 +62,10 @@ class YamlProblem(Exception):
 
 
 class _Converter:
-    def __init__(self, out: MarkedData) -> None:
+    def __init__(self, out: MarkedData, limit: int) -> None:
         self.out = out
         self.count = 0
+        self.limit = limit  # the document's own values and what aliases may add
         self.scalars = SafeConstructor()
         self.problems: list[YamlProblem] = []
         # Each mapping's resolved pairs, so a mapping merged many times (through
@@ -73,7 +74,7 @@ class _Converter:
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
+        if self.count > self.limit:
             # Aliases can expand a small file into an enormous tree.
             raise YamlProblem(Mark.of(node.start_mark), "the manifest is too large (alias bomb?)")
         self.out.value_marks.setdefault(path, node.start_mark)
@@ -192,11 +193,17 @@ def _mark_at(text: str, index: int) -> Mark:
     return Mark(text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
 
 
-def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
-    """Refuse a document whose aliases (and merge keys, which copy whole mappings)
-    expand it past MAX_NODES, before anything is expanded: the size of each node is
-    counted once, however many aliases point at it, so a bomb of 10**30 values is
-    refused as fast as a small file is read."""
+def _expansion_problem(root: yaml.Node, length: int) -> tuple[YamlProblem | None, int]:
+    """Refuse a document whose aliases (and merge keys, which copy whole mappings) add
+    more than MAX_NODES values to those it writes itself, before anything is expanded:
+    the size of each node is counted once, however many aliases point at it, so a bomb
+    of 10**30 values is refused as fast as a small file is read. Only what aliases add
+    counts: a long manifest without one is no bomb, and is told its own problems.
+    Also returns how many nodes the document writes (``length``: its characters)."""
+    # Sizes are capped (a bomb's would be huge numbers) above anything that matters: a
+    # text writes fewer than four nodes per character (a lone ``?`` writes a mapping and
+    # two nulls), so no document's own nodes and allowance reach the cap.
+    cap = 4 * length + MAX_NODES + 4
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -209,14 +216,16 @@ def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
             total += sum(size(item) for item in node.value)
         elif isinstance(node, yaml.MappingNode):
             total += sum(size(k) + size(v) for k, v in node.value)
-        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        sizes[id(node)] = total = min(total, cap)
         return total
 
     try:
-        if size(root) <= MAX_NODES:
-            return None
+        total = size(root)
     except RecursionError:
-        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply")
+        return YamlProblem(Mark(1, 1), "the manifest is nested too deeply"), 0
+    own = len(sizes)  # every node was visited once
+    if total <= own + MAX_NODES:
+        return None, own
     # Point at the smallest node that is too big alone: the alias or anchor to look at.
     node = root
     while True:
@@ -228,9 +237,9 @@ def _expansion_problem(root: yaml.Node) -> YamlProblem | None:
         node = big[0]
     return YamlProblem(
         Mark.of(node.start_mark),
-        f"the manifest expands to more than {MAX_NODES} values through its aliases "
-        "(an alias bomb?)",
-    )
+        f"the manifest expands to more than {MAX_NODES} values through its aliases, "
+        f"beyond the {own} it writes (an alias bomb?)",
+    ), own
 
 
 def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
@@ -257,10 +266,10 @@ def load_marked(text: str) -> tuple[MarkedData, list[YamlProblem]]:
         message = "the manifest is empty" if not nodes else "the manifest holds several documents"
         mark = Mark.of(nodes[1].start_mark) if len(nodes) > 1 else Mark(1, 1)
         return out, [YamlProblem(mark, message)]
-    bomb = _expansion_problem(nodes[0])
+    bomb, own = _expansion_problem(nodes[0], len(text))
     if bomb is not None:
         return out, [bomb]
-    converter = _Converter(out)
+    converter = _Converter(out, limit=own + MAX_NODES)
     try:
         out.data = converter.convert(nodes[0], ())
     except YamlProblem as problem:

@@ -22,7 +22,7 @@ from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
 from sand.logs import register_secret
 from sand.manifest.content import SecretSource
-from sand.manifest.hostsecrets import host_secrets_file, load_host_secrets
+from sand.manifest.hostsecrets import HostMap, host_secrets_file, load_host_map
 from sand.manifest.models import Manifest
 from sand.state.private import private_file_problem
 
@@ -94,7 +94,7 @@ def resolve_secrets(
     ``manifest_dir``; with ``from_repository`` every one does, whatever the manifest
     says (``sand sync`` refuses such a manifest before; this is the second lock)."""
     directory = Path(manifest_dir)
-    host: dict[str, SecretSource] | None = None
+    host: HostMap | None = None
     values: dict[str, SecretValue] = {}
     problems: list[str] = []
     for name in sorted(set(names)):
@@ -103,9 +103,11 @@ def resolve_secrets(
             problems.append(f"secret {name!r} is not defined in the manifest's secrets")
             continue
         source = None if from_repository else secret.source
+        place = ""  # where the host's secrets.yaml gives the source: its problem's place
         if source is None:
-            host = load_host_secrets(directory) if host is None else host
-            source = host.get(name)
+            host = load_host_map(directory) if host is None else host
+            source = host.sources.get(name)
+            place = host.places.get(name, "")
         if source is None:
             problems.append(
                 f"secret {name!r} has no source: the manifest only names it, and "
@@ -116,7 +118,7 @@ def resolve_secrets(
             raw = _read(name, source, directory, timeout)
             value = _check(name, raw)
         except SecretError as exc:
-            problems.append(str(exc))
+            problems.append(f"{place}: {exc}" if place else str(exc))
             continue
         register_secret(value)
         values[name] = SecretValue(name, value)

@@ -39,6 +39,16 @@ def private_file(path: Path, text: str) -> Path:
     return path
 
 
+def pin_proxmox(host_dir: Path, host: str, port: int, ca_file: str = "pve-ca.pem") -> Path:
+    """The host's ``pins.yaml`` (once): backend ``pve``'s address and CA, where the
+    host's Proxmox token may be sent."""
+    file = host_dir / "pins.yaml"
+    if not file.exists():
+        pin = {"host": host, "port": port, "ca_file": ca_file}
+        file.write_text(yaml.safe_dump({"backends": {"pve": pin}}))
+    return file
+
+
 class Repo:
     """A repository on the git server and a way to push commits to it."""
 

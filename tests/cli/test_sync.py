@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli.sync_rig import Repo, SyncProcess, free_port, https_git, private_file
+from tests.cli.sync_rig import (
+    Repo,
+    SyncProcess,
+    free_port,
+    https_git,
+    pin_proxmox,
+    private_file,
+)
 from tests.fakepve_rig.rig import FakePveRig
 from tests.rig.gitserver import GitServer
 
@@ -28,7 +35,8 @@ HOOK_SECRET = "hook-secret-8c2f61a7"
 
 def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, object]:
     """A manifest as a team checks it in: the token file, key and CA by relative paths,
-    which ``sand sync`` finds on the host (``--host-dir``), never in the repository."""
+    which ``sand sync`` finds on the host (``--host-dir``), never in the repository;
+    the host pins the backend's address there."""
     data = rig.manifest(vms)
     backend = data["backends"]["pve"]  # type: ignore[index]
     ca = rig.workdir / "pve-ca.pem"
@@ -37,6 +45,7 @@ def vm_manifest(rig: FakePveRig, vms: list[dict[str, object]]) -> dict[str, obje
     backend["token_file"] = rig.token_file.name
     backend["identity"] = rig.identity.name
     backend["ca_file"] = ca.name
+    pin_proxmox(rig.workdir, rig.host, rig.port, ca.name)  # the host's word on its address
     return data
 
 
@@ -199,12 +208,12 @@ def test_once_applies_the_head_and_exits_for_ci(tmp_path, fakepve_server, git) -
     failed = sand.run(*args, "--host-dir", str(rig.workdir))
     assert failed.returncode == 1
     assert f"sand.yaml@{bad[:12]}:" in failed.stderr and names(rig) == ["s-1"]
-    # Relative host paths are looked for on the host: without --host-dir (here: the
-    # current directory, which has no token file) nothing is reached, nothing applied.
+    # Host files are looked for on the host: without --host-dir (here: the current
+    # directory, which pins no backend) nothing is reached, nothing applied.
     repo.push(vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}]), "more")
     elsewhere = sand.run(*args)
     assert elsewhere.returncode == 1 and names(rig) == ["s-1"]
-    assert rig.token_file.name in elsewhere.stderr
+    assert "pins.yaml does not pin its address" in elsewhere.stderr
 
 
 def test_the_git_token_reaches_git_in_no_argv_and_a_url_with_one_is_refused(

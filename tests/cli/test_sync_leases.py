@@ -22,6 +22,7 @@ from tests.cli.sync_rig import (
     SyncProcess,
     can_be_another_host,
     https_git,
+    pin_proxmox,
     private_file,
 )
 from tests.fakepve_rig.rig import FakePveRig
@@ -53,6 +54,7 @@ class Host:
         for key in (rig.identity, rig.identity.with_name(rig.identity.name + ".pub")):
             shutil.copy(key, home / key.name)
         shutil.copy(rig.ca_file, home / "pve-ca.pem")
+        pin_proxmox(home, rig.host, rig.port)
         self.home = home
         self.git_token = private_file(self.dir / "git.token", GIT_TOKEN)
         self.sync: SyncProcess | None = None

@@ -88,3 +88,16 @@ def test_a_bomb_is_refused_before_it_is_expanded(tmp_path, bomb):
     assert proc.returncode == 1
     assert "expands to more than 200000 values through its aliases" in proc.stderr
     assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr
+
+
+def test_a_long_manifest_without_an_alias_is_told_its_own_error(tmp_path):
+    # 130,000 VMs write some 390,000 values themselves: no alias adds one, so this is no
+    # bomb. The guard counted the file's own values and called it one, at the list's
+    # start, hiding the real mistake at the end.
+    text = "apiVersion: sand/v1\nproject: demo\nbackends:\n  laptop:\n    type: lima\nvms:\n"
+    text += "".join(f"  - name: vm-{i:06d}\n" for i in range(130_000))
+    text += "  - name: last\n    image: debian-12\n    image: debian-13\n"
+    proc = validate(tmp_path, text.encode())
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("sand.yaml:130009:5: duplicate key 'image'"), proc.stderr[:300]
+    assert "alias" not in proc.stderr

@@ -54,3 +54,21 @@ def test_a_map_others_may_write_is_refused(tmp_path):
     path.chmod(0o664)
     with pytest.raises(ManifestError, match="writable by group or others"):
         resolve_secrets(manifest("  API: {}\n"), tmp_path, ["API"])
+
+
+def test_a_mapped_source_that_fails_is_told_at_its_place_in_the_map(tmp_path):
+    # The map is the host's file: a source of it that fails points there, not nowhere.
+    (tmp_path / "secrets.yaml").write_text(
+        "secrets:\n"
+        "  API:\n"
+        "    from: {file: missing.token}\n"
+        "  NPM:\n"
+        "    from:\n"
+        '      command: ["false"]\n'
+    )
+    with pytest.raises(SecretError) as err:
+        resolve_secrets(manifest("  API: {}\n  NPM: {}\n"), tmp_path, ["API", "NPM"])
+    told = str(err.value).splitlines()
+    where = tmp_path / "secrets.yaml"
+    assert told[0].startswith(f"{where}:3:18: secret 'API': cannot read "), told
+    assert told[1].startswith(f"{where}:6:16: secret 'NPM': command 'false' failed"), told

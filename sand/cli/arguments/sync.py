@@ -16,7 +16,8 @@ def add(sub: Subcommands) -> None:
         "manifest once, keep the last good one in force when a commit's is invalid, and "
         "correct drift between commits only with selfHeal: true. The files the manifest "
         "names by a relative path come from --host-dir, never the repository; the manifest "
-        "only names secrets, and --host-dir/secrets.yaml maps them to sources.",
+        "only names secrets, and --host-dir/secrets.yaml maps them to sources; "
+        "--host-dir/pins.yaml says which addresses the host's credentials may be sent to.",
         epilog="examples:\n  sand sync --repo https://git.example.org/fleet.git --once\n"
         "  sand sync --repo ssh://git@git.example.org/fleet.git --branch main \\\n"
         "      --listen 127.0.0.1:8787 --webhook-secret-file /etc/sand/hook.secret",
@@ -37,8 +38,9 @@ def add(sub: Subcommands) -> None:
     host_dir = p.add_argument(
         "--host-dir",
         metavar="DIR",
-        help="where relative paths in the manifest (token_file, identity) are found, and "
-        "secrets.yaml, the map of secret names to sources (default: the current directory)",
+        help="where relative paths in the manifest (token_file, identity) are found, "
+        "secrets.yaml, the map of secret names to sources, and pins.yaml, where the host's "
+        "credentials may be sent (default: the current directory)",
     )
     p.add_argument(
         "--interval",

@@ -23,6 +23,7 @@ from sand.loops.notify import Announcer
 from sand.loops.sync import START, NoMetrics, Syncer, SyncMetrics
 from sand.loops.unattended import Reconciler
 from sand.manifest.hostsecrets import load_host_secrets
+from sand.manifest.pins import load_pins
 from sand.state.private import private_file_problem
 from sand.survey.agentread import AgentReader
 
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if metrics_at is not None:
         metrics = prometheus = PrometheusMetrics()
     host_dir = Path(args.host_dir or ".").expanduser().resolve()
-    load_host_secrets(host_dir)  # a broken map is said now, at its line, not at a run
+    # A broken map or pin is said now, at its line, not at a run.
+    load_host_secrets(host_dir)
+    load_pins(host_dir)
     # Each run's progress as plain lines, as a watch's: runs interleave with notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
