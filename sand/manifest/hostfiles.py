@@ -59,6 +59,17 @@ def untrusted_problem(file: Path, top: Path) -> str | None:
     return None
 
 
+def host_file_error(problems: list[Problem], file: Path) -> ManifestError:
+    """A problem of a host's own file (secrets.yaml, pins.yaml), told as such: the
+    manifest itself may be fine, and "the manifest is invalid" sent people to it."""
+    count = len(problems)
+    return ManifestError(
+        problems,
+        summary=f"the host's {file.name} is not used ({count} problem{'s' * (count != 1)}): "
+        f"fix {file}",
+    )
+
+
 def read_host_file(file: Path, top: Path, shape: str) -> MarkedData | None:
     """``file``'s YAML with its marks, None when it does not exist (it says nothing).
     ``shape`` completes "must be" when the top is not a mapping. Every problem is a
@@ -69,25 +80,29 @@ def read_host_file(file: Path, top: Path, shape: str) -> MarkedData | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ManifestError([Problem(where, 1, 1, f"cannot read: {exc.strerror}")]) from None
+        raise host_file_error(
+            [Problem(where, 1, 1, f"cannot read: {exc.strerror}")], file
+        ) from None
     untrusted = untrusted_problem(file, top)
     if untrusted:
-        raise ManifestError([Problem(where, 1, 1, f"not read: {untrusted}")])
+        raise host_file_error([Problem(where, 1, 1, f"not read: {untrusted}")], file)
     if size > MAX_BYTES:
-        raise ManifestError([Problem(where, 1, 1, "larger than 4 MiB")])
+        raise host_file_error([Problem(where, 1, 1, "larger than 4 MiB")], file)
     try:
         text = file.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise ManifestError([Problem(where, 1, 1, f"cannot read: {exc.strerror}")]) from None
+        raise host_file_error(
+            [Problem(where, 1, 1, f"cannot read: {exc.strerror}")], file
+        ) from None
     except UnicodeDecodeError as exc:
-        raise ManifestError([Problem(where, 1, 1, f"not UTF-8: {exc.reason}")]) from None
+        raise host_file_error([Problem(where, 1, 1, f"not UTF-8: {exc.reason}")], file) from None
     marked, yaml_problems = load_marked(text)
     if yaml_problems:
-        raise ManifestError(
-            [Problem(where, p.mark.line, p.mark.column, p.message) for p in yaml_problems]
+        raise host_file_error(
+            [Problem(where, p.mark.line, p.mark.column, p.message) for p in yaml_problems], file
         )
     if marked.data is None:
         return None
     if not isinstance(marked.data, dict):
-        raise ManifestError([Problem(where, 1, 1, f"must be {shape}")])
+        raise host_file_error([Problem(where, 1, 1, f"must be {shape}")], file)
     return marked

@@ -25,10 +25,9 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from sand.errors import ManifestError
 from sand.manifest.content import SecretSource
 from sand.manifest.fields import EnvName, Strict
-from sand.manifest.hostfiles import read_host_file
+from sand.manifest.hostfiles import host_file_error, read_host_file
 from sand.manifest.loader import validation_problems
 
 HOST_SECRETS = "secrets.yaml"
@@ -64,7 +63,7 @@ def load_host_map(directory: Path) -> HostMap:
     try:
         parsed = HostSecrets.model_validate(marked.data)
     except ValidationError as exc:
-        raise ManifestError(validation_problems(exc, marked, str(file))) from None
+        raise host_file_error(validation_problems(exc, marked, str(file)), file) from None
     places = {}
     for name, secret in parsed.secrets.items():
         source = secret.source

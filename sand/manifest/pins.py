@@ -32,10 +32,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 
-from sand.errors import ManifestError
 from sand.manifest.backends import LimaConfig, ProxmoxConfig, SshTarget
 from sand.manifest.fields import EnvName, HostName, LocalPath, PortNumber, SshUser, Strict
-from sand.manifest.hostfiles import read_host_file
+from sand.manifest.hostfiles import host_file_error, read_host_file
 from sand.manifest.hosts import host as host_key
 from sand.manifest.loader import LoadedManifest, validation_problems
 from sand.manifest.yamlmarks import Path as DataPath
@@ -85,7 +84,7 @@ def load_pins(directory: Path) -> Pins:
     try:
         return Pins.model_validate(marked.data)
     except ValidationError as exc:
-        raise ManifestError(validation_problems(exc, marked, str(file))) from None
+        raise host_file_error(validation_problems(exc, marked, str(file)), file) from None
 
 
 Finding = tuple[DataPath, str]

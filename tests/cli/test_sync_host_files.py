@@ -109,4 +109,9 @@ def test_a_map_of_another_user_beside_a_manifest_runs_no_command(tmp_path, fakep
     assert done.returncode == 1
     assert f"{secrets} belongs to nobody, not to root, so they choose" in done.stderr
     assert f"fix: chown root {secrets}" in done.stderr
+    # The host's file is at fault, not the manifest: the last line says which.
+    assert "the manifest is invalid" not in done.stderr
+    assert done.stderr.rstrip().endswith(
+        f"Error: the host's secrets.yaml is not used (1 problem): fix {secrets}."
+    )
     assert not marker.exists()
