@@ -85,13 +85,21 @@ class SecretsRecord:
     delivered_at: int  # epoch seconds
 
 
+# The two ways a VM sleeps, one word each everywhere (plan, marks, records, backends):
+# hibernated, its RAM saved and resumed exactly (a backend that can: Proxmox), or
+# stopped (processes and tmux sessions end; files stay).
+SUSPENDED = "suspended"
+STOPPED = "stopped"
+SLEEP_WAYS = (SUSPENDED, STOPPED)
+
+
 @dataclass(frozen=True)
 class SleepMark:
     """What a VM says of its own sleep, written on it as sand put it to sleep (a PVE
     tag, a Lima sidecar): how, since when (epoch seconds), by whose decision ("idle",
     "person"). Every host that lists the VM reads it."""
 
-    how: str  # "suspended" | "stopped"
+    how: str  # one of SLEEP_WAYS
     since: int
     by: str
 
@@ -134,6 +142,10 @@ class ObservedVM:
     address: str | None = None
     # The sleep sand recorded on the VM itself (None: none, or the backend keeps none).
     slept: SleepMark | None = None
+    # Hibernated as the backend itself tells it (PVE: the config's lock while its RAM
+    # is in a state volume), whoever put it there: the planner reads this, never a
+    # backend's own lock word.
+    hibernated: bool = False
 
     @property
     def fingerprint(self) -> str:

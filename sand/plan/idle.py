@@ -15,20 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sand.manifest.idle import IdlePolicy
-from sand.observed import ObservedVM
+from sand.observed import SLEEP_WAYS, STOPPED, SUSPENDED, ObservedVM
 
 if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
     from sand.agentstate import GuestPresence
 
-# What each way of sleeping is called in the plan, and what it costs the guest.
-SUSPENDED = "suspended"
-STOPPED = "stopped"
+# What a stop costs the guest (SUSPENDED and STOPPED: sand.observed's words).
 STOP_LOSES = (
     "a stop ends running processes and tmux sessions; files and the agents' "
     "conversations stay on disk"
 )
-# PVE's config lock while a VM is hibernated (its RAM in a state volume).
-HIBERNATED_LOCK = "suspended"
 
 
 @dataclass(frozen=True)
@@ -117,13 +113,13 @@ def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | 
     if observed is None:
         return None
     mark = observed.slept
-    if mark is not None and observed.power != "running" and mark.how in (SUSPENDED, STOPPED):
-        if mark.how == SUSPENDED and observed.lock != HIBERNATED_LOCK:
+    if mark is not None and observed.power != "running" and mark.how in SLEEP_WAYS:
+        if mark.how == SUSPENDED and not observed.hibernated:
             return None  # resumed and stopped since (by hand): not a sleep any more
         return Asleep(mark.how, float(mark.since), mark.by, observed.identity)
     if recorded is not None and recorded.identity != observed.identity:
         recorded = None  # another VM of that name since: the record is not about it
-    if observed.lock == HIBERNATED_LOCK and observed.power != "running":
+    if observed.hibernated and observed.power != "running":
         return recorded or Asleep(SUSPENDED)
     if recorded is not None and observed.power == "stopped" and recorded.how == STOPPED:
         return recorded

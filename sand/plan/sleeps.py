@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sand.plan.idle import STOP_LOSES, STOPPED, sleep_for
+from sand.observed import STOPPED
+from sand.plan.idle import STOP_LOSES, sleep_for
 from sand.plan.model import Action, FieldChange, VMChange
 
 if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser

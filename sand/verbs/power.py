@@ -26,8 +26,8 @@ from sand.backends.lease import DEFAULT_TTL, LeaseBusy, LeaseHolder
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError
-from sand.observed import ObservedVM, Ownership
-from sand.plan.idle import STOPPED, SUSPENDED, Asleep, asleep_of
+from sand.observed import STOPPED, SUSPENDED, ObservedVM, Ownership
+from sand.plan.idle import Asleep, asleep_of
 from sand.plan.render import asleep_words
 from sand.project import Session, observe_all
 from sand.state.asleep import SleepRecord, forget_asleep, remember_asleep

@@ -90,6 +90,7 @@ SIZE = re.compile(r"^(\d+)\s*([KMGT])iB$")
 SIZE_FIELDS = ("memory", "disk")
 VM_FIELDS = (
     "identity",
+    "hibernated",
     "power",
     "cpus",
     "protect",

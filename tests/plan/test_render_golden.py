@@ -103,7 +103,10 @@ def idle_fleet():
     obs = converged(state)
     pve = {vm.name: vm for vm in obs["pve"].vms}
     asleep_b = replace(
-        stale_marker(pve["b"], guest_fingerprint="older-bundle"), power="stopped", lock="suspended"
+        stale_marker(pve["b"], guest_fingerprint="older-bundle"),
+        power="stopped",
+        lock="suspended",
+        hibernated=True,
     )
     obs["pve"] = Observation("pve", (pve["a"], asleep_b))
     done = AgentReport((AgentSession("claude", "s1", "done", 1960, "/home/claude/src"),))

@@ -36,7 +36,7 @@ from sand.backends.lima.shared import SharedReads
 from sand.backends.lima.vmops import error
 from sand.errors import BackendError, SandError
 from sand.manifest.backends.lima import RESERVED_PREFIX
-from sand.observed import Observation, ObservedVM, Ownership, SleepMark
+from sand.observed import SLEEP_WAYS, Observation, ObservedVM, Ownership, SleepMark
 
 
 @dataclass
@@ -170,7 +170,7 @@ def parse_asleep(raw: bytes | None) -> SleepMark | None:
         mark = SleepMark(str(doc["how"]), int(doc["since"]), str(doc["by"]))
     except (ValueError, TypeError, KeyError):
         return None
-    ok = mark.how in ("suspended", "stopped") and mark.by in ("idle", "person")
+    ok = mark.how in SLEEP_WAYS and mark.by in ("idle", "person")
     return mark if ok and mark.since > 0 else None
 
 

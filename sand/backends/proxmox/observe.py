@@ -37,6 +37,9 @@ from sand.observed import (
 Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"
 
+# qemu-server's config lock while a VM is hibernated (its RAM in a state volume).
+HIBERNATED_LOCK = "suspended"
+
 
 _LISTING = ("cluster/resources", {"type": "vm"})
 
@@ -289,6 +292,7 @@ def _observed(
         details=details,
         booted_at=booted_at(row),
         slept=mk.parse_tags(row.get("tags")).asleep if ownership is Ownership.MANAGED else None,
+        hibernated=lock == HIBERNATED_LOCK,
     )
 
 

@@ -37,6 +37,7 @@ from sand.backends.proxmox.hibernation import state_storage_problem
 from sand.backends.proxmox.observe import Row, listing
 from sand.backends.proxmox.sources import identity_problem, parse_image, template_row
 from sand.manifest.sizes import format_size
+from sand.observed import SUSPENDED
 
 # PVE refuses less (qemu-server's memory minimum is 16 MiB).
 MIN_MEMORY = 16 << 20
@@ -59,7 +60,7 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     if not items:
         return PreflightReport()
     todo = [i for i in items if (i.action in _MADE or SIZED & set(i.fields)) and not i.vm.fork]
-    todo += [i for i in items if i.sleep == "suspended" and i not in todo]  # hibernation
+    todo += [i for i in items if i.sleep == SUSPENDED and i not in todo]  # hibernation
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
@@ -272,7 +273,7 @@ async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> lis
         vm.cpus if "cpus" in item.fields else 0,
         problem,
     )
-    if item.sleep == "suspended" and node:
+    if item.sleep == SUSPENDED and node:
         await _read_storages(ctx, cluster)
         why = state_storage_problem(ctx.config.storage, node, cluster.storages, vm.memory)
         if why:

@@ -21,10 +21,8 @@ from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import read_config
 from sand.desired import DesiredVM
-from sand.observed import ObservedVM, Ownership, SleepMark
+from sand.observed import SUSPENDED, ObservedVM, Ownership, SleepMark
 from sand.state.journal import Journal
-
-SUSPENDED = "suspended"  # sand.plan.idle's word, and PVE's lock while hibernated
 
 
 async def _ours(
@@ -44,7 +42,7 @@ async def _ours(
         raise ProxmoxError(
             ctx.name, f"refusing to {action} {what}: it is not the VM that was observed"
         )
-    if fresh.lock and fresh.lock != SUSPENDED:
+    if fresh.lock and not fresh.hibernated:
         raise ProxmoxError(ctx.name, f"refusing to {action} {what}: it is locked ({fresh.lock})")
     return fresh, node, config
 
@@ -94,7 +92,7 @@ async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Jou
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=vmid, to="running"
     ) as entry:
-        if fresh.lock == SUSPENDED:
+        if fresh.hibernated:
             await ctx.client.task(
                 "POST",
                 f"{vmops.vm_path(node, vmid)}/status/resume",
