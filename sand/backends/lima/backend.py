@@ -18,9 +18,9 @@ from pathlib import Path
 from sand.backends.capabilities import Capabilities
 from sand.backends.doctor import DoctorReport
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
+from sand.backends.lima import claims, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
 from sand.backends.lima import fork as fork_mod
-from sand.backends.lima import golden, guest, lifecycle, pools
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
 from sand.backends.lima import sleep as sleep_mod
@@ -95,7 +95,7 @@ class LimaBackend:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
     async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
-        return await pools.claim(self.ctx, spare, vm, journal)
+        return await claims.claim(self.ctx, spare, vm, journal)
 
     def expect_forks(self, forks: Sequence[DesiredVM]) -> None:
         fork_mod.expect(self.ctx, forks)

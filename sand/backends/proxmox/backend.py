@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.proxmox import lifecycle
+from sand.backends.proxmox import claims, lifecycle
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
@@ -78,9 +78,7 @@ class ProxmoxBackend:
         return await lifecycle.rename(self.ctx, current, name, journal)
 
     async def claim(self, spare: ObservedVM, vm: DesiredVM, journal: Journal) -> ObservedVM:
-        from sand.backends.proxmox import pools
-
-        return await pools.claim(self.ctx, spare, vm, journal)
+        return await claims.claim(self.ctx, spare, vm, journal)
 
     async def create(
         self, vm: DesiredVM, journal: Journal, *, from_base: bool = False, converged: bool = False

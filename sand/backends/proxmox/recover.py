@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand.backends.protocol import RecoveryAction, RecoveryDecision
+from sand.backends.proxmox import claims, vmops
 from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import pools, vmops
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -161,8 +161,8 @@ async def decide(ctx: Ctx, entry: PendingEntry, *, wait: bool) -> RecoveryDecisi
         return _decide_delete(ctx, entry, seen)
     if not _same_incarnation(entry, seen):
         return _moot(ctx, entry, seen)
-    if op == pools.OP:  # one config write: the VM is the spare or the claimed VM
-        said = pools.claim_outcome(name, str(entry.detail("spare") or ""), vmid, seen.named)
+    if op == claims.OP:  # one config write: the VM is the spare or the claimed VM
+        said = claims.claim_outcome(name, str(entry.detail("spare") or ""), vmid, seen.named)
         return entry_decision(ctx, entry, RecoveryAction.NOTHING, said, absent=False)
     if op == "update":
         return entry_decision(
