@@ -29,6 +29,7 @@ from fakepve.lxc import format_size
 from fakepve.qemu import is_cdrom, join_drive, split_drive
 
 from tests.fakepve_rig.fidelity import Fidelity
+from tests.fakepve_rig.fields import Fields
 from tests.fakepve_rig.machines import Machines
 
 API = "/api2/json"
@@ -64,7 +65,7 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
+class RigPve(Machines, Fields, Fidelity, FakePve):  # type: ignore[misc]
     """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`), with real
     machines behind its VMs when given a hypervisor (:mod:`tests.fakepve_rig.machines`)."""
 

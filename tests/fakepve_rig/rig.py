@@ -54,6 +54,7 @@ SAND_PRIVILEGES: dict[str, tuple[str, ...]] = {
         "VM.PowerMgmt",
         "VM.Snapshot",  # forks only (issue 29): the source's snapshot, made and removed
         "VM.GuestAgent.Audit",
+        "Pool.Audit",  # else PVE leaves `pool` out of the listing (fields.py)
         "Datastore.AllocateSpace",
         "Datastore.Audit",
     ),
