@@ -31,6 +31,7 @@ from fakepve.qemu import is_cdrom, join_drive, split_drive
 from tests.fakepve_rig.fidelity import Fidelity
 from tests.fakepve_rig.fields import Fields
 from tests.fakepve_rig.machines import Machines
+from tests.fakepve_rig.paths import Paths
 
 API = "/api2/json"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -65,7 +66,7 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(Machines, Fields, Fidelity, FakePve):  # type: ignore[misc]
+class RigPve(Machines, Paths, Fields, Fidelity, FakePve):  # type: ignore[misc]
     """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`), with real
     machines behind its VMs when given a hypervisor (:mod:`tests.fakepve_rig.machines`)."""
 
