@@ -11,6 +11,9 @@ profiles):
   ``Sys.Audit`` on ``/nodes/<node>`` (``PVE::API2Tools::extract_node_stats``).
 * ``GET /nodes`` (``PVE::API2::Nodes``, method ``index``): the same usage fields under
   the same rule.
+* ``GET /nodes/{node}/network`` (``PVE::API2::Network``, method ``index``): a bridge only
+  with ``SDN.Audit`` or ``SDN.Use`` on ``/sdn/zones/localnetwork/<bridge>``
+  (``check_sdn_bridge``; a grant on one of its VLANs only is not modelled).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+NETWORK = "/nodes/{node}/network"
 # What extract_node_stats leaves out when its $exclude_stats is set.
 NODE_STATS = ("uptime", "cpu", "mem", "disk", "maxcpu", "maxmem", "maxdisk")
 
@@ -67,3 +71,19 @@ class Fields:
         user = self._fid_user(request)
         rows = json.loads(bytes(response.body))["data"]  # type: ignore[arg-type]
         return web.json_response({"data": [self._node_row(user, r) for r in rows]})
+
+    async def synthesise(
+        self, match: Any, method: str, info: Any, user: str | None, values: Any
+    ) -> Any:
+        data = await super().synthesise(match, method, info, user, values)  # type: ignore[misc]
+        if match.template != NETWORK or method != "GET" or user is None:
+            return data
+        return [
+            iface
+            for iface in data
+            if iface.get("type") not in ("bridge", "OVSBridge")
+            or any(
+                self._audits(user, f"/sdn/zones/localnetwork/{iface.get('iface')}", priv)
+                for priv in ("SDN.Audit", "SDN.Use")
+            )
+        ]

@@ -16,28 +16,14 @@ Read in pve-http-server ``src/PVE/APIServer/AnyEvent.pm``, pve-manager
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Any
 
 from aiohttp import web
 from fakepve import schema as pve_schema
 
+from tests.fakepve_rig.calls import canonical, relative
+
 KNOWN_METHODS = ("GET", "POST", "PUT", "DELETE")
-FORMATS = ("/api2/json", "/api2/extjs")
-
-
-def _canonical(raw_path: str) -> str:
-    """The path with the empty fragments find_handler skips left out."""
-    return "/" + "/".join(seg for seg in raw_path.split("/") if seg)
-
-
-def _relative(request: web.Request) -> str | None:
-    """The path after ``/api2/<format>`` as pveproxy's split_abs_uri reads it."""
-    path = urllib.parse.unquote(request.rel_url.raw_path)
-    for prefix in FORMATS:
-        if path == prefix or path.startswith(prefix + "/"):
-            return path[len(prefix) :] or "/"
-    return None
 
 
 class Paths:
@@ -50,10 +36,10 @@ class Paths:
 
         async def pve_resolve(request: web.Request) -> Any:
             raw = request.rel_url.raw_path
-            canonical = _canonical(raw)
-            if canonical == raw:
+            path = canonical(raw)
+            if path == raw:
                 return await resolve(request)
-            url = request.rel_url.with_path(canonical, encoded=True)
+            url = request.rel_url.with_path(path, encoded=True)
             return await resolve(request.clone(rel_url=url.with_query(request.rel_url.query)))
 
         router.resolve = pve_resolve  # type: ignore[method-assign]
@@ -68,7 +54,7 @@ class Paths:
         @web.middleware
         async def known(request: web.Request, handler: Any) -> web.StreamResponse:
             # After fakepve's login check (appended: inside it), as rest_handler runs.
-            rel = _relative(request)
+            rel = relative(request)
             if rel is None or self._pve_has(request, rel):
                 return await handler(request)  # type: ignore[no-any-return]
             message = f"Method '{request.method} {rel}' not implemented"
@@ -83,7 +69,7 @@ class Paths:
         """A method of PVE's API schema serves it: the schema's own, or one of fakepve's
         routes whose last parameter takes the rest of the path (a volume id, a nested
         pool), as PVE's fragmentDelimiter '' does."""
-        match = pve_schema.load().match(_canonical(rel))
+        match = pve_schema.load().match(canonical(rel))
         if match is not None:
             return request.method in match.methods
         values = dict(request.match_info)
