@@ -34,6 +34,12 @@ def sand(tmp_path) -> Sand:
     return Sand(tmp_path)
 
 
+def sees_node_memory(rig) -> None:
+    """PVE shows a node's memory and CPUs only to a token with Sys.Audit on it
+    (pve-manager PVE::API2::Nodes index): without it the size check cannot be made."""
+    rig.grant(rig.token_id, f"/nodes/{rig.nodes[0]}", "Sys.Audit")
+
+
 def test_a_typo_in_a_replacement_image_touches_nothing(sand, fakepve_server):
     rig = fakepve_server
     sand.write(rig.manifest([{"name": "agent-1", "memory": "2GiB"}]))
@@ -92,6 +98,7 @@ def test_what_pve_would_refuse_is_blocked_with_its_line(
     sand, fakepve_server, vm, overrides, needle, words
 ):
     rig = fakepve_server
+    sees_node_memory(rig)
     sand.write(rig.manifest([vm], **overrides))
     text = sand.manifest.read_text()
     plan = sand.run("plan")
@@ -104,6 +111,7 @@ def test_what_pve_would_refuse_is_blocked_with_its_line(
 
 def test_a_default_is_located_where_it_is_written(sand, fakepve_server):
     rig = fakepve_server
+    sees_node_memory(rig)
     sand.write(rig.manifest([{"name": "a"}, {"name": "b"}], defaults={"memory": "32GiB"}))
     text = sand.manifest.read_text()
     plan = sand.run("plan")
@@ -139,6 +147,7 @@ def test_preflight_costs_the_same_for_one_vm_or_ten_and_nothing_on_a_noop(sand, 
 
 def test_an_update_beyond_the_node_is_blocked_and_the_vm_left_as_it_is(sand, fakepve_server):
     rig = fakepve_server
+    sees_node_memory(rig)
     sand.write(rig.manifest([{"name": "a", "memory": "2GiB"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     sand.write(rig.manifest([{"name": "a", "memory": "64GiB"}]))

@@ -91,6 +91,8 @@ def test_a_replacement_that_fails_to_start_leaves_the_old_vm(sand, fakepve_serve
 
 def test_destroy_before_create_only_when_the_node_cannot_hold_both(sand, fakepve_server):
     rig = fakepve_server  # one node: 8 GiB, 2 GiB in use
+    # PVE shows a node's memory only with Sys.Audit on it (pve-manager Nodes.pm index).
+    rig.grant(rig.token_id, f"/nodes/{rig.nodes[0]}", "Sys.Audit")
     seed_second_template(rig)
     sand.write(
         rig.manifest([{"name": "big", "memory": "7GiB"}, {"name": "small", "memory": "1GiB"}])

@@ -29,7 +29,10 @@ from fakepve.lxc import format_size
 from fakepve.qemu import is_cdrom, join_drive, split_drive
 
 from tests.fakepve_rig.fidelity import Fidelity
+from tests.fakepve_rig.fields import Fields
 from tests.fakepve_rig.machines import Machines
+from tests.fakepve_rig.paths import Paths
+from tests.fakepve_rig.permissions import Declared
 
 API = "/api2/json"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -64,7 +67,7 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
+class RigPve(Machines, Paths, Declared, Fields, Fidelity, FakePve):  # type: ignore[misc]
     """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`), with real
     machines behind its VMs when given a hypervisor (:mod:`tests.fakepve_rig.machines`)."""
 
@@ -257,6 +260,9 @@ class RigPve(Machines, Fidelity, FakePve):  # type: ignore[misc]
         volume, props = split_drive(value)
         if is_cdrom(volume, props):
             raise PveError(500, "you can't resize a cdrom")
+        storage = volume.partition(":")[0]
+        # PVE::API2::Qemu resize_vm checks it in its code (its declaration: VM.Config.Disk).
+        self.require(user, f"/storage/{storage}", "Datastore.AllocateSpace")
         current = _bytes(str(props.get("size", "0")))
         text = str(v["size"])
         new = current + _bytes(text[1:]) if text.startswith("+") else _bytes(text)

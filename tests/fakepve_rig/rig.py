@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import proxmoxer
 from fakepve import FakeVm
 
 from tests.fakepve_rig.pve import Request, RigPve
@@ -54,6 +55,7 @@ SAND_PRIVILEGES: dict[str, tuple[str, ...]] = {
         "VM.PowerMgmt",
         "VM.Snapshot",  # forks only (issue 29): the source's snapshot, made and removed
         "VM.GuestAgent.Audit",
+        "Pool.Audit",  # else PVE leaves `pool` out of the listing (fields.py)
         "Datastore.AllocateSpace",
         "Datastore.Audit",
     ),
@@ -326,6 +328,19 @@ class FakePveRig:
         path.write_text(f"{token_id}={secret}\n", encoding="utf-8")
         path.chmod(0o600)
         return path
+
+    def proxmoxer(self, token_file: Path | None = None) -> Any:
+        """A proxmoxer client of the rig with a token (sand's unless ``token_file``)."""
+        token_id, _, secret = (token_file or self.token_file).read_text().strip().partition("=")
+        user, _, name = token_id.partition("!")
+        return proxmoxer.ProxmoxAPI(
+            self.host,
+            port=self.port,
+            user=user,
+            token_name=name,
+            token_value=secret,
+            verify_ssl=self.ca_file,
+        )
 
     def grant_sand_privileges(self, token_id: str, *, without: Iterable[str] = ()) -> None:
         skip = set(without)

@@ -82,6 +82,8 @@ class Ctx:
     storage_rows: list[Mapping[str, Any]] | None = None
     # How many clones at once this backend chose (None until its first clone).
     clones_chosen: int | None = None
+    # The token was seen to hold Pool.Audit on the pool (pool_audit.py): not read again.
+    pool_audit_seen: bool = False
 
     def __post_init__(self) -> None:
         self._clone_slots: (

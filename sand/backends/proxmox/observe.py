@@ -23,6 +23,7 @@ from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.pending import cpu_type_of, pending_fields, read_pending
+from sand.backends.proxmox.pool_audit import assert_pools_visible
 from sand.desired import DesiredVM
 from sand.observed import (
     Claim,
@@ -52,13 +53,12 @@ def send_listing(ctx: Ctx) -> None:
 
 async def listing(ctx: Ctx) -> list[Row]:
     """The cluster's QEMU guests the token may audit (one request)."""
-    rows = await ctx.client.get(_LISTING[0], **_LISTING[1])
-    return [r for r in rows or [] if r.get("type", "qemu") == "qemu" and "vmid" in r]
+    rows = await ctx.client.get(_LISTING[0], **_LISTING[1]) or []
+    return [r for r in rows if r.get("type", "qemu") == "qemu" and "vmid" in r]
 
 
 async def read_config(ctx: Ctx, node: str, vmid: str | int) -> dict[str, Any]:
-    data = await ctx.client.get(f"nodes/{node}/qemu/{vmid}/config")
-    return dict(data or {})
+    return dict(await ctx.client.get(f"nodes/{node}/qemu/{vmid}/config") or {})
 
 
 async def template_config(ctx: Ctx, template: Row) -> dict[str, Any]:
@@ -326,6 +326,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
             unknown_reason=f"cannot list the cluster's VMs: {e.detail}",
             requests=ctx.client.requests - start,
         )
+    await assert_pools_visible(ctx, rows)
     ctx.last_rows = list(rows)
     ctx.template_configs.clear()  # a new batch: templates are read afresh
     decided: list[ObservedVM] = []

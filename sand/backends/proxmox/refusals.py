@@ -73,6 +73,17 @@ def bridge_problem(bridge: str) -> str:
     )
 
 
+def pool_audit_problem(pool: str) -> str:
+    """Without Pool.Audit PVE leaves ``pool`` out of each VM's row in /cluster/resources
+    (pve-manager ``PVE::API2::Cluster`` ``resources``): see pool_audit.py."""
+    return (
+        f"the token lacks Pool.Audit on /pool/{pool}: without it PVE leaves the pool out "
+        "of every VM in /cluster/resources, and sand cannot tell its own VMs from "
+        "others'; add it to sand's role (pveum role modify SandVM --privs Pool.Audit "
+        "--append 1; docs/backends/proxmox.md#the-token)"
+    )
+
+
 def _user_allow(options: Mapping[str, Any]) -> str | None:
     access = options.get("user-tag-access")
     if access is None:
@@ -127,7 +138,8 @@ async def write_refusals(
     ctx: Ctx, items: Sequence[PreflightItem], rows: Sequence[Mapping[str, Any]]
 ) -> tuple[list[PreflightProblem], list[str]]:
     """Problems (and warnings) of the planned writes PVE would refuse for the token:
-    SDN.Use on the bridge for clones, user-tag-access for every VM sand changes.
+    Pool.Audit on the pool and user-tag-access for every VM sand changes, SDN.Use on
+    the bridge for clones.
     Two reads (``/access/permissions``, ``/cluster/options``), only when something changes;
     a read the token may not make is a warning, never a block."""
     if not items:
@@ -139,6 +151,11 @@ async def write_refusals(
         perms = await ctx.client.get("access/permissions") or {}
     except ProxmoxError as e:
         return [], [f"preflight could not read the token's permissions: {e.detail}"]
+    if not holds(perms, f"/pool/{ctx.config.pool}", "Pool.Audit"):
+        # Without it no VM of the pool shows its pool: sand could not tell its own VMs
+        # after this run (pool_audit.py), so nothing is written.
+        why = pool_audit_problem(ctx.config.pool)
+        problems += [PreflightProblem(i.vm.name, "token_file", why, on_backend=True) for i in items]
     bridge = ctx.config.bridge
     if not holds(perms, bridge_path(bridge), "SDN.Use"):
         for item in items:

@@ -128,6 +128,7 @@ def build_privileges(ctx: Ctx, req: TemplateRequest, cpu: str) -> list[tuple[str
     pool = f"/pool/{ctx.config.pool}"
     need = [
         ("VM.Allocate", pool, "to create the VM in the pool and make it a template"),
+        ("Pool.Audit", pool, "to see the pool's storages and which VMs are in it"),
         ("VM.Config.CPU", pool, "cpu, cores"),
         ("VM.Config.Memory", pool, "memory"),
         ("VM.Config.Disk", pool, "the imported disk, the cloud-init drive, boot"),

@@ -236,7 +236,11 @@ async def destroy(ctx: Ctx, node: str, vmid: str | int, *, track: Track | None =
             on_upid=track,
         )
     except ProxmoxError as e:
-        if e.kind is not ErrorKind.NOT_FOUND:
+        # A pool-confined token's rights on a VM come from the pool, which the VM left
+        # as it was deleted: PVE checks them first and answers 403, not "does not
+        # exist". The id being free tells the VM is gone.
+        gone = e.kind is ErrorKind.NOT_FOUND
+        if not gone and not (e.kind is ErrorKind.FORBIDDEN and not await id_taken(ctx, vmid)):
             raise
     for ip, owner in list(ctx.addresses.items()):
         if owner == str(vmid):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import proxmoxer
 import pytest
 
 from sand.backends.proxmox.backend import ProxmoxBackend
@@ -109,17 +108,7 @@ async def test_a_locked_vm_is_read_and_reported_locked(
 def _human_clone(rig: FakePveRig, source: int, newid: int, name: str) -> None:
     """An operator clones a managed VM with their own root token (PVE copies tags and
     description verbatim), through the API as the web UI would."""
-    token_file = rig.add_token("root@pam!ops", acl="root")
-    user, _, secret = token_file.read_text().strip().partition("=")
-    user, _, token_name = user.partition("!")
-    api = proxmoxer.ProxmoxAPI(
-        rig.host,
-        port=rig.port,
-        user=user,
-        token_name=token_name,
-        token_value=secret,
-        verify_ssl=rig.ca_file,
-    )
+    api = rig.proxmoxer(rig.add_token("root@pam!ops", acl="root"))
     api.nodes("pve1").qemu(source).clone.post(newid=newid, name=name, full=1, pool=rig.pool)
 
 
