@@ -14,6 +14,12 @@ Each backend stores a :class:`LeaseRecord` its own way and implements a
 all of them: waiting for a busy lease, renewing every ttl/3, and stopping the holder
 (cancelling it) when the lease is lost, because a writer whose lease another host
 may now hold must not write again.
+
+Learning of the loss from a renewal is not enough: a holder paused past its lease
+(SIGSTOP, a laptop's lid, a VM migrated) wakes with its writes already under way and
+its renewal not yet due. So every request to a backend passes one :class:`Fence` (the
+Proxmox API client, the Lima host runner): past the deadline the holder's own
+monotonic clock gives the lease, nothing more is sent and the run stops.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from sand.backends.fence import Fence, LeaseExpired
 from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 
@@ -198,9 +205,24 @@ class LeaseLost(SandError):
 class LeaseGrant:
     """A lease taken. ``fresh``: nobody else held it since this backend last observed
     (a backend not observed yet is fresh: what it observes now, it observes under the
-    lease). Not fresh: plan again before changing anything."""
+    lease). Not fresh: plan again before changing anything. ``hold_off``: seconds to
+    wait before the first write (see :func:`hold_off`)."""
 
     fresh: bool
+    hold_off: float = 0.0
+
+
+def hold_off(current: LeaseRecord | None, holder: LeaseHolder, since_expiry: float) -> float:
+    """Seconds a taker waits before its first write: a grace after the previous lease's
+    expiry, ``since_expiry`` seconds ago, when its holder never released it. That holder
+    stopped sending a margin before its expiry by its own clock; the grace covers a
+    request it sent just then, still on its way, and clocks that disagree a little.
+    Nothing to wait for after a release, or a holder seen dead on this very host."""
+    if current is None or current.state != HELD or current.holder == holder:
+        return 0.0
+    if current.holder.gone():
+        return 0.0
+    return max(0.0, grace(current.ttl) - since_expiry)
 
 
 class Keeper(Protocol):
@@ -229,59 +251,94 @@ async def keep(
     wait: float,
     poll: float | None = None,
     on_wait: Callable[[LeaseBusy], None] | None = None,
+    fence: Fence | None = None,
 ) -> AsyncIterator[LeaseGrant]:
     """Hold ``keeper``'s lease for the body: wait up to ``wait`` seconds for a busy one
     (then :class:`LeaseBusy`), looking again every ``poll`` seconds (default: a quarter
-    of the ttl, at most 1 s), renew it every ttl/3, release it at the end. If it is
-    lost (renewals failing until it ran out, or another holder found), the task that
-    took it is cancelled and :class:`LeaseLost` raised in it."""
+    of the ttl, at most 1 s), renew it every ttl/3, release it at the end. ``fence``:
+    the one every request to the backend passes, given the lease's deadline. If the
+    lease is lost (renewals failing until it ran out, another holder found, or the
+    fence refusing a request past the deadline), the task that took it is cancelled and
+    :class:`LeaseLost` raised in it."""
     poll = min(1.0, ttl / 4) if poll is None else poll
-    grant = await _take(keeper, wait=wait, poll=poll, on_wait=on_wait)
+    fence = Fence(backend) if fence is None else fence
+    grant, sent = await _take(keeper, wait=wait, poll=poll, on_wait=on_wait, clock=fence.monotonic)
+    fence.hold(sent, ttl)
     owner = asyncio.current_task()
     assert owner is not None
-    lost: list[LeaseLost] = []
-    valid_until = time.monotonic() + ttl
+    loop = asyncio.get_running_loop()
+    lost: list[SandError] = []
+    holding = True
+    cancelled = False  # the owner was cancelled here, and has not been told yet
+
+    def stop(exc: SandError) -> None:
+        nonlocal cancelled
+        if holding and not lost:
+            lost.append(exc)
+            owner.cancel()
+            cancelled = True
+
+    def stop_from_anywhere(exc: LeaseExpired) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to stop
+            loop.call_soon_threadsafe(stop, exc)
+
+    fence.on_expiry = stop_from_anywhere
 
     async def renew_forever() -> None:
-        nonlocal valid_until
         log = get_logger()
         while True:
             await asyncio.sleep(ttl / 3)
+            if fence.left() <= 0:  # paused past it: not even a renewal is sent
+                stop(LeaseExpired(backend))
+                return
+            sent = fence.monotonic()
             try:
                 await keeper.renew()
-                valid_until = time.monotonic() + ttl
+                fence.hold(sent, ttl)
                 continue
-            except LeaseLost as exc:
-                lost.append(exc)
+            except (LeaseLost, LeaseExpired) as exc:
+                stop(exc)
             except SandError as exc:
                 log.warning(
                     "lease renewal failed", project=project, backend=backend, error=str(exc)
                 )
-                if time.monotonic() + ttl / 3 < valid_until:
+                if fence.left() > ttl / 3:
                     continue  # time for another try before it runs out
-                lost.append(
+                stop(
                     LeaseLost(
                         f"lost the lease of project {project} on backend {backend}: it could "
                         f"not be renewed before it expired ({exc})"
                     )
                 )
-            owner.cancel()
             return
 
     renewer = asyncio.create_task(renew_forever())
     try:
+        if grant.hold_off > 0:
+            await asyncio.sleep(grant.hold_off)
         yield grant
     except asyncio.CancelledError:
-        if lost and owner.uncancel() == 0:
-            raise lost[0] from None
+        if cancelled:
+            cancelled = False
+            if owner.uncancel() == 0:
+                raise lost[0] from None
         raise
     finally:
+        holding = False
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
-        if not lost:
+        if cancelled:
+            # The body ended another way (a refused request's own error) before the
+            # cancellation asked for here reached it: take it back, it is not the caller's.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+            owner.uncancel()
+        left = fence.left()
+        fence.end()
+        if not lost and left > 0:
             try:
-                await keeper.release(valid_until - time.monotonic())
+                await keeper.release(left)
             except SandError as exc:
                 # It expires by itself; the next applier waits at most its ttl.
                 get_logger().warning(
@@ -290,13 +347,20 @@ async def keep(
 
 
 async def _take(
-    keeper: Keeper, *, wait: float, poll: float, on_wait: Callable[[LeaseBusy], None] | None
-) -> LeaseGrant:
+    keeper: Keeper,
+    *,
+    wait: float,
+    poll: float,
+    on_wait: Callable[[LeaseBusy], None] | None,
+    clock: Callable[[], float],
+) -> tuple[LeaseGrant, float]:
+    """The grant, and when (on ``clock``) the attempt that won it began."""
     deadline = time.monotonic() + wait
     told = False
     while True:
+        sent = clock()
         try:
-            return await keeper.take()
+            return await keeper.take(), sent
         except LeaseBusy as busy:
             left = deadline - time.monotonic()
             if left <= 0:

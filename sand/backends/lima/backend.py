@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sand.backends.capabilities import Capabilities
 from sand.backends.doctor import DoctorReport
+from sand.backends.fence import Fence
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import claims, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
@@ -29,7 +30,7 @@ from sand.backends.lima.doctor import doctor as run_doctor
 from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.preflight import preflight as run_preflight
-from sand.backends.lima.runner import HostRunner
+from sand.backends.lima.runner import FencedRunner, HostRunner
 from sand.backends.protocol import (
     BaseProvisioner,
     PreflightItem,
@@ -64,10 +65,12 @@ class LimaBackend:
         key_dir: Path | None = None,
         bundle: BundleMount | None = None,
     ) -> None:
+        self.fence = Fence(name)
+        self._runner = runner
         self.ctx = Ctx(
             name=name,
             project=project,
-            runner=runner,
+            runner=FencedRunner(runner, self.fence),
             limactl=limactl,
             clone_parallelism=clone_parallelism,
             jump=jump,
@@ -82,8 +85,9 @@ class LimaBackend:
 
     @property
     def runner(self) -> HostRunner:
-        """The host runner (one SSH connection when remote), for another backend to share."""
-        return self.ctx.runner
+        """The host runner (one SSH connection when remote), for another backend to share
+        (under that backend's own lease fence)."""
+        return self._runner
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
         return await observe_mod.observe(self.ctx)
@@ -171,13 +175,14 @@ class LimaBackend:
             ttl=ttl,
             wait=wait,
             on_wait=on_wait,
+            fence=self.fence,  # every command on the Lima host passes it
         )
 
     async def lease_record(self) -> LeaseRecord | None:
         return await read_lease(self.ctx)
 
     async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
-        return await run_doctor(self.ctx)
+        return await run_doctor(self.ctx, self._runner)
 
     async def close(self) -> None:
         await self.ctx.runner.close()

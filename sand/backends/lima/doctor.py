@@ -61,8 +61,10 @@ printf 'version %s\n' "$v"
 """
 
 
-async def doctor(ctx: Ctx) -> DoctorReport:
-    runner, limactl = ctx.runner, ctx.limactl
+async def doctor(ctx: Ctx, runner: HostRunner) -> DoctorReport:
+    """``runner``: the host runner itself, not behind the lease fence (a doctor takes no
+    lease), so its kind tells a remote host from this machine."""
+    limactl = ctx.limactl
     if isinstance(runner, RemoteRunner):
         findings = await _remote(runner, limactl)
     else:

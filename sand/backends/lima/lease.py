@@ -26,6 +26,7 @@ from sand.backends.lease import (
     LeaseLost,
     LeaseRecord,
     first_record,
+    hold_off,
 )
 from sand.backends.lima import scripts
 from sand.backends.lima.context import Ctx
@@ -79,7 +80,9 @@ class LimaLease:
             await proc.close()
             raise
         self.record = record
-        return LeaseGrant(fresh=self._fresh(current))
+        # A lock its holder never released was freed when its holder's process on the
+        # Lima host heard nothing for a ttl: just now, as far as this taker can tell.
+        return LeaseGrant(fresh=self._fresh(current), hold_off=hold_off(current, self.holder, 0.0))
 
     def _fresh(self, current: LeaseRecord | None) -> bool:
         """Nobody held it since the listing: the record reads as it did then, released

@@ -22,8 +22,9 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from sand.backends.fence import Fence
 from sand.errors import BackendError, TransportError
 from sand.terminal import inert
 
@@ -78,6 +79,28 @@ class HostRunner(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class FencedRunner:
+    """Every command on the Lima host, local or over SSH, passes the backend's lease
+    fence first (``sand.backends.fence``): the one choke point of Lima's writes."""
+
+    def __init__(self, inner: HostRunner, fence: Fence) -> None:
+        self.inner = inner
+        self.fence = fence
+        self.where = inner.where
+        self.remote = inner.remote
+
+    async def run(self, argv: Sequence[str], **options: Any) -> Completed:
+        self.fence.check()
+        return await self.inner.run(argv, **options)
+
+    async def start(self, argv: Sequence[str]) -> HeldProcess:
+        self.fence.check()
+        return await self.inner.start(argv)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class LocalRunner:

@@ -8,6 +8,7 @@ validated before they are passed, and the observe script re-checks directory nam
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 MARKER_FILE = "sand-marker.json"
@@ -308,7 +309,9 @@ def processes_argv() -> list[str]:
 def lease_argv(mode: str, project: str, ttl: float) -> list[str]:
     if mode not in ("take", "peek"):
         raise ValueError(mode)
-    return ["perl", "-e", LEASE, mode, project, str(max(1, round(ttl)))]
+    # Whole seconds (perl's alarm), rounded up: the lock must outlive the holder's own
+    # deadline (``sand.backends.fence``), never end before it.
+    return ["perl", "-e", LEASE, mode, project, str(max(1, math.ceil(ttl)))]
 
 
 def tail_argv(instance: str, filename: str, lines: int = 20) -> list[str]:

@@ -178,6 +178,7 @@ class ProxmoxBackend:
                 ttl=ttl,
                 wait=wait,
                 on_wait=on_wait,
+                fence=self.ctx.client.fence,  # every API request passes it
             )
         )
 

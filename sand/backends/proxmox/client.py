@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sand import activity, clock
+from sand.backends.fence import Fence
 from sand.backends.proxmox import plainget
 from sand.backends.proxmox.errors import (
     ErrorKind,
@@ -89,6 +90,9 @@ class PveClient(Failures):
         self._token: ApiToken | None = None
         self._init_lock = threading.Lock()
         self._threads = RequestThreads(self.at_once)
+        # Every request passes it, in the thread that sends it, just before: a request
+        # queued for a thread before a pause is checked after it.
+        self.fence = Fence(self.backend)
         self.reached = False  # PVE answered at least once (a refusal then is a restart)
 
     def __repr__(self) -> str:
@@ -145,6 +149,7 @@ class PveClient(Failures):
             return self._plain
 
     def _sync(self, method: str, path: str, params: Mapping[str, Any]) -> Any:
+        self.fence.check()
         what = f"{method} /{path}"
         args = {k: _form(v) for k, v in params.items() if v is not None}
         if method == "GET":

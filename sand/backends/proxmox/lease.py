@@ -36,6 +36,7 @@ from sand.backends.lease import (
     LeaseLost,
     LeaseRecord,
     first_record,
+    hold_off,
 )
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox import vmops
@@ -167,7 +168,9 @@ class ProxmoxLease:
             if not e.transient or parse_record((await self._config()).get("description")) != record:
                 raise
             self.record = record
-        return LeaseGrant(fresh=self._fresh(current))
+        # Taken only once expired a grace ago (``held``): what is left of it, if anything.
+        wait = hold_off(current, self.holder, now - current.expires) if current else 0.0
+        return LeaseGrant(fresh=self._fresh(current), hold_off=wait)
 
     def _fresh(self, current: LeaseRecord | None) -> bool:
         """Nobody held the lease since the observation: it was released then, and its

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from sand.backends.fence import LeaseExpired
 from sand.backends.lease import LeaseBusy, LeaseHolder
 from sand.backends.proxmox.backend import ProxmoxBackend
 from sand.backends.proxmox.lease import ProxmoxLease, parse_record
@@ -124,3 +125,22 @@ async def test_a_listing_that_hides_the_lease_object_never_makes_a_second(
     assert [v.vmid for v in rig.lease_vms()] == [obj.vmid]
     record = parse_record(rig.run(lambda: rig.pve.vm(obj.vmid).config["description"]))
     assert record is not None and record.holder.command == "a"
+
+
+async def test_past_its_deadline_a_holder_sends_no_request(
+    rig: FakePveRig, backend: ProxmoxBackend, journal: Journal
+) -> None:
+    """Every API request passes the lease's fence: once the holder's own clock says the
+    lease may have expired (here: its clock jumped, as after a pause), not a clone, a
+    renewal nor a release reaches PVE, and the run stops naming the lease."""
+    (vm,) = rig.desired([{"name": "n-1"}])
+    await backend.observe([vm])
+    fence = backend.ctx.client.fence
+    with pytest.raises(LeaseExpired, match="lease on pve expired while this run was paused"):
+        async with backend.lease(holder("paused"), ttl=30):
+            clock = fence.monotonic
+            fence.monotonic = lambda: clock() + 30
+            rig.clear_log()
+            await backend.create(vm, journal)
+    assert rig.log == []
+    assert rig.vms() == []
