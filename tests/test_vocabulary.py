@@ -9,7 +9,7 @@ from pathlib import Path
 
 SAND = Path(__file__).resolve().parents[1] / "sand"
 # Where the words are defined: the vocabulary, and PVE's lock word where PVE is read.
-DEFINED = {"observed.py", "backends/proxmox/observe.py"}
+DEFINED = {"observed.py", "backends/proxmox/row.py"}
 
 
 def _literals(word: str) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,6 +23,9 @@ from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.pending import cpu_type_of, pending_fields, read_pending
 from sand.backends.proxmox.pool_audit import assert_pools_visible
+from sand.backends.proxmox.row import HIBERNATED_LOCK, as_int, booted_at, power_of
+from sand.backends.proxmox.row import Row as Row  # re-exported: imported from here
+from sand.backends.proxmox.row import is_protected as is_protected
 from sand.desired import DesiredVM
 from sand.observed import (
     Claim,
@@ -35,12 +37,7 @@ from sand.observed import (
     ownership,
 )
 
-Row = Mapping[str, Any]
 DEEP = object()  # classify(): "needs the VM's config"
-
-# qemu-server's config lock while a VM is hibernated (its RAM in a state volume).
-HIBERNATED_LOCK = "suspended"
-
 
 _LISTING = ("cluster/resources", {"type": "vm"})
 
@@ -72,15 +69,6 @@ async def template_config(ctx: Ctx, template: Row) -> dict[str, Any]:
         held = asyncio.ensure_future(read_config(ctx, *key))
         ctx.template_configs[key] = held
     return dict(await asyncio.shield(held))
-
-
-def power_of(row: Row) -> str:
-    status = str(row.get("status") or "")
-    return status if status in ("running", "stopped") else "unknown"
-
-
-def is_protected(config: Mapping[str, Any]) -> bool:
-    return str(config.get("protection", "0")).lower() in ("1", "true", "yes", "on")
 
 
 def classify(
@@ -278,10 +266,10 @@ def _observed(
         identity=vmid,
         ownership=ownership,
         power=power_of(row),
-        cpus=_int(row.get("maxcpu")),
+        cpus=as_int(row.get("maxcpu")),
         cpu=cpu,
-        memory=units.observed_memory(_int(row.get("maxmem")), want.memory if want else None),
-        disk=units.observed_disk(_int(row.get("maxdisk")), want.disk if want else None),
+        memory=units.observed_memory(as_int(row.get("maxmem")), want.memory if want else None),
+        disk=units.observed_disk(as_int(row.get("maxdisk")), want.disk if want else None),
         protect=protect,
         operator_protected=operator_protected,
         lock=str(lock) if lock else None,
@@ -294,21 +282,6 @@ def _observed(
         slept=mk.parse_tags(row.get("tags")).asleep if ownership is Ownership.MANAGED else None,
         hibernated=lock == HIBERNATED_LOCK,
     )
-
-
-def booted_at(row: Row, now: float | None = None) -> float | None:
-    """When a running VM started: the listing's ``uptime`` counts from its QEMU start."""
-    uptime = _int(row.get("uptime"))
-    if power_of(row) != "running" or uptime is None or uptime < 0:
-        return None
-    return (time.time() if now is None else now) - uptime
-
-
-def _int(value: object) -> int | None:
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
 
 
 async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
