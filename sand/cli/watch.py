@@ -48,6 +48,9 @@ def watch(args: argparse.Namespace) -> int:
     # Plain lines, not a live view: a watch's runs interleave with its notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
+        announce = Announcer(
+            say=ConsoleReport().note, desktop=lambda t: tell_desktop(t, terminal_bell)
+        )
         watcher = Watcher(
             manifest=Path(args.manifest),
             interval=args.interval,
@@ -56,9 +59,7 @@ def watch(args: argparse.Namespace) -> int:
             allow_mass_delete=args.allow_mass_delete,
             report=ConsoleReport(),
             hooks=inflight,
-            announce=Announcer(
-                say=ConsoleReport().note, desktop=lambda t: tell_desktop(t, terminal_bell)
-            ),
+            announce=announce,
         )
         try:
             asyncio.run(watcher.run())
@@ -66,6 +67,8 @@ def watch(args: argparse.Namespace) -> int:
             if inflight.phases:
                 raise
             print(f"{_now()} watch: stopped", file=sys.stderr)
+        finally:
+            announce.close()  # what is queued for the webhook gets a moment to go
     return 0
 
 
