@@ -22,6 +22,8 @@ as its HTTP status or the kind of network error only.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import threading
 import time
@@ -73,7 +75,7 @@ def post(url: str, data: bytes) -> None:
         # (404: the hook was deleted, 403: its token revoked) will not change by itself.
         transient = exc.code == 429 or exc.code >= 500
         raise WebhookFailure(f"the webhook answered HTTP {exc.code}", transient=transient) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None)
         cause = reason if isinstance(reason, BaseException) else exc
         kind = one_line(type(cause).__name__, 40)
@@ -201,7 +203,7 @@ class Outbox:
             batch, note = chosen
             try:
                 if note is not None:
-                    self.say(f"notify: {note}")
+                    self._tell(f"notify: {note}")
                 message = (
                     body(batch, self.topic, markdown=self.markdown)
                     if batch
@@ -230,11 +232,16 @@ class Outbox:
         except WebhookFailure as failure:
             if not self._down:
                 self._down = True
-                self.say(f"notify: {failure.why}; not said again until the webhook takes one")
+                self._tell(f"notify: {failure.why}; not said again until the webhook takes one")
             return
         if self._down:
             self._down = False
-            self.say("notify: the webhook takes notifications again")
+            self._tell("notify: the webhook takes notifications again")
+
+    def _tell(self, text: str) -> None:
+        """Say ``text`` from the worker: a console whose reader left must not end it."""
+        with contextlib.suppress(OSError, ValueError):
+            self.say(text)
 
     def _pause(self, seconds: float) -> None:
         """A backoff's wait, on sand's clock; cut short by :meth:`close`."""

@@ -9,6 +9,8 @@ call) or the outbox it posts through.
 
 from __future__ import annotations
 
+import json
+import socketserver
 import threading
 from pathlib import Path
 
@@ -196,3 +198,57 @@ def test_each_post_names_sand_and_its_version(tmp_path: Path) -> None:
         receiver.close()
     assert receiver.posts[0].headers["User-Agent"] == f"sand/{__version__}"
     assert receiver.posts[0].headers["Content-Type"] == "application/json"
+
+
+class Garbler:
+    """A server whose first answer is not HTTP at all, and every later one a 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        self.cond = threading.Condition()
+        garbler = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    head += self.rfile.read(1)
+                size = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                with garbler.cond:
+                    garbler.requests.append(self.rfile.read(size))
+                    first = len(garbler.requests) == 1
+                    garbler.cond.notify_all()
+                answer = b"SMTP ready\r\n\r\n" if first else b"HTTP/1.0 200 OK\r\n\r\n"
+                self.wfile.write(answer)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.sand_time_scale(0.01)
+def test_an_answer_that_is_not_http_is_tried_again_and_the_outbox_goes_on() -> None:
+    server = Garbler()
+    said: list[str] = []
+    outbox = Outbox(server.url, None, said.append)
+    try:
+        outbox.put(transition("dev-1"))
+        outbox.put(transition("dev-2"))
+        with server.cond:
+            assert server.cond.wait_for(lambda: len(server.requests) == 3, 30)
+        assert outbox.wait_idle(30)
+    finally:
+        outbox.close(grace=0)
+        server.close()
+    vms = [json.loads(r)["vm"] for r in server.requests]
+    assert vms == ["dev-1", "dev-1", "dev-2"]
+    assert said == []
