@@ -89,9 +89,44 @@ def _apply(structlog: Any, fmt: str, level: str, out: TextIO) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        logger_factory=structlog.PrintLoggerFactory(_ReaderMayLeave(out)),
         cache_logger_on_first_use=False,
     )
+
+
+def reader_left(stream: TextIO) -> None:
+    """The reader of ``stream`` left (``sand apply 2>&1 | head``): its file descriptor is
+    pointed at /dev/null, as the Python docs advise for a broken pipe, so that what is
+    still written, and the interpreter's own last flush at exit, go nowhere instead of
+    failing (a failed flush at exit makes Python exit 120, whatever the command's code)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):  # no real file behind it (a test's capture)
+        pass
+
+
+class _ReaderMayLeave:
+    """The log's stream: a reader that left stops the logging, never the run (the
+    progress views do the same, ``sand.cli.inflight``)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+        except BrokenPipeError:
+            reader_left(self.out)
+
+    def flush(self) -> None:
+        try:
+            self.out.flush()
+        except BrokenPipeError:
+            reader_left(self.out)
 
 
 def _colour_ok() -> bool:

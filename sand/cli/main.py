@@ -50,18 +50,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_vm_names(words[1:])
     try:
         try:
-            return _main(words, program=argv is None)
+            code = _main(words, program=argv is None)
         finally:
             sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
     except BrokenPipeError:
         # `sand plan | head`: the reader left. No traceback; stdout goes to devnull so
         # the interpreter's own last flush cannot fail again (as the Python docs say).
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):  # no real file behind stdout
-            pass
+        from sand.logs import reader_left
+
+        reader_left(sys.stdout)
+        _flush_stderr()
         return EXIT_ERROR
+    _flush_stderr()
+    return code
+
+
+def _flush_stderr() -> None:
+    """Flush stderr now: when its reader has left (`sand apply 2>&1 | head`), it goes to
+    devnull, so that the exit code stays the command's (Python exits 120 when its own
+    last flush fails)."""
+    try:
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        from sand.logs import reader_left
+
+        reader_left(sys.stderr)
 
 
 def _main(words: list[str], *, program: bool = False) -> int:

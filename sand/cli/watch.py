@@ -49,6 +49,9 @@ def watch(args: argparse.Namespace) -> int:
     # Plain lines, not a live view: a watch's runs interleave with its notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
+        announce = Announcer(
+            say=ConsoleReport().note, desktop=lambda t: tell_desktop(t, terminal_bell)
+        )
         watcher = Watcher(
             manifest=Path(args.manifest),
             interval=args.interval,
@@ -57,9 +60,7 @@ def watch(args: argparse.Namespace) -> int:
             allow_mass_delete=args.allow_mass_delete,
             report=ConsoleReport(),
             hooks=inflight,
-            announce=Announcer(
-                say=ConsoleReport().note, desktop=lambda t: tell_desktop(t, terminal_bell)
-            ),
+            announce=announce,
         )
         try:
             asyncio.run(watcher.run())
@@ -67,6 +68,8 @@ def watch(args: argparse.Namespace) -> int:
             if inflight.phases:
                 raise
             print(f"{now_stamp()} watch: stopped", file=sys.stderr)
+        finally:
+            announce.close()  # what is queued for the webhook gets a moment to go
     return 0
 
 

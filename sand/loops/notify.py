@@ -9,65 +9,26 @@ host's (how long reads have shown it so), whichever says longer -- so a flap sho
 than the debounce is never told. What the first read shows is where things stand,
 not news: it is remembered, not told (a restarted sync does not repeat the day).
 
-The webhook is a JSON POST made here, from this process (no argv holds the URL); its
-URL may be a secret's value, and no message of sand's ever quotes it: a failure is
-said as its HTTP status or its kind only.
+The webhook is a JSON POST made from this process (no argv holds the URL), off the
+caller's path (:mod:`sand.loops.outbox`); what it says, and how guest text in it is
+kept inert for Slack and ntfy, is :mod:`sand.loops.notice`'s.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from sand.agentstate import AgentReport, state_words
+from sand.agentstate import AgentReport
+from sand.loops.notice import Transition
+from sand.loops.outbox import CLOSE_GRACE, Outbox
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.notify import Notify
-from sand.terminal import one_line
+
+__all__ = ["Announcer", "Notifier", "Transition", "webhook_url"]
 
 Key = tuple[str, str, str]  # vm, agent, session
-POST_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class Transition:
-    vm: str
-    agent: str
-    session: str
-    state: str
-    since: int
-    cwd: str
-
-    @property
-    def title(self) -> str:
-        return f"sand: {self.vm} {self.agent} {state_words(self.state)}"
-
-    def text(self) -> str:
-        where = f" in {self.cwd}" if self.cwd else ""
-        return f"{self.vm}: {self.agent} session {self.session} {state_words(self.state)}{where}"
-
-    def body(self, topic: str | None) -> dict[str, object]:
-        """One JSON body for both readers: Slack takes ``text``; ntfy (posted to its
-        server with a ``topic``) takes ``title``, ``message`` and ``tags``."""
-        text = self.text()
-        body: dict[str, object] = {
-            "text": text,
-            "title": self.title,
-            "message": text,
-            "tags": [self.state],
-            "vm": self.vm,
-            "agent": self.agent,
-            "session": self.session,
-            "state": self.state,
-            "since": self.since,
-            "cwd": self.cwd,
-        }
-        if topic:
-            body["topic"] = topic
-        return body
 
 
 @dataclass
@@ -81,8 +42,12 @@ class Notifier:
     first_seen: dict[tuple[str, str, str, str, int], float] = field(default_factory=dict)
     primed: bool = False
 
-    def seen(self, reports: Mapping[str, AgentReport]) -> list[Transition]:
-        """The transitions in this read that are to be told now (each once)."""
+    def seen(
+        self, reports: Mapping[str, AgentReport], fleet: Collection[str] | None = None
+    ) -> list[Transition]:
+        """The transitions in this read that are to be told now (each once). ``fleet``:
+        the manifest's VMs; what is known of a VM neither in it nor in this read is
+        forgotten."""
         now = self.clock()
         out: list[Transition] = []
         current: set[tuple[str, str, str, str, int]] = set()
@@ -101,31 +66,29 @@ class Notifier:
                 if held >= self.config.debounce:
                     self.told[key] = (s.state, s.since)
                     out.append(Transition(vm, s.agent, s.session, s.state, s.since, s.cwd))
-        # Forget what is no longer there: the maps stay as small as the fleet's sessions.
-        self.first_seen = {m: t for m, t in self.first_seen.items() if m in current}
+        self._forget(reports, current, {*reports, *(fleet or ())})
         self.primed = True
         return out
 
-    def post(self, transition: Transition) -> str | None:
-        """POST ``transition`` to the webhook; None when it was taken, else why not, in
-        words that never hold the URL."""
-        if self.url is None or self.config.webhook is None:
-            return None
-        data = json.dumps(transition.body(self.config.webhook.topic)).encode()
-        request = urllib.request.Request(
-            self.url, data=data, method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as answer:
-                answer.read(1024)
-        except urllib.error.HTTPError as exc:
-            return f"the webhook answered HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", None)
-            cause = reason if isinstance(reason, BaseException) else exc
-            kind = type(cause).__name__
-            return f"the webhook could not be reached ({one_line(kind, 40)})"
-        return None
+    def _forget(
+        self,
+        reports: Mapping[str, AgentReport],
+        current: set[tuple[str, str, str, str, int]],
+        fleet: Collection[str],
+    ) -> None:
+        """Keep the memory as small as the fleet's sessions: forget each VM no longer in
+        the fleet, and each session a VM's read no longer lists. A VM whose read failed
+        (a problem and no sessions) keeps what is known of it, so that the next good
+        read does not tell again what was told."""
+        self.first_seen = {m: t for m, t in self.first_seen.items() if m in current}
+        listed = {mark[:3] for mark in current}
+        read = {vm for vm, r in reports.items() if r.sessions or r.problem is None}
+        members = set(fleet)
+        self.told = {
+            key: was
+            for key, was in self.told.items()
+            if key[0] in members and (key[0] not in read or key in listed)
+        }
 
 
 def webhook_url(loaded: LoadedManifest) -> str | None:
@@ -148,36 +111,42 @@ def webhook_url(loaded: LoadedManifest) -> str | None:
     return url
 
 
-def notifier(loaded: LoadedManifest) -> Notifier | None:
-    """The manifest's notifier, its webhook URL resolved; None when it asks for none."""
-    config = loaded.manifest.notify
-    return Notifier(config, webhook_url(loaded)) if config is not None else None
-
-
 @dataclass
 class Announcer:
     """What ``sand apply --watch``, ``sand sync`` and the board do with each read: tell
-    each new transition (said on the console, on the desktop when asked, POSTed to the
-    webhook). The notifier is made from the manifest on the first read, and again
-    when its ``notify:`` changes."""
+    each new transition (said on the console, on the desktop when asked, and queued for
+    the webhook: :class:`sand.loops.outbox.Outbox` posts it off the caller's path).
+    The notifier is made from the manifest on the first read, and again when its
+    ``notify:`` changes. :meth:`close` at the end gives the queue a moment to go."""
 
     say: Callable[[str], None]
     desktop: Callable[[Transition], None] | None = None
     _for: Notify | None = None
     _notifier: Notifier | None = None
+    _outbox: Outbox | None = None
 
     def __call__(self, loaded: LoadedManifest, reports: Mapping[str, AgentReport]) -> None:
         config = loaded.manifest.notify
         if config is None:
+            self.close(grace=0)
             self._for = self._notifier = None
             return
         if self._notifier is None or config != self._for:
-            self._for, self._notifier = config, notifier(loaded)
-        assert self._notifier is not None
-        for t in self._notifier.seen(reports):
+            self.close(grace=0)
+            self._for, self._notifier = config, Notifier(config, webhook_url(loaded))
+            url, hook = self._notifier.url, config.webhook
+            if url is not None and hook is not None:
+                self._outbox = Outbox(url, hook.topic, self.say)
+        fleet = [vm.name for vm in loaded.manifest.vms]
+        for t in self._notifier.seen(reports, fleet):
             self.say(f"agent: {t.text()}")
             if self.desktop is not None and config.desktop:
                 self.desktop(t)
-            why = self._notifier.post(t)
-            if why is not None:
-                self.say(f"notify: {why}")
+            if self._outbox is not None:
+                self._outbox.put(t)
+
+    def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Stop posting, once what is queued has had ``grace`` seconds to go."""
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
+            outbox.close(grace)

@@ -210,14 +210,30 @@ def test_no_color_flag_and_env_remove_colour_on_a_terminal(fleet):
     assert "\x1b[" not in plain and "f-1" in plain
 
 
-def test_progress_whose_reader_left_does_not_stop_the_apply(fleet, fakepve_server):
+@pytest.mark.parametrize(
+    ("flags", "unbuffered"),
+    [([], ""), (["--log-format", "json"], ""), ([], "1")],
+    ids=["lines", "json-log", "lines-unbuffered"],
+)
+def test_progress_whose_reader_left_does_not_stop_the_apply(
+    fleet, fakepve_server, flags, unbuffered
+):
+    """Whatever sand writes on a stderr whose reader left -- progress lines, JSON log
+    events from the first ("command started") to the last -- the apply runs to its end
+    and its exit code is the apply's. Python's stderr is buffered unless
+    PYTHONUNBUFFERED is set: then what a failed write left in its buffer made the
+    interpreter's own last flush fail, and Python exit 120 after a good apply."""
     sand, path = fleet
     read, write = os.pipe()
     os.close(read)  # `sand apply 2>&1 | head`: the progress lines have nowhere to go
+    env = sand_env(sand)
+    env.pop("PYTHONUNBUFFERED", None)  # Python's default, as on a fresh machine
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
     proc = subprocess.run(
-        [sys.executable, "-m", "sand", "apply", "-f", path, "--auto-approve"],
+        [sys.executable, "-m", "sand", "apply", "-f", path, "--auto-approve", *flags],
         cwd=sand.workdir,
-        env=sand_env(sand),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=write,
         text=True,

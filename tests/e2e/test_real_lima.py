@@ -29,9 +29,9 @@ import yaml
 from sand.backends.lima.limayaml import security_findings
 from tests.provision.e2e_helpers import stand_in_agents
 from tests.required import missing
-from tests.rig import limaimage, limapy
+from tests.rig import limaimage, limapy, limareap
 from tests.rig._util import RigError
-from tests.rig.lima import LimaRig, rig
+from tests.rig.lima import LimaRig
 
 # e2e too: `-m "not e2e"` (the fast suite) must not boot it.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_lima, pytest.mark.timeout(1800)]
@@ -81,6 +81,7 @@ class Tier:
     def __init__(self, lima: LimaRig, image: Path, site: Path) -> None:
         self.lima = lima
         self.root = Path(tempfile.mkdtemp(prefix="t-", dir=lima.home))
+        limareap.mark_owner(self.root)  # so a run cut short is reaped by the next
         self.host_port = _free_port()
         templates = self.root / "templates"
         templates.mkdir()
@@ -173,9 +174,9 @@ class Tier:
 
 
 @pytest.fixture
-def tier() -> Iterator[Tier]:
+def tier(lima_reaped: LimaRig) -> Iterator[Tier]:
+    lima = lima_reaped
     try:
-        lima = rig()
         site = limapy.site_dir()
     except RigError as exc:
         missing(f"the real Lima rig: {exc}")

@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     # Each run's progress as plain lines, as a watch's: runs interleave with notes.
     with progress_view("log" if args.log_format == "json" else "lines") as view:
         inflight = track(view)
+        announce = Announcer(say=ConsoleReport("sync").note)
         reconciler = Reconciler(
             parallelism=args.parallelism,
             allow_mass_delete=args.allow_mass_delete,
@@ -93,21 +94,24 @@ def run(args: argparse.Namespace) -> int:
             # The agents' state is exported with the metrics, and told as notify: asks.
             agents=AgentReader(),
             always_read=prometheus is not None,
-            announce=Announcer(say=ConsoleReport("sync").note),
+            announce=announce,
         )
         syncer = Syncer(mirror, args.path, host_dir, reconciler, metrics)
-        if args.once:
-            result = asyncio.run(syncer.check(START))
-            failed = syncer.head_rejected or result is None or not result.ok
-            return EXIT_ERROR if failed else EXIT_OK
-        where = f"{args.repo} ({args.branch or 'default branch'}, {args.path})"
-        serving = _Serving(syncer, args, hooks_at, metrics_at, secret, prometheus)
         try:
-            asyncio.run(serving.run(where))
-        except KeyboardInterrupt:
-            if inflight.phases:
-                raise  # during a run: sand.cli.main names what it left, exits 130
-            print(f"{now_stamp()} sync: stopped", file=sys.stderr)
+            if args.once:
+                result = asyncio.run(syncer.check(START))
+                failed = syncer.head_rejected or result is None or not result.ok
+                return EXIT_ERROR if failed else EXIT_OK
+            where = f"{args.repo} ({args.branch or 'default branch'}, {args.path})"
+            serving = _Serving(syncer, args, hooks_at, metrics_at, secret, prometheus)
+            try:
+                asyncio.run(serving.run(where))
+            except KeyboardInterrupt:
+                if inflight.phases:
+                    raise  # during a run: sand.cli.main names what it left, exits 130
+                print(f"{now_stamp()} sync: stopped", file=sys.stderr)
+        finally:
+            announce.close()  # what is queued for the webhook gets a moment to go
     return EXIT_OK
 
 
