@@ -164,6 +164,8 @@ def test_destroy_before_create_restores_the_archive_it_kept(world):
     """A node that cannot hold both: the old guest's preserved paths are archived on the
     host first, the old VM deleted, the new one made and the archive restored."""
     rig, sand, manifest, env, old, new = world
+    # PVE shows a node's memory only with Sys.Audit on it (pve-manager Nodes.pm index).
+    rig.grant(rig.token_id, f"/nodes/{rig.nodes[0]}", "Sys.Audit")
     manifest(memory="7GiB")  # the fake node has 8 GiB, 2 GiB in use
     with Answers(rig, old, new):
         assert sand.run("apply", "--auto-approve", env=env).returncode == 0

@@ -66,7 +66,7 @@ def check_permissions(
         if not holds(perms, pool_path, priv):
             missing.append(f"{priv} on {pool_path}")
     if not holds(perms, pool_path, "Pool.Audit"):
-        missing.append(f"Pool.Audit on {pool_path} ({refusals.pool_audit_problem(pool)})")
+        missing.append(f"Pool.Audit on {pool_path}: {refusals.POOL_AUDIT_WHY}")
     if forks and not holds(perms, pool_path, "VM.Snapshot"):
         # A fork is a clone of a snapshot of its source, taken for it and removed after.
         missing.append(f"VM.Snapshot on {pool_path} (a VM of the manifest is a fork)")

@@ -73,15 +73,17 @@ def bridge_problem(bridge: str) -> str:
     )
 
 
+POOL_AUDIT_WHY = (
+    "without it PVE leaves the pool out of every VM in /cluster/resources, and sand cannot "
+    "tell its own VMs from others'; add it to sand's role (pveum role modify SandVM --privs "
+    "Pool.Audit --append 1; docs/backends/proxmox.md#the-token)"
+)
+
+
 def pool_audit_problem(pool: str) -> str:
     """Without Pool.Audit PVE leaves ``pool`` out of each VM's row in /cluster/resources
     (pve-manager ``PVE::API2::Cluster`` ``resources``): see pool_audit.py."""
-    return (
-        f"the token lacks Pool.Audit on /pool/{pool}: without it PVE leaves the pool out "
-        "of every VM in /cluster/resources, and sand cannot tell its own VMs from "
-        "others'; add it to sand's role (pveum role modify SandVM --privs Pool.Audit "
-        "--append 1; docs/backends/proxmox.md#the-token)"
-    )
+    return f"the token lacks Pool.Audit on /pool/{pool}: {POOL_AUDIT_WHY}"
 
 
 def _user_allow(options: Mapping[str, Any]) -> str | None:
