@@ -280,7 +280,7 @@ def _add_views(sub: Subcommands) -> None:
         "--timeout",
         type=GUEST_TIMEOUT,
         metavar="S",
-        help="--deep: seconds each guest gets to answer, up to 3600 (default 20)",
+        help="--deep: seconds each guest gets to answer, up to 3600 (default 45)",
     )
 
     p = sub.add_parser(

@@ -30,6 +30,7 @@ from typing import Any
 import asyncssh
 
 from sand import activity, clock
+from sand.defaults import GUEST_SSH_TRY
 from sand.errors import ErrorLayer, TransportError
 from sand.guest import user_known_hosts
 from sand.guest.endpoint import BOOT_MARK, GuestEndpoint, JumpHost
@@ -44,7 +45,7 @@ Connection = asyncssh.SSHClientConnection
 
 KNOWN_HOSTS_FILE = "known_hosts"
 CONNECT_DEADLINE = 180.0  # a Proxmox guest can take minutes to boot and start sshd
-ATTEMPT_TIMEOUT = 15.0
+ATTEMPT_TIMEOUT = GUEST_SSH_TRY
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
 
 
