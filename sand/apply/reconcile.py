@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
-from sand.apply.recorded import record_asleep, record_expired, record_inventory
+from sand.apply.recorded import forget_waking, record_asleep, record_expired, record_inventory
 from sand.apply.recovery import replay_journal
 from sand.backends.abilities import Warns
 from sand.plan import Action, Plan
@@ -136,6 +136,7 @@ async def carry_out(
 
     plan = prepared.plan
     started = time.monotonic()
+    forget_waking(session.project, plan)
     result = await execute(
         plan,
         session.backends,

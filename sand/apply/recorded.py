@@ -83,6 +83,19 @@ def record_expired(project: str, desired: DesiredState, plan: Plan, result: Appl
         save_expired(project, kept)
 
 
+def forget_waking(project: str, plan: Plan) -> None:
+    """Before the run: forget the VMs it will wake (any change acting on an asleep VM
+    wakes it first). The backend takes the VM's own mark off before it starts it, so a
+    run killed mid-wake leaves no claim that the VM sleeps; this host's record must not
+    be one either. A run that fails before the wake loses nothing: the VM's mark,
+    which every host reads, still says it sleeps."""
+    records = load_asleep(project)
+    waking = {(c.backend, c.vm) for c in plan.changes if c.asleep is not None and c.acts}
+    kept = {k: r for k, r in records.items() if k not in waking}
+    if kept != records:
+        save_asleep(project, kept)
+
+
 def record_asleep(project: str, plan: Plan, result: ApplyResult, now: float) -> None:
     """Remember the VMs this run put to sleep, and forget those it woke (any change
     that acted on an asleep VM woke it first): ``sand.state.asleep``."""
