@@ -95,8 +95,12 @@ class SyncProcess:
         )
         self.err: list[str] = []
         self.out: list[str] = []
-        for stream, sink in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):
-            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
+        self.pumps = [
+            threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
+            for stream, sink in ((self.proc.stderr, self.err), (self.proc.stdout, self.out))
+        ]
+        for pump in self.pumps:
+            pump.start()
 
     @staticmethod
     def _pump(stream: Any, sink: list[str]) -> None:
@@ -116,7 +120,8 @@ class SyncProcess:
             if predicate():
                 return
             if self.proc.poll() is not None:
-                time.sleep(0.2)  # the last lines
+                for pump in self.pumps:  # its last lines: read to the end of its output
+                    pump.join(10)
                 if predicate():
                     return
                 raise AssertionError(f"sand sync exited {self.proc.returncode}:\n{self.text()}")
