@@ -151,6 +151,17 @@ class SyncProcess:
                 self.proc.wait(10)
 
 
+def ticks_pass(sync: SyncProcess, git: Any, count: int = 3) -> None:
+    """Return once ``count`` more of the sync's checks have fetched from ``git`` (a
+    GitServer): what a test that nothing happens meanwhile waits for, not a fixed time."""
+
+    def fetches() -> int:
+        return sum(1 for path, _ok in git.request_log if "upload-pack" in path)
+
+    start = fetches()
+    sync.wait_for(lambda: fetches() >= start + count)
+
+
 def git_available() -> bool:
     return shutil.which("git") is not None
 
