@@ -23,19 +23,6 @@ def _plan_for_a(rig: Rig) -> dict[str, Any]:
     return next(c for c in json.loads(proc.stdout)["changes"] if c["vm"] == "a")
 
 
-def _starting(rig: Rig, command: str):
-    def condition(records) -> bool:
-        """The wake's own ``limactl`` is under way (logged as it begins)."""
-        if not intent("power")(records):
-            return False
-        try:
-            return command in rig.standin.commands()
-        except ValueError:  # a log line being written
-            return False
-
-    return condition
-
-
 def _asleep_rig(tmp_path) -> Rig:
     rig = Rig(tmp_path)
     rig.write("  - name: a\n")
@@ -55,7 +42,7 @@ def test_a_wake_killed_during_its_start_leaves_no_sleep_behind(tmp_path) -> None
         rig.env(),
         rig.root,
         rig.journal,
-        _starting(rig, "start"),
+        rig.running("start", intent("power")),
     )
     assert killed, "the wake finished before its limactl start began"
     rig.settle()  # the orphaned limactl start has ended: the instance is up
@@ -95,7 +82,7 @@ def test_an_apply_killed_while_it_wakes_leaves_no_sleep_behind(tmp_path) -> None
     rig.write("  - name: a\n    cpus: 4\n")
     rig.standin.configure(start_delay=1.0)
     rig.standin.clear_log()
-    rig.kill_at(_starting(rig, "start"))
+    rig.kill_at(rig.running("start", intent("power")))
     rig.standin.configure(start_delay=0.0)
     assert rig.standin.list_json("a")[0]["status"] == "Running"
 
