@@ -30,21 +30,15 @@ import pytest
 from tests.cli.helpers import Sand
 from tests.e2e.test_apply_proxmox_guests import AgentAnswers
 from tests.limactl_standin import StandIn
-from tests.provision.e2e_helpers import as_user, stand_in_agents
+from tests.provision.e2e_helpers import as_user, lima_manifest, stand_in_agents
 
 pytestmark = pytest.mark.e2e
 
 SECRET = "direnv-canary-7a21-secret-value"
-# JSON is YAML: the manifest as data.
-LIMA = json.dumps({
-    "apiVersion": "sand/v1",
-    "project": "claims",
-    "backends": {"laptop": {"type": "lima", "lima_home": "./lima", "derive_bases": False}},
-    "secrets": {"NPM_TOKEN": {"from": {"env": "SAND_TEST_NPM"}}},
-    "defaults": {"image": "debian-12", "disk": "20GiB", "memory": "2GiB"},
-    "vms": [{"name": "dev-1", "agents": ["claude"],
-             "secrets": [{"name": "NPM_TOKEN", "scope": "~/src"}]}],
-})  # fmt: skip
+LIMA = lima_manifest(
+    "claims",
+    [{"name": "dev-1", "agents": ["claude"], "secrets": [{"name": "NPM_TOKEN", "scope": "~/src"}]}],
+)
 FILE_SERVER_PORTS = (139, 445, 2049)
 
 

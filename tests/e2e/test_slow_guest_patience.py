@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.limactl_standin import StandIn
+from tests.provision.e2e_helpers import lima_manifest, stand_in_agents
 
 SCALE = 0.5  # sand's patience runs twice as fast; the door's times are scaled alike
 pytestmark = [pytest.mark.e2e, pytest.mark.sand_time_scale(SCALE)]
@@ -107,16 +108,24 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 class Rig:
-    def __init__(self, root: Path, guest: Any, door: SlowDoor) -> None:
+    def __init__(
+        self,
+        root: Path,
+        guest: Any,
+        door: SlowDoor,
+        manifest: str = MANIFEST,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.standin = StandIn.create(root, lima_home=root / "lima")
-        (root / "sand.yaml").write_text(MANIFEST)
+        (root / "sand.yaml").write_text(manifest)
         self.standin.back_with_guest("dev-1", guest, address="127.0.0.1", port=door.port)
         self.env = {
             **os.environ,
             **self.standin.env(),
             "SAND_STATE_DIR": str(root / "state"),
             "NO_COLOR": "1",
+            **(env or {}),
         }
         self.env.pop("LIMA_HOME")
         self.ok("apply", "--auto-approve")
@@ -173,3 +182,27 @@ def test_destroy_sweeps_a_slow_guest_as_shell_reaches_it(tmp_path: Path, door) -
     assert "Destroy complete!" in out or "Apply complete!" in out, out
     assert slow.admitted > admitted  # the sweep did reach the guest through the door
     assert rig.instances() == []
+
+
+SECRETS_MANIFEST = lima_manifest(
+    "patience", [{"name": "dev-1", "secrets": [{"name": "NPM_TOKEN", "scope": "~/src"}]}]
+)
+
+
+def test_the_plans_secrets_check_waits_for_a_booting_guest_as_shell_does(
+    tmp_path: Path, door
+) -> None:
+    """Every plan asks a running Lima guest whether its secrets survived (a reboot
+    empties the tmpfs). Asked while the guest boots, it waits as sand shell would, and
+    plans the delivery rather than warning that it could not tell."""
+    guest, slow = door
+    agents = str(stand_in_agents(tmp_path / "agents"))
+    env = {"SAND_TEST_NPM": "patience-canary-31c4", "SAND_AGENT_SOURCE": agents}
+    rig = Rig(tmp_path, guest, slow, SECRETS_MANIFEST, env)  # applied, provisioned
+    guest.run_root(["sh", "-c", "rm -rf /run/user/*/sand /dev/shm/sand-*"], check=True)
+
+    slow.behave(refuse_for=22)
+    out = rig.ok("plan")
+    assert "could not check" not in out, out
+    assert "secrets lost" in out, out
+    assert slow.resets > 0
