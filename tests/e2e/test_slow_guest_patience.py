@@ -17,8 +17,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.helpers import run_sand
 from tests.limactl_standin import StandIn
 from tests.provision.e2e_helpers import lima_manifest, stand_in_agents
 
@@ -130,14 +129,8 @@ class Rig:
         self.env.pop("LIMA_HOME")
         self.ok("apply", "--auto-approve")
 
-    def sand(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sand", *args], env=self.env, capture_output=True,
-            text=True, timeout=300, cwd=self.root, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-
     def ok(self, *args: str) -> str:
-        proc = self.sand(*args)
+        proc = run_sand(list(args), cwd=self.root, env=self.env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
 
