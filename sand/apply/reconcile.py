@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
-from sand.apply.recorded import record_asleep, record_expired, record_inventory
+from sand.apply.recorded import (
+    forget_deleted,
+    forget_waking,
+    record_asleep,
+    record_expired,
+    record_inventory,
+)
 from sand.apply.recovery import replay_journal
 from sand.backends.abilities import Warns
 from sand.plan import Action, Plan
@@ -136,6 +142,7 @@ async def carry_out(
 
     plan = prepared.plan
     started = time.monotonic()
+    forget_waking(session.project, plan)
     result = await execute(
         plan,
         session.backends,
@@ -151,6 +158,7 @@ async def carry_out(
     record_inventory(session.project, session.backends, plan, result)
     record_expired(session.project, session.desired, plan, result)
     record_asleep(session.project, plan, result, time.time())
+    forget_deleted(session.project, plan, result)
     if not session.journal.pending():
         session.journal.compact()
     warnings = tuple(

@@ -20,6 +20,8 @@ from sand.plan.model import Action, Plan
 from sand.state.asleep import SleepRecord, load_asleep, save_asleep
 from sand.state.expired import ExpiredVM, load_expired, save_expired
 from sand.state.inventory import load_inventory, save_inventory
+from sand.state.provlog import forget_provision_logs
+from sand.state.records import forget_records
 
 if TYPE_CHECKING:
     from sand.apply.engine import ApplyResult
@@ -81,6 +83,40 @@ def record_expired(project: str, desired: DesiredState, plan: Plan, result: Appl
             kept[key] = ExpiredVM(c.backend, c.vm, expiry[key], c.expired_at)
     if kept != previous:
         save_expired(project, kept)
+
+
+def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
+    """A VM this run deleted leaves nothing of its own on this host (the security
+    model's promise; the list is in docs/security.md): its last result, provisioning
+    log and sleep record go here; the inventory drops it as it records the run, the
+    journal's entries go with its compaction, the backend's delete took its host-key
+    pins."""
+    done = {(r.backend, r.vm) for r in result.results if r.ok}
+    gone = {
+        (c.backend, c.vm)
+        for c in plan.changes
+        if c.action is Action.DELETE and (c.backend, c.vm) in done
+    }
+    if not gone:
+        return
+    forget_records(project, gone)
+    forget_provision_logs(project, {vm for _, vm in gone})
+    asleep = load_asleep(project)
+    if any(key in asleep for key in gone):
+        save_asleep(project, {k: r for k, r in asleep.items() if k not in gone})
+
+
+def forget_waking(project: str, plan: Plan) -> None:
+    """Before the run: forget the VMs it will wake (any change acting on an asleep VM
+    wakes it first). The backend takes the VM's own mark off before it starts it, so a
+    run killed mid-wake leaves no claim that the VM sleeps; this host's record must not
+    be one either. A run that fails before the wake loses nothing: the VM's mark,
+    which every host reads, still says it sleeps."""
+    records = load_asleep(project)
+    waking = {(c.backend, c.vm) for c in plan.changes if c.asleep is not None and c.acts}
+    kept = {k: r for k, r in records.items() if k not in waking}
+    if kept != records:
+        save_asleep(project, kept)
 
 
 def record_asleep(project: str, plan: Plan, result: ApplyResult, now: float) -> None:

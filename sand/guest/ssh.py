@@ -30,21 +30,20 @@ from typing import Any
 import asyncssh
 
 from sand import activity, clock
+from sand.defaults import GUEST_SSH_TRY
 from sand.errors import ErrorLayer, TransportError
 from sand.guest import user_known_hosts
-from sand.guest.endpoint import BOOT_MARK, GuestEndpoint, JumpHost
+from sand.guest.endpoint import GuestEndpoint, JumpHost
+from sand.guest.pinfile import Pins, is_boot_of, pins_path, read_pins, write_pins
 from sand.guest.user_known_hosts import known_hosts_name
 from sand.retrying import Backoff, retry_async
-from sand.secrets.files import locked, write_private
-from sand.state.paths import state_root
-from sand.state.private import read_private
+from sand.secrets.files import locked
 
 # What connect() yields: the verbs name it through this module, never asyncssh's.
 Connection = asyncssh.SSHClientConnection
 
-KNOWN_HOSTS_FILE = "known_hosts"
 CONNECT_DEADLINE = 180.0  # a Proxmox guest can take minutes to boot and start sshd
-ATTEMPT_TIMEOUT = 15.0
+ATTEMPT_TIMEOUT = GUEST_SSH_TRY
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
 
 
@@ -59,7 +58,7 @@ class KnownHosts:
     """
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or state_root() / KNOWN_HOSTS_FILE
+        self.path = path or pins_path()
 
     def keys(self, alias: str) -> list[asyncssh.SSHKey]:
         entries = self._lines()
@@ -78,7 +77,7 @@ class KnownHosts:
             if current:
                 return entry in current  # pinned meanwhile (another run): agree or refuse
             if family:
-                for name in [n for n in entries if _other_boot(n, family)]:
+                for name in [n for n in entries if is_boot_of(n, family)]:
                     del entries[name]
             entries[alias] = [entry]
             self._write(entries)
@@ -92,28 +91,11 @@ class KnownHosts:
             if any(d is not None for d in dropped):
                 self._write(entries)
 
-    def _write(self, entries: dict[str, list[str]]) -> None:
-        text = "".join(f"{name} {k}\n" for name in sorted(entries) for k in sorted(entries[name]))
-        write_private(self.path, text.encode())
+    def _write(self, entries: Pins) -> None:
+        write_pins(self.path, entries)
 
-    def _lines(self) -> dict[str, list[str]]:
-        try:
-            text = read_private(self.path).decode(errors="replace")
-        except FileNotFoundError:
-            return {}
-        out: dict[str, list[str]] = {}
-        for raw in text.splitlines():
-            parts = raw.split()
-            if len(parts) < 3 or parts[0].startswith(("#", "@", "|")):
-                continue
-            for name in parts[0].split(","):  # OpenSSH allows "name1,name2 key"
-                out.setdefault(name, []).append(f"{parts[1]} {parts[2]}")
-        return out
-
-
-def _other_boot(name: str, family: str) -> bool:
-    prefix = family + BOOT_MARK
-    return name.startswith(prefix) and name[len(prefix) :].replace("-", "").isdigit()
+    def _lines(self) -> Pins:
+        return read_pins(self.path)
 
 
 def _same_name(name: str) -> tuple[str, ...]:

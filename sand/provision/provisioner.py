@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand import activity
+from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
 from sand.guest.endpoint import GuestEndpoint
@@ -60,8 +61,9 @@ from sand.provision.steps import (
 from sand.secrets.resolve import SecretValue, values_for
 from sand.terminal import inert
 
-# A running guest answers at once; one that does not within this is reported, not waited for.
-CHECK_DEADLINE = 5.0
+# A running guest slow to answer (just restarted, under load) is waited for as every other
+# path waits for it (sand.defaults); one that does not answer by then is reported.
+CHECK_DEADLINE = GUEST_SSH_PATIENCE
 
 
 @dataclass(frozen=True)

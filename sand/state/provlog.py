@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,16 @@ def record_provision_log(project: str, vm: str, what: str, ok: bool, lines: Sequ
         "lines": [_clean(line) for line in lines][-MAX_LINES:],
     }
     write_private_file(_path(project), json.dumps(logs, indent=2, sort_keys=True).encode())
+
+
+def forget_provision_logs(project: str, vms: Iterable[str]) -> None:
+    """Drop the logs of ``vms`` (deleted by sand: nothing of theirs stays on the host)."""
+    logs = _load(project)
+    drop = [vm for vm in vms if vm in logs]
+    for vm in drop:
+        del logs[vm]
+    if drop:
+        write_private_file(_path(project), json.dumps(logs, indent=2, sort_keys=True).encode())
 
 
 def load_provision_log(project: str, vm: str) -> list[str]:

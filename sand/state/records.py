@@ -58,3 +58,13 @@ def record_results(project: str, results: Iterable[VMOutcome]) -> None:
             "seconds": round(r.seconds, 3),
         }
     write_private_file(_path(project), json.dumps(records, indent=2, sort_keys=True).encode())
+
+
+def forget_records(project: str, gone: Iterable[tuple[str, str]]) -> None:
+    """Drop the results of the VMs ``gone`` ((backend, name): deleted by sand)."""
+    records = load_records(project)
+    drop = [vm for backend, vm in gone if (records.get(vm) or {}).get("backend") == backend]
+    for vm in drop:
+        del records[vm]
+    if drop:
+        write_private_file(_path(project), json.dumps(records, indent=2, sort_keys=True).encode())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
+from sand.defaults import GUEST_SSH_PATIENCE, GUEST_SSH_TRY
 from sand.desired import DesiredVM
 from sand.errors import ErrorLayer, SandError
 from sand.guest.runner import SshRunner
@@ -31,8 +32,6 @@ from sand.plan.model import Action, Blocker, Plan, VMChange
 from sand.project import Session
 
 AGENT_WAIT = 15.0  # how long to wait for a Proxmox guest agent to report an address
-CONNECT_DEADLINE = 20.0
-ATTEMPT_TIMEOUT = 8.0
 SWEEPS_AT_ONCE = 8
 ALLOW_FLAG = "--allow-data-loss"
 
@@ -150,8 +149,9 @@ async def _sweep(backend: Backend, vm: DesiredVM | None, observed: ObservedVM) -
 
     endpoint = await backend.endpoint(vm, observed, wait=AGENT_WAIT)
     paths = [r.path for r in vm.repos] if vm is not None else []
+    # As patient as sand shell: a guest a person can reach is never called unreachable.
     async with connect(
-        endpoint, deadline=CONNECT_DEADLINE, attempt_timeout=ATTEMPT_TIMEOUT
+        endpoint, deadline=GUEST_SSH_PATIENCE, attempt_timeout=GUEST_SSH_TRY
     ) as conn:
         return await sweep(SshRunner(conn, "unpushed-work sweep", where=where(endpoint)), paths)
 

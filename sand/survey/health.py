@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -36,6 +35,7 @@ from sand.agentstate import (
     parse_state,
 )
 from sand.backends.protocol import Backend
+from sand.defaults import GUEST_SSH_PATIENCE, GUEST_SSH_TRY
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
@@ -49,7 +49,9 @@ if TYPE_CHECKING:
     from sand.guest.ssh import Connection
 
 DEEP_PARALLELISM = 8
-DEEP_TIMEOUT = 20.0  # a running guest answers in well under a second
+# Per guest, for everything: the connection gets the patience every path gives a
+# running guest's SSH (sand.defaults, as sand shell has), and the check its own seconds.
+DEEP_TIMEOUT = GUEST_SSH_PATIENCE + 15.0
 
 # Agents are a closed set in the manifest; this is the same rule again for argv.
 _AGENT = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -228,19 +230,19 @@ async def probe_guest(
     every declared agent and secret, in one read-only script. ``endpoints``: where
     the guest was reached before (the board's, across refreshes), kept when it answers,
     forgotten when it does not."""
-    from sand.guest.ssh import ATTEMPT_TIMEOUT, connect
+    from sand.guest.ssh import connect
 
     phase = "ssh unreachable"
-    start = time.monotonic()
     key = endpoint_key(target)
     endpoint = endpoints.pop(key, None) if endpoints is not None else None
     try:
         async with asyncio.timeout(timeout):
             if endpoint is None:
                 endpoint = await target.backend.endpoint(target.vm, target.observed, wait=timeout)
-            left = max(0.1, timeout - (time.monotonic() - start))
+            # The tries' own deadline is sand's patience (the world's seconds, as for
+            # sand shell); a shorter --timeout (the person's seconds) cuts it above.
             async with connect(
-                endpoint, deadline=left, attempt_timeout=min(ATTEMPT_TIMEOUT, left)
+                endpoint, deadline=GUEST_SSH_PATIENCE, attempt_timeout=GUEST_SSH_TRY
             ) as conn:
                 phase = "guest check"
                 found = await _run_checks(conn, endpoint, target.vm)

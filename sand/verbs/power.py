@@ -104,8 +104,10 @@ async def wake_if_asleep(
             return current  # another applier woke it (or changed it) meanwhile
         if note is not None:
             note(f"waking {vm.name}, {asleep_words(sleeping)}")
-        await backend.wake(vm, current, session.journal)
+        # Forgotten before the wake, as the backend takes its mark off first: a wake
+        # killed midway must not leave this host's record to call a later stop a sleep.
         forget_asleep(session.project, vm.backend, vm.name)
+        await backend.wake(vm, current, session.journal)
     awake = replace(current, power="running", lock=None)
     if sleeping.how == STOPPED:
         await _secrets_again(session, vm, awake, note)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired import DesiredVM
 from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
@@ -19,9 +20,6 @@ from sand.project import open_session
 if TYPE_CHECKING:
     from sand.guest.ssh import Connection
     from sand.verbs.power import Note
-
-# A person is waiting, and a verb is only for a running VM: no boot to sit out.
-CONNECT_DEADLINE = 30.0
 
 
 class VMNotReachable(SandError):
@@ -62,5 +60,5 @@ async def connect(endpoint: GuestEndpoint) -> AsyncIterator[Connection]:
     # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
     from sand.guest.ssh import connect as guest_connect
 
-    async with guest_connect(endpoint, deadline=CONNECT_DEADLINE) as conn:
+    async with guest_connect(endpoint, deadline=GUEST_SSH_PATIENCE) as conn:
         yield conn

@@ -105,8 +105,12 @@ class SyncProcess:
         )
         self.err: list[str] = []
         self.out: list[str] = []
-        for stream, sink in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):
-            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
+        self.pumps = [
+            threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
+            for stream, sink in ((self.proc.stderr, self.err), (self.proc.stdout, self.out))
+        ]
+        for pump in self.pumps:
+            pump.start()
 
     @staticmethod
     def _pump(stream: Any, sink: list[str]) -> None:
@@ -126,7 +130,8 @@ class SyncProcess:
             if predicate():
                 return
             if self.proc.poll() is not None:
-                time.sleep(0.2)  # the last lines
+                for pump in self.pumps:  # its last lines: read to the end of its output
+                    pump.join(10)
                 if predicate():
                     return
                 raise AssertionError(f"sand sync exited {self.proc.returncode}:\n{self.text()}")
@@ -154,6 +159,17 @@ class SyncProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def ticks_pass(sync: SyncProcess, git: Any, count: int = 3) -> None:
+    """Return once ``count`` more of the sync's checks have fetched from ``git`` (a
+    GitServer): what a test that nothing happens meanwhile waits for, not a fixed time."""
+
+    def fetches() -> int:
+        return sum(1 for path, _ok in git.request_log if "upload-pack" in path)
+
+    start = fetches()
+    sync.wait_for(lambda: fetches() >= start + count)
 
 
 def git_available() -> bool:

@@ -19,6 +19,15 @@ def pve_created_at(vm) -> tuple[int, int]:
     return mk.parse_tags(vm.config.get("tags")).created_at, desc.created_at_of(block)
 
 
+def past_second(stamp: int) -> None:
+    """Return once the clock's whole second is past ``stamp`` (times are kept in whole
+    seconds: a later write in the same second would prove nothing)."""
+    deadline = time.monotonic() + 5
+    while int(time.time()) <= stamp:
+        assert time.monotonic() < deadline, "the clock did not move"
+        time.sleep(0.01)
+
+
 def test_proxmox_records_the_creation_time_once(tmp_path, fakepve_server):
     rig, sand = fakepve_server, Sand(tmp_path)
     sand.write(rig.manifest([{"name": "a", "memory": "1GiB"}]))
@@ -28,7 +37,7 @@ def test_proxmox_records_the_creation_time_once(tmp_path, fakepve_server):
     tag, block = pve_created_at(vm)
     assert before <= tag <= int(time.time()) and block == tag
     # An update in place and the marker written after it keep it.
-    time.sleep(1.1)
+    past_second(tag)
     sand.write(rig.manifest([{"name": "a", "memory": "2GiB"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     (vm,) = rig.vms()
@@ -51,7 +60,7 @@ def test_lima_records_the_creation_time_once(tmp_path):
     assert cli.sand("apply", "--auto-approve").returncode == 0
     made = sidecar()["created_at"]
     assert before <= made <= int(time.time())
-    time.sleep(1.1)
+    past_second(made)
     cli.write("  - name: a\n    cpus: 1\n")
     res = cli.sand("apply", "--auto-approve")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -74,7 +74,13 @@ def test_apply_can_wait_for_a_busy_lease(sand: Sand, fakepve_server) -> None:
         assert waiting.stderr is not None
         first = waiting.stderr.readline()  # it says so, and waits
         assert first.startswith("Waiting for the lease: project demo is being applied by")
-        time.sleep(1.0)
+        # It keeps asking for the lease (two more reads of it), and writes nothing meanwhile.
+        (lease,) = rig.lease_vms()
+        asked = len(rig.requests("GET", contains=f"/qemu/{lease.vmid}/"))
+        deadline = time.monotonic() + 30
+        while len(rig.requests("GET", contains=f"/qemu/{lease.vmid}/")) < asked + 2:
+            assert time.monotonic() < deadline and waiting.poll() is None
+            time.sleep(0.02)
         assert rig.vms() == [] and waiting.poll() is None
         release.set()
         assert waiting.wait(60) == 0, waiting.stderr.read()

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.cli.helpers import Sand
-from tests.crash.killer import env_for, intent, kill_when, sand_argv
+from tests.crash.killer import env_for, kill_when, sand_argv, task_started
 from tests.crash.test_crash_lima import TWO, Rig
 
 VMS = [{"name": "web-1"}, {"name": "web-2"}]
@@ -34,8 +34,7 @@ def test_plan_after_a_kill_mid_clone_says_recover_then_create(tmp_path, fakepve_
         env_for(sand.state_dir),
         tmp_path,
         journal,
-        intent("create"),
-        delay=0.3,
+        task_started("qmclone"),
     )
     assert killed
     deadline = time.monotonic() + 20
@@ -88,8 +87,7 @@ def test_plan_while_the_killed_runs_clone_still_runs_says_apply_waits(tmp_path, 
         env_for(sand.state_dir),
         tmp_path,
         journal,
-        intent("create"),
-        delay=0.3,
+        task_started("qmclone"),
     )
     (cloning,) = rig.vms()  # the clone the killed run started goes on in PVE
     proc = sand.run("plan")

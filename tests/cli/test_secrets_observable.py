@@ -145,8 +145,14 @@ def test_a_reboot_behind_sands_back_plans_delivery_for_that_vm_only(tmp_path, fa
     assert "# agent-1" not in proc.stdout and "# plain" not in proc.stdout
     assert "Plan: 0 to add, 1 to change, 0 to destroy." in proc.stdout
     assert rig.count() == 1  # still the one listing
+    started = rig.vm(vmids["agent-2"]).started_at
     plan = json.loads(b.run("plan", "--json", env=env).stdout)
-    time.sleep(1.1)  # the listing's uptime moves on: a saved plan must still match
+    seen = int(time.time() - started)  # the most uptime that plan can have read
+    # The listing's uptime moves on (PVE counts it in whole seconds): the plan must not.
+    deadline = time.monotonic() + 10
+    while int(time.time() - started) <= seen:
+        assert time.monotonic() < deadline, "the uptime did not move"
+        time.sleep(0.02)
     assert json.loads(b.run("plan", "--json", env=env).stdout)["changes"] == plan["changes"]
     changes = {c["vm"]: c for c in plan["changes"]}
     assert changes["agent-2"]["action"] == "reprovision" and changes["agent-2"]["secrets_only"]

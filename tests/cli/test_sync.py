@@ -25,6 +25,7 @@ from tests.cli.sync_rig import (
     https_git,
     pin_proxmox,
     private_file,
+    ticks_pass,
 )
 from tests.fakepve_rig.rig import FakePveRig
 from tests.rig.gitserver import GitServer
@@ -90,7 +91,7 @@ def test_each_pushed_commit_is_applied_exactly_once(tmp_path, fakepve_server, gi
         sync.wait_for(lambda: sync.said(f"revision {second[:12]} applied (converged)"))
         (s1,) = rig.vms_named("s-1")
         assert int(rig.vm(s1.vmid).config["cores"]) == 3
-        time.sleep(3)  # several periodic ticks: none applies a revision again
+        ticks_pass(sync, git)  # several periodic checks: none applies a revision again
         assert sync.applying() == [first[:12], second[:12]]
         state = json.loads(next((sync.state_dir / "sync").glob("*/sync.json")).read_text())
         assert (state["applied"], state["applied_ok"], state["good"]) == (second, True, second)
@@ -100,7 +101,7 @@ def test_each_pushed_commit_is_applied_exactly_once(tmp_path, fakepve_server, gi
     again = SyncProcess(sync.workdir, *sync.argv[4:])
     try:
         again.wait_for(lambda: again.said("No changes."))
-        time.sleep(1)
+        ticks_pass(again, git, 2)
         assert again.applying() == []
     finally:
         again.stop()
@@ -129,7 +130,7 @@ def test_an_invalid_commit_changes_nothing_and_names_revision_and_line(
         bad = repo.push(broken, "a typo")
         line = next(n for n, text in enumerate(broken.splitlines(), 1) if "lots" in text)
         sync.wait_for(lambda: sync.said("the manifest is invalid"))
-        time.sleep(2)  # periodic runs of the last good revision go on
+        ticks_pass(sync, git)  # periodic runs of the last good revision go on
         said = sync.text()
         assert f"revision {bad[:12]} (a typo): the manifest is invalid" in said
         assert f"sand.yaml@{bad[:12]}:{line}:" in said

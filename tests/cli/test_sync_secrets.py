@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from tests.cli.helpers import Sand
-from tests.cli.sync_rig import Repo, SyncProcess, https_git, private_file
+from tests.cli.sync_rig import Repo, SyncProcess, https_git, private_file, ticks_pass
 from tests.cli.test_sync import GIT_TOKEN, mutations, names, start_sync, vm_manifest
 from tests.fakepve_rig.rig import FakePveRig
 from tests.rig.gitserver import GitServer
@@ -85,7 +84,7 @@ def test_a_commit_with_a_command_secret_runs_nothing_on_the_host(
         bad = repo.push(text, "hostile")
         said = refused(sync, bad, text, "command")
         assert "a command would run on the sync host" in said
-        time.sleep(2)  # periodic runs of the last good revision go on, the command never
+        ticks_pass(sync, git)  # periodic runs of the last good revision go on, the command never
         assert not marker.exists()
         assert len(mutations(rig)) == before and names(rig) == ["s-1"]
         assert sync.applying() == [good[:12]]
@@ -124,7 +123,7 @@ def test_a_commit_naming_a_host_file_ships_nothing(tmp_path, fakepve_server, git
             text = with_secret(rig, {"file": path})
             bad = repo.push(text, "hostile")
             assert why in refused(sync, bad, text, "file")
-        time.sleep(2)
+        ticks_pass(sync, git)
         assert len(mutations(rig)) == before and names(rig) == ["s-1"]
         assert sync.applying() == [good[:12]]
     finally:
@@ -164,7 +163,7 @@ def test_a_commit_naming_host_files_or_programs_for_a_backend_is_refused(
         text = yaml.safe_dump(data, sort_keys=False)
         bad = repo.push(text, "hostile")
         refused(sync, bad, text, "limactl", "backends.here.limactl")
-        time.sleep(2)
+        ticks_pass(sync, git)
         assert len(mutations(rig)) == before and names(rig) == ["s-1"]
         assert sync.applying() == [good[:12]]
         assert {r.token for r in rig.log} == {rig.token_id}  # only ever the host's token
@@ -194,7 +193,7 @@ def test_a_revision_in_force_before_a_restart_is_checked_again(
     again = SyncProcess(sync.workdir, *sync.argv[4:])
     try:
         again.wait_for(lambda: again.said("the manifest is invalid"))
-        time.sleep(2)
+        ticks_pass(again, git)
         said = again.text()
         assert f"revision {good[:12]} (in force until now): the manifest is invalid" in said
         assert f"sand.yaml@{good[:12]}:" in said and "backends.pve.token_file" in said

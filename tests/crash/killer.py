@@ -88,6 +88,14 @@ def step(name: str) -> Callable[[list[Record]], bool]:
     return lambda records: any(r.get("phase") == "step" and r.get("step") == name for r in records)
 
 
+def task_started(kind: str) -> Callable[[list[Record]], bool]:
+    """A PVE task of ``kind`` (``qmclone``, ``qmstart``...) is under way: its UPID is
+    journalled as soon as PVE hands it out, so a kill now lands inside the task."""
+    return lambda records: any(
+        r.get("phase") == "step" and f":{kind}:" in str(r.get("upid", "")) for r in records
+    )
+
+
 def env_for(state_dir: Path) -> dict[str, str]:
     return {**os.environ, "SAND_STATE_DIR": str(state_dir), "NO_COLOR": "1"}
 

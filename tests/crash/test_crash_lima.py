@@ -5,14 +5,17 @@ instances (a golden base excepted, which is never a VM)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sand.state.journal import Journal
 from tests.cli.helpers import run_sand
-from tests.crash.killer import intent, kill_when, sand_argv, step, wait_for_strays
+from tests.crash.killer import Record, intent, kill_when, sand_argv, step, wait_for_strays
 from tests.limactl_standin import StandIn
+
+Condition = Callable[[list[Record]], bool]
 
 MANIFEST = """\
 apiVersion: sand/v1
@@ -45,6 +48,25 @@ class Rig:
         # Only the runs to be killed need a process of their own (kill_at).
         return run_sand([*args, str(self.manifest)], cwd=self.root, env=self.env())
 
+    def running(self, command: str, after: Condition) -> Condition:
+        """``after`` holds and a ``limactl COMMAND`` begun since has been logged by the
+        stand-in (it logs an invocation as it begins, then takes its configured delay):
+        a kill now lands inside that command."""
+        seen: list[int] = []  # how many there were when ``after`` first held
+
+        def condition(records: list[Record]) -> bool:
+            if not after(records):
+                return False
+            try:
+                now = self.standin.commands().count(command)
+            except ValueError:  # a log line being written
+                return False
+            if not seen:
+                seen.append(now)
+            return now > seen[0]
+
+        return condition
+
     def vms(self) -> list[str]:
         return sorted(n for n in self.standin.instances() if not n.startswith("sand-base"))
 
@@ -76,12 +98,14 @@ class Rig:
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-POINTS = {
-    "after the intent": (lambda: intent("create"), 0.0),
-    "mid create (lima.yaml, the image not copied yet)": (lambda: intent("create"), 0.2),
-    "after the create": (lambda: step("created"), 0.0),
-    "after the marker": (lambda: step("marked"), 0.0),
-    "mid start": (lambda: step("marked"), 0.3),
+POINTS: dict[str, Callable[[Rig], Condition]] = {
+    "after the intent": lambda rig: intent("create"),
+    "mid create (lima.yaml, the image not copied yet)": lambda rig: rig.running(
+        "create", intent("create")
+    ),
+    "after the create": lambda rig: step("created"),
+    "after the marker": lambda rig: step("marked"),
+    "mid start": lambda rig: rig.running("start", step("marked")),
 }
 
 
@@ -90,8 +114,7 @@ def test_crash_during_create_converges(point, tmp_path):
     rig = Rig(tmp_path)
     rig.standin.configure(create_delay=1.0, start_delay=1.0)
     rig.write(TWO)
-    condition, delay = POINTS[point]
-    rig.kill_at(condition(), delay)
+    rig.kill_at(POINTS[point](rig))
     rig.standin.configure(create_delay=0.0, start_delay=0.0)
     rig.assert_converged(["a", "b"])
 
@@ -116,7 +139,8 @@ def test_crash_mid_update_converges(tmp_path):
     assert rig.sand("apply", "--auto-approve").returncode == 0
     rig.standin.configure(start_delay=1.0)
     rig.write("  - name: a\n    cpus: 4\n  - name: b\n")
-    rig.kill_at(intent("update"), 0.3)
+    rig.standin.clear_log()
+    rig.kill_at(rig.running("start", intent("update")))  # the update's start is under way
     rig.standin.configure(start_delay=0.0)
     rig.assert_converged(["a", "b"])
     listed = {i["name"]: i for i in rig.standin.list_json()}
@@ -128,8 +152,6 @@ def test_crash_mid_stop_waits_for_the_orphaned_limactl(tmp_path):
     apply waits for it before reading the instance: otherwise the orphan's stop lands
     after the new run started the instance again, leaving it stopped but recorded as
     converged."""
-    import time
-
     rig = Rig(tmp_path)
     rig.write(TWO)
     assert rig.sand("apply", "--auto-approve").returncode == 0
@@ -148,13 +170,13 @@ def test_crash_mid_stop_waits_for_the_orphaned_limactl(tmp_path):
             return False
 
     rig.kill_at(stopping, 0.0, settle=False)  # the orphaned stop is the subject
-    killed_at = time.monotonic()
     rig.standin.configure(stop_delay=0.0)  # the next run's own stop is quick
     proc = rig.sand("plan")
     assert "will recover: wait for limactl stop (pid" in proc.stdout, proc.stdout
     rig.assert_converged(["a", "b"])
-    # Long after the orphan finished, the instance is still as recorded.
-    time.sleep(max(0.0, killed_at + 6.0 - time.monotonic()))
+    # Once the orphan has ended (no process of the killed run is left), the instance is
+    # still as recorded: its late stop did not land on the new run's start.
+    rig.settle()
     listed = {i["name"]: i for i in rig.standin.list_json()}
     assert listed["a"]["cpus"] == 4 and listed["a"]["status"] == "Running"
     assert rig.sand("plan", "--detailed-exitcode").returncode == 0

@@ -17,6 +17,7 @@ from tests.crash.killer import (
     only_the_killed_runs_tasks_take_time,
     sand_argv,
     step,
+    task_started,
 )
 
 VMS = [{"name": "web-1"}, {"name": "web-2"}]
@@ -24,11 +25,11 @@ VMS = [{"name": "web-1"}, {"name": "web-2"}]
 CREATE_POINTS = {
     # crash point: (journal condition, extra delay after it holds)
     "after id allocation": (intent("create"), 0.0),
-    "mid clone task": (intent("create"), 0.5),
+    "mid clone task": (task_started("qmclone"), 0.0),
     "after the clone": (step("cloned"), 0.0),
     "after config": (step("configured"), 0.0),
     "before start": (step("resized"), 0.0),
-    "mid start task": (step("resized"), 0.3),
+    "mid start task": (task_started("qmstart"), 0.0),
 }
 
 
@@ -78,8 +79,8 @@ def test_crash_during_create_converges(point, tmp_path, fakepve_server):
 
 
 @pytest.mark.fakepve_rig(time_scale=1.0)
-@pytest.mark.parametrize("delay", [0.0, 0.5])
-def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
+@pytest.mark.parametrize("point", ["at the intent", "mid stop task"])
+def test_crash_mid_delete_converges(point, tmp_path, fakepve_server):
     rig = fakepve_server
     sand = Sand(tmp_path)
     sand.write(rig.manifest([*VMS, {"name": "web-3"}]))
@@ -93,8 +94,7 @@ def test_crash_mid_delete_converges(delay, tmp_path, fakepve_server):
         env_for(sand.state_dir),
         tmp_path,
         journal_path(sand),
-        intent("delete"),
-        delay=delay,
+        intent("delete") if point == "at the intent" else task_started("qmstop"),
     )
     assert killed
     assert_interrupted(sand)
@@ -117,8 +117,7 @@ def test_crash_mid_update_converges(tmp_path, fakepve_server):
         env_for(sand.state_dir),
         tmp_path,
         journal_path(sand),
-        intent("update"),
-        delay=0.3,
+        task_started("qmshutdown"),  # the update's shutdown is under way
     )
     assert killed
     assert_interrupted(sand)

@@ -47,14 +47,17 @@ def test_kill_mid_provision_then_converge(tmp_path, fakepve_server, netns_guest)
             text=True,
         )
         started = step("started")
+        logins = guest.log_text().count("Accepted publickey")
         deadline = time.monotonic() + 120
-        # The create is finished once the start step is journalled; provisioning
-        # follows at once: kill while the guest is being provisioned.
-        while not started(journal_records(journal)):
-            assert proc.poll() is None, "apply ended before the VM started"
+        # The create is finished once the start step is journalled, and provisioning has
+        # begun once the guest's sshd let sand in: kill while the guest is provisioned.
+        while not (
+            started(journal_records(journal))
+            and guest.log_text().count("Accepted publickey") > logins
+        ):
+            assert proc.poll() is None, "apply ended before provisioning began"
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        time.sleep(0.15)
         proc.kill()
         proc.wait()
     plan = json.loads(sand.run("plan", "--json", env=env).stdout)

@@ -268,7 +268,11 @@ async def test_rotation_and_removal_reach_a_running_guest_without_a_restart(worl
         reload = 'eval "$(direnv export bash 2>/dev/null)"; echo "value=$API_KEY"\n'
         shell.stdin.write("cd ~/work && " + reload)
         assert await shell.stdout.readline() == f"value={world.canary}\n"
-        await asyncio.sleep(1.1)  # direnv compares watched files' mtimes in seconds
+        # direnv compares watched files' mtimes in whole seconds: the rotation must land
+        # in a later second than the delivery the shell has seen.
+        seen = int(time.time())
+        while int(time.time()) <= seen:
+            await asyncio.sleep(0.01)
 
         with ArgvWatch(guest) as watch:
             report = await deliver_secrets(

@@ -143,7 +143,9 @@ async def test_connecting_retries_until_a_booting_guest_answers(netns_guest: Mak
     retries: list[str] = []
 
     async def open_later() -> asyncio.Server:
-        await asyncio.sleep(1.0)
+        # sshd comes up once sand has been refused twice, however long that took.
+        while len(retries) < 2:
+            await asyncio.sleep(0.01)
 
         async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             up_r, up_w = await asyncio.open_connection(guest.address, guest.port)
@@ -174,8 +176,8 @@ async def test_connecting_retries_until_a_booting_guest_answers(netns_guest: Mak
     elapsed = time.monotonic() - start
     server = await opener
     server.close()
-    assert retries and all("ConnectionRefused" in r or "Errno 111" in r for r in retries)
-    assert 1.0 <= elapsed < 5
+    assert len(retries) >= 2
+    assert all("ConnectionRefused" in r or "Errno 111" in r for r in retries)
     print(f"\nconnected after {len(retries)} refused attempts in {elapsed:.1f}s")
 
 

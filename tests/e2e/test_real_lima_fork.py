@@ -140,13 +140,12 @@ def _claim_from_the_pool(tier: Tier) -> None:
     assert _shell(tier, "agent-4", "hostname") == "agent-4\n"
     read = 'cd ~/work && eval "$(direnv export bash 2>/dev/null)" && printenv POOL_TOKEN'
     assert _shell(tier, "agent-4", read) == POOL_CANARY + "\n"
-    # No other VM's secret anywhere on it (the canary of dev-1 and its forks).
-    found = _shell(
-        tier,
-        "agent-4",
-        f"sudo grep -rlF {shlex.quote(SECRET)} /home /run /dev/shm /etc /var/tmp || true",
-    )
-    assert found == "", found
+    # No other VM's secret anywhere on it (the canary of dev-1 and its forks). grep's
+    # own exit is reported from inside sudo: 1 is "searched, no match"; a sudo that
+    # failed prints no such line, a grep that failed says 2, and either fails here.
+    search = 'grep -rlsF -D skip -- "$0" /home /run /dev/shm /etc /var/tmp; echo grep-exit=$?'
+    found = _shell(tier, "agent-4", f"sudo -n bash -c {shlex.quote(search)} {shlex.quote(SECRET)}")
+    assert found == "grep-exit=1\n", found
     assert _shell(tier, "agent-4", "cd ~/app && git log --format=%s && cat README") == (
         "init\nhello\n"
     )

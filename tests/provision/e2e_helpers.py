@@ -3,6 +3,7 @@ assertions made inside a real guest (as its user, through a login shell)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -87,3 +88,19 @@ def files_under(guest: Guest, directory: str, *find_args: str) -> list[str]:
 def home_snapshot(guest: Guest, *paths: str) -> str:
     """Path, mtime, size and mode of everything under ``paths``: equal means untouched."""
     return root(guest, "find", *paths, "-printf", "%p %T@ %s %m\n")
+
+
+def lima_manifest(project: str, vms: list[dict[str, object]]) -> str:
+    """A manifest (JSON, which is YAML) for VMs on the limactl stand-in, each backed by
+    its own guest made beforehand (no base derived), with the secret ``NPM_TOKEN`` read
+    from ``SAND_TEST_NPM``."""
+    return json.dumps(
+        {
+            "apiVersion": "sand/v1",
+            "project": project,
+            "backends": {"laptop": {"type": "lima", "lima_home": "./lima", "derive_bases": False}},
+            "secrets": {"NPM_TOKEN": {"from": {"env": "SAND_TEST_NPM"}}},
+            "defaults": {"image": "debian-12", "disk": "20GiB", "memory": "2GiB"},
+            "vms": vms,
+        }
+    )

@@ -46,8 +46,7 @@ async def endpoint(
         )
     if ctx.runner.remote:
         identity = await local_key(ctx, identity)
-    uid = d.get("uid") or ""
-    incarnation = f"lima-{current.name}" + (f".{uid}" if uid else "")
+    incarnation = pin_family(current)
     boot = d.get("boot") or ""
     # The pin follows the guest's boot: every start makes new host keys (see
     # docs/security.md), so a new start is met as a new machine and trusted on first
@@ -63,6 +62,13 @@ async def endpoint(
         host_key_family=incarnation,
         jump=ctx.jump,
     )
+
+
+def pin_family(current: ObservedVM) -> str:
+    """The name the guest's host-key pins go by across its boots: the instance and its
+    incarnation (the sidecar's uid), so another VM of that name is another machine."""
+    uid = current.details.get("uid") or ""
+    return f"lima-{current.name}" + (f".{uid}" if uid else "")
 
 
 async def local_key(ctx: Ctx, remote_path: str) -> str:

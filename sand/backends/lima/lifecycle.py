@@ -8,11 +8,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from sand.backends.capabilities import Mutability, fields_with
-from sand.backends.lima import limayaml, observe, scripts, vmops
+from sand.backends.lima import guest, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
 from sand.errors import BackendError
+from sand.guest.pinfile import forget_machine
 from sand.observed import Marker, ObservedVM, Ownership, SecretsRecord
 from sand.state.journal import Journal, JournalEntry
 
@@ -113,6 +114,7 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
     found = (await observe.inspect(ctx, name))[name]
     if found.instance is None:
         observe.forget(ctx, name)
+        forget_machine(guest.pin_family(current))
         return  # already gone
     fresh = observe.observed(ctx, found.instance, found.sidecar)
     if fresh.ownership is not Ownership.MANAGED or (
@@ -138,6 +140,8 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
         await vmops.limactl(ctx, "delete", "--force", name, timeout=ctx.timeouts.stop)
         journal.step(entry, "deleted")
     observe.forget(ctx, name)  # a replace creates it again right after
+    # Its host keys died with it: a deleted VM leaves no pin in sand's known_hosts.
+    forget_machine(guest.pin_family(current))
 
 
 async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:

@@ -41,12 +41,16 @@ async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal, by: s
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=name, to=how, uid=uid
     ) as entry:
-        # The mark first, beside sand's marker where every host's listing reads it: a
-        # crash before the stop leaves it on a running instance, never read as asleep.
-        mark = {"how": how, "since": int(time.time()), "by": by}
-        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, json.dumps(mark).encode())
+        # The stop first, then the mark (beside sand's marker, where every host's
+        # listing reads it): a mark is a claim that the instance went to sleep, so it
+        # is written only once it has. A crash between leaves a stopped instance with
+        # no mark, read as stopped (the next apply starts it); a mark before the stop
+        # would outlive a crash on a running instance and make any later stop, by
+        # hand or by an update, read as "asleep".
         await vmops.stop(ctx, name)
         journal.step(entry, "stopped")
+        mark = {"how": how, "since": int(time.time()), "by": by}
+        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, json.dumps(mark).encode())
 
 
 async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
@@ -58,6 +62,9 @@ async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Jou
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=name, to="running", uid=uid
     ) as entry:
+        # The mark off first: a wake killed during ``limactl start`` (which runs on in
+        # its own session) must not leave the instance claimed asleep, or its next
+        # stop would read as a sleep. Killed before the start, it reads as stopped.
+        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, b"{}")
         await vmops.start(ctx, name)
         journal.step(entry, "started")
-        await vmops.write_sidecar(ctx, name, scripts.ASLEEP_FILE, b"{}")  # awake: no mark

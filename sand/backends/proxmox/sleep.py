@@ -51,9 +51,12 @@ async def _mark(
     ctx: Ctx, node: str, vmid: str, config: dict[str, Any], mark: SleepMark | None
 ) -> None:
     """Set (or take off) the sleep mark among the VM's tags, where every host's listing
-    reads it. Written before the VM sleeps and taken off after it wakes: PVE refuses any
-    config write while a hibernated VM holds its ``suspended`` lock. A VM found running
-    is never read as asleep, so a mark a crash left behind misleads nobody."""
+    reads it. A mark is a claim that the VM went to sleep, and a crash must not leave
+    one a later stop would make true-looking: a stop's mark is written after the
+    shutdown and taken off before the start. A hibernation's is written before the
+    suspend and taken off after the resume (PVE refuses any config write while the
+    VM holds its ``suspended`` lock); it counts only beside that lock, which nothing
+    but a hibernation sets, so one a crash left behind misleads nobody."""
     tags = mk.asleep_tags(config.get("tags"), mark)
     if tags != mk.join_tags(mk.split_tags(config.get("tags"))):
         await ctx.client.put(
@@ -69,8 +72,9 @@ async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal, by: s
     with journal.operation(
         "power", backend=ctx.name, vm=current.name, identity=vmid, to=how
     ) as entry:
-        await _mark(ctx, node, vmid, config, SleepMark(how, int(time.time()), by))
+        mark = SleepMark(how, int(time.time()), by)
         if how == SUSPENDED:
+            await _mark(ctx, node, vmid, config, mark)
             await ctx.client.task(
                 "POST",
                 f"{vmops.vm_path(node, vmid)}/status/suspend",
@@ -81,11 +85,12 @@ async def sleep(ctx: Ctx, current: ObservedVM, how: str, journal: Journal, by: s
             )
         else:
             await vmops.shutdown(ctx, node, vmid, track=lambda upid: journal.task(entry, upid))
+            await _mark(ctx, node, vmid, await read_config(ctx, node, vmid), mark)
         journal.step(entry, how)
 
 
 async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Journal) -> None:
-    fresh, node, _config = await _ours(ctx, current, "wake")
+    fresh, node, config = await _ours(ctx, current, "wake")
     if fresh.power == "running":
         return
     vmid = fresh.identity
@@ -101,9 +106,12 @@ async def wake(ctx: Ctx, vm: DesiredVM | None, current: ObservedVM, journal: Jou
                 timeout=ctx.timeouts.hibernate,
                 on_upid=lambda upid: journal.task(entry, upid),
             )
+            journal.step(entry, "running")
+            if fresh.slept is not None:
+                config = await read_config(ctx, node, vmid)  # the resume rewrote it
+                await _mark(ctx, node, vmid, config, None)
         else:
+            if fresh.slept is not None:
+                await _mark(ctx, node, vmid, config, None)
             await vmops.start(ctx, node, vmid, track=lambda upid: journal.task(entry, upid))
-        journal.step(entry, "running")
-        if fresh.slept is not None:
-            config = await read_config(ctx, node, vmid)  # the resume rewrote it
-            await _mark(ctx, node, vmid, config, None)
+            journal.step(entry, "running")

@@ -27,5 +27,5 @@ def add(sub: Subcommands) -> None:
         "--timeout",
         type=GUEST_TIMEOUT,
         metavar="S",
-        help="--deep: seconds each guest gets to answer, up to 3600 (default 20)",
+        help="--deep: seconds each guest gets to answer, up to 3600 (default 45)",
     )
