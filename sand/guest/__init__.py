@@ -5,6 +5,8 @@ of sand (with the Lima backend's host runner) that imports asyncssh:
 
 * :mod:`~sand.guest.endpoint`: where a guest is reached (what a backend hands out);
 * :mod:`~sand.guest.ssh`: connecting (identity only, host keys pinned, the jump host);
+* :mod:`~sand.guest.pinfile`: sand's own pin file read and pruned without asyncssh (a
+  deleted VM's pins dropped);
 * :mod:`~sand.guest.runner`: running a fixed script or a command, output bounded;
 * :mod:`~sand.guest.fs` and :mod:`~sand.guest.sftp`: the guest's files for ``sand cp``;
 * :mod:`~sand.guest.stream`: a person's command with its output streamed through;
