@@ -31,9 +31,7 @@ from typing import get_args
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
-from sand.manifest.values import (
-    package_problem,
-)
+from sand.manifest.values import package_problem
 from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.provision.checks import (
     ProvisionSpecError,
@@ -211,6 +209,7 @@ def machine_steps(content: MachineContent, *, agent_source: str | None = None) -
             scope=MACHINE,
         ),
         agents_step,
+        Step("memory", script("memory.sh"), True, scope=MACHINE),  # init_on_free=1
     ]
     for extra in content.steps:
         steps.append(image_step(extra))
