@@ -23,7 +23,7 @@ from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
-from sand.apply.sleeping import how_to_sleep
+from sand.apply.sleeping import MemoryForkSources, how_to_sleep
 from sand.backends.abilities import ClaimsSpares, Sleeps
 from sand.backends.protocol import Backend, BaseProvisioner
 from sand.defaults import PARALLELISM
@@ -129,6 +129,7 @@ async def execute(
 
     claims = _Claims(plan)
     looks = SourceLooks(plan)
+    sources = MemoryForkSources(plan, kit)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
@@ -161,9 +162,10 @@ async def execute(
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
                         await looks.refuse_while_working(change, backends[change.backend])
-                    result.observed = await _apply_one(
-                        change, backends[change.backend], journal, kit, say, claims
-                    )
+                    async with sources.scrubbed(change, backends[change.backend], say):
+                        result.observed = await _apply_one(
+                            change, backends[change.backend], journal, kit, say, claims
+                        )
                 say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)

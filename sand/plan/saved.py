@@ -47,3 +47,28 @@ def unremovable(vm: DesiredVM, presence: GuestPresence | None) -> tuple[str, ...
 
 def _scoped(vm: DesiredVM) -> list[str]:
     return sorted({s.name for s in vm.secrets})
+
+
+def fork_copy(vm: DesiredVM) -> tuple[str, ...]:
+    """What a fork's copy of its source holds, as the plan says it: its source's disk
+    (and with ``snapshot: memory`` its RAM, saved in the snapshot), less the agent logins
+    its entry does not keep; its secrets are its own entry's, delivered to it."""
+    assert vm.fork is not None
+    source = vm.fork.source
+    if not vm.provision:
+        return (f"copied from {source}'s disk as it is, agent logins included (provision: false)",)
+    kept = ", ".join(vm.fork.logins) or "none"
+    said = [f"copied from {source}'s disk without its agent logins (from.logins keeps: {kept})"]
+    names = delivered(vm)
+    said.append(
+        f"secrets: its own entry's, delivered to it: {', '.join(names)}"
+        if names
+        else "secrets: none (its own entry grants none)"
+    )
+    if vm.fork.memory:
+        said.append(
+            f"{source}'s memory is saved in the snapshot for the copy: its delivered secrets "
+            "are removed first and delivered again after; what its running sessions hold "
+            "(their environment, an agent's login) is saved with it"
+        )
+    return tuple(said)

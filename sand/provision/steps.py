@@ -364,12 +364,13 @@ def repos_step(vm: DesiredVM) -> Step:
 
 
 def fork_step(vm: DesiredVM) -> Step:
-    """A fork's checkouts, each on its own branch ``fork/<vm>`` (bundle/fork.sh)."""
+    """A fork's checkouts on branch ``fork/<vm>``; logins not in ``from.logins`` removed."""
     branch = f"fork/{vm.name}"
     if why := branch_problem(branch):
         raise ProvisionSpecError(f"VM {vm.name!r}: {branch!r} is not a branch name: {why}")
     records = [("repo", guest_path(r.path, f"path of repo {r.name!r}")) for r in vm.repos]
-    return Step("fork", script("fork.sh", branch), False, stdin=fields(*records), timeout=300)
+    argv = script("fork.sh", branch, vm.name, *_checked_agents(vm.fork.logins if vm.fork else ()))
+    return Step("fork", argv, False, stdin=fields(*records), timeout=300)
 
 
 def fork_identity_step(vm: DesiredVM) -> Step:

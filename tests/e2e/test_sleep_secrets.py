@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from tests.cli.helpers import Sand
 from tests.e2e.test_apply_proxmox_guests import AgentAnswers
@@ -135,3 +138,51 @@ def test_a_secret_a_running_process_holds_makes_the_sleep_a_stop(
     proc = sand.run("wake", "agent-1", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert scoped_env(guest, "~/work", "API") == canary
+
+
+def test_a_memory_forks_snapshot_is_taken_of_a_source_rid_of_its_secrets(
+    tmp_path, fakepve_server, netns_guest
+) -> None:
+    rig = fakepve_server
+    guests = {"agent-1": netns_guest(), "try-1": netns_guest()}
+    source = guests["agent-1"]
+    key = source.client_public_key + "\n"
+    for guest in guests.values():
+        path = f"/home/{guest.user}/.ssh/authorized_keys"
+        guest.run_root(["sh", "-c", f"cat >> {path}"], input=key.encode(), check=True)
+    sand, env, canary = sand_for(tmp_path, rig, source, {"after": "2h"})
+    with AgentAnswers(rig, guests):
+        proc = sand.run("apply", "--auto-approve", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert canary_files(source, canary)  # delivered: the check below can fail
+        manifest = yaml.safe_load(sand.manifest.read_text())
+        manifest["vms"].append({"name": "try-1", "from": {"vm": "agent-1", "snapshot": "memory"}})
+        sand.write(manifest)
+        proc = sand.run("plan", env=env)
+        assert "agent-1's memory is saved in the snapshot for the copy" in proc.stdout
+        assert "secrets: its own entry's, delivered to it: API" in proc.stdout
+        # The snapshot's task runs a while: what the source's tmpfs holds meanwhile is
+        # what its saved RAM would.
+        rig.set_task_secs("qmsnapshot", 2.0)
+        rig.clear_log()
+        seen: list[str] = []
+        watcher = threading.Thread(target=_at_snapshot, args=(rig, source, canary, seen))
+        watcher.start()
+        proc = sand.run("apply", "--auto-approve", env=env)
+        watcher.join(timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seen == [""], "the source's tmpfs held the secret while its RAM was snapshotted"
+    assert len(rig.requests("POST", contains="/snapshot")) == 1
+    # Given back to the source once the fork was made; the fork got its own entry's.
+    assert scoped_env(source, "~/work", "API") == canary
+    assert scoped_env(guests["try-1"], "~/work", "API") == canary
+
+
+def _at_snapshot(rig, guest, canary: str, seen: list[str]) -> None:
+    """Once the snapshot is asked for, what of ``canary`` the guest's files hold."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if rig.requests("POST", contains="/snapshot"):
+            seen.append(canary_files(guest, canary))
+            return
+        time.sleep(0.05)
