@@ -17,8 +17,6 @@ branch=${1:-} name=${2:-}
 check_branch "$branch"
 [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ ]] || die "not a VM name: $name"
 shift 2
-declare -A keep=()
-for agent do keep[$agent]=1; done
 
 kind=""
 while read_field kind; do
@@ -35,29 +33,10 @@ expect_end "$kind"
 
 # --- the source's agent logins: a fork gets only those its own entry grants --------
 # Once per fork (a mark holds its name: a login made in the fork since is its own, and
-# a fork of a fork is made anew). Each login file is overwritten with zeros in place,
-# then removed, so its bytes are not left in the blocks of the fork's disk.
+# a fork of a fork is made anew); the agents named in argv keep theirs.
 mark=$HOME/.config/sand/fork-logins
 if [ "$(cat -- "$mark" 2>/dev/null || true)" != "$name" ]; then
-	data=${XDG_DATA_HOME:-$HOME/.local/share}
-	declare -A login=(
-		[claude]=$HOME/.claude/.credentials.json
-		[codex]=$HOME/.codex/auth.json
-		[opencode]=$data/opencode/auth.json
-		[pi]=$HOME/.pi/agent/auth.json
-	)
-	for agent in claude codex opencode pi; do
-		[ -z "${keep[$agent]:-}" ] || continue
-		file=${login[$agent]}
-		if [ -L "$file" ]; then
-			rm -f -- "$file"
-		elif [ -f "$file" ]; then
-			shred -n 0 -z -u -- "$file" || die "removing the $agent login failed"
-		else
-			continue
-		fi
-		changed "$agent login removed (the fork's entry does not keep it)"
-	done
+	forget_logins "$HOME" "$@"
 	mkdir -p -- "$(dirname -- "$mark")"
 	printf '%s\n' "$name" >"$mark"
 fi
