@@ -104,6 +104,14 @@ def test_a_hibernation_saves_no_delivered_secret_and_the_wake_delivers_them_agai
     assert "waking agent-1" in proc.stderr
     assert scoped_env(guest, "~/work", "API") == canary
 
+    # A person's `sand sleep` scrubs the guest the same way before PVE saves its RAM.
+    rig.clear_log()
+    proc = sand.run("sleep", "agent-1", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    posts = [str(r) for r in rig.requests("POST", contains=f"/qemu/{vmid}/status/")]
+    assert posts == [f"POST /nodes/pve1/qemu/{vmid}/status/suspend -> 200"]
+    assert canary_files(guest, canary) == ""
+
 
 def test_a_secret_a_running_process_holds_makes_the_sleep_a_stop(
     tmp_path, fakepve_server, netns_guest
