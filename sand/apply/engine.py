@@ -162,9 +162,9 @@ async def execute(
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
                         await looks.refuse_while_working(change, backends[change.backend])
-                    async with sources.scrubbed(change, backends[change.backend], say):
+                    async with sources.scrubbed(change, backends[change.backend], say) as made:
                         result.observed = await _apply_one(
-                            change, backends[change.backend], journal, kit, say, claims
+                            made, backends[change.backend], journal, kit, say, claims
                         )
                 say(Phase.DONE)
             except SandError as exc:

@@ -56,22 +56,29 @@ class MemoryForkSources:
         self._turns: dict[tuple[str, str], asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
-    async def scrubbed(self, change: VMChange, backend: Backend, say: Steps) -> AsyncIterator[None]:
+    async def scrubbed(
+        self, change: VMChange, backend: Backend, say: Steps
+    ) -> AsyncIterator[VMChange]:
+        """``change`` to carry out once its source is scrubbed: a memory fork of a source
+        whose memory still holds what sand cannot remove is made from a disk snapshot
+        (qemu-server's clone never copies a snapshot's RAM: the fork loses nothing)."""
         source = self._source(change)
         if source is None:
-            yield
+            yield change
             return
         vm, current = source.desired, source.observed
-        assert vm is not None and current is not None
+        assert vm is not None and current is not None and change.desired is not None
         async with self._turns.setdefault((change.backend, vm.name), asyncio.Lock()):
             from sand.provision import scrub_memory  # see how_to_sleep
 
             say(Phase.CREATING, f"removing {vm.name}'s delivered secrets before its RAM is saved")
             left = (await scrub_memory(await backend.endpoint(vm, current), vm)).left
             if left:
-                say(Phase.CREATING, f"{vm.name}'s saved memory keeps: {', '.join(left)}")
+                say(Phase.CREATING, f"snapshot without memory: {vm.name}'s holds {', '.join(left)}")
+                fork = replace(change.desired.fork, memory=False) if change.desired.fork else None
+                change = replace(change, desired=replace(change.desired, fork=fork))
             try:
-                yield
+                yield change
             finally:
                 say(Phase.DELIVERING_SECRETS, f"to {vm.name} again")
                 again = replace(source, guest=GuestAction.SECRETS)

@@ -68,7 +68,8 @@ def fork_copy(vm: DesiredVM) -> tuple[str, ...]:
     if vm.fork.memory:
         said.append(
             f"{source}'s memory is saved in the snapshot for the copy: its delivered secrets "
-            "are removed first and delivered again after; what its running sessions hold "
-            "(their environment, an agent's login) is saved with it"
+            "are removed first and delivered again after; while its memory holds what sand "
+            "cannot remove (a running session's environment, an agent's login), the "
+            "snapshot is taken without it"
         )
     return tuple(said)

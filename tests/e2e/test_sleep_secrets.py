@@ -176,11 +176,15 @@ def test_a_memory_forks_snapshot_is_taken_of_a_source_rid_of_its_secrets(
         seen: list[str] = []
         watcher = threading.Thread(target=_at_snapshot, args=(rig, source, canary, seen))
         watcher.start()
-        proc = sand.run("apply", "--auto-approve", env=env)
+        # A process of the source holds the secret: its RAM is not saved at all (the
+        # clone never gets a snapshot's RAM, so the fork loses nothing).
+        with process_with_secret(source, canary):
+            proc = sand.run("apply", "--auto-approve", env=env)
         watcher.join(timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seen == [""], "the source's tmpfs held the secret while its RAM was snapshotted"
     assert len(rig.requests("POST", contains="/snapshot")) == 1
+    assert "snapshot without memory: agent-1's holds " in proc.stdout + proc.stderr
     # Given back to the source once the fork was made; the fork got its own entry's.
     assert scoped_env(source, "~/work", "API") == canary
     assert scoped_env(guests["try-1"], "~/work", "API") == canary
