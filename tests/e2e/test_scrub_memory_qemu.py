@@ -111,3 +111,25 @@ async def test_a_secret_in_a_running_process_is_said_and_goes_with_the_process(
     # Once the process ends its memory is freed, and zeroed as it is freed.
     assert (await scrub_memory(target, vm)).left == ()
     assert ram_hits(guest, tmp_path, canary) == 0
+
+
+async def test_a_forks_copy_keeps_no_login_in_its_disk_image(
+    guest: QemuGuest, tmp_path: Path
+) -> None:
+    # The fork step's own script (the bundle is on the guest once sand delivered to it),
+    # run on the guest's disk as on a fork's copy of its source's.
+    await delivered(guest)
+    canary = f"canary-{secrets.token_hex(16)}"
+    login = f"/home/{guest.user}/.claude/.credentials.json"
+    plant = f'mkdir -p "$(dirname {login})" && read -r v && echo "$v" > {login} && sync'
+    as_user = ["runuser", "-u", guest.user, "--", "sh", "-c", plant]
+    guest.run_root(as_user, input=canary.encode() + b"\n", check=True)
+    # The positive control: written and synced, the login is in the disk image.
+    assert hits(guest.disk_path, canary) > 0
+
+    fork = ["/bin/bash", "/usr/local/lib/sand/bundle/fork.sh", "fork/try-1", "try-1"]
+    ran = guest.run_root(["runuser", "-u", guest.user, "--", *fork], input=b"end\0")
+    assert ran.returncode == 0, ran.stderr
+    assert b"claude login removed" in ran.stdout
+    guest.run_root(["sync"], check=True)
+    assert hits(guest.disk_path, canary) == 0
