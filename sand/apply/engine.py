@@ -23,6 +23,7 @@ from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
+from sand.apply.sleeping import MemoryForkSources, how_to_sleep
 from sand.backends.abilities import ClaimsSpares, Sleeps
 from sand.backends.protocol import Backend, BaseProvisioner
 from sand.defaults import PARALLELISM
@@ -128,6 +129,7 @@ async def execute(
 
     claims = _Claims(plan)
     looks = SourceLooks(plan)
+    sources = MemoryForkSources(plan, kit)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
@@ -160,9 +162,10 @@ async def execute(
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
                         await looks.refuse_while_working(change, backends[change.backend])
-                    result.observed = await _apply_one(
-                        change, backends[change.backend], journal, kit, say, claims
-                    )
+                    async with sources.scrubbed(change, backends[change.backend], say) as made:
+                        result.observed = await _apply_one(
+                            made, backends[change.backend], journal, kit, say, claims
+                        )
                 say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -288,14 +291,18 @@ async def _apply_one(
     assert vm is not None
     if change.sleep is not None:
         assert current is not None and isinstance(backend, Sleeps)
-        say(Phase.UPDATING, f"going to sleep ({change.sleep.how}): {change.sleep.why}")
-        await backend.sleep(current, change.sleep.how, journal)
+        how = await how_to_sleep(vm, backend, current, change.sleep.how, say)
+        say(Phase.UPDATING, f"going to sleep ({how}): {change.sleep.why}")
+        await backend.sleep(current, how, journal)
         return current  # nothing of the spec changed: the marker stays as it is
     if change.asleep is not None and current is not None and isinstance(backend, Sleeps):
         # An asleep VM was planned as the VM it is awake; wake it before anything acts.
         say(Phase.UPDATING, f"waking {vm.name}, {asleep_words(change.asleep)}")
         await backend.wake(vm, current, journal)
         current = replace(current, power="running", lock=None)
+        if change.guest is GuestAction.NONE and _uses_secrets(vm):
+            # A stop emptied its tmpfs; the scrub before a hibernation did too.
+            change = replace(change, guest=GuestAction.SECRETS)
     provisioned = marked = False
     delivered: SecretsRecord | None = None
     if change.action is Action.REPLACE:

@@ -30,6 +30,9 @@ class DesiredFork:
     force: bool = False
     # Set by the planner where the backend stops the source for the copy (Lima).
     stops_source: bool = False
+    # The agents whose login the fork keeps from its source's disk (``from.logins``);
+    # every other agent's login file is removed from its copy.
+    logins: tuple[str, ...] = ()
 
 
 def with_inherited(vm: VM, vms: list[VM]) -> VM:
@@ -58,4 +61,9 @@ def with_inherited(vm: VM, vms: list[VM]) -> VM:
 def desired_fork(vm: VM) -> DesiredFork | None:
     if vm.fork is None:
         return None
-    return DesiredFork(source=vm.fork.vm, memory=vm.fork.snapshot == "memory", force=vm.fork.force)
+    return DesiredFork(
+        source=vm.fork.vm,
+        memory=vm.fork.snapshot == "memory",
+        force=vm.fork.force,
+        logins=tuple(sorted(set(vm.fork.logins))),
+    )

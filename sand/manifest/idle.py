@@ -6,6 +6,9 @@ slow build looks busy; one waiting for a person looks idle to a CPU meter and is
 done). ``then`` says how the VM sleeps: ``suspend`` (Proxmox hibernates it to disk,
 memory kept, exact resume; Lima has no suspend and stops it) or ``stop``. A VM whose
 agent waits for input is only ever suspended, not stopped, unless ``stopWaiting``.
+A hibernation saves the guest's RAM to storage: sand first removes the secrets it
+delivered, and what it cannot remove (a running agent's environment and login) is
+saved only with ``keepMemory``; otherwise the VM is stopped instead (docs/security.md).
 A VM's own ``idle:`` replaces the defaults' whole; ``never`` turns it off.
 """
 
@@ -89,6 +92,15 @@ class Idle(Strict):
         "VM is suspended where the backend can, and otherwise left running).",
         examples=[True],
     )
+    keep_memory: bool = Field(
+        default=False,
+        alias="keepMemory",
+        description="Let a hibernation save what sand cannot remove from the guest's RAM "
+        "first: the secrets in a running agent's environment, an agent's login (default "
+        "false: such a VM is stopped instead, and its secrets delivered again when it "
+        "wakes; docs/security.md).",
+        examples=[True],
+    )
 
 
 def _which(value: Any) -> str:
@@ -112,6 +124,7 @@ class IdlePolicy:
     then: str  # "suspend" | "stop"
     stop_waiting: bool = False
     text: str = DEFAULT_AFTER  # how the manifest wrote ``after``
+    keep_memory: bool = False  # a hibernation may save secrets it cannot remove first
 
 
 def policy_of(own: IdleSetting | None, default: IdleSetting | None) -> IdlePolicy | None:
@@ -119,4 +132,10 @@ def policy_of(own: IdleSetting | None, default: IdleSetting | None) -> IdlePolic
     chosen = own if own is not None else default
     if chosen is None or chosen == NEVER or not isinstance(chosen, Idle):
         return None
-    return IdlePolicy(window_seconds(chosen.after), chosen.then, chosen.stop_waiting, chosen.after)
+    return IdlePolicy(
+        window_seconds(chosen.after),
+        chosen.then,
+        chosen.stop_waiting,
+        chosen.after,
+        keep_memory=chosen.keep_memory,
+    )

@@ -193,6 +193,14 @@ class ForkSource(Strict):
         "agent; without this, such a fork is refused at apply time.",
         examples=[True],
     )
+    logins: list[Agent] = Field(
+        default_factory=list,
+        description="The agents whose login this fork keeps from its source's disk "
+        "(default none: each agent's login file in the copy is overwritten and removed, "
+        "and you log in inside the fork; its secrets are its own entry's, delivered to "
+        "it). docs/security.md.",
+        examples=[["claude"]],
+    )
 
 
 class VM(Strict):

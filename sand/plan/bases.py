@@ -87,6 +87,13 @@ def _base_of(change: VMChange) -> DesiredBase | None:
     return change.desired.base
 
 
+# What a base's disk holds of secrets (docs/security.md): its clones copy it.
+BASE_HOLDS = (
+    "it holds no secret and no agent login: none is delivered to its build machine, and "
+    "a login made there is removed before it is frozen"
+)
+
+
 def _build(base: DesiredBase, for_vms: tuple[str, ...]) -> BaseChange:
     reason = (
         f"image {base.name!r} has no base with its current content on this backend"
@@ -98,7 +105,7 @@ def _build(base: DesiredBase, for_vms: tuple[str, ...]) -> BaseChange:
         name=base.name,
         action=BaseAction.BUILD,
         fingerprint=base.fingerprint,
-        reasons=(reason,),
+        reasons=(reason, BASE_HOLDS),
         for_vms=for_vms,
         desired=base,
     )

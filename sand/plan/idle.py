@@ -34,6 +34,12 @@ class Sleep:
     how: str
     idle_for: int  # seconds
     why: str  # "idle 2h14m: no agent working, no shell attached"
+    # A hibernation: the delivered secrets removed from the guest first (by name),
+    # delivered again at wake; what its saved memory still holds (only with keepMemory).
+    scrubbed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    # Stopped where the policy said suspend: a hibernation would have saved ``held``.
+    held: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,9 +87,12 @@ def sleep_for(
     *,
     booted_at: float | None,
     suspends: bool,
+    unremovable: tuple[str, ...] = (),
 ) -> Sleep | None:
     """How ``policy`` puts the VM to sleep now, or None while it is in use (or not seen).
-    ``suspends``: its backend can hibernate it (Proxmox) rather than only stop it."""
+    ``suspends``: its backend can hibernate it (Proxmox) rather than only stop it.
+    ``unremovable``: what a hibernation would save that sand cannot remove first
+    (:func:`sand.plan.saved.unremovable`): without ``keepMemory`` it is never saved."""
     if policy is None or presence is None:
         return None
     if any(s.state == "working" for s in presence.agents.sessions):
@@ -102,8 +111,17 @@ def sleep_for(
         if not suspends:
             return None
         how = SUSPENDED
+    held: tuple[str, ...] = ()
+    if how == SUSPENDED and unremovable and not policy.keep_memory:
+        # The default never writes a secret to storage: a stop instead, unless that
+        # loses an agent's open question (then the VM stays up, as on Lima).
+        if waiting and not policy.stop_waiting:
+            return None
+        how, held = STOPPED, unremovable
     said = "an agent waits for input" if waiting else "no agent working"
-    return Sleep(how, int(idle_for), f"idle {span(idle_for)}: {said}, no shell attached")
+    why = f"idle {span(idle_for)}: {said}, no shell attached"
+    kept = unremovable if how == SUSPENDED else ()
+    return Sleep(how, int(idle_for), why, kept=kept, held=held)
 
 
 def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | None:
@@ -124,3 +142,13 @@ def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | 
     if recorded is not None and observed.power == "stopped" and recorded.how == STOPPED:
         return recorded
     return None
+
+
+def saved_or_stopped(how: str, left: tuple[str, ...], policy: IdlePolicy | None) -> str:
+    """How a VM sleeps once its guest said what its memory still holds after the scrub
+    (:mod:`sand.provision.memory`): a hibernation saves it only when nothing is left or
+    the policy's ``keepMemory`` allows it; otherwise the VM is stopped, as the plan
+    would have said had it known."""
+    if how == SUSPENDED and left and not (policy is not None and policy.keep_memory):
+        return STOPPED
+    return how

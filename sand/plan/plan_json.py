@@ -116,6 +116,10 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "idle_seconds": c.sleep.idle_for,
                 "why": c.sleep.why,
             }
+            # What its saved memory holds, or why none is saved (docs/security.md).
+            for key in ("scrubbed", "kept", "held"):
+                if getattr(c.sleep, key):
+                    out["sleep"][key] = list(getattr(c.sleep, key))
         if c.asleep is not None:
             out["asleep"] = {
                 "how": c.asleep.how,

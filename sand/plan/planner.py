@@ -45,6 +45,7 @@ from sand.plan.model import (
     Strategy,
     VMChange,
 )
+from sand.plan.saved import fork_copy
 from sand.plan.sleeps import maybe_sleep
 
 if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their parser
@@ -276,7 +277,7 @@ def _plan_fork(
         return base(action=Action.BLOCKED, blocked_action=Action.CREATE, blockers=(blocker,))
     if can.fork_stops_source:  # the plan says so; apply refuses it while the agent works
         vm = replace(vm, fork=replace(vm.fork, stops_source=True))
-    return base(action=Action.CREATE, guest=_whole(vm), desired=vm)
+    return base(action=Action.CREATE, guest=_whole(vm), desired=vm, reasons=fork_copy(vm))
 
 
 def _whole(vm: DesiredVM) -> GuestAction:

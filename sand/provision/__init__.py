@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sand.provision.bundle import bundle_digest
 
 if TYPE_CHECKING:
+    from sand.provision.memory import scrub_memory
     from sand.provision.provisioner import (
         ProvisionReport,
         deliver_secrets,
@@ -26,6 +27,7 @@ __all__ = [
     "deliver_secrets",
     "provision",
     "provision_base",
+    "scrub_memory",
     "secrets_present",
 ]
 
@@ -33,7 +35,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in __all__ and name != "bundle_digest":
         # here, not at the top: importing it loads asyncssh, pydantic, rich and yaml
-        from sand.provision import provisioner
+        from sand.provision import memory, provisioner
 
-        return getattr(provisioner, name)
+        return getattr(memory if name == "scrub_memory" else provisioner, name)
     raise AttributeError(name)

@@ -114,6 +114,7 @@ MACHINE_SCRIPTS = (
     "packages.sh",
     "toolchain.sh",
     "agents.sh",
+    "memory.sh",
     "image-step.sh",
     "generalize.sh",
 )

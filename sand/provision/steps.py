@@ -31,9 +31,7 @@ from typing import get_args
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
-from sand.manifest.values import (
-    package_problem,
-)
+from sand.manifest.values import package_problem
 from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.provision.checks import (
     ProvisionSpecError,
@@ -211,6 +209,7 @@ def machine_steps(content: MachineContent, *, agent_source: str | None = None) -
             scope=MACHINE,
         ),
         agents_step,
+        Step("memory", script("memory.sh"), True, scope=MACHINE),  # init_on_free=1
     ]
     for extra in content.steps:
         steps.append(image_step(extra))
@@ -365,12 +364,13 @@ def repos_step(vm: DesiredVM) -> Step:
 
 
 def fork_step(vm: DesiredVM) -> Step:
-    """A fork's checkouts, each on its own branch ``fork/<vm>`` (bundle/fork.sh)."""
+    """A fork's checkouts on branch ``fork/<vm>``; logins not in ``from.logins`` removed."""
     branch = f"fork/{vm.name}"
     if why := branch_problem(branch):
         raise ProvisionSpecError(f"VM {vm.name!r}: {branch!r} is not a branch name: {why}")
     records = [("repo", guest_path(r.path, f"path of repo {r.name!r}")) for r in vm.repos]
-    return Step("fork", script("fork.sh", branch), False, stdin=fields(*records), timeout=300)
+    argv = script("fork.sh", branch, vm.name, *_checked_agents(vm.fork.logins if vm.fork else ()))
+    return Step("fork", argv, False, stdin=fields(*records), timeout=300)
 
 
 def fork_identity_step(vm: DesiredVM) -> Step:

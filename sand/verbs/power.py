@@ -27,7 +27,7 @@ from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError
 from sand.observed import STOPPED, SUSPENDED, ObservedVM, Ownership
-from sand.plan.idle import Asleep, asleep_of
+from sand.plan.idle import Asleep, asleep_of, saved_or_stopped
 from sand.plan.render import asleep_words
 from sand.project import Session, observe_all
 from sand.state.asleep import SleepRecord, forget_asleep, remember_asleep
@@ -109,16 +109,16 @@ async def wake_if_asleep(
         forget_asleep(session.project, vm.backend, vm.name)
         await backend.wake(vm, current, session.journal)
     awake = replace(current, power="running", lock=None)
-    if sleeping.how == STOPPED:
-        await _secrets_again(session, vm, awake, note)
+    await _secrets_again(session, vm, awake, note)
     return awake
 
 
 async def _secrets_again(
     session: Session, vm: DesiredVM, current: ObservedVM, note: Note | None
 ) -> None:
-    """A stop emptied the guest's tmpfs: its secrets are delivered again before it is
-    used (a hibernation keeps them: its RAM comes back). A delivery that cannot be made
+    """A stop emptied the guest's tmpfs, and the scrub before a hibernation removed them
+    from the memory it saved: its secrets are delivered again before it is used (a
+    ``--memory`` fork's copy never held them). A delivery that cannot be made
     now (a secret this shell cannot read) does not stop the use: the person is told,
     and the next apply delivers them (it sees the boot after the last delivery)."""
     if not vm.provision or not (vm.secrets or any(r.token_secret for r in vm.repos)):
@@ -156,10 +156,28 @@ async def sleep_now(
                 f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
             )
         how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
+        how = await _scrubbed(session, vm, current, how, note)
         await sleeper.sleep(current, how, session.journal, by="person")
         record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
         remember_asleep(session.project, record)
     return how
+
+
+async def _scrubbed(
+    session: Session, vm: DesiredVM, current: ObservedVM, how: str, note: Note | None
+) -> str:
+    """Before a hibernation, the delivered secrets removed from the guest's memory; a
+    stop instead when it still holds what sand cannot remove, unless ``keepMemory``."""
+    if how != SUSPENDED or not vm.provision:
+        return how
+    from sand.provision import scrub_memory  # asyncssh: only when a guest is asked
+
+    endpoint = await session.backends[vm.backend].endpoint(vm, current)
+    left = (await scrub_memory(endpoint, vm)).left
+    chosen = saved_or_stopped(how, left, vm.idle)
+    if chosen != how and note is not None:
+        note(f"{vm.name}: stopped, not hibernated: its memory holds {', '.join(left)}")
+    return chosen
 
 
 def _sleeper(backend: Backend, name: str) -> Sleeps:

@@ -34,6 +34,13 @@ MACHINE_STEPS = ("packages", "toolchain", "agents")
 TOOL = "printf '#!/bin/sh\\necho tool ran\\n' > /usr/local/bin/tool && chmod +x /usr/local/bin/tool"
 
 
+# An image step logging an agent in on the build machine (as a person might by hand).
+LOGIN = (
+    'mkdir -p /home/claude/.claude && echo \'{"token": "canary"}\' '
+    "> /home/claude/.claude/.credentials.json"
+)
+
+
 def _manifest(rig, vms, images, **defaults):
     data = rig.manifest(vms, defaults={"provision": True, "timezone": "Etc/UTC", **defaults})
     data["images"] = images
@@ -89,7 +96,11 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         "wb": {
             "packages": ["tini"],
             "agents": ["claude", "codex"],
-            "steps": [{"name": "dhcp", "run": lease}, {"name": "tool", "run": TOOL}],
+            "steps": [
+                {"name": "dhcp", "run": lease},
+                {"name": "tool", "run": TOOL},
+                {"name": "login", "run": LOGIN},
+            ],
         }
     }
     sand.write(_manifest(rig, [{"name": "a"}, {"name": "b"}], images, image="wb"))
@@ -99,6 +110,7 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
     assert plan.returncode == 0, plan.stderr
     assert '# golden base "wb" (pve) will be built' in plan.stdout
     assert "made from it this run: a, b" in plan.stdout
+    assert "it holds no secret and no agent login" in plan.stdout
 
     with guests:
         proc = sand.run("apply", "--auto-approve", env=env)
@@ -142,6 +154,9 @@ def test_vms_of_a_golden_image_have_its_content_without_running_its_steps(
         assert root(guest, "cat", "/etc/machine-id").strip() == ""
         # ...and the base's DHCP lease removed: no clone asks for the base's address.
         assert root(guest, "ls", "-A", "/var/lib/dhcp").split() == []
+        # ...and the login made on the build machine: its clones copy no login.
+        # (The step ran there: the directory it made is on the VM's disk.)
+        assert root(guest, "ls", "-A", "/home/claude/.claude").split() == []
 
     again = sand.run("plan", "--detailed-exitcode", env=env)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -52,7 +52,7 @@ def test_an_idle_vm_hibernates_to_disk_and_sand_shell_resumes_it(
     guest = netns_guest()
     sand = Sand(tmp_path)
     manifest = rig.manifest(
-        [{"name": "agent-1", "idle": {"after": "2h"}}],
+        [{"name": "agent-1", "idle": {"after": "2h", "keepMemory": True}}],
         defaults={"provision": True},
         identity=str(guest.client_key_path),
         derive_bases=False,

@@ -98,7 +98,7 @@ def idle_fleet():
     from sand.agentstate import AgentReport, AgentSession, GuestPresence
     from sand.plan.idle import Asleep
 
-    text = MANIFEST.replace("  cpus: 2\n", "  cpus: 2\n  idle: {after: 2h}\n")
+    text = MANIFEST.replace("  cpus: 2\n", "  cpus: 2\n  idle: {after: 2h, keepMemory: true}\n")
     state = desired(text)
     obs = converged(state)
     pve = {vm.name: vm for vm in obs["pve"].vms}

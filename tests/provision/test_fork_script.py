@@ -57,10 +57,13 @@ def source_home(root: Path) -> Path:
     return home
 
 
-def run_fork(home: Path, vm_name: str) -> subprocess.CompletedProcess[str]:
-    vm = replace(make_vm(repos=(REPO,)), name=vm_name, fork=DesiredFork("agent-1"))
+def run_fork(
+    home: Path, vm_name: str, logins: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    fork = DesiredFork("agent-1", logins=logins)
+    vm = replace(make_vm(repos=(REPO,)), name=vm_name, fork=fork)
     step = fork_step(vm)
-    assert step.argv[-1] == f"fork/{vm_name}"
+    assert step.argv[2:] == (f"fork/{vm_name}", vm_name, *logins)
     env = {"HOME": str(home), "PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1"}
     return subprocess.run(
         ["/bin/bash", str(SCRIPT), *step.argv[2:]],
@@ -119,3 +122,38 @@ def test_only_a_fork_runs_the_fork_step() -> None:
     forked = replace(vm, name="try-1", fork=DesiredFork("agent-1"))
     names = [s.name for s in provision_steps(forked, {})]
     assert names[-3:] == ["repos", "fork-identity", "fork"]
+
+
+def plant_logins(home: Path) -> dict[str, Path]:
+    """Each agent's login file as the agent writes it when a person logs in."""
+    files = {
+        "claude": home / ".claude" / ".credentials.json",
+        "codex": home / ".codex" / "auth.json",
+        "opencode": home / ".local" / "share" / "opencode" / "auth.json",
+        "pi": home / ".pi" / "agent" / "auth.json",
+    }
+    for agent, path in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'{{"token": "canary-{agent}"}}\n')
+    return files
+
+
+def test_a_fork_keeps_only_the_agent_logins_its_entry_grants(tmp_path: Path) -> None:
+    home = source_home(tmp_path)
+    files = plant_logins(home)
+    proc = run_fork(home, "try-1", logins=("codex",))
+    assert proc.returncode == 0, proc.stderr
+    assert {a for a, f in files.items() if f.exists()} == {"codex"}
+    removed = sorted(line for line in proc.stdout.splitlines() if "login removed" in line)
+    assert [line.split()[1] for line in removed] == ["claude", "opencode", "pi"]
+    assert (home / ".claude").is_dir()  # the agent's settings stay: only the login goes
+
+    # A login made in the fork since is its own: a later run keeps it.
+    files["claude"].write_text('{"token": "the fork\'s own"}\n')
+    proc = run_fork(home, "try-1", logins=("codex",))
+    assert proc.returncode == 0, proc.stderr
+    assert files["claude"].exists() and "login removed" not in proc.stdout
+    # A fork of that fork is made anew: it gets only what its own entry grants.
+    proc = run_fork(home, "try-1-1")
+    assert proc.returncode == 0, proc.stderr
+    assert not [a for a, f in files.items() if f.exists()]

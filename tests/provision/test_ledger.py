@@ -120,10 +120,10 @@ def test_a_golden_vm_runs_its_own_steps_only_and_a_base_its_machine_steps():
     assert names == ["user", "locale", "vm-packages", "home", "secrets", "repos"]
     built = base_build_steps(base)
     assert [s.name for s in built] == [
-        "user", "packages", "toolchain", "agents", "image-x", "generalize",
+        "user", "packages", "toolchain", "agents", "memory", "image-x", "generalize",
     ]  # fmt: skip
     assert {s.name for s in built if s.scope == MACHINE} == {
-        "packages", "toolchain", "agents", "image-x",
+        "packages", "toolchain", "agents", "memory", "image-x",
     }  # fmt: skip
     # The image's own step text is stdin, never argv.
     image_step = next(s for s in built if s.name == "image-x")

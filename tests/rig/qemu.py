@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from tests.rig._util import (
     RigError,
@@ -331,12 +332,16 @@ class QemuGuest:
         guestfwds: Sequence[tuple[int, str, int]] = (),
         accel: str = "tcg",
         backing: Path | None = None,
+        kernel_args: Sequence[str] = (),
     ) -> None:
         """guestfwds: (guest_port, host_addr, host_port) -- the guest's TCP
         connections to GUESTFWD_ADDRESS:<guest_port> reach host_addr:host_port
         (e.g. a GitServer); nothing else is reachable from the guest.
         backing: a qcow2 disk the guest's overlay is made over (a frozen guest's, see
-        ``freeze()``, or a copy of one) instead of the image's own disk."""
+        ``freeze()``, or a copy of one) instead of the image's own disk.
+        kernel_args: added to the kernel command line (``init_on_free=1``: what sand's
+        ``memory`` step puts on a provisioned guest's, through grub, which this rig's
+        directly booted kernel has not)."""
         self.id = secrets.token_hex(4)
         self.user = user
         self.memory_mb = memory_mb
@@ -345,6 +350,7 @@ class QemuGuest:
         self.guestfwds = list(guestfwds)
         self.accel = accel
         self.backing = backing
+        self.kernel_args = tuple(kernel_args)
         self.hostname = f"sandq-{self.id}"
         self.dir = state_dir() / f"q-{self.id}"
         self.client_key_path = self.dir / "client_ed25519"
@@ -400,6 +406,23 @@ class QemuGuest:
     def disk_path(self) -> Path:
         return self.dir / "disk.qcow2"
 
+    @property
+    def qmp_path(self) -> Path:
+        return self.dir / "qmp.sock"
+
+    def dump_memory(self, dest: Path, timeout: float = 600.0) -> Path:
+        """The guest's whole RAM written to ``dest`` by QEMU (QMP ``dump-guest-memory``,
+        an ELF core; the guest paused meanwhile): what a hibernation or a memory
+        snapshot saves of it, read from the host, outside anything the guest controls."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(os.fspath(self.qmp_path))
+            stream = sock.makefile("rwb")
+            _qmp_reply(stream)  # the greeting
+            _qmp(stream, "qmp_capabilities", {})
+            _qmp(stream, "dump-guest-memory", {"paging": False, "protocol": f"file:{dest}"})
+        return dest
+
     def _prepare(self, image: QemuImage) -> None:
         fmt, backing = ("raw", image.disk) if self.backing is None else ("qcow2", self.backing)
         run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", fmt, "-b", backing, self.disk_path])
@@ -441,6 +464,7 @@ class QemuGuest:
                 "mitigations=off",
                 "quiet",
                 "loglevel=4",
+                *self.kernel_args,
             ]
         )
         accel = "tcg,thread=multi" if self.accel == "tcg" else self.accel
@@ -455,6 +479,8 @@ class QemuGuest:
             "-display", "none",
             "-serial", f"file:{self.console_path}",
             "-monitor", "none",
+            # QMP on a socket of this guest's own: dump_memory() reads its RAM from the host.
+            "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
             "-no-reboot",
             "-kernel", os.fspath(image.kernel),
             "-initrd", os.fspath(image.initrd),
@@ -607,6 +633,25 @@ class QemuGuest:
 
 
 _LIVE: set[QemuGuest] = set()
+
+
+def _qmp(stream: Any, command: str, arguments: dict[str, Any]) -> Any:
+    stream.write(json.dumps({"execute": command, "arguments": arguments}).encode() + b"\n")
+    stream.flush()
+    return _qmp_reply(stream)
+
+
+def _qmp_reply(stream: Any) -> Any:
+    """The next answer on a QMP stream (events skipped); an error raises."""
+    while True:
+        line = stream.readline()
+        if not line:
+            raise RigError("QMP: QEMU closed the monitor")
+        message = json.loads(line)
+        if "error" in message:
+            raise RigError(f"QMP: {message['error']}")
+        if "return" in message or "QMP" in message:
+            return message.get("return")
 
 
 @atexit.register

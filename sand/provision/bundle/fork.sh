@@ -1,7 +1,9 @@
 #!/bin/bash
 # Step "fork" (as the user): a fork's checkouts, copied from its source's disk, each
-# put on a branch of its own, so the attempts never share a branch name when pushed.
-# argv: the branch (fork/<vm>, validated by the host). stdin: NUL-terminated records
+# put on a branch of its own, so the attempts never share a branch name when pushed;
+# and the agents' logins its copy holds removed, but those its entry keeps.
+# argv: the branch (fork/<vm>), the fork's name, then the agents whose login it keeps
+# (``from.logins``; all validated by the host). stdin: NUL-terminated records
 # "repo CHECKOUT", then "end".
 #
 # `git checkout -b BRANCH --` starts the branch at the source's HEAD (a detached one
@@ -10,9 +12,11 @@
 # holding the branch is left alone (the fork's own work since), and so is a path
 # with no commit (nothing to carry: the repos step made or makes it).
 . "$(dirname -- "$0")/lib.sh"
-branch=${1:-}
+branch=${1:-} name=${2:-}
 [ -n "$branch" ] || die "no branch given"
 check_branch "$branch"
+[[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ ]] || die "not a VM name: $name"
+shift 2
 
 kind=""
 while read_field kind; do
@@ -26,3 +30,13 @@ while read_field kind; do
 	changed "repo $checkout on $branch"
 done
 expect_end "$kind"
+
+# --- the source's agent logins: a fork gets only those its own entry grants --------
+# Once per fork (a mark holds its name: a login made in the fork since is its own, and
+# a fork of a fork is made anew); the agents named in argv keep theirs.
+mark=$HOME/.config/sand/fork-logins
+if [ "$(cat -- "$mark" 2>/dev/null || true)" != "$name" ]; then
+	forget_logins "$HOME" "$@"
+	mkdir -p -- "$(dirname -- "$mark")"
+	printf '%s\n' "$name" >"$mark"
+fi

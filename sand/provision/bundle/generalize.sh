@@ -14,6 +14,9 @@
 #   build machine (or of another clone that asked first);
 # - apt's downloaded packages and lists are dropped (a clone fetches fresh lists
 #   when it installs anything of its own).
+# - every agent login in a home (an image step, or a person, logged in on the build
+#   machine) is removed: a base holds no login, as it holds no delivered secret (sand
+#   delivers none to a build machine).
 # argv: the VM-scoped step names (validated by the host). stdin: unused.
 . "$(dirname -- "$0")/lib.sh"
 ledger=/var/lib/sand/ledger
@@ -41,6 +44,10 @@ for lease in "${leases[@]}"; do
 		rm -f -- "$lease"
 		changed "DHCP lease ${lease##*/} removed"
 	fi
+done
+for home in /root /home/*; do
+	[ -d "$home" ] && [ ! -L "$home" ] || continue
+	forget_logins "$home"
 done
 apt-get clean >&2 || true
 rm -rf /var/lib/apt/lists/*

@@ -136,3 +136,32 @@ exclude_envrc() {
 		changed "git exclude $1/.envrc"
 	fi
 }
+
+# forget_logins HOME [AGENT...]: remove every agent's login from HOME (what a person's
+# login inside the guest wrote), but those of the AGENTs named. Each file is overwritten
+# with zeros in place, then removed, so its bytes do not stay in the disk's blocks (a
+# symbolic link is only removed). Prints a change line for each.
+forget_logins() {
+	local home=$1 agent file
+	shift
+	declare -A keep=()
+	for agent do keep[$agent]=1; done
+	declare -A login=(
+		[claude]=$home/.claude/.credentials.json
+		[codex]=$home/.codex/auth.json
+		[opencode]=$home/.local/share/opencode/auth.json
+		[pi]=$home/.pi/agent/auth.json
+	)
+	for agent in claude codex opencode pi; do
+		[ -z "${keep[$agent]:-}" ] || continue
+		file=${login[$agent]}
+		if [ -L "$file" ]; then
+			rm -f -- "$file"
+		elif [ -f "$file" ]; then
+			shred -n 0 -z -u -- "$file" || die "removing the $agent login in $home failed"
+		else
+			continue
+		fi
+		changed "$agent login removed from $home"
+	done
+}
