@@ -20,8 +20,8 @@ from sand.apply.events import Phase, Steps
 from sand.apply.replace import ReplaceKit
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
-from sand.observed import ObservedVM
-from sand.plan.idle import SUSPENDED, saved_or_stopped
+from sand.observed import SUSPENDED, ObservedVM
+from sand.plan.idle import saved_or_stopped
 from sand.plan.model import Action, GuestAction, Plan, VMChange
 from sand.plan.saved import delivered
 
