@@ -101,12 +101,10 @@ def test_the_detail_is_inert_and_redacted(rows: dict[str, BoardRow]) -> None:
         Detail(rows["agent-2"], journal=journal, provision_log=["\x1b]0;x\x07apt ok"])
     )
     assert "detail-canary-4411" not in text and "\x1b" not in text
-    assert "create 101: cloned [redacted]" in text and "create 101: failed" in text
+    assert "create 101: failed after cloned [redacted]" in text
     assert "press l to sweep" in text and "(not in the last plan)" in text
     assert [line.split(" ", 2)[2] for line in journal_lines(journal)] == [
-        "create 101: begun",
-        "create 101: cloned [redacted]",
-        "create 101: failed",
+        "create 101: failed after cloned [redacted]",
     ]
 
 
