@@ -25,7 +25,18 @@ from sand.observed import Observation
 from sand.verbs.compare import ForkView
 from tests.cli.helpers import Sand
 from tests.cli.ui_fixed import ForkFleet
-from tests.cli.ui_pilot import SIZE, board, detail, observed, rows, status, title, until
+from tests.cli.ui_pilot import (
+    SIZE,
+    board,
+    detail,
+    fitted,
+    observed,
+    on_screen,
+    rows,
+    status,
+    title,
+    until,
+)
 from tests.limactl_standin import StandIn
 
 
@@ -115,13 +126,43 @@ def test_a_fork_no_entry_declares_is_still_a_fork_of_its_source(tmp_path: Path) 
     assert rows_["try-9"].sync == "OutOfSync"  # the next apply deletes it, as the plan says
 
 
+async def test_at_80x24_forks_and_spares_leave_every_column_drawn_whole(
+    forks: CountedForks,
+) -> None:
+    """An SSH session's default terminal: a fork's and a spare's role must not blow the
+    VM column up and push POWER half off the edge ("runnin") and AGENT and LAST APPLY
+    off it. The roles give way to the detail pane, where they are whole, and the filter
+    finds them."""
+    app = Board(forks)
+    async with app.run_test(size=SIZE) as pilot:
+        await fitted(pilot, app)
+        lines = on_screen(app)
+        header = lines[1] + " "
+        for column in ("VM", "SYNC", "HEALTH", "PROV", "POWER", "AGENT", "LAST APPLY"):
+            assert f" {column} " in header, lines
+        drawn = {line.split()[0]: line + " " for line in lines[2:9]}
+        assert list(drawn) == [r.vm for r in app.state.rows], lines
+        for row in app.state.rows:  # each word whole, where its header is
+            at = header.index(" POWER ")
+            assert drawn[row.vm][at:].startswith(f" {row.power} "), lines
+        assert " working 2m " in drawn["try-1"] and " failed 5m ago " in drawn["review"], lines
+        assert " ok 5m ago " in drawn["agent-1"], lines
+
+        await pilot.press("j")  # try-1: what it is, whole in the detail pane
+        await until(pilot, lambda: "try-1 on laptop" in detail(app), "try-1's detail")
+        assert "\n  fork of agent-1\n" in detail(app)
+        await pilot.press("slash", *"spare", "enter")
+        await until(pilot, lambda: len(rows(app)) == 3, "the filter")
+        assert list(rows(app)) == ["agent-4", "agents-spare-1", "agents-spare-2"]
+
+
 async def test_c_opens_the_sources_forks_reads_them_off_the_ui_thread_again_and_closes(
     forks: CountedForks,
 ) -> None:
     app = Board(forks)
     async with app.run_test(size=SIZE) as pilot:
         await observed(pilot, app)
-        assert "try-1 · fork of agent-1" in rows(app)
+        assert "try-1" in rows(app)  # its role is in its detail at 80 columns
         # review: neither a fork nor a source.
         await pilot.press("j", "j", "j", "c")
         await until(pilot, lambda: "no VM on the board is a fork of it" in status(app), "the no")
@@ -170,8 +211,8 @@ async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off
     sand.write(manifest)
 
     app = board(sand.manifest)
-    async with app.run_test(size=SIZE) as pilot:
-        await observed(pilot, app)
+    async with app.run_test(size=(160, 40)) as pilot:  # room for the roles in the rows
+        await fitted(pilot, app)
         table = rows(app)
         assert list(table) == [
             "agent-1",
@@ -211,4 +252,4 @@ async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(
         await until(pilot, lambda: said in str(getattr(app.screen, "text", "")), "the error")
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, CompareScreen), "the view closed")
-        assert "try-1 · fork of agent-1" in rows(app)
+        assert "try-1" in rows(app)

@@ -88,8 +88,10 @@ class Board(KeyActions, App[int]):
 
     def on_resize(self, event: events.Resize) -> None:
         # The first one comes before the mount, which gives the view its width itself.
+        # Fitted once laid out: whether the rows overflow depends on the table's height.
         if isinstance(getattr(self, "rows_view", None), RowsView):
-            self.rows_view.resize(event.size.width, self.selected_vm())
+            width = event.size.width
+            self.call_after_refresh(lambda: self.rows_view.resize(width, self.selected_vm()))
 
     def _soon(self, fn: Callable[..., None], *args: Any) -> None:
         self.set_timer(0.005, partial(fn, *args))
