@@ -8,6 +8,8 @@ view against real guests is in tests/e2e/test_ui_compare.py."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sand import activity
 from sand.cli.ui.app import Board
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.model import summary
@@ -232,6 +235,41 @@ async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off
         await pilot.press("j", "j")
         await until(pilot, lambda: "agents-spare-1 on laptop" in detail(app), "the spare's")
         assert "  spare of pool agents, claimed by agent-4 (refill 1/1)\n" in detail(app)
+
+
+async def test_the_compare_view_shows_its_wait_with_a_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reaching a fork's guest can take minutes (its agent, its SSH): the view says how
+    long it has been reading, and the step the layers below are in with its clock, as
+    every other wait of the board does, instead of a still "reading…"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    release = threading.Event()
+
+    class Slow(ForkFleet):
+        def compare(self, forks: Sequence[str]) -> list[ForkView]:
+            activity.step("waiting for the guest agent to report an address", limit=300)
+            release.wait(60)
+            return super().compare(forks)
+
+    app = Board(Slow(tmp_path))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await observed(pilot, app)
+            await pilot.press("j", "c")
+
+            def said() -> str:
+                return str(getattr(app.screen, "text", ""))
+
+            waiting = "(read-only)… 1s · waiting for the guest agent to report an address"
+            await until(pilot, lambda: waiting in said(), "the clock")
+            assert re.search(r"address  \d+s / 300s", said()), said()
+            release.set()
+            await until(pilot, lambda: "read at" in said(), "the read")
+            assert "waiting for" not in said()
+    finally:
+        release.set()
 
 
 async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(
