@@ -75,9 +75,15 @@ def columns_that_fit(cells: Sequence[tuple[Cell, ...]], width: int, padding: int
     halves = {column: cell_len(COLUMNS[column]) for column in _SECOND_HALF}
     for row in cells:
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], cell_width(cell))
-            if i in halves:
-                halves[i] = max(halves[i], cell_width(first_half(i, cell)))
+            n = cell_width(cell)
+            if n > widths[i]:
+                widths[i] = n
+        for i, separator in _SECOND_HALF.items():  # measured on the words: no Text made
+            cell = row[i]
+            plain = cell.plain if isinstance(cell, Text) else cell
+            n = cell_len(plain.partition(separator)[0])
+            if n > halves[i]:
+                halves[i] = n
 
     def needs(fit: Fit, last: int) -> int:
         drawn = [last if i == _LAST else w for i, w in enumerate(widths[: fit.drawn])]
