@@ -158,6 +158,12 @@ async def test_at_80x24_forks_and_spares_leave_every_column_drawn_whole(
         await until(pilot, lambda: len(rows(app)) == 3, "the filter")
         assert list(rows(app)) == ["agent-4", "agents-spare-1", "agents-spare-2"]
 
+        await pilot.press("escape")  # a wider terminal has room for the roles again
+        await pilot.resize_terminal(160, 24)
+        await until(pilot, lambda: "try-1 · fork of agent-1" in rows(app), "the roles")
+        await pilot.resize_terminal(*SIZE)
+        await until(pilot, lambda: "try-1" in rows(app), "the names alone")
+
 
 async def test_c_opens_the_sources_forks_reads_them_off_the_ui_thread_again_and_closes(
     forks: CountedForks,

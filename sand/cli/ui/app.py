@@ -90,8 +90,14 @@ class Board(KeyActions, App[int]):
         # The first one comes before the mount, which gives the view its width itself.
         # Fitted once laid out: whether the rows overflow depends on the table's height.
         if isinstance(getattr(self, "rows_view", None), RowsView):
-            width = event.size.width
-            self.call_after_refresh(lambda: self.rows_view.resize(width, self.selected_vm()))
+            self.call_after_refresh(self._refit, event.size.width)
+
+    def _refit(self, width: int) -> None:
+        # The selection from the view itself: no query of a screen, which a dialog on
+        # top (or the board closing) would leave without the table.
+        view = self.rows_view
+        row = view.table.cursor_row
+        view.resize(width, view.keys[row] if 0 <= row < len(view.keys) else None)
 
     def _soon(self, fn: Callable[..., None], *args: Any) -> None:
         self.set_timer(0.005, partial(fn, *args))
