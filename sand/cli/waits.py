@@ -50,11 +50,16 @@ class StepClock:
     def lasted(self) -> float:
         return time.monotonic() - self.began
 
-    def line(self) -> str:
-        """ "waiting for the guest agent to report an address  45s / 300s" """
+    def line(self, room: int | None = None) -> str:
+        """ "waiting for the guest agent to report an address  45s / 300s"; in ``room``
+        cells (a board's one status line), its words cut rather than its clock."""
         with self.lock:
-            text = f"{redact(self.text)}  {clock(self.lasted(), self.limit).strip()}"
-            return text + (f" — {redact(self.retry)}" if self.retry else "")
+            words = redact(self.text)
+            tail = f"  {clock(self.lasted(), self.limit).strip()}"
+            tail += f" — {redact(self.retry)}" if self.retry else ""
+        if room is not None and len(words) + len(tail) > room:
+            words = words[: max(8, room - len(tail) - 1)].rstrip() + "…"
+        return words + tail
 
 
 @contextmanager

@@ -226,18 +226,20 @@ class Journal:
         return [PendingEntry.of(r, s, t) for r, s, t in open_entries.values()]
 
     def entries_for(self, vm: str, limit: int = 8) -> list[dict[str, Any]]:
-        """The last ``limit`` records of operations on ``vm`` still in the file, oldest
-        first, for a person to read (``sand ui``). Compaction keeps only open entries,
-        so after a clean run there are none: nothing of that VM is in flight."""
-        ids: set[str] = set()
+        """The records of the last ``limit`` operations on ``vm`` still in the file,
+        each whole (its intent with its outcome), oldest first, for a person to read
+        (``sand ui``). An apply's compaction keeps only open entries; a verb's own
+        operation (``sand sleep``'s power) stays, closed, until then."""
+        ids: dict[str, None] = {}  # in the order begun
         found: list[dict[str, Any]] = []
         for record in self._records():
             key = str(record.get("id"))
             if record.get("phase") == "intent" and record.get("vm") == vm:
-                ids.add(key)
+                ids[key] = None
             if key in ids:
                 found.append(record)
-        return found[-limit:]
+        last = set(list(ids)[-limit:])
+        return [r for r in found if str(r.get("id")) in last]
 
     def compact(self) -> None:
         """Rewrite the file keeping only open entries (called when nothing is in flight)."""

@@ -130,3 +130,21 @@ def test_an_apply_that_must_change_a_vm_asleep_wakes_it_first(sand, fakepve_serv
     vm = rig.vm(vmid)
     assert vm.status == "running" and vm.lock is None and str(vm.config["memory"]) == "4096"
     assert "asleep" not in json.loads(sand.run("status", "--json").stdout)["vms"][0]
+
+
+def test_after_a_clean_sleep_the_boards_journal_says_the_power_operation_is_done(
+    sand, fakepve_server, monkeypatch
+):
+    """``sand sleep`` brackets its power operation in the journal, and no apply compacts
+    it after: the board's detail pane reads the closed entry as done, not "begun"."""
+    from sand.cli.ui.detail import journal_lines
+    from sand.cli.ui.work import read_detail_files
+
+    vmid = fakepve_server.vms_named("agent-1")[0].vmid
+    proc = sand.run("sleep", "agent-1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    monkeypatch.setenv("SAND_STATE_DIR", str(sand.state_dir))  # the board reads it here
+    journal, _ = read_detail_files("demo", "agent-1")
+    lines = [line.split(" ", 2)[2] for line in journal_lines(journal)]
+    assert lines[-1] == f"power {vmid} to suspended: done", lines
+    assert not any("begun" in line or "open" in line for line in lines), lines

@@ -7,6 +7,7 @@ unobservable backend's rows say so, and a refresh that hangs holds no key.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable
 
+from sand.cli.ui.app import Board
 from tests.cli.helpers import Sand
 from tests.cli.ui_pilot import (
     SIZE,
@@ -24,6 +26,7 @@ from tests.cli.ui_pilot import (
     detail,
     dialog,
     observed,
+    on_screen,
     rows,
     status,
     title,
@@ -321,17 +324,37 @@ async def test_a_yes_while_another_applier_holds_the_lease_changes_nothing(
         assert [vm.name for vm in rig.vms()] == ["web-1"]
 
 
-async def test_l_shows_the_wait_for_the_guest_with_its_clock(
-    sand: Sand, fakepve_server: Any
-) -> None:
-    rig = fakepve_server
+def agent_never_answers(sand: Sand, rig: Any) -> Board:
+    """web-1, made, its guest agent stopped: its address never comes, and reaching it
+    waits up to 300 s. The board of it."""
     sand.write(rig.manifest([{"name": "web-1"}]))
     assert sand.run("apply", "--auto-approve").returncode == 0
     (vm,) = rig.vms()
-    rig.stop_agent(vm.vmid)  # its address never comes: sand waits up to 300 s
-    app = board(sand.manifest)
+    rig.stop_agent(vm.vmid)
+    return board(sand.manifest)
+
+
+async def test_l_shows_the_wait_for_the_guest_with_its_clock(
+    sand: Sand, fakepve_server: Any
+) -> None:
+    app = agent_never_answers(sand, fakepve_server)
     async with app.run_test(size=SIZE) as pilot:
         await observed(pilot, app)
         await pilot.press("l")
         waiting = "web-1… waiting for the guest agent to report an address"
         await until(pilot, lambda: waiting in status(app) and "/ 300s" in status(app), "l")
+
+
+async def test_s_shows_the_wait_for_the_guest_with_its_whole_clock_at_80_columns(
+    sand: Sand, fakepve_server: Any
+) -> None:
+    """The status line is one line of 80 columns: "connecting to web-1… waiting for the
+    guest agent to report an address  12s / 300s" is longer, and its clock was the part
+    the screen's edge cut. The words give way, the clock is whole on screen."""
+    app = agent_never_answers(sand, fakepve_server)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        await pilot.press("s")
+        await until(pilot, lambda: "connecting to web-1… waiting" in status(app), "s")
+        line = next(x for x in on_screen(app) if "connecting to web-1" in x)
+        assert re.search(r"… +\d+s / 300s *$", line), line

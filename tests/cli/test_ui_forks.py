@@ -8,6 +8,8 @@ view against real guests is in tests/e2e/test_ui_compare.py."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sand import activity
 from sand.cli.ui.app import Board
 from sand.cli.ui.detail import Detail, detail_text
 from sand.cli.ui.model import summary
@@ -25,7 +28,18 @@ from sand.observed import Observation
 from sand.verbs.compare import ForkView
 from tests.cli.helpers import Sand
 from tests.cli.ui_fixed import ForkFleet
-from tests.cli.ui_pilot import SIZE, board, detail, observed, rows, status, title, until
+from tests.cli.ui_pilot import (
+    SIZE,
+    board,
+    detail,
+    fitted,
+    observed,
+    on_screen,
+    rows,
+    status,
+    title,
+    until,
+)
 from tests.limactl_standin import StandIn
 
 
@@ -115,13 +129,49 @@ def test_a_fork_no_entry_declares_is_still_a_fork_of_its_source(tmp_path: Path) 
     assert rows_["try-9"].sync == "OutOfSync"  # the next apply deletes it, as the plan says
 
 
+async def test_at_80x24_forks_and_spares_leave_every_column_drawn_whole(
+    forks: CountedForks,
+) -> None:
+    """An SSH session's default terminal: a fork's and a spare's role must not blow the
+    VM column up and push POWER half off the edge ("runnin") and AGENT and LAST APPLY
+    off it. The roles give way to the detail pane, where they are whole, and the filter
+    finds them."""
+    app = Board(forks)
+    async with app.run_test(size=SIZE) as pilot:
+        await fitted(pilot, app)
+        lines = on_screen(app)
+        header = lines[1] + " "
+        for column in ("VM", "SYNC", "HEALTH", "PROV", "POWER", "AGENT", "LAST APPLY"):
+            assert f" {column} " in header, lines
+        drawn = {line.split()[0]: line + " " for line in lines[2:9]}
+        assert list(drawn) == [r.vm for r in app.state.rows], lines
+        for row in app.state.rows:  # each word whole, where its header is
+            at = header.index(" POWER ")
+            assert drawn[row.vm][at:].startswith(f" {row.power} "), lines
+        assert " working 2m " in drawn["try-1"] and " failed 5m ago " in drawn["review"], lines
+        assert " ok 5m ago " in drawn["agent-1"], lines
+
+        await pilot.press("j")  # try-1: what it is, whole in the detail pane
+        await until(pilot, lambda: "try-1 on laptop" in detail(app), "try-1's detail")
+        assert "\n  fork of agent-1\n" in detail(app)
+        await pilot.press("slash", *"spare", "enter")
+        await until(pilot, lambda: len(rows(app)) == 3, "the filter")
+        assert list(rows(app)) == ["agent-4", "agents-spare-1", "agents-spare-2"]
+
+        await pilot.press("escape")  # a wider terminal has room for the roles again
+        await pilot.resize_terminal(160, 24)
+        await until(pilot, lambda: "try-1 · fork of agent-1" in rows(app), "the roles")
+        await pilot.resize_terminal(*SIZE)
+        await until(pilot, lambda: "try-1" in rows(app), "the names alone")
+
+
 async def test_c_opens_the_sources_forks_reads_them_off_the_ui_thread_again_and_closes(
     forks: CountedForks,
 ) -> None:
     app = Board(forks)
     async with app.run_test(size=SIZE) as pilot:
         await observed(pilot, app)
-        assert "try-1 · fork of agent-1" in rows(app)
+        assert "try-1" in rows(app)  # its role is in its detail at 80 columns
         # review: neither a fork nor a source.
         await pilot.press("j", "j", "j", "c")
         await until(pilot, lambda: "no VM on the board is a fork of it" in status(app), "the no")
@@ -170,8 +220,8 @@ async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off
     sand.write(manifest)
 
     app = board(sand.manifest)
-    async with app.run_test(size=SIZE) as pilot:
-        await observed(pilot, app)
+    async with app.run_test(size=(160, 40)) as pilot:  # room for the roles in the rows
+        await fitted(pilot, app)
         table = rows(app)
         assert list(table) == [
             "agent-1",
@@ -193,6 +243,41 @@ async def test_on_lima_spares_a_claim_its_refill_and_an_undeclared_fork_read_off
         assert "  spare of pool agents, claimed by agent-4 (refill 1/1)\n" in detail(app)
 
 
+async def test_the_compare_view_shows_its_wait_with_a_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reaching a fork's guest can take minutes (its agent, its SSH): the view says how
+    long it has been reading, and the step the layers below are in with its clock, as
+    every other wait of the board does, instead of a still "reading…"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    release = threading.Event()
+
+    class Slow(ForkFleet):
+        def compare(self, forks: Sequence[str]) -> list[ForkView]:
+            activity.step("waiting for the guest agent to report an address", limit=300)
+            release.wait(60)
+            return super().compare(forks)
+
+    app = Board(Slow(tmp_path))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await observed(pilot, app)
+            await pilot.press("j", "c")
+
+            def said() -> str:
+                return str(getattr(app.screen, "text", ""))
+
+            waiting = "(read-only)… 1s · waiting for the guest agent to report an address"
+            await until(pilot, lambda: waiting in said(), "the clock")
+            assert re.search(r"address  \d+s / 300s", said()), said()
+            release.set()
+            await until(pilot, lambda: "read at" in said(), "the read")
+            assert "waiting for" not in said()
+    finally:
+        release.set()
+
+
 async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,4 +296,4 @@ async def test_a_compare_that_fails_says_why_in_the_view_and_the_board_lives_on(
         await until(pilot, lambda: said in str(getattr(app.screen, "text", "")), "the error")
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, CompareScreen), "the view closed")
-        assert "try-1 · fork of agent-1" in rows(app)
+        assert "try-1" in rows(app)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 
 from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
@@ -101,12 +102,10 @@ def test_the_detail_is_inert_and_redacted(rows: dict[str, BoardRow]) -> None:
         Detail(rows["agent-2"], journal=journal, provision_log=["\x1b]0;x\x07apt ok"])
     )
     assert "detail-canary-4411" not in text and "\x1b" not in text
-    assert "create 101: cloned [redacted]" in text and "create 101: failed" in text
+    assert "create 101: failed after cloned [redacted]" in text
     assert "press l to sweep" in text and "(not in the last plan)" in text
     assert [line.split(" ", 2)[2] for line in journal_lines(journal)] == [
-        "create 101: begun",
-        "create 101: cloned [redacted]",
-        "create 101: failed",
+        "create 101: failed after cloned [redacted]",
     ]
 
 
@@ -127,8 +126,13 @@ def test_the_address_the_backend_then_the_age_give_way_in_a_narrow_terminal(
         assert drawn(room - 1) == len(COLUMNS) - min(gone + 1, 3)
     # 100 columns less the scrollbar: all but three here (80 now scroll: AGENT's 16 cells).
     assert sum(widths[:-3]) <= 98
-    # The rest stay however narrow: a horizontal scroll is the table's own answer then.
-    assert drawn(20) == len(COLUMNS) - 3
+    # Narrower still, no column is left half off the edge: SYNC drops its reasons (the
+    # detail pane has them), then the columns give way from the right, VM and SYNC last.
+    fit = columns_that_fit(cells, sum(widths[:-3]) - 1)
+    assert (fit.drawn, fit.roles, fit.reasons) == (len(COLUMNS) - 3, False, False)
+    assert fit.cell(1, Text("OutOfSync (update)")).plain == "OutOfSync"
+    assert drawn(sum(widths[:-3]) - widths[COLUMNS.index("LAST APPLY")] - 30) < 6
+    assert drawn(20) == 2
     assert columns_that_fit(cells, 0) == Fit()  # a width not known yet: all, uncut
 
 

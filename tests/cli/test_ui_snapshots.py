@@ -141,7 +141,10 @@ def forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fleet: FixedFleet) ->
     forked.now = fleet.now  # the board's clock, stood still by the fleet fixture
     # The compare view's "read at" too (a picture must not show the hour it was taken).
     clock = types.SimpleNamespace(
-        time=lambda: fleet.now + 0.5, localtime=lambda _: time.gmtime(0), strftime=time.strftime
+        time=lambda: fleet.now + 0.5,
+        localtime=lambda _: time.gmtime(0),
+        strftime=time.strftime,
+        monotonic=time.monotonic,  # the read's own clock while it waits
     )
     monkeypatch.setattr("sand.cli.ui.work.time", clock)
     return forked

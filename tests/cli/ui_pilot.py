@@ -3,11 +3,13 @@ table, in the detail pane and in the dialogs, read as text."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
@@ -76,6 +78,24 @@ def screen_text(app: Board) -> str:
         return "\n".join(parts)
     except Exception as exc:  # a screen being torn down
         return f"({exc})"
+
+
+def on_screen(app: Board) -> list[str]:
+    """The terminal's lines as a person sees them: what is cut off by its edge is not
+    there (the widgets' texts above are whole, drawn or not)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                      color_system=None, legacy_windows=False, safe_box=False)  # fmt: skip
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text().splitlines()
+
+
+async def fitted(pilot: Pilot[Any], app: Board) -> None:
+    """Wait for every row to be in the table, fitted to the width."""
+    await observed(pilot, app)
+    view = app.rows_view
+    await until(pilot, lambda: len(view.cells) == len(view.keys) == len(app.state.rows), "rows")
+    await pilot.pause(0.1)
 
 
 async def observed(pilot: Pilot[Any], app: Board) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from sand.cli.ui.app import Board
 from sand.cli.ui.screens import CompareScreen
-from tests.cli.ui_pilot import SIZE, board, detail, observed, rows, until
+from tests.cli.ui_pilot import board, detail, fitted, rows, until
 from tests.e2e.test_land_compare import SOURCE, agent
 from tests.limactl_standin import StandIn
 from tests.verbs.rig_helpers import sh
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tests.rig.fixtures import MakeGuest
 
 pytestmark = pytest.mark.e2e
+WIDE = (160, 40)  # at 80x24 a fork's row shows its name only (tests/cli/test_ui_forks.py)
 
 MANIFEST = """\
 apiVersion: sand/v1
@@ -91,8 +92,8 @@ async def test_c_on_a_fork_compares_its_sources_forks_read_from_their_guests(
     await sh(two, "FORK=try-2\n" + SOURCE + agent("idle", now - 30))
 
     app = board(tmp_path / "sand.yaml")
-    async with app.run_test(size=SIZE) as pilot:
-        await observed(pilot, app)
+    async with app.run_test(size=WIDE) as pilot:  # room for the roles in the rows
+        await fitted(pilot, app)
         table = rows(app)
         assert {"try-1 · fork of agent-1", "try-2 · fork of agent-1"} <= set(table), table
         assert table["try-1 · fork of agent-1"]["SYNC"] == "Synced"

@@ -88,8 +88,16 @@ class Board(KeyActions, App[int]):
 
     def on_resize(self, event: events.Resize) -> None:
         # The first one comes before the mount, which gives the view its width itself.
+        # Fitted once laid out: whether the rows overflow depends on the table's height.
         if isinstance(getattr(self, "rows_view", None), RowsView):
-            self.rows_view.resize(event.size.width, self.selected_vm())
+            self.call_after_refresh(self._refit, event.size.width)
+
+    def _refit(self, width: int) -> None:
+        # The selection from the view itself: no query of a screen, which a dialog on
+        # top (or the board closing) would leave without the table.
+        view = self.rows_view
+        row = view.table.cursor_row
+        view.resize(width, view.keys[row] if 0 <= row < len(view.keys) else None)
 
     def _soon(self, fn: Callable[..., None], *args: Any) -> None:
         self.set_timer(0.005, partial(fn, *args))

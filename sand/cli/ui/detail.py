@@ -63,8 +63,8 @@ def detail_text(d: Detail, width: int = 78) -> str:
     else:
         lines += ["  " + shown(x, width) for x in render_change(d.change).splitlines()]
         lines += ["  " + shown(x, width) for x in render_drift(d.change)]
-    lines += ["", "journal (entries on file; a clean run leaves none):"]
-    lines += [f"  {line}" for line in journal_lines(d.journal)] or ["  (none: nothing in flight)"]
+    lines += ["", "journal (operations on file; the next apply settles an open one):"]
+    lines += [f"  {line}" for line in journal_lines(d.journal)] or ["  (none on file)"]
     lines += ["", "last provisioning log:"]
     lines += [f"  {shown(x, width)}" for x in d.provision_log] or ["  (none kept on this host)"]
     lines += ["", "landing (what sand land reports):"]
@@ -81,21 +81,35 @@ def _heading(title: str, kind: str) -> str:
 
 
 def journal_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Journal records as lines: when, which operation, which step or outcome."""
-    ops: dict[str, str] = {}
-    out: list[str] = []
+    """Journal records as lines, one per operation: when it began, what it is, and how
+    it ended ("power 103 to suspended: done"). An operation closed by its outcome reads
+    as that outcome, never as "begun"; one still open says the step it reached."""
+    ops: dict[str, dict[str, Any]] = {}
     for rec in records:
         key = str(rec.get("id", ""))
-        stamp = _clock(rec.get("ts"))
+        op = ops.setdefault(key, {"what": "?", "ts": rec.get("ts"), "steps": [], "end": ""})
         phase = str(rec.get("phase", "?"))
         if phase == "intent":
-            ops[key] = f"{rec.get('op', '?')} {rec.get('identity', '')}".strip()
-            out.append(shown(f"{stamp} {ops[key]}: begun"))
+            to = f" to {rec['to']}" if rec.get("to") else ""
+            op.update(what=f"{rec.get('op', '?')} {rec.get('identity', '')}".strip() + to,
+                      ts=rec.get("ts"))  # fmt: skip
         elif phase == "step":
-            out.append(shown(f"{stamp} {ops.get(key, '?')}: {rec.get('step', '?')}"))
+            if rec.get("step") != "task":  # a backend task's id: not a step to read
+                op["steps"].append(str(rec.get("step", "?")))
+        elif phase == "settled":
+            op["end"] = f"settled ({rec.get('how', '?')})"
         else:
-            out.append(shown(f"{stamp} {ops.get(key, '?')}: {phase}"))
-    return out
+            op["end"] = phase  # done, failed
+    return [shown(f"{_clock(op['ts'])} {op['what']}: {_ending(op)}") for op in ops.values()]
+
+
+def _ending(op: Mapping[str, Any]) -> str:
+    reached = f" {op['steps'][-1]}" if op["steps"] else ""
+    if op["end"] == "done":
+        return "done"
+    if op["end"]:
+        return f"{op['end']}{' after' + reached if reached else ''}"
+    return f"open{' (reached' + reached + ')' if reached else ''}"
 
 
 def _clock(ts: object) -> str:

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the survey loads the backends: the board imports it when it
 
 # What changes while you watch comes first. When the terminal is too narrow for all of
 # them (80 columns over SSH), the address, then the backend, then the age give way
-# rather than push the rest behind a horizontal scroll: the detail pane has all three.
+# rather than push the rest behind a horizontal scroll: the detail pane has all three
+# (and what gives way after them: sand.cli.ui.columns).
 LAST_COLUMN = "LAST APPLY"  # also what an apply under way is doing to the VM
 COLUMNS = (
     "VM", "SYNC", "HEALTH", "PROV", "POWER", "AGENT", "LAST APPLY", "AGE", "BACKEND", "ADDRESS",
@@ -70,7 +71,10 @@ class Activity:
             left = max(0.0, r.delay - (now - self.retry_at))
             of = f"/{r.attempts}" if r.attempts else ""
             clock += f" — {shown(r.reason, 60)}, retry {r.attempt}{of} in {left:.1f}s"
-        return _within("", words, clock, room)
+        said = _within("", words, clock, room)
+        if room is not None and len(said) > room and e.limit and r is None:
+            return _within("", words, f" {took:.0f}s", room)  # its limit is in the detail
+        return said
 
 
 def _within(head: str, words: str, tail: str, room: int | None) -> str:

@@ -11,7 +11,8 @@ The table itself is a :class:`RowsTable`: a DataTable that draws its lines again
 it has measured what it was given (see there).
 
 The view also fits the rows to the width (:func:`sand.cli.ui.columns.columns_that_fit`):
-it keeps every row's whole cells and draws the columns that fit, an apply's step cut
+it keeps every row's whole cells and draws the columns that fit, each whole (a VM's
+role or a SYNC reason left out when there is no room for them), an apply's step cut
 to the room left, and fits them again when the terminal is resized.
 """
 
@@ -26,15 +27,10 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 from sand.cli.ui.columns import Fit, cell_width, columns_that_fit
-from sand.cli.ui.model import (
-    COLUMNS,
-    GIVE_WAY,
-    LAST_COLUMN,
-    Cell,
-)
+from sand.cli.ui.model import COLUMNS, LAST_COLUMN, Cell
 
 CHUNK = 50  # rows added per turn of the event loop (the table measures them, ~20 ms)
-SCROLLBAR = 2  # the table's vertical scrollbar, there as soon as the rows overflow
+SCROLLBAR = 2  # the table's vertical scrollbar, there as soon as the rows overflow it
 LAST = COLUMNS.index(LAST_COLUMN)
 
 
@@ -73,7 +69,7 @@ class RowsView:
         self, keys: Sequence[str], cells: Sequence[tuple[Cell, ...]], selected: str | None
     ) -> None:
         fit = self._fitting(cells)
-        if list(keys) == self.keys and fit.drawn == self.fit.drawn:
+        if list(keys) == self.keys and fit.shape == self.fit.shape:
             self.fit = fit
             self._update(cells)
             return
@@ -87,17 +83,22 @@ class RowsView:
 
     def _refit(self, selected: str | None) -> bool:
         """Fit the rows drawn to the width again; True when that took other columns
-        and so drew them all again. Only the columns drawn cost a redraw: the room
-        left for a step changes with any cell's width, and is only taken."""
+        and so drew them all again. Only the columns drawn (and the halves of cells
+        kept) cost a redraw: the room left for a step changes with any cell's width,
+        and is only taken."""
         fit = self._fitting(self.cells)
-        if fit.drawn == self.fit.drawn:
+        if fit.shape == self.fit.shape:
             self.fit = fit
             return False
         self._redraw(self.keys, list(self.cells), selected, fit)
         return True
 
     def _fitting(self, cells: Sequence[tuple[Cell, ...]]) -> Fit:
-        room = self.width - SCROLLBAR if self.width > 0 else 0
+        # The scrollbar takes its two cells only when the rows overflow the table's
+        # height (not laid out yet: assume they will); at 80 columns they count.
+        lines = self.table.size.height - 1  # under the header
+        bar = SCROLLBAR if lines <= 0 or len(cells) > lines else 0
+        room = self.width - bar if self.width > 0 else 0
         return columns_that_fit(cells, room, self.table.cell_padding)
 
     def _redraw(
@@ -117,10 +118,13 @@ class RowsView:
             self.table.add_column(column, key=column)
 
     def _drawn(self, cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
-        """The cells of a row that are drawn, its step cut to the room there is."""
-        drawn = list(cells[: self.fit.drawn])
-        drawn[LAST] = self._cut(drawn[LAST])
-        return tuple(drawn)
+        """The cells of a row that are drawn, as the fit draws them."""
+        return tuple(self._shown(i, cell) for i, cell in enumerate(cells[: self.fit.drawn]))
+
+    def _shown(self, column: int, cell: Cell) -> Cell:
+        """A cell as drawn: an apply's step cut to the room there is, a VM's role or a
+        SYNC reason left out when the fit gave it way."""
+        return self._cut(cell) if column == LAST else self.fit.cell(column, cell)
 
     def _cut(self, cell: Cell) -> Cell:
         room = self.fit.step_room
@@ -134,7 +138,7 @@ class RowsView:
         for row, (new, old) in enumerate(zip(cells, self.cells, strict=False)):
             for column, (a, b) in enumerate(zip(new[: self.fit.drawn], old, strict=False)):
                 if a != b:
-                    value = self._cut(a) if column == LAST else a
+                    value = self._shown(column, a)
                     self.table.update_cell_at(Coordinate(row, column), value, update_width=True)
         self.cells = list(cells)
 
@@ -155,16 +159,16 @@ class RowsView:
     def set_cell(self, row: int, column: int, value: Cell, selected: str | None) -> None:
         """One cell now (an apply's step), if that row is drawn already; a column that
         gave way is kept for when it fits again. A step that outgrows the room left
-        fits the rows again: the age gives way to it until the apply is over."""
+        fits the rows again: the age (then more) gives way to it until the apply is over."""
         if row >= len(self.cells):
             return  # it is drawn with the rest of its chunk, and the next tick redraws it
         cells = list(self.cells[row])
         cells[column] = value
         self.cells[row] = tuple(cells)
-        room, can_give = self.fit.last_room, self.fit.drawn > len(COLUMNS) - GIVE_WAY
+        room = self.fit.last_room
         outgrown = column == LAST and room is not None and cell_width(value) > room
-        if outgrown and can_give and len(self.cells) == len(self.keys) and self._refit(selected):
+        if outgrown and len(self.cells) == len(self.keys) and self._refit(selected):
             return
         if column < self.fit.drawn:
-            shown = self._cut(value) if column == LAST else value
+            shown = self._shown(column, value)
             self.table.update_cell_at(Coordinate(row, column), shown, update_width=True)

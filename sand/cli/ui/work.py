@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from textual.geometry import Size
 from textual.message import Message
 
 from sand.apply.events import StepEvent
@@ -52,6 +53,9 @@ class Board(Protocol):
     @property
     def state(self) -> BoardState: ...
 
+    @property
+    def size(self) -> Size: ...
+
     def say(self, text: str) -> None: ...
 
     def show_error(self, text: str) -> None: ...
@@ -69,6 +73,9 @@ class Board(Protocol):
     def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
 
     def suspend(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+STATUS_PADDING = 2  # the status line's padding, a cell each side (the board's CSS)
 
 
 class Call(Message):
@@ -115,10 +122,12 @@ class Jobs:
         under way with its clock and limit ("pve-1: waiting for the guest agent to
         report an address  45s / 300s"), once a second, as an apply's rows show it."""
 
+        said = f"{doing} {vm}… "
+
         def tick(steps: StepClock) -> None:
-            if steps.text:
-                line = steps.line()
-                self.post(lambda: self.board.say(f"{doing} {vm}… {line}"))
+            if steps.text:  # on one status line: the clock stays, the words give way
+                line = steps.line(self.board.size.width - STATUS_PADDING - len(said))
+                self.post(lambda: self.board.say(said + line))
 
         return watched(tick, every=1.0)
 
@@ -316,11 +325,22 @@ class Jobs:
     def _compare(self, screen: CompareScreen) -> None:
         forks = screen.forks
         said = screen.text.split("\n\n", 1)[-1] if screen.text else ""
-        screen.show(compare_head(forks, "reading each fork's guest (read-only)…") + said, True)
+        reading = "reading each fork's guest (read-only)…"
+        screen.show(compare_head(forks, reading) + said, True)
+        began = time.monotonic()
+
+        def tick(steps: StepClock) -> None:
+            # A guest to reach can take minutes (a fork's agent, its SSH): the wait's
+            # own clock, and the step under way with its clock against its limit.
+            doing = f"{reading} {time.monotonic() - began:.0f}s"
+            if steps.text:
+                doing += f" · {steps.line()}"
+            self.post(lambda: screen.show(compare_head(forks, doing) + said, True))
 
         def run() -> None:
             try:
-                views = self.board.fleet.compare(forks)
+                with watched(tick, every=1.0):
+                    views = self.board.fleet.compare(forks)
             except Exception as exc:  # a bug or a fault: said in the view, never a crash
                 text = str(exc) if isinstance(exc, SandError) else f"{type(exc).__name__}: {exc}"
                 self.post(lambda: screen.show(compare_head(forks, f"Error: {shown(text, 300)}")))
