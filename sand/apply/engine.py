@@ -22,6 +22,7 @@ from pathlib import Path
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
+from sand.apply.forksource import SourceSecrets, deliver_again, uses_secrets
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.abilities import ClaimsSpares, Sleeps
 from sand.backends.protocol import Backend, BaseProvisioner
@@ -128,6 +129,8 @@ async def execute(
 
     claims = _Claims(plan)
     looks = SourceLooks(plan)
+    todo = plan.actionable()
+    sources = SourceSecrets(plan, todo)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
@@ -153,6 +156,7 @@ async def execute(
         async with gate:
             # The clock of each VM's events starts when it gets its turn.
             say = Steps(hooks or NoHooks(), change.vm, change.backend)
+            copied = False  # whether a fork reached the copy (which may stop its source)
             try:
                 # What the backend and the guest say of their own steps (a bounded
                 # wait, a retry) reaches this VM's events, and only this VM's.
@@ -160,9 +164,15 @@ async def execute(
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
                         await looks.refuse_while_working(change, backends[change.backend])
-                    result.observed = await _apply_one(
-                        change, backends[change.backend], journal, kit, say, claims
-                    )
+                    copied = True
+                    try:
+                        result.observed = await _apply_one(
+                            change, backends[change.backend], journal, kit, say, claims
+                        )
+                    finally:
+                        source = sources.fork_done(change, copied=True)
+                    if source is not None:
+                        await deliver_again(source, backends[change.backend], kit.provisioner, say)
                 say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -171,10 +181,12 @@ async def execute(
             except OSError as exc:
                 result.ok, result.layer, result.error = False, "host", str(exc)
                 say(Phase.FAILED, layer=ErrorLayer.HOST)
+            finally:
+                if not copied:  # refused before its copy (or cut short): counted all the same
+                    sources.fork_done(change, copied=False)
         result.seconds = time.monotonic() - started
         return result
 
-    todo = plan.actionable()
     announce_forks(todo, backends)
     results = await asyncio.gather(*(run(c) for c in todo))
     # Every build is awaited, also one no VM of this run used (an image's eager build).
@@ -331,7 +343,7 @@ async def _apply_one(
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
     if vm.provision and not provisioned:
-        if change.guest is GuestAction.NONE and _rebooted(change) and _uses_secrets(vm):
+        if change.guest is GuestAction.NONE and _rebooted(change) and uses_secrets(vm):
             # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
             change = replace(change, guest=GuestAction.SECRETS)
         if change.guest is GuestAction.PROVISION:
@@ -385,7 +397,3 @@ def _rebooted(change: VMChange) -> bool:
     if change.desired.state != "running":
         return False
     return change.requires_restart or any(f.field == "state" for f in change.fields)
-
-
-def _uses_secrets(vm: DesiredVM) -> bool:
-    return bool(vm.secrets) or any(r.token_secret for r in vm.repos)
