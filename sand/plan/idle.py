@@ -82,6 +82,8 @@ def sleep_for(
     ``suspends``: its backend can hibernate it (Proxmox) rather than only stop it."""
     if policy is None or presence is None:
         return None
+    if not presence.agents.known:
+        return None  # its agents' file was not read whole: unknown is never idle
     if any(s.state == "working" for s in presence.agents.sessions):
         return None
     if presence.tmux_clients or presence.ssh_sessions:
@@ -120,3 +122,14 @@ def asleep_of(observed: ObservedVM | None, recorded: Asleep | None) -> Asleep | 
     if recorded is not None and observed.power == "stopped" and recorded.how == STOPPED:
         return recorded
     return None
+
+
+def unknown_use(policy: IdlePolicy | None, presence: GuestPresence | None) -> str | None:
+    """Why a VM with an idle policy whose guest answered is not put to sleep though it
+    may be idle: what its agents do is not known (None: it is known, or no policy)."""
+    if policy is None or presence is None or presence.agents.known:
+        return None
+    return (
+        f"what its agents do is unknown ({presence.agents.problem}); sand puts to sleep "
+        "only a guest it saw unused"
+    )

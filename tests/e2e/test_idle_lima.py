@@ -157,3 +157,35 @@ async def test_a_wake_waits_for_the_lease_of_an_applier_at_work(
     assert proc.returncode == 0, out + err
     assert "waking dev-1, asleep since " in err and "dev-1 is awake" in out
     assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"
+
+
+def test_an_agents_file_that_cannot_be_read_is_unknown_and_never_sleeps(
+    tmp_path: Path, netns_guest
+) -> None:
+    """An agents' state file that is not JSON, not readable by the VM's user, or a link
+    is not "no agent": the plan does not put the VM to sleep and says why (issue 36,
+    item 6a). The same guest, its file read whole, is put to sleep."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST)
+    booted_hours_ago(fleet, 5)
+    path = f"/home/{guest.user}/.local/state/sand/agents.json"
+    write_agents(guest, "done", hours_ago=2)
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 2 and "~ power running -> stopped (idle 2h" in proc.stdout
+
+    spoilt = {
+        "not JSON": f"printf '{{not json' > {path}",
+        "not readable": f"chmod 000 {path}",
+        "a link": f"ln -sf /etc/hostname {path}",
+        "a record left out": f"""printf '{{"sessions": [{{"agent": "claude"}}]}}' > {path}""",
+    }
+    for how, spoil in spoilt.items():
+        write_agents(guest, "done", hours_ago=2)
+        guest.run_root(["sh", "-c", f"rm -f {path} && touch {path} && {spoil}"], check=True)
+        proc = fleet.sand("plan", "--detailed-exitcode")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "No changes." in proc.stdout, (how, out)
+        assert "dev-1 (laptop) is not put to sleep: what its agents do is unknown (" in out, how
+        plan = json.loads(fleet.sand("plan", "--json").stdout)
+        assert not [c for c in plan["changes"] if c["action"] != "no-op"], how
+        assert any("is not put to sleep" in w for w in plan["warnings"]), (how, plan)
