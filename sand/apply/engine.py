@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sand import activity
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
-from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
+from sand.apply.forkguard import SourceLooks, announce_forks
 from sand.apply.forksource import SourceSecrets, deliver_again, uses_secrets
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.backends.abilities import ClaimsSpares, Sleeps
@@ -34,6 +34,7 @@ from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
 from sand.plan.render import asleep_words
 from sand.state.journal import Journal
+from sand.survey.forksource import stops_source
 
 # (vm, endpoint-producing backend, observed) → provisions the guest and says which
 # secrets it delivered (None: none recorded); injected by the caller so the engine

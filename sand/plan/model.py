@@ -159,6 +159,19 @@ class VMChange:
         return self.action is not Action.NOOP or self.guest is not GuestAction.NONE
 
     @property
+    def stops_source(self) -> bool:
+        """Whether this makes a fork that stops its source for the copy (Lima), not forced
+        (``force: true``): its source's agents are looked at first."""
+        fork = self.desired.fork if self.desired is not None else None
+        return (
+            self.action is Action.CREATE
+            and self.claim is None
+            and fork is not None
+            and fork.stops_source
+            and not fork.force
+        )
+
+    @property
     def verb(self) -> str:
         """The change's word in plan output: create, update, reprovision, ... ."""
         return verb(self.action, self.guest)
