@@ -366,11 +366,14 @@ def cmd_wake(args: argparse.Namespace) -> int:
 def cmd_sleep(args: argparse.Namespace) -> int:
     """``sand sleep VM``: hibernated where the backend can (``--stop``: stopped)."""
     with shown_while_waiting(args.vm):
-        print(asyncio.run(_power(args.manifest, args.vm, wake=False, stop=args.stop)))
+        slept = _power(args.manifest, args.vm, wake=False, stop=args.stop, force=args.force)
+        print(asyncio.run(slept))
     return 0
 
 
-async def _power(manifest: str, name: str, *, wake: bool, stop: bool = False) -> str:
+async def _power(
+    manifest: str, name: str, *, wake: bool, stop: bool = False, force: bool = False
+) -> str:
     # here, not at the top: sand shell/cp/land/publish starts without it
     from sand.project import open_session
     from sand.verbs.power import asleep, find_vm, sleep_now, wake_if_asleep
@@ -379,7 +382,7 @@ async def _power(manifest: str, name: str, *, wake: bool, stop: bool = False) ->
     try:
         vm, current = await find_vm(session, manifest, name)
         if not wake:
-            how = await sleep_now(session, vm, current, stop=stop, note=say)
+            how = await sleep_now(session, vm, current, stop=stop, force=force, note=say)
             return f"{name} is asleep ({how}); sand wake {name}, or any use of it, wakes it"
         if asleep(session, current) is None:
             return f"{name} is not asleep ({current.power}): nothing to wake"

@@ -129,6 +129,12 @@ def add_verb_parsers(sub: Any) -> None:
     p.add_argument(
         "--stop", action="store_true", help="stop it even where the backend could hibernate it"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="put it to sleep even while an agent works or a person is attached (otherwise "
+        "refused, naming them)",
+    )
     p.set_defaults(handler=_sleep)
 
     p = sub.add_parser(

@@ -258,7 +258,7 @@ async def probe_guest(
         return Findings.of([f"{phase}: {one_line(str(exc), 300)}"])
 
 
-def _presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
+def split_presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
     """The check's answers without the presence line, and what that line said (None:
     not printed, or not an answer: then nobody is known to be away)."""
     answers, mark, line = head.rpartition(f"{PRESENCE_MARK} ".encode())
@@ -286,7 +286,7 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
     )
     head, marked, state = result.stdout.partition(f"{AGENTS_MARK}\n".encode())
     report = parse_state(state) if marked else None
-    head, presence = _presence(head, report)
+    head, presence = split_presence(head, report)
     answers = head.decode(errors="replace").split()
     if result.exit_status != 0 or len(answers) != len(checks) or (agents and not marked):
         # The guest's own words stay there: the person needs to know the check could

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,8 +22,11 @@ import pytest
 
 from sand.backends.lease import LeaseHolder
 from sand.project import open_session
+from sand.survey.health import HEALTH_SCRIPT
 from tests.e2e.test_agent_state import HEAD, Fleet
 from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
+from tests.e2e.test_idle_presence import presence as presence_of
+from tests.e2e.test_idle_presence import session, ssh_argv, until
 from tests.e2e.test_idle_proxmox import HOURS, write_agents
 from tests.provision.e2e_helpers import scoped_env
 
@@ -189,3 +193,50 @@ def test_an_agents_file_that_cannot_be_read_is_unknown_and_never_sleeps(
         plan = json.loads(fleet.sand("plan", "--json").stdout)
         assert not [c for c in plan["changes"] if c["action"] != "no-op"], how
         assert any("is not put to sleep" in w for w in plan["warnings"]), (how, plan)
+
+
+def test_sand_sleep_refuses_a_vm_in_use_naming_who_unless_forced(
+    tmp_path: Path, netns_guest
+) -> None:
+    """`sand sleep` asks the guest first: a working agent, an SSH session, a tmux client
+    attached each refuse it, by name (agent and session, user@tty), and --force stops it
+    all the same (issue 36, item 6b). The guest is the netns sshd behind the stand-in."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST)
+    write_agents(guest, "working", hours_ago=0)
+    proc = fleet.sand("sleep", "dev-1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (
+        "not putting dev-1 to sleep: in use by claude session s1 (working); --force to stop "
+        "it anyway" in proc.stderr
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert status_of(fleet) == "Running" and "stop" not in fleet.standin.commands()
+
+    write_agents(guest, "done", hours_ago=0)
+    user = guest.user
+    install = ["sh", "-c", "cat > /tmp/sand-health"]  # what presence_of runs over SSH
+    guest.run_root(install, input=HEALTH_SCRIPT.encode(), check=True)
+    with session(ssh_argv(guest, "sleep", "120")):
+        until(lambda: presence_of(guest), lambda p: p.ssh_sessions == 1)
+        proc = fleet.sand("sleep", "dev-1")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"in use by {user}@notty (SSH); --force" in proc.stderr, proc.stderr
+    with session(ssh_argv(guest, "tmux", "new-session", "-A", "-s", "dev-1", tty=True)):
+        until(lambda: presence_of(guest), lambda p: p.tmux_clients == 1)
+        proc = fleet.sand("sleep", "dev-1")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        said = re.search(r"in use by (.*); --force", proc.stderr)
+        assert said is not None, proc.stderr
+        assert re.fullmatch(rf"{user}@pts/\d+ \(SSH\), a tmux client on /dev/pts/\d+", said[1]), (
+            said[1]
+        )
+        assert status_of(fleet) == "Running"
+        proc = fleet.sand("sleep", "--force", "dev-1")
+        assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+    assert status_of(fleet) == "Stopped"
+
+    assert fleet.sand("wake", "dev-1").returncode == 0
+    until(lambda: presence_of(guest), lambda p: not p.ssh_sessions and not p.tmux_clients)
+    proc = fleet.sand("sleep", "dev-1")  # nobody, no agent working: it sleeps
+    assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
