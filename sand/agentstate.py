@@ -27,6 +27,10 @@ MAX_BYTES = 64 * 1024  # the writer keeps it far smaller; more is not its work
 MAX_SESSIONS = 32  # the writer's own bound, again
 AGENTS = ("claude", "codex", "opencode", "pi")
 STATES = ("working", "needs-input", "idle", "done", "failed")
+# Agents whose hooks cannot say a turn started: Codex's `notify` program is called only
+# with `agent-turn-complete` (docs/agents.md), so a session of theirs recorded `done` may
+# be in a new turn. Their sessions make what the guest's agents do unknown: never idle.
+BLIND = ("codex",)
 # What the guest's read prints for a state file that is there but cannot be read (a
 # link, not a regular file, not readable by the VM's user): unknown, never "no agent".
 UNREADABLE = "--sand-agents-unreadable--"
@@ -72,9 +76,24 @@ class AgentReport:
 
     @property
     def known(self) -> bool:
-        """Whether the file was read whole: a file not read, or a record of it left out,
-        might have said an agent is working, so nothing may be decided on it as idle."""
-        return self.problem is None
+        """Whether no session may be working unseen: the file was read whole (a file not
+        read, or a record of it left out, might have said one is working), and no session
+        is of an agent that cannot report a turn's start (:data:`BLIND`)."""
+        return self.unknown_why() is None
+
+    def unknown_why(self) -> str | None:
+        """Why what the agents do is not known (None: it is)."""
+        if self.problem is not None:
+            return self.problem
+        blind = sorted(
+            {f"{s.agent} session {s.session}" for s in self.sessions if s.agent in BLIND}
+        )
+        if blind:
+            return (
+                f"{', '.join(blind)}: Codex reports only a turn's end, so whether a turn runs "
+                "now cannot be told"
+            )
+        return None
 
     def idle_since(self) -> int | None:
         """Since when no session has been working (None: one is working, or none ever

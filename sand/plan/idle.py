@@ -83,7 +83,7 @@ def sleep_for(
     if policy is None or presence is None:
         return None
     if not presence.agents.known:
-        return None  # its agents' file was not read whole: unknown is never idle
+        return None  # a file not read whole, a Codex session: unknown is never idle
     if any(s.state == "working" for s in presence.agents.sessions):
         return None
     if presence.tmux_clients or presence.ssh_sessions:
@@ -130,6 +130,6 @@ def unknown_use(policy: IdlePolicy | None, presence: GuestPresence | None) -> st
     if policy is None or presence is None or presence.agents.known:
         return None
     return (
-        f"what its agents do is unknown ({presence.agents.problem}); sand puts to sleep "
+        f"what its agents do is unknown ({presence.agents.unknown_why()}); sand puts to sleep "
         "only a guest it saw unused"
     )

@@ -46,7 +46,7 @@ async def objection(plan: Plan, change: VMChange, backend: Backend, timeout: flo
     report = getattr(found, "agents", None)
     force = f"set 'force: true' in its from: to stop {fork.source} anyway"
     if report is None or not report.known:
-        why = "; ".join(found) or (report.problem if report else "") or "no agent state"
+        why = "; ".join(found) or (report.unknown_why() if report else "") or "no agent state"
         return (
             f"the copy stops {fork.source}, and whether its agent is working could not be "
             f"read ({why}); {force}"

@@ -103,6 +103,6 @@ async def in_use(vm: DesiredVM, current: ObservedVM, backend: Backend, how: str)
     if result.exit_status != 0 or report is None or presence is None:
         raise Unknown(f"the guest's answer was not one (exit {result.exit_status})")
     if not report.known:
-        raise Unknown(f"its agents are unknown: {report.problem}")
+        raise Unknown(f"its agents are unknown: {report.unknown_why()}")
     text = lines.decode(errors="replace").splitlines()
     return at_work(report, how) + users_of(text, presence)

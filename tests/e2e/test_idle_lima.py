@@ -23,7 +23,7 @@ import pytest
 from sand.backends.lease import LeaseHolder
 from sand.project import open_session
 from sand.survey.health import HEALTH_SCRIPT
-from tests.e2e.test_agent_state import HEAD, Fleet
+from tests.e2e.test_agent_state import HEAD, STATE, Fleet
 from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
 from tests.e2e.test_idle_presence import presence as presence_of
 from tests.e2e.test_idle_presence import session, ssh_argv, until
@@ -240,3 +240,35 @@ def test_sand_sleep_refuses_a_vm_in_use_naming_who_unless_forced(
     until(lambda: presence_of(guest), lambda p: not p.ssh_sessions and not p.tmux_clients)
     proc = fleet.sand("sleep", "dev-1")  # nobody, no agent working: it sleeps
     assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_codex_session_is_unknown_so_its_vm_never_sleeps_on_it(
+    tmp_path: Path, netns_guest
+) -> None:
+    """Codex's notify program is called only when a turn ends, so its session's `done`
+    does not say no new turn runs: the idle plan, and `sand sleep`, take it as unknown
+    (issue 36, item 6d). The session is what the provisioned notify hook writes."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST.replace("agents: [claude]", "agents: [claude, codex]"))
+    booted_hours_ago(fleet, 5)
+    fleet.as_user("mkdir -p ~/work")
+    fleet.codex_notify({"type": "agent-turn-complete", "thread-id": "x-1", "cwd": "~/work"})
+    (session_,) = fleet.guest_file()
+    assert (session_["agent"], session_["state"]) == ("codex", "done")
+    # Its turn ended two hours ago, as far as the file tells.
+    path = f"/home/{guest.user}/{STATE}"
+    doc = json.loads(guest.read_file(path))
+    for record in doc["sessions"]:
+        record["since"] = record["at"] = int(time.time() - 2 * HOURS)
+    guest.run_root(["sh", "-c", f"cat > {path}"], input=json.dumps(doc).encode(), check=True)
+
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "No changes." in proc.stdout, out
+    assert (
+        "dev-1 (laptop) is not put to sleep: what its agents do is unknown (codex session x-1"
+        in out
+    )
+    proc = fleet.sand("sleep", "dev-1")
+    assert proc.returncode == 1 and "its agents are unknown: codex session x-1" in proc.stderr
+    assert status_of(fleet) == "Running"
