@@ -27,6 +27,13 @@ MAX_BYTES = 64 * 1024  # the writer keeps it far smaller; more is not its work
 MAX_SESSIONS = 32  # the writer's own bound, again
 AGENTS = ("claude", "codex", "opencode", "pi")
 STATES = ("working", "needs-input", "idle", "done", "failed")
+# Agents whose hooks cannot say a turn started: Codex's `notify` program is called only
+# with `agent-turn-complete` (docs/agents.md), so a session of theirs recorded `done` may
+# be in a new turn. Their sessions make what the guest's agents do unknown: never idle.
+BLIND = ("codex",)
+# What the guest's read prints for a state file that is there but cannot be read (a
+# link, not a regular file, not readable by the VM's user): unknown, never "no agent".
+UNREADABLE = "--sand-agents-unreadable--"
 # The state a VM's AGENT cell names when its sessions differ: what needs a person
 # first, then what is under way, then what has ended.
 _URGENCY = ("needs-input", "failed", "working", "done", "idle")
@@ -67,6 +74,27 @@ class AgentReport:
             return None
         return min(self.sessions, key=lambda s: (_URGENCY.index(s.state), s.since))
 
+    @property
+    def known(self) -> bool:
+        """Whether no session may be working unseen: the file was read whole (a file not
+        read, or a record of it left out, might have said one is working), and no session
+        is of an agent that cannot report a turn's start (:data:`BLIND`)."""
+        return self.unknown_why() is None
+
+    def unknown_why(self) -> str | None:
+        """Why what the agents do is not known (None: it is)."""
+        if self.problem is not None:
+            return self.problem
+        blind = sorted(
+            {f"{s.agent} session {s.session}" for s in self.sessions if s.agent in BLIND}
+        )
+        if blind:
+            return (
+                f"{', '.join(blind)}: Codex reports only a turn's end, so whether a turn runs "
+                "now cannot be told"
+            )
+        return None
+
     def idle_since(self) -> int | None:
         """Since when no session has been working (None: one is working, or none ever
         reported)."""
@@ -81,6 +109,8 @@ def parse_state(data: bytes) -> AgentReport:
     problem, and nothing in it is ever shown as it came."""
     if not data.strip():
         return AgentReport()
+    if data.strip() == UNREADABLE.encode():
+        return AgentReport(problem="agent state file cannot be read: not read")
     if len(data) > MAX_BYTES:
         return AgentReport(problem=f"agent state file over {MAX_BYTES // 1024} KiB: not read")
     try:

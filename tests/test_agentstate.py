@@ -70,18 +70,18 @@ def test_a_presence_line_is_numbers_only_and_anything_else_is_no_answer() -> Non
 
 def test_the_checks_answers_are_told_from_the_presence_line() -> None:
     from sand.agentstate import AgentReport
-    from sand.survey.health import _presence
+    from sand.survey.health import split_presence
 
     report = AgentReport()
-    answers, presence = _presence(b"ok\nmissing\n--sand-presence-- 50 1 40 0\n", report)
+    answers, presence = split_presence(b"ok\nmissing\n--sand-presence-- 50 1 40 0\n", report)
     assert answers.split() == [b"ok", b"missing"]
     assert presence is not None and (presence.now, presence.tmux_clients) == (50, 1)
     # The presence line is the last before the agents' mark, or no answer: a guest that
     # printed one among the answers gets none (so nothing sleeps on its word).
-    _, presence = _presence(b"--sand-presence-- 1 0 0 0\nok\nbogus\n", report)
+    _, presence = split_presence(b"--sand-presence-- 1 0 0 0\nok\nbogus\n", report)
     assert presence is None
-    assert _presence(b"ok\n", report) == (b"ok\n", None)
-    assert _presence(b"ok\n--sand-presence-- 1 0 0 0\n", None) == (
+    assert split_presence(b"ok\n", report) == (b"ok\n", None)
+    assert split_presence(b"ok\n--sand-presence-- 1 0 0 0\n", None) == (
         b"ok\n--sand-presence-- 1 0 0 0\n",
         None,
     )

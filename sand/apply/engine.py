@@ -20,20 +20,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sand import activity
+from sand.apply.claims import ClaimsInRun
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
-from sand.apply.forkguard import SourceLooks, announce_forks, stops_source
+from sand.apply.forkguard import SourceLooks, announce_forks
+from sand.apply.forksource import SourceSecrets, deliver_again, uses_secrets
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.apply.sleeping import MemoryForkSources, how_to_sleep
-from sand.backends.abilities import ClaimsSpares, Sleeps
+from sand.backends.abilities import Sleeps
 from sand.backends.protocol import Backend, BaseProvisioner
 from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
-from sand.errors import BackendError, ErrorLayer, SandError
+from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
 from sand.observed import ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
 from sand.plan.render import asleep_words
 from sand.state.journal import Journal
+from sand.survey.forksource import stops_source
 
 # (vm, endpoint-producing backend, observed) → provisions the guest and says which
 # secrets it delivered (None: none recorded); injected by the caller so the engine
@@ -127,9 +130,11 @@ async def execute(
                 )
             )
 
-    claims = _Claims(plan)
+    claims = ClaimsInRun(plan)
     looks = SourceLooks(plan)
-    sources = MemoryForkSources(plan, kit)
+    memory_forks = MemoryForkSources(plan, kit)
+    todo = plan.actionable()
+    sources = SourceSecrets(plan, todo)
 
     async def run(change: VMChange) -> VMResult:
         result = VMResult(change.vm, change.backend, change.verb)
@@ -155,6 +160,7 @@ async def execute(
         async with gate:
             # The clock of each VM's events starts when it gets its turn.
             say = Steps(hooks or NoHooks(), change.vm, change.backend)
+            copied = False  # whether a fork reached the copy (which may stop its source)
             try:
                 # What the backend and the guest say of their own steps (a bounded
                 # wait, a retry) reaches this VM's events, and only this VM's.
@@ -162,10 +168,17 @@ async def execute(
                     if change.action is Action.CREATE and stops_source(change):
                         say(Phase.GUARDING, "is the source's agent working? (the copy stops it)")
                         await looks.refuse_while_working(change, backends[change.backend])
-                    async with sources.scrubbed(change, backends[change.backend], say) as made:
-                        result.observed = await _apply_one(
-                            made, backends[change.backend], journal, kit, say, claims
-                        )
+                    copied = True
+                    backend = backends[change.backend]
+                    try:
+                        async with memory_forks.scrubbed(change, backend, say) as made:
+                            result.observed = await _apply_one(
+                                made, backend, journal, kit, say, claims
+                            )
+                    finally:
+                        source = sources.fork_done(change, copied=True)
+                    if source is not None:
+                        await deliver_again(source, backend, kit.provisioner, say)
                 say(Phase.DONE)
             except SandError as exc:
                 result.ok, result.layer, result.error = False, exc.layer, str(exc)
@@ -174,10 +187,12 @@ async def execute(
             except OSError as exc:
                 result.ok, result.layer, result.error = False, "host", str(exc)
                 say(Phase.FAILED, layer=ErrorLayer.HOST)
+            finally:
+                if not copied:  # refused before its copy (or cut short): counted all the same
+                    sources.fork_done(change, copied=False)
         result.seconds = time.monotonic() - started
         return result
 
-    todo = plan.actionable()
     announce_forks(todo, backends)
     results = await asyncio.gather(*(run(c) for c in todo))
     # Every build is awaited, also one no VM of this run used (an image's eager build).
@@ -238,46 +253,13 @@ async def _delete_base(
     results.append(result)
 
 
-class _Claims:
-    """The spares a plan claims: the refill of a claimed spare's slot (a create under
-    its name) waits until the claim renamed it, and is not made when the claim failed
-    (the spare is still there)."""
-
-    def __init__(self, plan: Plan) -> None:
-        self._done = {(c.backend, c.claims): asyncio.Event() for c in plan.actionable() if c.claims}
-        self._landed: set[tuple[str, str]] = set()
-
-    async def refillable(self, change: VMChange) -> bool:
-        done = self._done.get((change.backend, change.vm)) if change.refill else None
-        if done is None:
-            return True
-        await done.wait()
-        return (change.backend, change.vm) in self._landed
-
-    async def claim(
-        self, change: VMChange, backend: Backend, journal: Journal, say: Steps
-    ) -> ObservedVM:
-        assert change.claim is not None and change.claims and change.desired is not None
-        key = (change.backend, change.claims)
-        try:
-            if not isinstance(backend, ClaimsSpares):
-                raise BackendError(f"backend {change.backend!r} cannot claim a spare")
-            say(Phase.CREATING, f"claiming spare {change.claims} of pool {change.desired.pool}")
-            claimed = await backend.claim(change.claim, change.desired, journal)
-            self._landed.add(key)
-            return claimed
-        finally:
-            if key in self._done:
-                self._done[key].set()
-
-
 async def _apply_one(
     change: VMChange,
     backend: Backend,
     journal: Journal,
     kit: ReplaceKit,
     say: Steps,
-    claims: _Claims,
+    claims: ClaimsInRun,
 ) -> ObservedVM | None:
     vm, current = change.desired, change.observed
     if change.action is Action.DELETE:
@@ -300,7 +282,7 @@ async def _apply_one(
         say(Phase.UPDATING, f"waking {vm.name}, {asleep_words(change.asleep)}")
         await backend.wake(vm, current, journal)
         current = replace(current, power="running", lock=None)
-        if change.guest is GuestAction.NONE and _uses_secrets(vm):
+        if change.guest is GuestAction.NONE and uses_secrets(vm):
             # A stop emptied its tmpfs; the scrub before a hibernation did too.
             change = replace(change, guest=GuestAction.SECRETS)
     provisioned = marked = False
@@ -338,7 +320,7 @@ async def _apply_one(
         current = await backend.update(vm, current, [f.field for f in change.fields], journal)
     assert current is not None
     if vm.provision and not provisioned:
-        if change.guest is GuestAction.NONE and _rebooted(change) and _uses_secrets(vm):
+        if change.guest is GuestAction.NONE and _rebooted(change) and uses_secrets(vm):
             # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
             change = replace(change, guest=GuestAction.SECRETS)
         if change.guest is GuestAction.PROVISION:
@@ -392,7 +374,3 @@ def _rebooted(change: VMChange) -> bool:
     if change.desired.state != "running":
         return False
     return change.requires_restart or any(f.field == "state" for f in change.fields)
-
-
-def _uses_secrets(vm: DesiredVM) -> bool:
-    return bool(vm.secrets) or any(r.token_secret for r in vm.repos)

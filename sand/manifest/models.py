@@ -188,9 +188,10 @@ class ForkSource(Strict):
     )
     force: bool = Field(
         default=False,
-        description="Fork even while the source's agent is working. Lima stops the source "
-        "for the copy (limactl clone copies a stopped instance), which ends its running "
-        "agent; without this, such a fork is refused at apply time.",
+        description="Fork even while the source's agent is working or waits for input. "
+        "Lima stops the source for the copy (limactl clone copies a stopped instance), "
+        "which ends its running agent and a question it waits on; without this, such a "
+        "fork is blocked in the plan and refused at apply time.",
         examples=[True],
     )
     logins: list[Agent] = Field(

@@ -95,6 +95,8 @@ def sleep_for(
     (:func:`sand.plan.saved.unremovable`): without ``keepMemory`` it is never saved."""
     if policy is None or presence is None:
         return None
+    if not presence.agents.known:
+        return None  # a file not read whole, a Codex session: unknown is never idle
     if any(s.state == "working" for s in presence.agents.sessions):
         return None
     if presence.tmux_clients or presence.ssh_sessions:
@@ -152,3 +154,14 @@ def saved_or_stopped(how: str, left: tuple[str, ...], policy: IdlePolicy | None)
     if how == SUSPENDED and left and not (policy is not None and policy.keep_memory):
         return STOPPED
     return how
+
+
+def unknown_use(policy: IdlePolicy | None, presence: GuestPresence | None) -> str | None:
+    """Why a VM with an idle policy whose guest answered is not put to sleep though it
+    may be idle: what its agents do is not known (None: it is known, or no policy)."""
+    if policy is None or presence is None or presence.agents.known:
+        return None
+    return (
+        f"what its agents do is unknown ({presence.agents.unknown_why()}); sand puts to sleep "
+        "only a guest it saw unused"
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from sand.backends.protocol import RecoveryDecision
+from sand.backends.protocol import RecoveryAction, RecoveryDecision
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
 from sand.observed import ObservedBase, ObservedVM
@@ -159,6 +159,19 @@ class VMChange:
         return self.action is not Action.NOOP or self.guest is not GuestAction.NONE
 
     @property
+    def stops_source(self) -> bool:
+        """Whether this makes a fork that stops its source for the copy (Lima), not forced
+        (``force: true``): its source's agents are looked at first."""
+        fork = self.desired.fork if self.desired is not None else None
+        return (
+            self.action is Action.CREATE
+            and self.claim is None
+            and fork is not None
+            and fork.stops_source
+            and not fork.force
+        )
+
+    @property
     def verb(self) -> str:
         """The change's word in plan output: create, update, reprovision, ... ."""
         return verb(self.action, self.guest)
@@ -228,10 +241,29 @@ class Plan:
     def change_for(self, backend: str, vm: str) -> VMChange | None:
         return next((c for c in self.changes if c.backend == backend and c.vm == vm), None)
 
+    def finishes(self, change: VMChange) -> bool:
+        """Whether ``change``'s VM was made by a create a killed run left open, and the
+        journal's replay keeps it (adopts it, or waits for what the killed run left and
+        then settles it): this apply finishes that VM, it does not add one."""
+        return change.observed is not None and any(
+            d.op == "create"
+            and not d.absent
+            and d.action in (RecoveryAction.ADOPT, RecoveryAction.WAIT)
+            and (d.backend, d.vm, d.identity) == (change.backend, change.vm, change.identity)
+            for d in self.recovery
+        )
+
+    def finish_count(self) -> int:
+        """How many VMs this apply finishes from the journal (:meth:`finishes`)."""
+        return sum(1 for c in self.changes if self.finishes(c))
+
     def counts(self) -> tuple[int, int, int]:
-        """(to add, to change, to destroy), counted as Terraform does (replace = 1 + 1)."""
+        """(to add, to change, to destroy), counted as Terraform does (replace = 1 + 1);
+        a VM the apply finishes from the journal is counted by :meth:`finish_count`."""
         add = change = destroy = 0
         for c in self.changes:
+            if self.recovery and self.finishes(c):
+                continue
             if c.action is Action.CREATE:
                 add += 1
             elif c.action is Action.REPLACE:

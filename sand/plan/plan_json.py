@@ -21,6 +21,8 @@ def recovery_line(plan: Plan, decision: RecoveryDecision) -> str:
     """The "will recover: delete half-made clone 123, then create" line of a decision."""
     change = plan.change_for(decision.backend, decision.vm)
     then = _THEN.get(change.verb) if change is not None else None
+    if change is not None and plan.finishes(change):
+        then = "finish it"
     return f"will recover: {decision.summary}" + (f", then {then}" if then else "")
 
 
@@ -95,10 +97,19 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 # Every field the VM is to have (what a create's text lists with `+`);
                 # None for a delete. Sizes in bytes, as in `fields`.
                 "desired": c.desired.infra() if c.desired is not None else None,
+                # Made by a create a killed run left open, kept by the journal's replay:
+                # this apply finishes it (counted in summary.finish, not add or change).
+                "finishes_interrupted_create": plan.finishes(c),
             }
             for c in plan.changes
         ],
-        "summary": {"add": add, "change": chg, "destroy": destroy, "has_changes": plan.has_changes},
+        "summary": {
+            "add": add,
+            "finish": plan.finish_count(),
+            "change": chg,
+            "destroy": destroy,
+            "has_changes": plan.has_changes,
+        },
         "unknown_backends": dict(plan.unknown_backends),
         "warnings": list(plan.warnings),
         "recovery": [d.to_json_dict() | {"line": recovery_line(plan, d)} for d in plan.recovery],

@@ -34,7 +34,7 @@ from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.fields import field_changes
-from sand.plan.idle import Asleep, asleep_of
+from sand.plan.idle import Asleep, asleep_of, unknown_use
 from sand.plan.model import (
     FORK_BLOCKER,
     Action,
@@ -98,7 +98,10 @@ def make_plan(
         recorded = (asleep or {}).get(vm.name)
         change = lapsed or _plan_vm(vm, obs, can, secrets, recorded)
         if not lapsed and not refresh_only and can.sleeps:
-            change = maybe_sleep(change, (presence or {}).get(vm.name), suspends=can.suspends)
+            seen = (presence or {}).get(vm.name)
+            change = maybe_sleep(change, seen, suspends=can.suspends)
+            if why := unknown_use(vm.idle, seen):
+                notes.append(f"{vm.name} ({vm.backend}) is not put to sleep: {why}")
         current = change.observed
         if current is not None and current.operator_protected and not vm.protect:
             notes.append(

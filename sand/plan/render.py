@@ -51,7 +51,8 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
         lines.append("")
     for warning in plan.warnings:
         lines.append(f"Warning: {warning}")
-    drifted = plan.drifted()
+    # A VM an interrupted create left half-made is finished below, not drift.
+    drifted = [c for c in plan.drifted() if not plan.finishes(c)]
     if drifted:
         lines.append("Note: Objects have changed outside of sand")
         lines.append("")
@@ -60,7 +61,7 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
         lines.append("")
     lines.extend(_render_recovery(plan))
     lines.extend(_render_out_of_date(plan))
-    body = [c for c in plan.changes if c.acts or c.action is Action.BLOCKED]
+    body = [c for c in plan.changes if c.acts or c.action is Action.BLOCKED or plan.finishes(c)]
     if plan.refresh_only:
         lines.append(
             "This was a refresh-only plan: drift is reported above, and nothing will change."
@@ -89,14 +90,20 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     unseen = {c.vm for c in body if _only_unseen(plan, c)}
     shared = shared_stops(plan)
     for change in body:
-        if change.vm not in unseen:
+        if change.vm in unseen:
+            continue
+        if plan.finishes(change):
+            lines.extend(_render_finish(change, paint))
+        else:
             lines.extend(_render_change(change, paint, shared.get(change.vm, ())))
-            lines.append("")
+        lines.append("")
     lines.extend(_render_unseen(plan, [c for c in body if c.vm in unseen], paint))
     blocked = [c for c in body if c.action is Action.BLOCKED]
     if changing:
         add, chg, destroy = plan.counts()
-        lines.append(f"Plan: {add} to add, {chg} to change, {destroy} to destroy.")
+        finish = plan.finish_count()
+        finished = f"{finish} to finish, " if finish else ""
+        lines.append(f"Plan: {add} to add, {finished}{chg} to change, {destroy} to destroy.")
         if plan.bases:
             built = sum(1 for b in plan.bases if b.action is BaseAction.BUILD)
             lines.append(f"Golden bases: {built} to build, {len(plan.bases) - built} to delete.")
@@ -108,6 +115,19 @@ def render_text(plan: Plan, *, colour: bool = False) -> str:
     else:
         lines.append("No changes can be made now; see the blocked VMs above.")
     return "\n".join(lines) + "\n"
+
+
+def _render_finish(change: VMChange, paint: Any) -> list[str]:
+    """A VM a killed run's create made, kept by the journal's replay: ``>`` finished by
+    this apply (what is left of its create: its marker, provisioning, power), not added.
+    What that is shows only once the replay has waited for what the killed run left
+    running (its start task may be what makes it look stopped now), so no field is
+    listed as if it were a change of its own."""
+    head = f"  # {_where(change.vm, change.backend, change.identity)}"
+    out = [f"{head} will be finished: adopted from the journal (its create was interrupted)"]
+    out.append("  #   what its create left undone is done once the replay has settled it")
+    out.append(f"  {paint('~', '>')} vm {json.dumps(change.vm)}")
+    return out
 
 
 def _only_unseen(plan: Plan, change: VMChange) -> bool:

@@ -29,6 +29,7 @@ from sand.agentstate import (
     PRESENCE_MARK,
     PRESENCE_MAX,
     STATE_FILE,
+    UNREADABLE,
     AgentReport,
     GuestPresence,
     parse_presence,
@@ -65,11 +66,13 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #                     clients attached and when they last came or went, SSH sessions
 #                     besides this one; numbers only, or "unknown" without ps), a
 #                     marker line, then the agents' state file, bounded (the guest's
-#                     word, read as data: sand.agentstate)
+#                     word, read as data: sand.agentstate), or a word saying it is there
+#                     but cannot be read (a link, not a file, not readable): not "none"
 # The tmpfs root is either of the two secrets.sh may choose.
 AGENTS_MARK = "--sand-agents--"
 HEALTH_SCRIPT = (
     f"AGENTS_MARK={AGENTS_MARK}\nAGENTS_FILE={STATE_FILE}\nAGENTS_MAX={MAX_BYTES + 1}\n"
+    f"AGENTS_UNREADABLE={UNREADABLE}\n"
     f"PRESENCE_MARK={PRESENCE_MARK}\n"
     + r"""
 uid=$(id -u) || exit 1
@@ -99,7 +102,9 @@ while [ $# -gt 0 ]; do
   env) say env_set "$2" "$3"; shift 3 ;;
   file) say file_set "$2"; shift 2 ;;
   agents) presence; echo "$AGENTS_MARK"; f="$HOME/$AGENTS_FILE"
-    if [ -f "$f" ] && [ ! -L "$f" ]; then head -c "$AGENTS_MAX" -- "$f"; fi; exit 0 ;;
+    if [ -L "$f" ] || { [ -e "$f" ] && { [ ! -f "$f" ] || [ ! -r "$f" ]; }; }; then
+      echo "$AGENTS_UNREADABLE"
+    elif [ -f "$f" ]; then head -c "$AGENTS_MAX" -- "$f"; fi; exit 0 ;;
   *) exit 2 ;;
   esac
 done
@@ -255,7 +260,7 @@ async def probe_guest(
         return Findings.of([f"{phase}: {one_line(str(exc), 300)}"])
 
 
-def _presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
+def split_presence(head: bytes, report: AgentReport | None) -> tuple[bytes, GuestPresence | None]:
     """The check's answers without the presence line, and what that line said (None:
     not printed, or not an answer: then nobody is known to be away)."""
     answers, mark, line = head.rpartition(f"{PRESENCE_MARK} ".encode())
@@ -283,7 +288,7 @@ async def _run_checks(conn: Connection, endpoint: GuestEndpoint, vm: DesiredVM) 
     )
     head, marked, state = result.stdout.partition(f"{AGENTS_MARK}\n".encode())
     report = parse_state(state) if marked else None
-    head, presence = _presence(head, report)
+    head, presence = split_presence(head, report)
     answers = head.decode(errors="replace").split()
     if result.exit_status != 0 or len(answers) != len(checks) or (agents and not marked):
         # The guest's own words stay there: the person needs to know the check could

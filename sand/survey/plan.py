@@ -110,6 +110,12 @@ async def compute_plan(
     # Which new VMs claim a spare (and which spares refill), before the bases: a claim
     # clones nothing, a refill is cloned from its pool's base.
     plan = with_pools(plan, desired, session.capabilities())
+    if guest_checks and not refresh_only and any(c.stops_source for c in plan.changes):
+        # here, not at the top: sand plan starts without the guests' check
+        from sand.survey.forksource import blocked_forks
+
+        # A fork that stops its source waits while the source's agent is at work.
+        plan = await blocked_forks(plan, session.backends)
     if any(b.kind == FORK_BLOCKER for c in plan.changes for b in c.blockers):
         from sand.survey.preflight import located_forks  # only for a fork that waits
 

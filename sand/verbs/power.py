@@ -144,10 +144,12 @@ async def sleep_now(
     current: ObservedVM,
     *,
     stop: bool = False,
+    force: bool = False,
     note: Note | None = None,
 ) -> str:
     """Put ``vm`` to sleep by a person's decision: hibernated where the backend can
-    (unless ``stop``), else stopped. Returns how."""
+    (unless ``stop``), else stopped. Returns how. Refused, naming them, while an agent
+    works or a person is attached (or that cannot be told), unless ``force``."""
     backend = session.backends[vm.backend]
     sleeper = _sleeper(backend, vm.backend)
     async with leased(session, vm, current, note, "sleep") as current:
@@ -156,6 +158,8 @@ async def sleep_now(
                 f"VM {vm.name} is not running ({current.power}): nothing to put to sleep"
             )
         how = SUSPENDED if backend.capabilities.suspends and not stop else STOPPED
+        if not force and vm.provision:  # a guest sand did not provision is not asked
+            await _refuse_in_use(vm, current, backend, how)
         how = await _scrubbed(session, vm, current, how, note)
         await sleeper.sleep(current, how, session.journal, by="person")
         record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
@@ -178,6 +182,24 @@ async def _scrubbed(
     if chosen != how and note is not None:
         note(f"{vm.name}: stopped, not hibernated: its memory holds {', '.join(left)}")
     return chosen
+
+
+async def _refuse_in_use(vm: DesiredVM, current: ObservedVM, backend: Backend, how: str) -> None:
+    from sand.verbs.inuse import Unknown, in_use  # asyncssh: only when a guest is asked
+
+    verb = "hibernate" if how == SUSPENDED else "stop"
+    try:
+        users = await in_use(vm, current, backend, how)
+    except Unknown as exc:
+        raise PowerRefused(
+            f"not putting {vm.name} to sleep: whether anyone uses it could not be told "
+            f"({exc}); --force to {verb} it anyway"
+        ) from exc
+    if users:
+        raise PowerRefused(
+            f"not putting {vm.name} to sleep: in use by {', '.join(users)}; "
+            f"--force to {verb} it anyway"
+        )
 
 
 def _sleeper(backend: Backend, name: str) -> Sleeps:

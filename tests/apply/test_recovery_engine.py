@@ -70,7 +70,8 @@ def test_the_plan_after_a_run_cut_after_the_marker_adopts_the_vm(
     text, _ = planned(fleet)
 
     assert f"# a (box, {marked.identity}) will recover: adopt a ({marked.identity})" in text
-    assert "Plan: 1 to add, 1 to change, 0 to destroy." in text, text
+    assert "Plan: 1 to add, 1 to finish, 0 to change, 0 to destroy." in text, text
+    assert "# a (box, " in text and "will be finished: adopted from the journal" in text
     end = fleet.apply()
     assert end.outcome is not None and end.outcome.converged
     assert sorted(vm.name for vm in world.vms.values()) == ["a", "b"]

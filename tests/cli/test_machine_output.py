@@ -136,7 +136,7 @@ def minimal_plan() -> dict[str, Any]:
         "refresh_only": False,
         "observed_fingerprint": "0" * 16,
         "changes": [],
-        "summary": {"add": 0, "change": 0, "destroy": 0, "has_changes": False},
+        "summary": {"add": 0, "finish": 0, "change": 0, "destroy": 0, "has_changes": False},
         "unknown_backends": {},
         "warnings": [],
         "recovery": [],

@@ -125,7 +125,13 @@ def test_replace_makes_a_new_vm_of_the_same_name(sand, fakepve_server):
     assert by["a"]["action"] == "replace" and by["a"]["strategy"] == "create-before-destroy"
     assert by["a"]["reasons"] == ["replacement requested with --replace"]
     assert by["b"]["action"] == "no-op" and plan["replace"] == ["a"]
-    assert plan["summary"] == {"add": 1, "change": 0, "destroy": 1, "has_changes": True}
+    assert plan["summary"] == {
+        "add": 1,
+        "finish": 0,
+        "change": 0,
+        "destroy": 1,
+        "has_changes": True,
+    }
 
     done = sand.run(*GO, "--replace", "a", "--allow-data-loss")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -208,3 +208,40 @@ def test_lima_replace_carries_preserved_work_to_the_renamed_instance(tmp_path, n
     proc = cli.sand("shell", "dev-1", "--", "cat", "src/app/f")
     assert proc.returncode == 0 and proc.stdout.strip() == "v1", proc.stdout + proc.stderr
     assert cli.sand("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_a_fork_gives_its_restarted_source_its_secrets_again(tmp_path, netns_guest):
+    """A Lima fork stops its running source for the copy and starts it again, which
+    empties the source's tmpfs: the same apply delivers the source's secrets again, and
+    records it, so the next plan has nothing to do (issue 36, item 5)."""
+    guest = netns_guest()
+    cli = Cli(tmp_path)
+    cli.standin.back_with_guest("dev-1", guest, boot=guest.boot_argv())
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scoped_env(guest, "~/src", "NPM_TOKEN") == SECRET
+
+    cli.manifest.write_text(
+        MANIFEST + "  - name: try-1\n    from: {vm: dev-1}\n    provision: false\n"
+    )
+    cli.standin.clear_log()
+    proc = cli.sand("apply", "--auto-approve")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Apply complete!" in out
+    calls = [
+        " ".join(w for w in inv.argv[1:] if not w.startswith("-"))
+        for inv in cli.standin.invocations()
+    ]
+    assert [c for c in calls if c.split()[:1] in (["stop"], ["start"]) and "dev-1" in c] == [
+        "stop dev-1",
+        "start dev-1",
+    ]
+    # The source's tmpfs holds its secret again, after the boot that emptied it.
+    uid = guest.uid
+    files = guest.run_root(["sh", "-c", f"ls /run/user/{uid}/sand/env /dev/shm/sand-{uid}/env"])
+    assert files.stdout.strip(), files
+    assert scoped_env(guest, "~/src", "NPM_TOKEN") == SECRET
+    assert SECRET not in out
+    proc = cli.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

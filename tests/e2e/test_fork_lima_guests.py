@@ -88,3 +88,38 @@ def test_a_fork_is_reached_after_its_host_keys_are_made_anew(tmp_path: Path, net
     assert shell.returncode == 0, shell.stdout + shell.stderr
     assert shell.stdout == "try-1\n"
     assert fleet.sand("plan", "--detailed-exitcode").returncode == 0
+
+
+@pytest.mark.parametrize("spoil", ["needs-input", "not JSON"])
+def test_a_fork_is_blocked_in_the_plan_while_the_sources_agent_waits_for_input(
+    tmp_path: Path, netns_guest, spoil: str
+) -> None:
+    """An agent waiting for input holds its question only in memory: the copy's stop of
+    the source would end it. The plan reads the source's agents and shows the fork
+    blocked (`!`, at its from:), as it does when they cannot be read; `force: true`
+    makes it (issue 36, item 6c)."""
+    fleet = Fleet(tmp_path, netns_guest())
+    if spoil == "not JSON":
+        fleet.as_user(f"mkdir -p ~/.local/state/sand && printf '{{oops' > ~/{STATE}")
+        said = "the copy stops dev-1, and whether its agent is working could not be read"
+    else:
+        agent_is(fleet, "needs-input")
+        said = "its agent waits for input (claude) and the copy stops dev-1"
+    (tmp_path / "sand.yaml").write_text(MANIFEST + FORK % "")
+    fleet.standin.clear_log()
+    plan = fleet.sand("plan", "--detailed-exitcode")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert '! vm "try-1"' in plan.stdout, plan.stdout
+    assert f"sand.yaml:10:11: not forking dev-1 into try-1: {said}" in plan.stdout, plan.stdout
+    doc = json.loads(fleet.sand("plan", "--json").stdout)
+    (change,) = [c for c in doc["changes"] if c["vm"] == "try-1"]
+    assert change["action"] == "blocked" and said in json.dumps(change)
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert calls(fleet) == []  # the source was never stopped
+    assert "try-1" not in fleet.standin.instances()
+
+    (tmp_path / "sand.yaml").write_text(MANIFEST + FORK % ", force: true")
+    proc = fleet.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls(fleet) == ["stop dev-1", "clone dev-1 try-1"]

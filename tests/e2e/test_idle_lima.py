@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,8 +22,11 @@ import pytest
 
 from sand.backends.lease import LeaseHolder
 from sand.project import open_session
-from tests.e2e.test_agent_state import HEAD, Fleet
+from sand.survey.health import HEALTH_SCRIPT
+from tests.e2e.test_agent_state import HEAD, STATE, Fleet
 from tests.e2e.test_apply_proxmox_guests import empty_tmpfs_secrets
+from tests.e2e.test_idle_presence import presence as presence_of
+from tests.e2e.test_idle_presence import session, ssh_argv, until
 from tests.e2e.test_idle_proxmox import HOURS, write_agents
 from tests.provision.e2e_helpers import scoped_env
 
@@ -157,3 +161,114 @@ async def test_a_wake_waits_for_the_lease_of_an_applier_at_work(
     assert proc.returncode == 0, out + err
     assert "waking dev-1, asleep since " in err and "dev-1 is awake" in out
     assert "start" in fleet.standin.commands() and status_of(fleet) == "Running"
+
+
+def test_an_agents_file_that_cannot_be_read_is_unknown_and_never_sleeps(
+    tmp_path: Path, netns_guest
+) -> None:
+    """An agents' state file that is not JSON, not readable by the VM's user, or a link
+    is not "no agent": the plan does not put the VM to sleep and says why (issue 36,
+    item 6a). The same guest, its file read whole, is put to sleep."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST)
+    booted_hours_ago(fleet, 5)
+    path = f"/home/{guest.user}/.local/state/sand/agents.json"
+    write_agents(guest, "done", hours_ago=2)
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    assert proc.returncode == 2 and "~ power running -> stopped (idle 2h" in proc.stdout
+
+    spoilt = {
+        "not JSON": f"printf '{{not json' > {path}",
+        "not readable": f"chmod 000 {path}",
+        "a link": f"ln -sf /etc/hostname {path}",
+        "a record left out": f"""printf '{{"sessions": [{{"agent": "claude"}}]}}' > {path}""",
+    }
+    for how, spoil in spoilt.items():
+        write_agents(guest, "done", hours_ago=2)
+        guest.run_root(["sh", "-c", f"rm -f {path} && touch {path} && {spoil}"], check=True)
+        proc = fleet.sand("plan", "--detailed-exitcode")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "No changes." in proc.stdout, (how, out)
+        assert "dev-1 (laptop) is not put to sleep: what its agents do is unknown (" in out, how
+        plan = json.loads(fleet.sand("plan", "--json").stdout)
+        assert not [c for c in plan["changes"] if c["action"] != "no-op"], how
+        assert any("is not put to sleep" in w for w in plan["warnings"]), (how, plan)
+
+
+def test_sand_sleep_refuses_a_vm_in_use_naming_who_unless_forced(
+    tmp_path: Path, netns_guest
+) -> None:
+    """`sand sleep` asks the guest first: a working agent, an SSH session, a tmux client
+    attached each refuse it, by name (agent and session, user@tty), and --force stops it
+    all the same (issue 36, item 6b). The guest is the netns sshd behind the stand-in."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST)
+    write_agents(guest, "working", hours_ago=0)
+    proc = fleet.sand("sleep", "dev-1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (
+        "not putting dev-1 to sleep: in use by claude session s1 (working); --force to stop "
+        "it anyway" in proc.stderr
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert status_of(fleet) == "Running" and "stop" not in fleet.standin.commands()
+
+    write_agents(guest, "done", hours_ago=0)
+    user = guest.user
+    install = ["sh", "-c", "cat > /tmp/sand-health"]  # what presence_of runs over SSH
+    guest.run_root(install, input=HEALTH_SCRIPT.encode(), check=True)
+    with session(ssh_argv(guest, "sleep", "120")):
+        until(lambda: presence_of(guest), lambda p: p.ssh_sessions == 1)
+        proc = fleet.sand("sleep", "dev-1")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"in use by {user}@notty (SSH); --force" in proc.stderr, proc.stderr
+    with session(ssh_argv(guest, "tmux", "new-session", "-A", "-s", "dev-1", tty=True)):
+        until(lambda: presence_of(guest), lambda p: p.tmux_clients == 1)
+        proc = fleet.sand("sleep", "dev-1")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        said = re.search(r"in use by (.*); --force", proc.stderr)
+        assert said is not None, proc.stderr
+        assert re.fullmatch(rf"{user}@pts/\d+ \(SSH\), a tmux client on /dev/pts/\d+", said[1]), (
+            said[1]
+        )
+        assert status_of(fleet) == "Running"
+        proc = fleet.sand("sleep", "--force", "dev-1")
+        assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+    assert status_of(fleet) == "Stopped"
+
+    assert fleet.sand("wake", "dev-1").returncode == 0
+    until(lambda: presence_of(guest), lambda p: not p.ssh_sessions and not p.tmux_clients)
+    proc = fleet.sand("sleep", "dev-1")  # nobody, no agent working: it sleeps
+    assert proc.returncode == 0 and "(stopped)" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_codex_session_is_unknown_so_its_vm_never_sleeps_on_it(
+    tmp_path: Path, netns_guest
+) -> None:
+    """Codex's notify program is called only when a turn ends, so its session's `done`
+    does not say no new turn runs: the idle plan, and `sand sleep`, take it as unknown
+    (issue 36, item 6d). The session is what the provisioned notify hook writes."""
+    guest = netns_guest()
+    fleet = Fleet(tmp_path, guest, MANIFEST.replace("agents: [claude]", "agents: [claude, codex]"))
+    booted_hours_ago(fleet, 5)
+    fleet.as_user("mkdir -p ~/work")
+    fleet.codex_notify({"type": "agent-turn-complete", "thread-id": "x-1", "cwd": "~/work"})
+    (session_,) = fleet.guest_file()
+    assert (session_["agent"], session_["state"]) == ("codex", "done")
+    # Its turn ended two hours ago, as far as the file tells.
+    path = f"/home/{guest.user}/{STATE}"
+    doc = json.loads(guest.read_file(path))
+    for record in doc["sessions"]:
+        record["since"] = record["at"] = int(time.time() - 2 * HOURS)
+    guest.run_root(["sh", "-c", f"cat > {path}"], input=json.dumps(doc).encode(), check=True)
+
+    proc = fleet.sand("plan", "--detailed-exitcode")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "No changes." in proc.stdout, out
+    assert (
+        "dev-1 (laptop) is not put to sleep: what its agents do is unknown (codex session x-1"
+        in out
+    )
+    proc = fleet.sand("sleep", "dev-1")
+    assert proc.returncode == 1 and "its agents are unknown: codex session x-1" in proc.stderr
+    assert status_of(fleet) == "Running"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sand.agentstate import AgentReport, GuestPresence
-from sand.survey.health import HEALTH_SCRIPT, _presence
+from sand.survey.health import HEALTH_SCRIPT, split_presence
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ def presence(guest: Any) -> GuestPresence:
         capture_output=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     head, _, _ = out.partition(b"--sand-agents--\n")
-    answers, said = _presence(head, AgentReport())
+    answers, said = split_presence(head, AgentReport())
     assert answers == b"", out
     assert said is not None, out
     return said
@@ -101,7 +101,7 @@ def test_a_hostile_guests_presence_is_no_answer_and_nothing_sleeps_on_it(netns_g
     out = subprocess.run(ssh_argv(guest, "/bin/sh", "/tmp/sand-health", "agents"),
                          capture_output=True, timeout=60, check=True).stdout  # fmt: skip
     head, _, _ = out.partition(b"--sand-agents--\n")
-    assert _presence(head, AgentReport())[1] is None
+    assert split_presence(head, AgentReport())[1] is None
     guest.run_root(["rm", "/usr/local/bin/date"], check=True)
     flood = "#!/bin/sh\nyes client | head -n 1000000\n"
     guest.run_root(["sh", "-c", "cat > /usr/local/bin/tmux && chmod 755 /usr/local/bin/tmux"],
@@ -109,6 +109,6 @@ def test_a_hostile_guests_presence_is_no_answer_and_nothing_sleeps_on_it(netns_g
     out = subprocess.run(ssh_argv(guest, "/bin/sh", "/tmp/sand-health", "agents"),
                          capture_output=True, timeout=60, check=True).stdout  # fmt: skip
     head, _, _ = out.partition(b"--sand-agents--\n")
-    _, seen = _presence(head, AgentReport())
+    _, seen = split_presence(head, AgentReport())
     assert seen is None  # a million clients is not a number a guest has: no answer
     assert len(out) < 200

@@ -92,7 +92,9 @@ Stand-in only (not Lima), in ``$LIMACTL_STANDIN_CONFIG`` or
      "missing_templates": ["NAME"],        # templates that "do not exist"
      "guests": {"vm1": {"address": "10.213.0.5", "port": 22, "user": "claude",
                         "identity": "/path/client_key",     # back an instance by a real sshd;
-                        "rekey": ["argv"]}}}    # run at every start: new guest host keys
+                        "rekey": ["argv"],     # run at every start: new guest host keys
+                        "boot": ["argv"]}}}    # run at every start: what a boot empties
+                                               #   (the guest's tmpfs)
 
 Like Lima, it refuses to run as root (before anything, ``--version`` included) unless
 ``$LIMACTL_STANDIN_ALLOW_ROOT`` is set, which sand's suite sets (it runs as root); it
@@ -1173,6 +1175,11 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         done = subprocess.run([str(a) for a in rekey], capture_output=True, check=False)
         if done.returncode:
             fatal(f"rekeying the guest failed: {done.stderr.decode(errors='replace')}")
+    if boot := guest.get("boot"):
+        # A stopped guest's tmpfs is gone when it starts again: the backing guest's too.
+        done = subprocess.run([str(a) for a in boot], capture_output=True, check=False)
+        if done.returncode:
+            fatal(f"booting the guest failed: {done.stderr.decode(errors='replace')}")
     key = ensure_user_key()
     port = int(guest.get("port") or conf["ssh"]["localPort"] or 0)
     if not port:

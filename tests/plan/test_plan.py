@@ -216,7 +216,13 @@ def test_json_plan_carries_the_same_records():
     data = plan_to_json(make_plan(state, obs, POLICIES))
     actions = {c["vm"]: c["action"] for c in data["changes"]}
     assert actions == {"a": "replace", "b": "create", "c": "no-op"}
-    assert data["summary"] == {"add": 2, "change": 0, "destroy": 1, "has_changes": True}
+    assert data["summary"] == {
+        "add": 2,
+        "finish": 0,
+        "change": 0,
+        "destroy": 1,
+        "has_changes": True,
+    }
     image = data["changes"][0]["fields"][0]
     assert image["field"] == "image" and image["forces_replacement"] is True
 

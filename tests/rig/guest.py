@@ -658,6 +658,12 @@ class NetnsGuest:
         )
         return [*self._nsenter(), "sh", "-c", script]
 
+    def boot_argv(self) -> list[str]:
+        """A command that does to the guest what a stop and a start do to a real one's
+        tmpfs: the secrets sand delivered there (``/run/user``, ``/dev/shm``) are gone."""
+        script = "rm -rf /run/user/*/sand /dev/shm/sand-*"
+        return [*self._nsenter(), "sh", "-c", script]
+
     def read_file(self, path: str) -> bytes:
         """A file's bytes as the guest sees it (including its tmpfs mounts)."""
         return self.run_root(["cat", "--", path], check=True).stdout
