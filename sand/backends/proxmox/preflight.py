@@ -31,6 +31,7 @@ from typing import Any
 
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.backends.proxmox import locality, refusals
+from sand.backends.proxmox.cloudinit_drive import attach_problems
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.hibernation import state_storage_problem
@@ -63,7 +64,10 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
+    ctx.permissions = None
     problems, cluster.warnings = await refusals.write_refusals(ctx, items, rows)
+    found, warned = await attach_problems(ctx, items, rows, ctx.permissions)
+    problems, cluster.warnings = [*problems, *found], [*cluster.warnings, *warned]
     destroy_first: dict[str, str] = {}
     if todo:
         await _read_nodes(ctx, cluster)

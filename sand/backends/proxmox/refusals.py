@@ -139,6 +139,7 @@ async def write_refusals(
         perms = await ctx.client.get("access/permissions") or {}
     except ProxmoxError as e:
         return [], [f"preflight could not read the token's permissions: {e.detail}"]
+    ctx.permissions = perms
     bridge = ctx.config.bridge
     if not holds(perms, bridge_path(bridge), "SDN.Use"):
         for item in items:
