@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from typing import Any
 
 from aiohttp import web
@@ -225,56 +224,6 @@ class Fidelity:
             self._assert_tags(user, "", v["tags"])
             v = {**v, "tags": unique_tags(v["tags"])}
         return await super()._qm_create(v, user)  # type: ignore[misc]
-
-    # --- hibernation (P10) ------------------------------------------------------------------------
-
-    async def _do_suspend(self, vm: Any, user: str, p: dict[str, Any]) -> Any:
-        """PVE::API2::Qemu vm_suspend with ``todisk``: ``statestorage`` only with todisk
-        (else "Cannot set statestorage if todisk is not set"), Datastore.AllocateSpace on
-        it; PVE::QemuServer::vm_suspend saves the state to a volume named
-        ``vm-<vmid>-state-suspend-<date>`` on it (``vmstate`` in the config; without
-        statestorage, PVE::QemuConfig::find_vmstate_storage: the VM's disks' storage),
-        stops QEMU and locks the config ``suspended``."""
-        todisk = str(p.get("todisk", "0")) in ("1", "true")
-        storage = p.get("statestorage")
-        if storage and not todisk:
-            raise PveError(500, "Cannot set statestorage if todisk is not set")
-        if not todisk:
-            return await super()._do_suspend(vm, user, p)  # type: ignore[misc]
-        self._need_running(vm)  # type: ignore[attr-defined]
-        self._check_lock(vm)  # type: ignore[attr-defined]
-        if storage:
-            self.require(user, f"/storage/{storage}", "Datastore.AllocateSpace")  # type: ignore[attr-defined]
-            if storage not in self.storages:  # type: ignore[attr-defined]
-                raise PveError(500, f"storage '{storage}' does not exist")
-        else:
-            disks = [volume_ref(v)[0] for _k, v, _p in drives_of(vm.config)]
-            storage = next((sid for sid in disks if sid), "local")
-        volume = f"{storage}:vm-{vm.vmid}-state-suspend-{time.strftime('%Y-%m-%d')}"
-
-        async def body() -> None:
-            vm.config["vmstate"] = volume
-            vm.status = vm.qmpstatus = "stopped"
-            vm.lock = "suspended"
-            vm.config["lock"] = "suspended"
-
-        return await self.task(vm.node, "qmsuspend", vm.vmid, user, body, vm=vm)  # type: ignore[attr-defined]
-
-    async def _do_resume(self, vm: Any, user: str, p: dict[str, Any]) -> Any:
-        """vm_resume of a VM suspended to disk (its config locked ``suspended``, not
-        running): a ``qmresume`` task that runs vm_start, which loads the saved state
-        and removes the state volume and the lock. A running (paused) VM: fakepve's."""
-        if vm.lock != "suspended" or vm.status == "running":
-            return await super()._do_resume(vm, user, p)  # type: ignore[misc]
-
-        async def body() -> None:
-            vm.config.pop("vmstate", None)
-            vm.config.pop("lock", None)
-            vm.lock = None
-            vm.status = vm.qmpstatus = "running"
-            vm.started_at = time.time()
-
-        return await self.task(vm.node, "qmresume", vm.vmid, user, body, vm=vm)  # type: ignore[attr-defined]
 
     # --- config (P3, P4, P5, P8, P9) -------------------------------------------------------------
 

@@ -26,7 +26,8 @@ Read in qemu-server (9.2; the same in 8.3.x, which PVE 8.4 ships) and pve-common
   datacenter's ``mac_prefix``, ``BC:24:11`` by default) and is printed ``model=MAC`` first.
 * **maxdisk** (``vmstatus`` → ``Drive::bootdisk_size``): the ``size`` of the first disk of
   ``boot: order=`` that is not a CD-ROM (legacy ``boot``, or none: ``bootdisk``), through
-  ``parse_size``; 0 when that disk has no size or there is no boot disk.
+  ``parse_size``; 0 when that disk has no size or there is no boot disk. A storage's row
+  in ``/cluster/resources``: ``disk``/``maxdisk`` its used and total bytes, once sized.
 """
 
 from __future__ import annotations
@@ -228,6 +229,19 @@ class StoredForms:
                 continue
             return parse_size(props.get("size", ""), self.pve_version) or 0
         return 0
+
+    def _storage_resource(self, node: str, name: str) -> dict[str, Any] | None:
+        """A storage's ``/cluster/resources`` row: ``disk`` and ``maxdisk`` are its used and
+        total bytes (pvestatd's storage status) once a test sized it (``avail`` or
+        ``total``); fakepve's 0 of 100 GiB otherwise (it sums volumes as a thick
+        storage would, which an LVM-thin pool is not)."""
+        item: dict[str, Any] | None = super()._storage_resource(node, name)  # type: ignore[misc]
+        store = self.storages[name]  # type: ignore[attr-defined]
+        sized = "avail" in store or "total" in store
+        if item is not None and sized and item.get("status") == "available":
+            total, used, _avail = self._space(store)  # type: ignore[attr-defined]
+            item.update(disk=used, maxdisk=total)
+        return item
 
     def _build_app(self) -> web.Application:
         app: web.Application = super()._build_app()  # type: ignore[misc]

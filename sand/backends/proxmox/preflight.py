@@ -278,7 +278,7 @@ async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> lis
     )
     if item.sleep == "suspended" and node:
         await _read_storages(ctx, cluster)
-        why = state_storage_problem(ctx.config.storage, node, cluster.storages, vm.memory)
+        why = state_storage_problem(ctx, node, cluster.storages, vm.memory)
         if why:
             problem("storage", f"cannot hibernate the idle VM: {why}", on_backend=True)
     if "disk" in item.fields and current is not None and current.disk and node:

@@ -25,15 +25,20 @@ MAC = re.compile(r"^virtio=BC:24:11:[0-9A-F]{2}:[0-9A-F]{2}:[0-9A-F]{2},bridge=v
 ODD_SIZE = (2 << 30) + 512
 
 
+def seeded(make: Any, major: int, status: str, **kwargs: Any) -> tuple[FakePveRig, Api]:
+    """A rig of that profile with VM 100 ``a`` (``status``), and raw HTTP to it."""
+    rig = make(pve_version=major, **kwargs)
+    rig.seed_vm(100, "a", status=status, memory_mib=2048)
+    return rig, Api(rig)
+
+
 def _without_cloudinit(rig: FakePveRig, vmid: int) -> None:
     rig.run(lambda: rig.pve.vm(vmid).config.pop("ide2"))
 
 
 @pytest.mark.parametrize("major", [8, 9])
 def test_integers_and_booleans_are_answered_as_numbers(fakepve_factory: Any, major: int) -> None:
-    rig = fakepve_factory(pve_version=major)
-    rig.seed_vm(100, "a", status="running")
-    api = Api(rig)
+    _, api = seeded(fakepve_factory, major, "running")
     # Written as form text; the running VM keeps cores and numa pending, onboot at once.
     written = {"cores": "3", "numa": "1", "onboot": "true", "cpulimit": "1.5", "memory": "4096"}
     assert api.call("PUT", "nodes/pve1/qemu/100/config", **written)[0] == 200
@@ -53,9 +58,7 @@ def test_integers_and_booleans_are_answered_as_numbers(fakepve_factory: Any, maj
 def test_drive_sizes_are_stored_as_format_size_prints_them(
     fakepve_factory: Any, major: int
 ) -> None:
-    rig = fakepve_factory(pve_version=major)
-    rig.seed_vm(100, "a", status="stopped")
-    api = Api(rig)
+    rig, api = seeded(fakepve_factory, major, "stopped")
     disk = "local-lvm:vm-100-disk-0,size=8589934592,discard=on"
     assert api.call("PUT", "nodes/pve1/qemu/100/config", scsi0=disk)[0] == 200
     assert rig.vm(100).config["scsi0"] == "local-lvm:vm-100-disk-0,discard=on,size=8G"
@@ -83,10 +86,8 @@ def test_maxdisk_is_the_boot_disks_size(fakepve_server: FakePveRig) -> None:
 
 @pytest.mark.parametrize("major", [8, 9])
 def test_a_cloudinit_drive_is_allocated_by_pves_name(fakepve_factory: Any, major: int) -> None:
-    rig = fakepve_factory(pve_version=major)
-    rig.seed_vm(100, "a", status="stopped")
+    rig, api = seeded(fakepve_factory, major, "stopped")
     _without_cloudinit(rig, 100)
-    api = Api(rig)
     # update_vm_api's $check_drive_perms: VM.Config.Cloudinit and VM.Config.CDROM.
     status, message = api.call("PUT", "nodes/pve1/qemu/100/config", ide0="local-lvm:cloudinit")
     assert (status, message.strip()) == (403, "Permission check failed (/vms/100, VM.Config.CDROM)")
@@ -111,9 +112,7 @@ def test_a_cloudinit_drive_is_allocated_by_pves_name(fakepve_factory: Any, major
 
 @pytest.mark.parametrize("major", [8, 9])
 def test_a_nic_written_without_a_mac_gets_one(fakepve_factory: Any, major: int) -> None:
-    rig = fakepve_factory(pve_version=major)
-    rig.seed_vm(100, "a", status="stopped")
-    api = Api(rig)
+    rig, api = seeded(fakepve_factory, major, "stopped")
     assert api.call("PUT", "nodes/pve1/qemu/100/config", net1="virtio,bridge=vmbr0")[0] == 200
     net1 = api.call("GET", "nodes/pve1/qemu/100/config")[1]["net1"]
     assert MAC.match(net1), net1
