@@ -49,6 +49,8 @@ def test_a_template_without_a_cloudinit_drive_needs_cdrom_before_any_write(
     rig.clear_log()
     assert sand.run("apply", "--auto-approve").returncode == 1
     assert writes(rig) == [] and rig.vms() == []
+    doctor = sand.run("doctor")
+    assert doctor.returncode == 1 and said[0] in doctor.stdout, doctor.stdout
 
     rig.grant(rig.token_id, f"/pool/{rig.pool}", "VM.Config.CDROM")
     apply = sand.run("apply", "--auto-approve")
@@ -58,3 +60,5 @@ def test_a_template_without_a_cloudinit_drive_needs_cdrom_before_any_write(
     assert re.fullmatch(r"virtio=BC:24:11:[0-9A-F:]{8},bridge=vmbr0", vm.config["net0"])
     again = sand.run("plan")
     assert again.returncode == 0 and "No changes" in again.stdout, again.stdout
+    doctor = sand.run("doctor")
+    assert said[0] not in doctor.stdout, doctor.stdout

@@ -78,3 +78,20 @@ async def attach_problems(
                 )
             )
     return problems, warnings
+
+
+async def template_problem(
+    ctx: Ctx, template: Mapping[str, Any], perms: Permissions, storage: str
+) -> str | None:
+    """``sand doctor``'s check of the template: the problem when it has no cloud-init drive
+    and the token may not attach one (None otherwise, or when its config is unreadable)."""
+    if all(holds(perms, f"/pool/{ctx.config.pool}", priv) for priv in ATTACH):
+        return None
+    try:
+        config = await template_config(ctx, template)
+    except ProxmoxError:
+        return None  # the template's own findings say why it cannot be read
+    if vmops.has_cloudinit(config):
+        return None
+    ref = str(template.get("name") or template.get("vmid"))
+    return attach_problem(ref, template.get("vmid"), storage, ctx.config.pool)
