@@ -64,7 +64,6 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     start = ctx.client.requests
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
-    ctx.permissions = None
     problems, cluster.warnings = await refusals.write_refusals(ctx, items, rows)
     found, warned = await attach_problems(ctx, items, rows, ctx.permissions)
     problems, cluster.warnings = [*problems, *found], [*cluster.warnings, *warned]

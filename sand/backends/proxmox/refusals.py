@@ -129,7 +129,9 @@ async def write_refusals(
     """Problems (and warnings) of the planned writes PVE would refuse for the token:
     SDN.Use on the bridge for clones, user-tag-access for every VM sand changes.
     Two reads (``/access/permissions``, ``/cluster/options``), only when something changes;
-    a read the token may not make is a warning, never a block."""
+    a read the token may not make is a warning, never a block. The permissions read are
+    kept on ``ctx.permissions`` for preflight's other checks (None: not read)."""
+    ctx.permissions = None
     if not items:
         return [], []
 
