@@ -7,7 +7,10 @@ One golden base and two VMs cloned from it: the base's build machine is a VM clo
 the plain template (sand reaches it with the key it sent and the address the agent
 reported, provisions and generalises it); the two clones boot from its frozen disk, one
 per apply: sand waits 5 min for a guest's agent, and two TCG guests booting side by side on
-a loaded 2-core host took longer than that. Three boots in all (70-150 s each, by load).
+a loaded 2-core host took longer than that. Three boots in all (70-150 s each, by load;
+over 300 s at load 20-39, where an apply whose agent wait ran out is run again, as a person
+would, while the guest still boots; the rig's own waits on the agent grow with the boots
+it measured, tests/rig/pveguests.py).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from tests.rig.clones import sand_block
 # One apply: a base build (boot, provision, generalise, shut down) and a clone, or a clone.
 # Generous: TCG on a shared 2-core machine.
 APPLY_DEADLINE = 1200
-pytestmark = [pytest.mark.e2e, pytest.mark.tcg, pytest.mark.timeout(2 * APPLY_DEADLINE + 300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg, pytest.mark.timeout(4 * APPLY_DEADLINE + 300)]
 
 
 @pytest.fixture
@@ -74,6 +77,28 @@ def _apply(sand: Sand, env: dict[str, str], log: Path) -> tuple[int | None, str]
     return returncode, log.read_text(errors="replace")
 
 
+AGENT_WAIT_CUT = "no address from the guest agent after"
+
+
+def _apply_until_booted(
+    sand: Sand, env: dict[str, str], log: Path, hv: Any
+) -> tuple[int | None, str, int]:
+    """``sand apply``, again as a person would while sand's own 5-minute wait for a guest's
+    agent is what ran out (a transient error: the next apply goes on with that VM) and a
+    guest is still booting, for as long as the boots measured so far say a boot may take
+    on this host now (4 of the slowest, 10 min at least). Exit status, output, applies."""
+    started, applies = time.monotonic(), 0
+    while True:
+        applies += 1
+        returncode, output = _apply(sand, env, log.with_suffix(f".{applies}.log"))
+        booting = [m for m in hv.machines.values() if m.addressed is None]
+        patience = max(600.0, 4 * max(hv.boots(), default=0.0))
+        if returncode != 1 or AGENT_WAIT_CUT not in output or not booting:
+            return returncode, output, applies
+        if time.monotonic() - started > patience:
+            return returncode, output, applies
+
+
 def _ssh(key: Path, user: str, ip: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ssh", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
@@ -98,8 +123,10 @@ def test_clones_of_a_golden_base_boot_with_cloud_init_as_machines_of_their_own(
         data["images"] = {"wb": {"agents": ["claude"]}}
         sand.write(data)
         started = time.monotonic()
-        returncode, output = _apply(sand, env, tmp_path / f"apply-{len(names)}.log")
-        walls.append(round(time.monotonic() - started))
+        returncode, output, applies = _apply_until_booted(
+            sand, env, tmp_path / f"apply-{len(names)}.log", hv
+        )
+        walls.append((round(time.monotonic() - started), applies))
         assert returncode == 0, output + hv.consoles()
 
     (base,) = [t for t in rig.templates() if sand_block(t.config.get("description")).get("kind")]
@@ -163,4 +190,7 @@ def test_clones_of_a_golden_base_boot_with_cloud_init_as_machines_of_their_own(
         m.vmid: round((m.addressed or 0) - m.launched)
         for m in [build, *(hv.machine(vm.vmid) for vm in vms.values())]
     }
-    print(f"boot to a DHCP address via the agent (s) by vmid: {boots}; applies took {walls}s")
+    print(
+        f"boot to a DHCP address via the agent (s) by vmid: {boots}; applies "
+        f"(seconds, runs) {walls}; agent waits x{hv.slowness():.1f}; load {os.getloadavg()}"
+    )

@@ -15,6 +15,7 @@ Custom snippets (``cicustom``) are not modelled: sand never sets them.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -42,6 +43,17 @@ def net_mac(net: object) -> str:
     if not mac:
         raise ValueError(f"network interface has no mac address: {net}")
     return mac.lower()
+
+
+def cloudinit_drive(config: Mapping[str, Any]) -> str | None:
+    """The key of the config's cloud-init drive (``PVE::QemuConfig::has_cloudinit``:
+    ``Drive::drive_is_cloudinit``), None when it has none."""
+    for key in sorted(config):
+        if re.fullmatch(r"(ide|sata|scsi|virtio)\d+", key):
+            volume = str(config[key] or "").split(",")[0]
+            if re.search(r"[:/](?:vm-\d+-)?cloudinit(?:\.\w+)?$", volume):
+                return key
+    return None
 
 
 def hostname_fqdn(config: Mapping[str, Any], vmid: int) -> tuple[str, str]:

@@ -6,8 +6,9 @@ follows (read in qemu-server 9.2, pve-manager 9, pve-guest-common 6); the list w
 the tests that show sand meeting them is in ``tests/fakepve_rig/README.md``.
 
 ``pve_version`` (8 or 9) picks a profile: the version string ``GET /version`` answers,
-the privileges that exist (``VM.GuestAgent.*`` on 9 only, ``VM.Monitor`` on 8 only),
-what the guest agent endpoints demand, and the PVE-9-only parameters PVE 8 refuses.
+the privileges that exist (``VM.GuestAgent.*`` on 9 only, ``VM.Monitor`` on 8 only)
+and what the guest agent endpoints demand. The config parameters are the same on both:
+qemu-server 8.3.10 (PVE 8.4) already took AMD SEV-SNP and the machine's S3/S4 switches.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from typing import Any
 
 from aiohttp import web
@@ -39,13 +39,6 @@ ONLY_ON = {
 # What reading the guest agent's network answer takes (PVE::API2::Qemu::Agent's
 # permission per command: 'VM.Monitor' on 8, 'VM.GuestAgent.Audit' on 9).
 AGENT_AUDIT = {8: "VM.Monitor", 9: "VM.GuestAgent.Audit"}
-# Config parameters qemu-server 9.0 added (PVE::QemuServer $confdesc): 8 answers 400.
-# amd-sev type=snp (commit "config: add AMD SEV-SNP support"), machine enable-s3/s4
-# ("config: add S3/S4 power state properties to machine option").
-PVE9_ONLY_VALUES = {
-    "amd-sev": re.compile(r"(^|,)type=snp(,|$)"),
-    "machine": re.compile(r"enable-s[34]="),
-}
 # The datacenter.cfg keys an unprivileged reader of /cluster/options sees (get_options).
 UNPRIVILEGED_OPTIONS = ("console", "tag-style")
 USER_ALLOW = ("existing", "list", "none", "free")
@@ -118,13 +111,6 @@ class Fidelity:
             values.update(match.params)
             return ok(await self._agent_call(match, values))  # type: ignore[attr-defined]
         return await super()._agent(request)  # type: ignore[misc, no-any-return]
-
-    def _too_new(self, params: dict[str, Any]) -> None:
-        if self.pve_version >= 9:
-            return
-        for key, pattern in PVE9_ONLY_VALUES.items():
-            if key in params and pattern.search(str(params[key])):
-                raise PveError(400, "Parameter verification failed.", {key: "invalid format"})
 
     # --- cluster options (P4) ----------------------------------------------------------------
 
@@ -233,62 +219,11 @@ class Fidelity:
     async def _qm_create(self, v: dict[str, Any], user: str) -> Any:
         """create_vm: check_bridge_access on the new config; tags through
         assert_tag_permissions and get_unique_tags."""
-        self._too_new(v)
         self._check_bridges(user, v)
         if v.get("tags") is not None:
             self._assert_tags(user, "", v["tags"])
             v = {**v, "tags": unique_tags(v["tags"])}
         return await super()._qm_create(v, user)  # type: ignore[misc]
-
-    # --- hibernation (P10) ------------------------------------------------------------------------
-
-    async def _do_suspend(self, vm: Any, user: str, p: dict[str, Any]) -> Any:
-        """PVE::API2::Qemu vm_suspend with ``todisk``: ``statestorage`` only with todisk
-        (else "Cannot set statestorage if todisk is not set"), Datastore.AllocateSpace on
-        it; PVE::QemuServer::vm_suspend saves the state to a volume named
-        ``vm-<vmid>-state-suspend-<date>`` on it (``vmstate`` in the config; without
-        statestorage, PVE::QemuConfig::find_vmstate_storage: the VM's disks' storage),
-        stops QEMU and locks the config ``suspended``."""
-        todisk = str(p.get("todisk", "0")) in ("1", "true")
-        storage = p.get("statestorage")
-        if storage and not todisk:
-            raise PveError(500, "Cannot set statestorage if todisk is not set")
-        if not todisk:
-            return await super()._do_suspend(vm, user, p)  # type: ignore[misc]
-        self._need_running(vm)  # type: ignore[attr-defined]
-        self._check_lock(vm)  # type: ignore[attr-defined]
-        if storage:
-            self.require(user, f"/storage/{storage}", "Datastore.AllocateSpace")  # type: ignore[attr-defined]
-            if storage not in self.storages:  # type: ignore[attr-defined]
-                raise PveError(500, f"storage '{storage}' does not exist")
-        else:
-            disks = [volume_ref(v)[0] for _k, v, _p in drives_of(vm.config)]
-            storage = next((sid for sid in disks if sid), "local")
-        volume = f"{storage}:vm-{vm.vmid}-state-suspend-{time.strftime('%Y-%m-%d')}"
-
-        async def body() -> None:
-            vm.config["vmstate"] = volume
-            vm.status = vm.qmpstatus = "stopped"
-            vm.lock = "suspended"
-            vm.config["lock"] = "suspended"
-
-        return await self.task(vm.node, "qmsuspend", vm.vmid, user, body, vm=vm)  # type: ignore[attr-defined]
-
-    async def _do_resume(self, vm: Any, user: str, p: dict[str, Any]) -> Any:
-        """vm_resume of a VM suspended to disk (its config locked ``suspended``, not
-        running): a ``qmresume`` task that runs vm_start, which loads the saved state
-        and removes the state volume and the lock. A running (paused) VM: fakepve's."""
-        if vm.lock != "suspended" or vm.status == "running":
-            return await super()._do_resume(vm, user, p)  # type: ignore[misc]
-
-        async def body() -> None:
-            vm.config.pop("vmstate", None)
-            vm.config.pop("lock", None)
-            vm.lock = None
-            vm.status = vm.qmpstatus = "running"
-            vm.started_at = time.time()
-
-        return await self.task(vm.node, "qmresume", vm.vmid, user, body, vm=vm)  # type: ignore[attr-defined]
 
     # --- config (P3, P4, P5, P8, P9) -------------------------------------------------------------
 
@@ -307,7 +242,6 @@ class Fidelity:
         digest = p.pop("digest", None)
         if digest and digest != self.full_digest(vm):
             raise PveError(500, "checksum mismatch (file change by other user?)")
-        self._too_new(p)
         deletes = [k for k in str(p.get("delete") or "").split(",") if k]
         self._check_bridges(user, p)
         touched = {

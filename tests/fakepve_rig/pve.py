@@ -10,6 +10,9 @@
 * ``fast_forward()``: every timed wait under way (a 30-second clone a killed sand
   left running) ends now, so a test waits for the moment it is about, not the rest.
 * the fidelity layer: what a real PVE refuses (:mod:`tests.fakepve_rig.fidelity`).
+* the forms PVE stores and answers with (:mod:`tests.fakepve_rig.forms`): typed values,
+  drives printed again, cloud-init drives and MACs made, ``maxdisk`` of the boot disk.
+* hibernation as qemu-server does it (:mod:`tests.fakepve_rig.hibernation`).
 * a request log with query strings, answer status and the token id that sent it,
   outermost middleware, so a dropped connection is logged too.
 """
@@ -30,6 +33,8 @@ from fakepve.qemu import is_cdrom, join_drive, split_drive
 
 from tests.fakepve_rig.fidelity import Fidelity
 from tests.fakepve_rig.fields import Fields
+from tests.fakepve_rig.forms import StoredForms
+from tests.fakepve_rig.hibernation import Hibernation
 from tests.fakepve_rig.machines import Machines
 from tests.fakepve_rig.paths import Paths
 from tests.fakepve_rig.permissions import Declared
@@ -67,7 +72,7 @@ def _bytes(text: str) -> int:
     return int(float(text[: len(text) - len(unit)] or 0) * _UNITS[unit])
 
 
-class RigPve(Machines, Paths, Declared, Fields, Fidelity, FakePve):  # type: ignore[misc]
+class RigPve(Machines, Paths, Declared, Fields, Hibernation, Fidelity, StoredForms, FakePve):  # type: ignore[misc]
     """FakePve behind the fidelity layer (:mod:`tests.fakepve_rig.fidelity`), with real
     machines behind its VMs when given a hypervisor (:mod:`tests.fakepve_rig.machines`)."""
 

@@ -5,9 +5,9 @@ it does what a PVE node does with the VM's process:
 
 * at ``qmstart`` it writes the VM's NoCloud drive from the VM's stored config as PVE's
   generator does (``tests/fakepve_rig/cloudinit.py``: ``ciuser``, ``sshkeys``,
-  ``ipconfig0``, instance-id) and boots the VM's disk with it attached as PVE attaches it
-  (an IDE CD-ROM), its NIC on a bridge with the MAC of ``net0``, and a virtio-serial port
-  for qemu-guest-agent;
+  ``ipconfig0``, instance-id) when the config has a cloud-init drive, and boots the VM's
+  disk with it attached at that drive's key (an IDE CD-ROM; no drive, no seed), its NIC on
+  a bridge with the MAC of ``net0``, and a virtio-serial port for qemu-guest-agent;
 * the disk: a qcow2 overlay over its source's disk -- the rig's template image
   (``tests/rig/pveimage.py``: the real-Lima tier's Debian 12 image plus qemu-guest-agent) for
   a VM cloned from the plain template, the frozen disk of the VM a template was made from for
@@ -53,6 +53,11 @@ CMDLINE = (
     " rcupdate.rcu_cpu_stall_timeout=300 nowatchdog nmi_watchdog=0 tsc=reliable"
 )
 MAX_MEMORY_MIB = 1536
+# A guest's boot to an address through its agent with the host lightly loaded (load ~7
+# on 2 cores: 70-76 s), and the agent's socket waits that go with it: a busier host
+# slows the guest's agent as much as its boot, so they grow with the boots measured.
+REFERENCE_BOOT = 75.0
+AGENT_WAITS = {"connect": 3.0, "sync": 5.0, "reply": 30.0}
 _ACK = re.compile(r"DHCPACK\(\S+\) (\S+) (\S+)")
 
 
@@ -75,6 +80,19 @@ class Machine:
             return (self.dir / "console.log").read_text(errors="replace")
         except OSError:
             return ""
+
+
+def cloudinit_cdrom(key: str | None, iso: Path) -> list[str]:
+    """QEMU's arguments for the cloud-init drive at its config key (``ide<N>``: the q35
+    AHCI port N, as ide2 is PVE's usual one), none without one."""
+    if key is None:
+        return []
+    if not key.startswith("ide"):
+        raise RigError(f"the rig attaches IDE cloud-init drives only, not {key}")
+    return [
+        "-drive", f"file={iso},if=none,id={key},media=cdrom,readonly=on",
+        "-device", f"ide-cd,drive={key},bus=ide.{key[3:]}",
+    ]  # fmt: skip
 
 
 class QemuHypervisor:
@@ -187,8 +205,11 @@ class QemuHypervisor:
         vdir = self.dir / f"vm-{vmid}"
         shutil.rmtree(vdir, ignore_errors=True)
         vdir.mkdir()
-        seed = cloudinit.seed_files(config, vmid)
-        cloudinit.write_iso(seed, vdir / "cloudinit.iso")
+        # vm_start → apply_cloudinit_config: only a VM with a cloud-init drive gets one.
+        drive = cloudinit.cloudinit_drive(config)
+        seed = cloudinit.seed_files(config, vmid) if drive else {}
+        if drive:
+            cloudinit.write_iso(seed, vdir / "cloudinit.iso")
         mac = cloudinit.net_mac(config.get("net0"))
         tap = f"spt{self.id}{vmid}"[:15]
         run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"])
@@ -203,9 +224,7 @@ class QemuHypervisor:
             "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
             "-append", CMDLINE,
             "-drive", f"file={disk},if=virtio,format=qcow2,cache=unsafe",
-            # ide2, as PVE attaches the cloud-init drive
-            "-drive", f"file={vdir / 'cloudinit.iso'},if=none,id=ide2,media=cdrom,readonly=on",
-            "-device", "ide-cd,drive=ide2,bus=ide.1",
+            *cloudinit_cdrom(drive, vdir / "cloudinit.iso"),
             "-netdev", f"tap,id=net0,ifname={tap},script=no,downscript=no",
             "-device", f"virtio-net-pci,netdev=net0,mac={mac}",
             "-chardev", f"socket,id=qga0,path={vdir / 'qga.sock'},server=on,wait=off",
@@ -220,6 +239,20 @@ class QemuHypervisor:
         finally:
             err.close()
         self.machines[vmid] = Machine(vmid, vdir, tap, mac, seed, proc)
+
+    def boots(self) -> list[float]:
+        """Seconds from launch to the agent's first address, of each machine that got one."""
+        machines = [*self.past, *self.machines.values()]
+        return [m.addressed - m.launched for m in machines if m.addressed is not None]
+
+    def slowness(self) -> float:
+        """How much slower than a lightly loaded host the slowest boot measured was (1 at
+        least, and before any boot)."""
+        return max([1.0, *(b / REFERENCE_BOOT for b in self.boots())])
+
+    def wait(self, name: str) -> float:
+        """An agent socket wait (``AGENT_WAITS``) scaled to the boots measured."""
+        return AGENT_WAITS[name] * self.slowness()
 
     def runs(self, vmid: int) -> bool:
         m = self.machines.get(vmid)
@@ -272,7 +305,7 @@ class QemuHypervisor:
         async with m.lock:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_unix_connection(str(m.dir / "qga.sock")), 3
+                    asyncio.open_unix_connection(str(m.dir / "qga.sock")), self.wait("connect")
                 )
             except (TimeoutError, OSError) as exc:
                 raise AgentDown(str(exc)) from exc
@@ -281,12 +314,12 @@ class QemuHypervisor:
                 sync = {"execute": "guest-sync-delimited", "arguments": {"id": token}}
                 writer.write(json.dumps(sync).encode() + b"\n")
                 await writer.drain()
-                await asyncio.wait_for(self._synced(reader, token), 5)
+                await asyncio.wait_for(self._synced(reader, token), self.wait("sync"))
                 writer.write(json.dumps({"execute": command}).encode() + b"\n")
                 await writer.drain()
                 if not reply:
                     return None
-                line = await asyncio.wait_for(reader.readline(), 30)
+                line = await asyncio.wait_for(reader.readline(), self.wait("reply"))
                 answer = json.loads(line)
             except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError) as exc:
                 raise AgentDown(f"{type(exc).__name__}: {exc}") from exc

@@ -1,8 +1,9 @@
 """The disk of the rig's Proxmox template: the real-Lima tier's Debian 12 image (cloud-init,
 NoCloud, ifupdown + dhclient) with ``qemu-guest-agent`` added, as an operator's PVE template
-carries it (sand finds a VM's address through the agent). Built once from that image, kernel
-and initrd shared with it, and cached next to it; each VM boots a qcow2 overlay over it
-(``tests/rig/pveguests.py``), so the cache is never written.
+carries it (sand finds a VM's address through the agent), and cloud-init's package module
+back in its final stage (``package_upgrade``, which PVE's user-data asks for). Built once
+from that image, kernel and initrd shared with it, and cached next to it; each VM boots a
+qcow2 overlay over it (``tests/rig/pveguests.py``), so the cache is never written.
 
 The image is a copy of the Lima image's ``rootfs.raw`` (sparse) into which the package is
 installed in a chroot of the loop-mounted file system: the Lima image itself stays untouched
@@ -28,7 +29,16 @@ from tests.rig import limaimage
 from tests.rig._util import RigError, cache_dir, file_lock, log, remove_tree, run
 
 PACKAGES = ("qemu-guest-agent",)
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+# The Lima image trims cloud-init's final stage to what Lima's seed uses; a PVE guest's
+# cloud image runs the package module too, which acts on the ``package_upgrade: true``
+# PVE writes into every user-data unless ``ciupgrade=0`` (Cloudinit.pm
+# ``cloudinit_userdata``): ``apt-get update`` then ``dist-upgrade``, as on a real cluster
+# (here with no mirror in reach: the update fails at once and the upgrade finds nothing).
+CLOUD_CFG = """\
+cloud_final_modules: [package-update-upgrade-install, write-files-deferred, scripts-per-once,
+  scripts-per-boot, scripts-per-instance, scripts-user, final-message, power-state-change]
+"""
 
 
 def image_dir() -> Path:
@@ -56,6 +66,7 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends "$@"
 apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /usr/sbin/policy-rc.d /etc/resolv.conf
 ' sh "$@"
+printf '%s' "$PVE_RIG_CLOUD_CFG" > "$MNT/etc/cloud/cloud.cfg.d/91-pve-rig.cfg"
 umount -R "$MNT/dev" "$MNT/sys" "$MNT/proc"
 umount "$MNT"
 """
@@ -81,7 +92,7 @@ def build() -> Path:
                  tmp / "rootfs.raw", tmp / "mnt", *PACKAGES],
                 timeout=1800,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-                     "DEBIAN_FRONTEND": "noninteractive"},
+                     "DEBIAN_FRONTEND": "noninteractive", "PVE_RIG_CLOUD_CFG": CLOUD_CFG},
             )  # fmt: skip
             (tmp / "mnt").rmdir()
             for name in ("vmlinuz", "initrd.img"):

@@ -69,6 +69,9 @@ class Ctx:
     addresses: dict[str, str] = field(default_factory=dict)
     # The last listing observe read: preflight finds templates in it without a request.
     last_rows: list[Mapping[str, Any]] | None = None
+    # The token's ``/access/permissions`` as preflight's refusals read them (None: not
+    # read in this preflight): its other checks take them from here, not a second read.
+    permissions: Mapping[str, Any] | None = None
     # Templates' configs read since the last observation, one read each (a batch of
     # clones of one template reads it once): (node, vmid) -> the read.
     template_configs: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = field(

@@ -13,6 +13,7 @@ from typing import Any
 
 from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.proxmox import locality, refusals
+from sand.backends.proxmox.cloudinit_drive import template_problem
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import listing
@@ -177,6 +178,8 @@ async def doctor(ctx: Ctx, *, forks: bool = False) -> DoctorReport:
     findings.extend(_tag_findings(perms or {}, options or {}, rows))
     if tmpl:
         findings.extend(await _locality_findings(ctx, tmpl[0], storage))
+        unattachable = await template_problem(ctx, tmpl[0], perms or {}, storage)
+        findings.extend([Finding("error", unattachable)] if unattachable else [])
     online = {str(n.get("node")): n.get("status", "online") for n in nodes or []}
     for node in ctx.config.placement_nodes:
         if node not in online:

@@ -31,6 +31,7 @@ from typing import Any
 
 from sand.backends.protocol import PreflightItem, PreflightProblem, PreflightReport
 from sand.backends.proxmox import locality, refusals
+from sand.backends.proxmox.cloudinit_drive import attach_problems
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.hibernation import state_storage_problem
@@ -65,6 +66,8 @@ async def preflight(ctx: Ctx, items: Sequence[PreflightItem]) -> PreflightReport
     rows = ctx.last_rows if ctx.last_rows is not None else await listing(ctx)
     cluster = _Cluster(rows)
     problems, cluster.warnings = await refusals.write_refusals(ctx, items, rows)
+    found, warned = await attach_problems(ctx, items, rows, ctx.permissions)
+    problems, cluster.warnings = [*problems, *found], [*cluster.warnings, *warned]
     destroy_first: dict[str, str] = {}
     if todo:
         await _read_nodes(ctx, cluster)
@@ -275,7 +278,7 @@ async def _check_update(ctx: Ctx, cluster: _Cluster, item: PreflightItem) -> lis
     )
     if item.sleep == SUSPENDED and node:
         await _read_storages(ctx, cluster)
-        why = state_storage_problem(ctx.config.storage, node, cluster.storages, vm.memory)
+        why = state_storage_problem(ctx, node, cluster.storages, vm.memory)
         if why:
             problem("storage", f"cannot hibernate the idle VM: {why}", on_backend=True)
     if "disk" in item.fields and current is not None and current.disk and node:

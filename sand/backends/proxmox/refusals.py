@@ -143,7 +143,9 @@ async def write_refusals(
     Pool.Audit on the pool and user-tag-access for every VM sand changes, SDN.Use on
     the bridge for clones.
     Two reads (``/access/permissions``, ``/cluster/options``), only when something changes;
-    a read the token may not make is a warning, never a block."""
+    a read the token may not make is a warning, never a block. The permissions read are
+    kept on ``ctx.permissions`` for preflight's other checks (None: not read)."""
+    ctx.permissions = None
     if not items:
         return [], []
 
@@ -153,6 +155,7 @@ async def write_refusals(
         perms = await ctx.client.get("access/permissions") or {}
     except ProxmoxError as e:
         return [], [f"preflight could not read the token's permissions: {e.detail}"]
+    ctx.permissions = perms
     if not holds(perms, f"/pool/{ctx.config.pool}", "Pool.Audit"):
         # Without it no VM of the pool shows its pool: sand could not tell its own VMs
         # after this run (pool_audit.py), so nothing is written.

@@ -47,12 +47,21 @@ def test_version_and_privileges_follow_the_profile(fakepve_factory: Any, major: 
         rig.grant(rig.token_id, "/pool/sand", other)
 
 
-def test_pve9_parameters_are_refused_on_8(fakepve_factory: Any) -> None:
-    rig = fakepve_factory(pve_version=8, acl="root")
+@pytest.mark.parametrize("major", [8, 9])
+def test_sev_snp_and_s3_s4_are_taken_on_8_4_as_on_9(fakepve_factory: Any, major: int) -> None:
+    """qemu-server 8.3.10, which PVE 8.4 ships, added AMD SEV-SNP and the machine's
+    enable-s3/enable-s4 (its changelog; $confdesc at "bump version to 8.3.10")."""
+    rig = fakepve_factory(pve_version=major, acl="root")
     rig.seed_vm(100, "a", status="stopped")
-    status, _ = Api(rig).call("PUT", "nodes/pve1/qemu/100/config", **{"amd-sev": "type=snp"})
-    assert status == 400
-    assert "amd-sev" not in rig.vm(100).config
+    api = Api(rig)
+    sev = {"amd-sev": "type=snp"}
+    assert api.call("PUT", "nodes/pve1/qemu/100/config", **sev)[0] == 200
+    machine = "q35,enable-s3=1,enable-s4=0"
+    assert api.call("PUT", "nodes/pve1/qemu/100/config", machine=machine)[0] == 200
+    config = rig.vm(100).config
+    assert (config["amd-sev"], config["machine"]) == ("type=snp", machine)
+    status, _ = api.call("POST", "nodes/pve1/qemu", vmid=101, **sev, machine=machine)
+    assert status == 200
 
 
 def test_digest_covers_pending(fakepve_server: FakePveRig) -> None:
