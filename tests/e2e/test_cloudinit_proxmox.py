@@ -16,6 +16,7 @@ it measured, tests/rig/pveguests.py).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -174,6 +175,10 @@ def test_clones_of_a_golden_base_boot_with_cloud_init_as_machines_of_their_own(
             assert read.returncode == 0, read.stderr
             facts[fact] = read.stdout.split()[1] if fact == "hostkey" else read.stdout.strip()
         assert m.seed["meta-data"] == f"instance-id: {facts['instance']}\n"
+        # The user-data's package_upgrade ran on this instance (cloud-init's package module).
+        ran = _ssh(rig.identity, user, ip, "sudo", "-n", "cat", "/var/log/cloud-init.log")
+        module = re.search(r"Running module package[-_]update[-_]upgrade[-_]install", ran.stdout)
+        assert module, ran.stdout[-3000:] + ran.stderr
         assert len(facts["machine"]) == 32
         seen[name] = facts
     # Machines of their own: host keys, machine-ids and instances all differ.
