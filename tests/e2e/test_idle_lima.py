@@ -75,7 +75,9 @@ def test_an_idle_lima_vm_stops_and_sand_shell_starts_it(tmp_path: Path, netns_gu
     other = {**fleet.env, "SAND_STATE_DIR": str(tmp_path / "other-host")}
     proc = subprocess.run([sys.executable, "-m", "sand", "status", "--json"], cwd=tmp_path,
                           env=other, capture_output=True, text=True, check=True)  # fmt: skip
-    assert json.loads(proc.stdout)["vms"][0]["asleep"] == {**mark, "since": mark["since"]}
+    # The JSON gives the mark's time as every time in it: ISO 8601 in UTC.
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mark["since"]))
+    assert json.loads(proc.stdout)["vms"][0]["asleep"] == {**mark, "since": since}
 
     fleet.standin.clear_log()
     proc = fleet.sand("shell", "dev-1", "--", "true")
