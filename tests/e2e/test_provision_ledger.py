@@ -26,7 +26,18 @@ pytestmark = pytest.mark.e2e
 
 VALUE = "ledger-canary-3f9d-secret"
 MACHINE = {"packages", "toolchain", "agents"}
-ALL = ["bundle", "user", "packages", "toolchain", "agents", "locale", "home", "secrets", "repos"]
+ALL = [
+    "bundle",
+    "user",
+    "packages",
+    "toolchain",
+    "agents",
+    "memory",
+    "locale",
+    "home",
+    "secrets",
+    "repos",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +72,16 @@ async def test_a_reprovision_runs_only_what_changed_and_a_no_op_is_one_exchange(
     assert first.ran == ALL and first.round_trips == 2
     ledger = _ledger(guest)
     # Every step but secrets is recorded on disk; the secrets' record is on tmpfs only.
-    assert set(ledger) == {"user", "packages", "toolchain", "agents", "locale", "home", "repos"}
+    assert set(ledger) == {
+        "user",
+        "packages",
+        "toolchain",
+        "agents",
+        "memory",
+        "locale",
+        "home",
+        "repos",
+    }
     assert VALUE not in root(guest, "cat", STEP_LOG)
     tmpfs = root(guest, "sh", "-c", f"ls /run/user/{guest.uid}/sand/.ledger")
     assert tmpfs.split() == ["secrets"]
