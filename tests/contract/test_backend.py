@@ -94,7 +94,13 @@ async def test_create_then_observe_then_mark_converged_plans_a_no_op(
     assert ours.fingerprint == vm.fingerprint
     words = plan_words(state, {BOX: seen}, {BOX: again})
     assert actions(words) == {"vm1": "no-op"}
-    assert words["summary"] == {"add": 0, "change": 0, "destroy": 0, "finish": 0, "has_changes": False}
+    assert words["summary"] == {
+        "add": 0,
+        "change": 0,
+        "destroy": 0,
+        "finish": 0,
+        "has_changes": False,
+    }
     assert far.names() == ["vm1"]
 
 
