@@ -32,7 +32,7 @@ from sand.defaults import PARALLELISM
 from sand.desired import DesiredVM
 from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
-from sand.observed import ObservedBase, ObservedVM, SecretsRecord
+from sand.observed import STOPPED, SUSPENDED, ObservedBase, ObservedVM, SecretsRecord
 from sand.plan.model import Action, BaseAction, BaseChange, GuestAction, Plan, VMChange
 from sand.plan.render import asleep_words
 from sand.state.journal import Journal
@@ -276,7 +276,9 @@ async def _apply_one(
         how = await how_to_sleep(vm, backend, current, change.sleep.how, say)
         say(Phase.UPDATING, f"going to sleep ({how}): {change.sleep.why}")
         await backend.sleep(current, how, journal)
-        return current  # nothing of the spec changed: the marker stays as it is
+        # Nothing of the spec changed (the marker stays as it is); how it sleeps is what
+        # was done, which the scrub may have made a stop where the plan said a hibernation.
+        return replace(current, power=STOPPED, hibernated=how == SUSPENDED)
     if change.asleep is not None and current is not None and isinstance(backend, Sleeps):
         # An asleep VM was planned as the VM it is awake; wake it before anything acts.
         say(Phase.UPDATING, f"waking {vm.name}, {asleep_words(change.asleep)}")

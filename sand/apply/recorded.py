@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sand.desired import DesiredState
-from sand.observed import Ownership, RecordedVM
+from sand.observed import STOPPED, Ownership, RecordedVM
 from sand.plan.model import Action, Plan
 from sand.state.asleep import SleepRecord, load_asleep, save_asleep
 from sand.state.expired import ExpiredVM, load_expired, save_expired
@@ -124,13 +124,15 @@ def record_asleep(project: str, plan: Plan, result: ApplyResult, now: float) -> 
     that acted on an asleep VM woke it first): ``sand.state.asleep``."""
     previous = load_asleep(project)
     records = dict(previous)
-    done = {(r.backend, r.vm) for r in result.results if r.ok}
+    done = {(r.backend, r.vm): r for r in result.results if r.ok}
     for c in plan.changes:
         key = (c.backend, c.vm)
         if key not in done or c.identity is None:
             continue
         if c.sleep is not None:
-            records[key] = SleepRecord(c.backend, c.vm, c.identity, c.sleep.how, now)
+            left = done[key].observed  # a hibernation the apply made a stop is a stop
+            how = STOPPED if left is not None and not left.hibernated else c.sleep.how
+            records[key] = SleepRecord(c.backend, c.vm, c.identity, how, now)
         elif c.asleep is not None and c.acts:
             records.pop(key, None)
     if records != previous:

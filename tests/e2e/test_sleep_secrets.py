@@ -11,6 +11,7 @@ on a qemu guest's memory dump: ``tests/e2e/test_scrub_memory_qemu.py``.)
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import threading
 import time
@@ -142,6 +143,9 @@ def test_a_secret_a_running_process_holds_makes_the_sleep_a_stop(
     vm = rig.vm(vmid)
     assert (vm.status, vm.lock, "vmstate" in vm.config) == ("stopped", None, False)
     assert canary_files(guest, canary) == ""
+    # This host's record of the sleep says what was done, not what the plan expected.
+    [record] = json.loads(next(sand.state_dir.rglob("asleep.json")).read_text())["vms"]
+    assert (record["name"], record["how"]) == ("agent-1", "stopped")
 
     proc = sand.run("wake", "agent-1", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
