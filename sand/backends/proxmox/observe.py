@@ -302,6 +302,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
     await assert_pools_visible(ctx, rows)
     ctx.last_rows = list(rows)
     ctx.template_configs.clear()  # a new batch: templates are read afresh
+    ctx.next_vmid = None  # and the ids to clone into asked for once more
     decided: list[ObservedVM] = []
     deep: list[Row] = []
     for row in rows:
