@@ -85,6 +85,11 @@ class Ctx:
     storage_rows: list[Mapping[str, Any]] | None = None
     # How many clones at once this backend chose (None until its first clone).
     clones_chosen: int | None = None
+    # The configs the last observation's deep reads returned (``GET …/pending``: the
+    # current values, with the digest of the whole file), by vmid: an update under the
+    # project's lease writes against them instead of reading the VM again.
+    observed_configs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    observed_at: float = 0.0  # time.monotonic() of the last observation's listing
     # The next vmid this process's clones count from (``vmids.py``): None until the
     # batch's one ``/cluster/nextid``; each observation starts a new batch.
     next_vmid: int | None = None
