@@ -32,8 +32,9 @@ async def test_a_batch_of_creates_asks_for_an_id_once_and_no_clone_is_refused(
     n = 30
     vms = rig.desired([{"name": f"c-{i}"} for i in range(n)])
     await backend.observe(vms)
-    # Answers that take a while: clones asking at once overlap, as on a loaded cluster.
-    rig.delay_requests("GET", "/cluster/nextid", 0.05)
+    # Answers that arrive late (a loaded host): an id PVE gave may be taken by the time
+    # it is read, and clones asking at once overlap.
+    rig.delay_answers("GET", "/cluster/nextid", 0.05)
     rig.clear_log()
     made = await asyncio.gather(*(backend.create(vm, journal) for vm in vms))
     statuses, asked = _clones(rig)
