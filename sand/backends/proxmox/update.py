@@ -135,6 +135,7 @@ async def update(
                     raise
                 # Changed since it was read: read it again, check it again, write again.
                 fresh, config, node = await fresh_for(ctx, current, vm, "change")
+                path = vmops.vm_path(node, vmid)  # where it is now (it may have moved)
                 marker = _marker(ctx, vm, fresh, config) if converged else None
                 params = _params(ctx, vm, fresh, fields, config, marker)
                 await ctx.client.put(f"{path}/config", **params, digest=config.get("digest"))
