@@ -95,6 +95,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"sizes": (1,)},
     ),
     (
+        "Proxmox requests: a one-field change, nextid at N creates (fakepve)",
+        "bench.change_cost",
+        "rows",
+        {"vms": 2, "create_vms": 5},
+    ),
+    (
         "time to a ready VM: full provisioning vs a golden base (real guests)",
         "bench.golden_bases",
         "rows",

@@ -319,7 +319,12 @@ async def _apply_one(
     elif change.action is Action.UPDATE and change.fields:
         assert current is not None
         say(Phase.UPDATING, "updating " + ", ".join(f.field for f in change.fields))
-        current = await backend.update(vm, current, [f.field for f in change.fields], journal)
+        # Nothing reaches the guest after it: the update's config write carries the
+        # converged marker (one write, not two, as a create's does).
+        marked = not _guest_after_update(vm, change)
+        current = await backend.update(
+            vm, current, [f.field for f in change.fields], journal, converged=marked
+        )
     assert current is not None
     if vm.provision and not provisioned:
         if change.guest is GuestAction.NONE and _rebooted(change) and uses_secrets(vm):
@@ -342,6 +347,14 @@ async def _apply_one(
     if not marked:
         await backend.mark_converged(vm, current, delivered)
     return current
+
+
+def _guest_after_update(vm: DesiredVM, change: VMChange) -> bool:
+    """Whether the guest is provisioned or sent secrets after ``change``'s update (the
+    branch below the update in ``_apply_one``)."""
+    if not vm.provision:
+        return False
+    return change.guest is not GuestAction.NONE or (_rebooted(change) and uses_secrets(vm))
 
 
 def _finishing(vm: DesiredVM) -> list[str]:

@@ -178,10 +178,19 @@ class Lifecycle(Protocol):
         ...
 
     async def update(
-        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+        self,
+        vm: DesiredVM,
+        current: ObservedVM,
+        fields: Sequence[str],
+        journal: Journal,
+        *,
+        converged: bool = False,
     ) -> ObservedVM:
         """Change ``fields`` in place (restarting when the policy says so).
 
+        ``converged``: nothing follows the update (no provisioning, no secrets): the VM
+        is left marked as ``mark_converged(vm, updated)`` would mark it (the secrets it
+        carries kept), which the caller then leaves out.
         MUST refuse a VM that is not MANAGED, before any call that changes it."""
         ...
 

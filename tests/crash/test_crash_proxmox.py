@@ -103,27 +103,37 @@ def test_crash_mid_delete_converges(point, tmp_path, fakepve_server):
     assert_converged(sand, rig, ["web-1", "web-2"], "--allow-data-loss")
 
 
+UPDATE_POINTS = {
+    "mid shutdown task": task_started("qmshutdown"),
+    # The one config write carried the converged marker; the start had not come.
+    "after the config write": step("configured"),
+    "mid start task": task_started("qmstart"),
+}
+
+
 @pytest.mark.fakepve_rig(time_scale=1.0)
-def test_crash_mid_update_converges(tmp_path, fakepve_server):
+@pytest.mark.parametrize("point", list(UPDATE_POINTS))
+def test_crash_mid_update_converges(point, tmp_path, fakepve_server):
     rig = fakepve_server
     sand = Sand(tmp_path)
     sand.write(rig.manifest(VMS))
     assert sand.run("apply", "--auto-approve").returncode == 0
-    rig.set_task_secs("qmshutdown", 1.0)
-    rig.set_task_secs("qmstop", 1.0)
+    for task in ("qmshutdown", "qmstop", "qmstart"):
+        rig.set_task_secs(task, 1.0)
     sand.write(rig.manifest([{"name": "web-1", "memory": "4GiB"}, {"name": "web-2"}]))
     killed = kill_when(
         sand_argv("apply", "--auto-approve"),
         env_for(sand.state_dir),
         tmp_path,
         journal_path(sand),
-        task_started("qmshutdown"),  # the update's shutdown is under way
+        UPDATE_POINTS[point],
     )
     assert killed
     assert_interrupted(sand)
-    only_the_killed_runs_tasks_take_time(rig, "qmshutdown", "qmstop")
+    only_the_killed_runs_tasks_take_time(rig, "qmshutdown", "qmstop", "qmstart")
     assert_converged(sand, rig, ["web-1", "web-2"])
-    assert int(rig.vms_named("web-1")[0].config["memory"]) == 4096
+    (vm,) = rig.vms_named("web-1")
+    assert int(vm.config["memory"]) == 4096 and vm.status == "running" and vm.pending == {}
 
 
 def test_lock_is_free_after_a_kill(tmp_path, fakepve_server):
@@ -202,4 +212,10 @@ def test_crash_mid_power_task_is_awaited_before_convergence(task_type, tmp_path,
     polls = rig.requests("GET", f"/nodes/pve1/tasks/{upid}/status")
     lease = {f"/nodes/pve1/qemu/{vm.vmid}/config" for vm in rig.lease_vms()}
     writes = [r for r in rig.log if r.method in ("PUT", "POST") and r.path not in lease]
-    assert polls and writes and polls[0].at < writes[0].at
+    assert polls and all(polls[0].at < w.at for w in writes)
+    if task_type == "qmstart":
+        # The write before the start carried the memory and the converged marker: once
+        # the killed run's start ended, nothing was left to change.
+        assert writes == []
+    else:
+        assert writes

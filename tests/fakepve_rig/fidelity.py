@@ -276,3 +276,17 @@ class Fidelity:
             cfg["memory"] = str(cfg["memory"])  # PVE sends it as a string
         cfg["digest"] = self.full_digest(vm)
         return ok(cfg)  # type: ignore[no-any-return]
+
+    async def _pending(self, request: web.Request) -> web.StreamResponse:
+        """vm_pending → PVE::GuestHelpers::config_with_pending_array: an item for every
+        scalar key of the loaded config, so the ``digest`` parse_vm_config puts there (the
+        SHA-1 of the whole file) too: a writer may send it back with its change (P16)."""
+        from fakepve.server import ok
+
+        answer = await super()._pending(request)  # type: ignore[misc]
+        if not isinstance(answer, web.Response) or answer.status != 200 or not answer.body:
+            return answer  # type: ignore[no-any-return]
+        vm = self._vm(request, "VM.Audit")  # type: ignore[attr-defined]
+        items = json.loads(bytes(answer.body))["data"]  # type: ignore[arg-type]
+        items.append({"key": "digest", "value": self.full_digest(vm)})
+        return ok(items)  # type: ignore[no-any-return]

@@ -94,6 +94,8 @@ class RigPve(Machines, Paths, Declared, Fields, Hibernation, Fidelity, StoredFor
         self.holds: list[tuple[str, str, str, str]] = []
         # Real seconds added before answering (delay_requests): (method, path suffix).
         self.delays: dict[tuple[str, str], float] = {}
+        # Real seconds an answer, made at once, takes to arrive (delay_answers).
+        self.answer_delays: dict[tuple[str, str], float] = {}
         self._dropped: asyncio.Event | None = None
 
     # --- time -----------------------------------------------------------------------
@@ -133,6 +135,12 @@ class RigPve(Machines, Paths, Declared, Fields, Hibernation, Fidelity, StoredFor
         """Answer each ``method`` request to a path ending in ``suffix`` ``secs`` real
         seconds late (whatever the time scale): a test makes such calls overlap."""
         self.delays[(method, suffix)] = secs
+
+    def delay_answers(self, method: str, suffix: str, secs: float) -> None:
+        """Answer each ``method`` request to a path ending in ``suffix`` at once, but let
+        the answer arrive ``secs`` real seconds later (a busy network, a loaded client):
+        what it says may no longer hold when it is read."""
+        self.answer_delays[(method, suffix)] = secs
 
     async def _delayed(self, request: web.Request) -> None:
         for (method, suffix), secs in self.delays.items():
@@ -183,6 +191,9 @@ class RigPve(Machines, Paths, Declared, Fields, Hibernation, Fidelity, StoredFor
                 done(0)
                 raise
             done(response.status)
+            for (method, suffix), secs in self.answer_delays.items():
+                if request.method == method and request.path.endswith(suffix):
+                    await asyncio.sleep(secs)
             if path == "/cluster/resources" and self.hidden_from_listing:
                 response = self._without_hidden(response)
             return response

@@ -470,6 +470,11 @@ class FakePveRig:
         seconds late, whatever the time scale."""
         self.run(self.pve.delay_requests, method, suffix, secs)
 
+    def delay_answers(self, method: str, suffix: str, secs: float) -> None:
+        """Answer each ``method`` request to a path ending in ``suffix`` at once, and
+        deliver the answer ``secs`` real seconds later."""
+        self.run(self.pve.delay_answers, method, suffix, secs)
+
     def drop_held(self) -> None:
         """Held requests fail as dropped connections; nothing is held from now on."""
         self.run(self.pve.drop_held)

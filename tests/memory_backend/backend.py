@@ -230,7 +230,13 @@ class MemoryBackend:
         mine.marker = self._converged(vm, mine.marker, secrets)
 
     async def update(
-        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+        self,
+        vm: DesiredVM,
+        current: ObservedVM,
+        fields: Sequence[str],
+        journal: Journal,
+        *,
+        converged: bool = False,
     ) -> ObservedVM:
         mine = self._mine(current, "update")
         infra = vm.infra()
@@ -243,6 +249,9 @@ class MemoryBackend:
                     mine.protect = vm.protect
                 else:
                     mine.spec[name] = infra[name]
+            if converged:
+                assert mine.marker is not None
+                mine.marker = self._converged(vm, mine.marker, None)
         return self._observed(mine)
 
     async def delete(self, current: ObservedVM, journal: Journal) -> None:

@@ -121,9 +121,18 @@ class LimaBackend:
         return await golden.delete(self.ctx, base, journal)
 
     async def update(
-        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+        self,
+        vm: DesiredVM,
+        current: ObservedVM,
+        fields: Sequence[str],
+        journal: Journal,
+        *,
+        converged: bool = False,
     ) -> ObservedVM:
-        return await lifecycle.update(self.ctx, vm, current, fields, journal)
+        made = await lifecycle.update(self.ctx, vm, current, fields, journal)
+        if converged:  # its marker is its own step here: one more write costs little
+            await lifecycle.mark_converged(self.ctx, vm, made, None)
+        return made
 
     async def sleep(
         self, current: ObservedVM, how: str, journal: Journal, *, by: str = "idle"

@@ -3,8 +3,8 @@
 Modules: ``client`` (proxmoxer wrapper: retries, task polling, errors classified
 into ``errors.ErrorKind``), ``marker`` (tags and description, read as ownership
 claims), ``observe`` (one listing, deep reads on mismatch), ``create`` (adopt or
-``clone``, then configure), ``lifecycle`` (update, delete, mark), ``recover``
-(journal replay: decide, then act; VMs a listing left out), ``guest`` (the
+``clone`` into an id ``vmids`` counts, then configure), ``lifecycle`` (update, delete,
+mark), ``recover`` (journal replay: decide, then act; VMs a listing left out), ``guest`` (the
 guest agent address), ``doctor`` and ``backend``.
 proxmoxer and requests load only when a backend is built.
 """

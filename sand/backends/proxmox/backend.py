@@ -102,9 +102,17 @@ class ProxmoxBackend:
         return await bases.delete(self.ctx, base, journal)
 
     async def update(
-        self, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
+        self,
+        vm: DesiredVM,
+        current: ObservedVM,
+        fields: Sequence[str],
+        journal: Journal,
+        *,
+        converged: bool = False,
     ) -> ObservedVM:
-        return await lifecycle.update(self.ctx, vm, current, fields, journal)
+        from sand.backends.proxmox import update as update_mod
+
+        return await update_mod.update(self.ctx, vm, current, fields, journal, converged=converged)
 
     async def sleep(
         self, current: ObservedVM, how: str, journal: Journal, *, by: str = "idle"

@@ -27,7 +27,7 @@ from typing import Any
 
 from sand.backends.protocol import BaseProvisioner
 from sand.backends.proxmox import description as desc
-from sand.backends.proxmox import guest, vmops
+from sand.backends.proxmox import guest, vmids, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.clone import ID_ATTEMPTS
 from sand.backends.proxmox.context import Ctx, in_pool
@@ -138,9 +138,7 @@ async def _clone(
     """A full clone of the source into a fresh vmid (another when a client takes it)."""
     async with await ctx.clone_slots():
         for _ in range(ID_ATTEMPTS):
-            vmid = int(await ctx.client.get("cluster/nextid"))
-            while vmid in ctx.cloning_ids:
-                vmid += 1
+            vmid = await vmids.take(ctx)
             entry = await journal.begin_async(
                 "base",
                 backend=ctx.name,
@@ -163,7 +161,6 @@ async def _clone(
                 params["target"] = node
             tnode, tvmid = str(template.get("node")), template["vmid"]
             track = _tracker(journal, entry)
-            ctx.cloning_ids.add(vmid)
             try:
                 await ctx.client.task(
                     "POST",
@@ -176,6 +173,7 @@ async def _clone(
             except ProxmoxError as e:
                 if e.kind is ErrorKind.EXISTS and e.upid is None:
                     journal.finish(entry, "failed")
+                    await vmids.taken(ctx, vmid)
                     continue  # the id went to another client first: nothing was made
                 if not e.transient:
                     journal.finish(entry, "failed")

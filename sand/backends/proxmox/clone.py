@@ -1,9 +1,10 @@
 """The clone of a template into a fresh vmid, told apart from another client's VM.
 
-``/cluster/nextid``, journal intent, then one full clone into pool and storage
-with the marker in the description. The intent's id is in it (the VM's
-incarnation), so an "already exists" after a lost answer is told apart from
-someone else's VM that took the id first; then another id is tried.
+A vmid (``vmids.py``: one ``/cluster/nextid`` per batch, then counted), journal
+intent, then one full clone into pool and storage with the marker in the description.
+The intent's id is in it (the VM's incarnation), so an "already exists" after a lost
+answer is told apart from someone else's VM that took the id first; then another id
+is tried.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 
 from sand import activity
 from sand.backends.proxmox import description as desc
-from sand.backends.proxmox import vmops
+from sand.backends.proxmox import vmids, vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, read_config
@@ -24,7 +25,7 @@ from sand.observed import Marker
 from sand.retrying import retry_async
 from sand.state.journal import Journal, JournalEntry
 
-ID_ATTEMPTS = 5  # vmids tried when another client takes the one nextid gave
+ID_ATTEMPTS = 5  # vmids tried when another client takes the one counted on
 CLONE_ATTEMPTS = 4  # clones retried after a transient task failure (storage lock timeout)
 
 
@@ -37,7 +38,7 @@ class Cloned(NamedTuple):
 
 
 class _Taken(Exception):
-    """The vmid went to another client between nextid and clone."""
+    """The vmid went to another client before the clone."""
 
 
 async def clone(
@@ -74,12 +75,7 @@ async def _allocate_and_clone(
     snapname: str = "",
 ) -> Cloned:
     for _ in range(ID_ATTEMPTS):
-        vmid = int(await ctx.client.get("cluster/nextid"))
-        # Another clone slot of this process may have been handed the same id a
-        # moment ago: step past the ids we are cloning into right now.
-        while vmid in ctx.cloning_ids:
-            vmid += 1
-        ctx.cloning_ids.add(vmid)
+        vmid = await vmids.take(ctx)
         try:
             result = await _try_clone(
                 ctx, vm, template, node, storage, journal, vmid, base, snapname
@@ -88,6 +84,7 @@ async def _allocate_and_clone(
             ctx.cloning_ids.discard(vmid)
         if result is not None:
             return Cloned(vmid, *result)
+        await vmids.taken(ctx, vmid)
     raise ProxmoxError(
         ctx.name,
         f"could not allocate a vmid for {vm.name!r}: {ID_ATTEMPTS} ids were taken by other "

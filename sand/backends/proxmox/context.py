@@ -85,6 +85,14 @@ class Ctx:
     storage_rows: list[Mapping[str, Any]] | None = None
     # How many clones at once this backend chose (None until its first clone).
     clones_chosen: int | None = None
+    # The configs the last observation's deep reads returned (``GET …/pending``: the
+    # current values, with the digest of the whole file), by vmid: an update under the
+    # project's lease writes against them instead of reading the VM again.
+    observed_configs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    observed_at: float = 0.0  # time.monotonic() of the last observation's listing
+    # The next vmid this process's clones count from (``vmids.py``): None until the
+    # batch's one ``/cluster/nextid``; each observation starts a new batch.
+    next_vmid: int | None = None
     # The token was seen to hold Pool.Audit on the pool (pool_audit.py): not read again.
     pool_audit_seen: bool = False
 
@@ -94,6 +102,14 @@ class Ctx:
         ) = None
         self._fresh: tuple[asyncio.AbstractEventLoop, Fresh[Any]] | None = None
         self.cloning_ids: set[int] = set()  # vmids this process is cloning into now
+        self._vmid_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    def vmid_lock(self) -> asyncio.Lock:
+        """One id taken at a time (``vmids.py``); one lock per event loop."""
+        loop = asyncio.get_running_loop()
+        if self._vmid_lock is None or self._vmid_lock[0] is not loop:
+            self._vmid_lock = (loop, asyncio.Lock())
+        return self._vmid_lock[1]
 
     def fresh_listing(self, fetch: Callable[[], Awaitable[Any]]) -> Fresh[Any]:
         """The listing shared by creates' duplicate checks (one per event loop)."""

@@ -5,9 +5,10 @@ Order (each step journalled): pick node, the clone into a fresh vmid
 fingerprints too when nothing follows), a duplicate check (unless the
 project's lease is held), disk resize (when the disk grows), start.
 
-Requests per VM: the id, the clone and its task, the config write, the start
-and its task: six; a disk larger than the template's adds the resize and its
-task. The template's config is read once per batch, not per clone.
+Requests per VM: the clone and its task, the config write, the start and its
+task: five; a disk larger than the template's adds the resize and its task. The
+template's config and the id clones count from (``vmids.py``) are read once per
+batch, not per clone.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from sand.backends.lease import (
     hold_off,
 )
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
+from sand.backends.proxmox import vmids, vmops
 from sand.backends.proxmox.context import Ctx, in_pool
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import Row, listing
@@ -203,7 +203,8 @@ class ProxmoxLease:
     async def _make(self) -> LeaseGrant:
         ctx = self.ctx
         node = ctx.config.placement_nodes[0]
-        vmid = int(await ctx.client.get("cluster/nextid"))
+        # From this process's count (vmids.py): clones later in the run count past it.
+        vmid = await vmids.take(ctx)
         record = first_record(ctx.project, self.holder, self.ttl, time.time())
         tags = lease_tags(ctx, "", record)
         try:
@@ -222,8 +223,11 @@ class ProxmoxLease:
             )
         except ProxmoxError as e:
             if e.kind is ErrorKind.EXISTS:  # another client took the id first
+                await vmids.taken(ctx, vmid)
                 raise self._busy(None) from None
             raise
+        finally:
+            ctx.cloning_ids.discard(vmid)
         others = [r for r in await listing(ctx) if is_lease_row(ctx, r) and int(r["vmid"]) != vmid]
         if not others:
             others = [r for r in await _on_the_nodes(ctx) if int(r["vmid"]) != vmid]

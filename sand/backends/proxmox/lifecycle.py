@@ -1,17 +1,18 @@
-"""Update, delete and mark converged of sand's VMs (crash recovery: ``recover.py``)."""
+"""Delete, rename and mark converged of sand's VMs, and what an update checks first (the
+update itself: ``update.py``; crash recovery: ``recover.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.proxmox import description as desc
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import units, vmops
+from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -37,7 +38,7 @@ UPDATABLE = fields_with(FIELD_POLICY, *(m for m in Mutability if m is not Mutabi
 NEEDS_RESTART = frozenset(fields_with(FIELD_POLICY, Mutability.RESTART))
 
 
-def _refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
+def refuse(ctx: Ctx, current: ObservedVM, action: str) -> None:
     what = f"VM {current.identity} ({current.name})"
     if current.ownership is not Ownership.MANAGED:
         raise ProxmoxError(ctx.name, f"refusing to {action} {what}: it is {current.ownership}")
@@ -63,7 +64,7 @@ async def fresh_for(
     """Re-read the VM (never act on a stale observation) and check it may be changed.
 
     ``located``: the VM's listing row read just now (a delete reads where it is first)."""
-    _refuse(ctx, current, action)
+    refuse(ctx, current, action)
     node = current.node or ""
     # Where the observation saw it: a VM not seen in this backend's pool is never ours.
     pool = current.details.get("pool")
@@ -80,7 +81,7 @@ async def fresh_for(
         node = str(row.get("node"))
         pool = row.get("pool")
         fresh, config = await vmops.read_vm(ctx, node, current.identity, want, pool=pool)
-    _refuse(ctx, fresh, action)  # managed: the one rule, on what was read just now
+    refuse(ctx, fresh, action)  # managed: the one rule, on what was read just now
     if fresh.marker is None:
         raise ProxmoxError(ctx.name, f"refusing to {action} VM {current.identity}: not ours")
     seen = current.marker.incarnation if current.marker else ""
@@ -93,89 +94,17 @@ async def fresh_for(
     return fresh, config, node
 
 
-def _tracker(journal: Journal, entry: JournalEntry) -> vmops.Track:
+def tracker(journal: Journal, entry: JournalEntry) -> vmops.Track:
     """Journal each task's UPID as PVE hands it out."""
     return lambda upid: journal.task(entry, upid)
 
 
-def _protected_by_sand(config: Mapping[str, Any]) -> bool:
+def protected_by_sand(config: Mapping[str, Any]) -> bool:
     block = desc.parse_block(config.get("description"))
     return bool(block and block.get("protect") is True)
 
 
-async def update(
-    ctx: Ctx, vm: DesiredVM, current: ObservedVM, fields: Sequence[str], journal: Journal
-) -> ObservedVM:
-    unknown = sorted(set(fields) - set(UPDATABLE))
-    if unknown:
-        raise ProxmoxError(ctx.name, f"cannot change {', '.join(unknown)} in place")
-    fresh, config, node = await fresh_for(ctx, current, vm, "change")
-    vmid = fresh.identity
-    if "protect" in fields and is_protected(config) and not _protected_by_sand(config):
-        # The planner never proposes this; refuse a caller that does.
-        raise ProxmoxError(
-            ctx.name,
-            f"refusing to lift the protection of VM {vmid} ({vm.name}): protection was set "
-            "outside sand; clear it in PVE to let sand manage it",
-        )
-    path = vmops.vm_path(node, vmid)
-    assert fresh.marker is not None
-    with journal.operation(
-        "update",
-        backend=ctx.name,
-        vm=vm.name,
-        identity=vmid,
-        node=node,
-        fields=list(fields),
-        incarnation=fresh.marker.incarnation,
-        failed_when=never,
-    ) as entry:
-        track = _tracker(journal, entry)
-        was_running = fresh.power == "running"
-        want_running = vm.state == "running" if "state" in fields else was_running
-        params: dict[str, Any] = {}
-        if "cpus" in fields:
-            params.update(cores=vm.cpus, sockets=1)
-        if "cpu" in fields and vm.cpu:
-            params["cpu"] = vm.cpu
-        if "memory" in fields:
-            params["memory"] = units.memory_mib(vm.memory)
-        if "protect" in fields:
-            params["protection"] = 1 if vm.protect else 0
-            params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
-        running = was_running
-        if running and (NEEDS_RESTART & set(fields)):
-            # CPU and memory need a restart: change them on a stopped VM, so nothing is left
-            # pending (PVE keeps changes to a running VM pending until its next start).
-            await vmops.shutdown(ctx, node, vmid, track=track)
-            running = False
-            journal.step(entry, "stopped")
-        if params:
-            await ctx.client.put(f"{path}/config", **params)
-            journal.step(entry, "configured")
-        if "disk" in fields:
-            disk = vmops.boot_disk(config)
-            if disk is None:
-                raise ProxmoxError(ctx.name, f"VM {vmid} has no disk to resize")
-            if vm.disk < disk[1]:
-                raise ProxmoxError(
-                    ctx.name,
-                    f"VM {vmid} disk {disk[0]} is {disk[1]} bytes; PVE cannot shrink disks",
-                )
-            if vm.disk > disk[1]:
-                await vmops.resize(ctx, node, vmid, disk[0], vm.disk, track=track)
-                journal.step(entry, "resized")
-        if want_running and not running:
-            await vmops.start(ctx, node, vmid, track=track)
-            journal.step(entry, "started")
-        elif running and not want_running:
-            await vmops.shutdown(ctx, node, vmid, track=track)
-            journal.step(entry, "stopped")
-    observed, _ = await vmops.read_vm(ctx, node, vmid, vm, pool=fresh.details.get("pool"))
-    return observed
-
-
-def _description(
+def marker_description(
     ctx: Ctx, config: Mapping[str, Any], marker: Marker | None, **extra: object
 ) -> str:
     block = desc.parse_block(config.get("description")) or {}
@@ -199,7 +128,7 @@ def own_marker(ctx: Ctx, marker: Marker, block: Mapping[str, Any]) -> Marker:
 
 
 async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
-    _refuse(ctx, current, "delete")
+    refuse(ctx, current, "delete")
     # Nothing is undone by a delete: where the VM is now is read again (one listing).
     row = await vmops.locate(ctx, current.identity)
     if row is None:
@@ -232,7 +161,7 @@ async def delete(ctx: Ctx, current: ObservedVM, journal: Journal) -> None:
         incarnation=fresh.marker.incarnation,
         failed_when=never,
     ) as entry:
-        await vmops.destroy(ctx, node, vmid, track=_tracker(journal, entry))
+        await vmops.destroy(ctx, node, vmid, track=tracker(journal, entry))
 
 
 async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> ObservedVM:
@@ -257,7 +186,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
         await ctx.client.put(
             f"{vmops.vm_path(node, vmid)}/config",
             name=name,
-            description=_description(ctx, config, marker),
+            description=marker_description(ctx, config, marker),
             digest=config.get("digest"),
         )
     observed, _ = await vmops.read_vm(ctx, node, vmid, None, pool=fresh.details.get("pool"))
@@ -271,51 +200,13 @@ async def mark_converged(
 
     The secrets tag is what ``secrets`` says was delivered, or, when nothing was
     delivered this run, the one the VM carries now."""
-    _refuse(ctx, current, "mark")
+    refuse(ctx, current, "mark")
     node = current.node or ""
     seen = current.marker.incarnation if current.marker else ""
     path = vmops.vm_path(node, current.identity)
     for attempt in range(3):
         config = await read_config(ctx, node, current.identity)
-        found = mk.parse_tags(config.get("tags"))
-        stamp, stamped_at = (
-            (secrets.stamp, secrets.delivered_at)
-            if secrets is not None
-            else (found.secrets, found.secrets_at)
-        )
-        described = desc.parse_description(config.get("description"))
-        said = owner(ctx, current.identity, mk.claims(found, described))
-        if said is Ownership.OTHER_BACKEND:
-            raise ProxmoxError(
-                ctx.name,
-                f"refusing to mark VM {current.identity}: it belongs to another backend entry",
-            )
-        if said is not Ownership.MANAGED:
-            raise ProxmoxError(ctx.name, f"refusing to mark VM {current.identity}: not ours")
-        incarnation = described.incarnation if described is not None else ""
-        if seen and incarnation != seen:
-            raise ProxmoxError(
-                ctx.name,
-                f"refusing to mark VM {current.identity}: it is not the VM that was observed",
-            )
-        block = desc.parse_block(config.get("description")) or {}
-        marker = own_marker(
-            ctx,
-            Marker(
-                ctx.project,
-                vm.name,
-                current.identity,
-                vm.fingerprint,
-                vm.guest_fingerprint,
-                vm.image,
-                secrets=stamp,
-                secrets_at=stamped_at if stamp else 0,
-                incarnation=incarnation,
-                created_at=desc.created_at_of(block) or found.created_at,
-                pool=vm.spare_of,
-            ),
-            block,
-        )
+        marker = converged_marker(ctx, vm, current.identity, config, secrets, seen=seen)
         try:
             await ctx.client.put(
                 f"{path}/config",
@@ -330,3 +221,54 @@ async def mark_converged(
             # Someone edited the config between the read and the write: read again.
             if e.kind is not ErrorKind.CONFLICT or attempt == 2:
                 raise
+
+
+def converged_marker(
+    ctx: Ctx,
+    vm: DesiredVM,
+    vmid: str,
+    config: Mapping[str, Any],
+    secrets: SecretsRecord | None,
+    *,
+    seen: str,
+) -> Marker:
+    """The marker ``mark_converged`` writes on VM ``vmid`` whose config is ``config``
+    (its tags and description checked first: ours, the incarnation ``seen``). The
+    secrets tag is what ``secrets`` says was delivered, else the one the VM carries."""
+    found = mk.parse_tags(config.get("tags"))
+    stamp, stamped_at = (
+        (secrets.stamp, secrets.delivered_at)
+        if secrets is not None
+        else (found.secrets, found.secrets_at)
+    )
+    described = desc.parse_description(config.get("description"))
+    said = owner(ctx, vmid, mk.claims(found, described))
+    if said is Ownership.OTHER_BACKEND:
+        raise ProxmoxError(
+            ctx.name, f"refusing to mark VM {vmid}: it belongs to another backend entry"
+        )
+    if said is not Ownership.MANAGED:
+        raise ProxmoxError(ctx.name, f"refusing to mark VM {vmid}: not ours")
+    incarnation = described.incarnation if described is not None else ""
+    if seen and incarnation != seen:
+        raise ProxmoxError(
+            ctx.name, f"refusing to mark VM {vmid}: it is not the VM that was observed"
+        )
+    block = desc.parse_block(config.get("description")) or {}
+    return own_marker(
+        ctx,
+        Marker(
+            ctx.project,
+            vm.name,
+            vmid,
+            vm.fingerprint,
+            vm.guest_fingerprint,
+            vm.image,
+            secrets=stamp,
+            secrets_at=stamped_at if stamp else 0,
+            incarnation=incarnation,
+            created_at=desc.created_at_of(block) or found.created_at,
+            pool=vm.spare_of,
+        ),
+        block,
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -302,6 +303,9 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
     await assert_pools_visible(ctx, rows)
     ctx.last_rows = list(rows)
     ctx.template_configs.clear()  # a new batch: templates are read afresh
+    ctx.next_vmid = None  # and the ids to clone into asked for once more
+    ctx.observed_configs = {}  # and the configs of VMs read deep
+    ctx.observed_at = time.monotonic()
     decided: list[ObservedVM] = []
     deep: list[Row] = []
     for row in rows:
@@ -323,6 +327,7 @@ async def observe(ctx: Ctx, desired: Sequence[DesiredVM]) -> Observation:
                 if e.status == 500 and e.kind is ErrorKind.NOT_FOUND:
                     return None  # gone since the listing
                 return f"cannot read VM {row['vmid']}'s config: {e.detail}"
+        ctx.observed_configs[str(row["vmid"])] = config
         outcome = classify(ctx, row, by_name, config)
         if not isinstance(outcome, ObservedVM):
             return None

@@ -75,6 +75,19 @@ def test_digest_covers_pending(fakepve_server: FakePveRig) -> None:
     assert rig.vm(100).config["cores"] == 2
 
 
+def test_pending_answers_the_digest_of_the_whole_file(fakepve_server: FakePveRig) -> None:
+    """P16: the pending answer carries the digest the config answer does (both are the
+    loaded config's), so a write against it is refused once the file changed."""
+    rig, api = fakepve_server, Api(fakepve_server)
+    rig.seed_vm(100, "a", status="running")
+    items = api.call("GET", "nodes/pve1/qemu/100/pending")[1]
+    digest = {i["key"]: i.get("value") for i in items}["digest"]
+    assert digest == api.call("GET", "nodes/pve1/qemu/100/config")[1]["digest"]
+    assert api.call("PUT", "nodes/pve1/qemu/100/config", cpu="host", digest=digest)[0] == 200
+    status, message = api.call("PUT", "nodes/pve1/qemu/100/config", cores=3, digest=digest)
+    assert status == 500 and "checksum mismatch" in message
+
+
 def test_pending_applied_unless_current(fakepve_server: FakePveRig) -> None:
     rig, api = fakepve_server, Api(fakepve_server)
     rig.seed_vm(100, "a", status="running", config={"cpu": "kvm64"})
