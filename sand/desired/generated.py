@@ -27,6 +27,7 @@ from sand.manifest.generators import Generator
 from sand.manifest.models import VM, Manifest
 from sand.manifest.names import reserved_name_problem
 from sand.refname import branch_problem
+from sand.terminal import one_line
 
 T = TypeVar("T")  # the desired VM (sand.desired.spec imports this module)
 
@@ -156,7 +157,5 @@ def _entry(gen: Generator, name: str) -> VM:
 
 
 def _quoted(text: str) -> str:
-    """An item's key as the plan may show it: printable, short (the renderer filters it
-    again; a note is also logged)."""
-    clean = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return repr(clean[:80])
+    """An item's key as a note may show it: one inert line, short."""
+    return repr(one_line(text, 80))
