@@ -123,13 +123,6 @@ class Generator(Strict):
         "whose author or labeller has write access to the repository.",
         examples=[{"repo": "webapp", "github": "acme/webapp", "label": "sand"}],
     )
-    item_file: bool = Field(
-        default=False,
-        alias="itemFile",
-        description="Give the guest the item's text (title, body, URL) as the file "
-        "~/.sand/item.json for its agent, streamed over SSH stdin, never a command line.",
-        examples=[True],
-    )
     vm: VMTemplate = Field(
         default_factory=VMTemplate,
         description="The template of each VM: a VM entry without `name` and `from`.",
