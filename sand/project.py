@@ -59,10 +59,11 @@ def desired_from(loaded: LoadedManifest) -> DesiredState:
     from sand.provision.bundle import bundle_digest, machine_digest
 
     # Read from the world like a listing, before the pure expansion (sand.workitems).
-    items = gather_items(loaded.manifest) if loaded.manifest.generators else None
-    return build_desired(
+    items, notes = gather_items(loaded.manifest, loaded.directory)
+    desired = build_desired(
         loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest(), items=items
     )
+    return dataclasses.replace(desired, notes=tuple(notes) + desired.notes) if notes else desired
 
 
 def open_session(
