@@ -59,7 +59,9 @@ def desired_from(loaded: LoadedManifest) -> DesiredState:
     from sand.provision.bundle import bundle_digest, machine_digest
 
     # Read from the world like a listing, before the pure expansion (sand.workitems).
-    items, notes = gather_items(loaded.manifest, loaded.directory)
+    items, notes = gather_items(
+        loaded.manifest, loaded.directory, from_repository=loaded.from_repository
+    )
     desired = build_desired(
         loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest(), items=items
     )

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import fnmatch
 import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from sand.desired.generated import WorkItem
 from sand.errors import ErrorLayer, SandError
 from sand.gitenv import git_env
+from sand.state.private import ensure_private_dir, write_private_file
 
 LIST_TIMEOUT = 60.0
 HEADS = "refs/heads/"
@@ -26,15 +30,30 @@ class WorkItemError(SandError):
     layer = ErrorLayer.GENERATOR
 
 
-def branch_items(url: str, match: str, *, generator: str) -> list[WorkItem]:
-    """The branches of ``url`` whose names match ``match`` (fnmatch, case-sensitive)."""
+def branch_items(
+    url: str, match: str, *, generator: str, token: str | None = None, scratch: Path | None = None
+) -> list[WorkItem]:
+    """The branches of ``url`` whose names match ``match`` (fnmatch, case-sensitive).
+    ``token``: the repository's token (HTTPS only), handed to git's credential helper
+    in a 0600 file under ``scratch`` (a private directory) for this one call."""
+    if token is None:
+        return _listed(url, match, generator, git_env())
+    if urlsplit(url).scheme != "https":
+        raise WorkItemError(f"generator {generator}: a repository token goes over https:// only")
+    with tempfile.TemporaryDirectory(dir=ensure_private_dir(scratch or Path("."))) as tmp:
+        token_file = Path(tmp) / "token"
+        write_private_file(token_file, token.encode())
+        return _listed(url, match, generator, git_env(token_file))
+
+
+def _listed(url: str, match: str, generator: str, env: dict[str, str]) -> list[WorkItem]:
     argv = ["git", "ls-remote", "--heads", "--", url]
     try:
         done = subprocess.run(
             argv,
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            env=git_env(),
+            env=env,
             timeout=LIST_TIMEOUT,
             check=False,
         )

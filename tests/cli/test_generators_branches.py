@@ -139,3 +139,36 @@ def test_a_repository_that_cannot_be_read_plans_nothing(sand, fakepve_server, tm
     assert "generator work: cannot list the branches of file://" in plan.stderr
     assert sand.run("apply", "--auto-approve").returncode == 1
     assert names(rig) == before
+
+
+GIT_TOKEN = "rig-git-token-canary-91c2"
+
+
+def test_branches_over_https_with_the_repository_token(sand, fakepve_server, tmp_path):
+    from fakepve.certs import make_cert
+
+    from tests.rig.gitserver import GitServer
+
+    rig = fakepve_server
+    (tmp_path / "pki").mkdir()
+    pki = make_cert(str(tmp_path / "pki"), hosts=("127.0.0.1",))[:2]
+    with GitServer(GIT_TOKEN, host="127.0.0.1", tls=pki) as server:
+        url = server.create_repo("app", {"README.md": "hi\n"})
+        bare = server.repo_path("app")
+        git(bare, "branch", "feature/https", "main")
+        data = manifest(rig, tmp_path)
+        data["secrets"] = {"GIT": {"from": {"env": "SAND_TEST_GIT"}}}
+        data["repos"] = {"app": {"url": url, "token": "GIT"}}
+        sand.write(data)
+        env = {"SAND_TEST_GIT": GIT_TOKEN, "GIT_SSL_CAINFO": pki[0]}
+        plan = sand.run("plan", env=env)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        assert f'+ vm "{vm_of("feature/https")}" (from generator work: feature/https)' in (
+            plan.stdout
+        )
+        assert any(ok for _, ok in server.request_log)  # the token was asked for and given
+        refused = sand.run("plan", env={**env, "SAND_TEST_GIT": "wrong"})
+        assert refused.returncode == 1 and "cannot list the branches" in refused.stderr
+    assert GIT_TOKEN not in plan.stdout + plan.stderr
+    for path in sand.state_dir.rglob("*"):
+        assert not path.is_file() or GIT_TOKEN.encode() not in path.read_bytes(), path
