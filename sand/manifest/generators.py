@@ -29,6 +29,7 @@ MAX_ITEMS = 200
 BranchPattern = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[!-~]+$")]
 GitHubName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")]
 GitHubLabel = Annotated[str, Field(min_length=1, max_length=50, pattern=r"^[^\x00-\x1f\x7f]+$")]
+DEFAULT_API = "https://api.github.com"
 # Fields of a VM that are each generated VM's own, never the template's.
 NOT_IN_TEMPLATE = ("name", "from")
 
@@ -82,7 +83,7 @@ class GitHubSource(Strict):
     )
     api: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] = (
         Field(
-            default="https://api.github.com",
+            default=DEFAULT_API,
             description="The REST API's root (GitHub Enterprise: https://HOST/api/v3).",
             examples=["https://github.example.com/api/v3"],
         )

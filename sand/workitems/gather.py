@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sand.desired.generated import WorkItem, WorkItems
-from sand.manifest.generators import GitHubSource
+from sand.manifest.generators import DEFAULT_API, GitHubSource
 from sand.manifest.models import Manifest
 from sand.secrets.resolve import resolve_secrets, reveal
 from sand.state.paths import project_dir
-from sand.workitems.branches import branch_items
+from sand.workitems.branches import WorkItemError, branch_items
 from sand.workitems.github import github_items
 from sand.workitems.rest import RestClient
 
@@ -47,6 +47,12 @@ def github_client(
 ) -> RestClient:
     """A client of ``source``'s API with its token, keeping its answers per project."""
     cache = project_dir(manifest.project) / "generators" / generator
+    if from_repository and source.token is not None and source.api != DEFAULT_API:
+        # Whoever can commit would choose where the host's token goes.
+        raise WorkItemError(
+            f"generator {generator}: a manifest sand sync follows sends a token to "
+            f"{DEFAULT_API} only, not to {source.api}"
+        )
     token = _secret(manifest, directory, source.token, from_repository)
     return RestClient(source.api, token, cache)
 

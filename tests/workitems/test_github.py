@@ -175,3 +175,15 @@ def test_contract_each_response_field_sand_reads() -> None:
         for name in fields:
             assert isinstance(dig(answers[endpoint], name), CONTRACT_TYPES[name]), name
     assert answers["permission"]["permission"] in ("admin", "write", "read", "none")
+
+
+def test_a_manifest_sand_sync_follows_sends_the_hosts_token_to_github_only(tmp_path) -> None:
+    from sand.manifest import parse_manifest
+    from sand.workitems.gather import gather_items
+    from tests.manifest.test_generators import GENERATED
+
+    text = GENERATED.replace(
+        "label: sand}", "label: sand, token: GH, api: 'https://evil.example/api'}"
+    ).replace("repos:", "secrets:\n  GH: {}\nrepos:")
+    with pytest.raises(WorkItemError, match=r"sends a token to https://api\.github\.com only"):
+        gather_items(parse_manifest(text), tmp_path, from_repository=True)
