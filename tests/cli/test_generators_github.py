@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.helpers import Sand
+from tests.machine_schemas import validate
 from tests.rig.fakegithub import FakeGitHub, FakeGitHubServer
 
 TOKEN = "ghp_cli-canary-7f3e"
@@ -58,6 +59,14 @@ def test_label_an_issue_and_its_vm_appears_then_goes_with_the_label(
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert '+ vm "issue-123" (from generator triage: acme/app#123 "Fix the login") {' in plan.stdout
     assert "issue-124" not in plan.stdout and "Plan: 1 to add" in plan.stdout
+    document = json.loads(sand.run("plan", "--json", env=env).stdout)
+    validate("plan", document)
+    (made,) = document["changes"]
+    assert made["generated"] == {
+        "generator": "triage",
+        "item": "acme/app#123",
+        "title": "Fix the login",
+    }
     assert sand.run("apply", "--auto-approve", env=env).returncode == 0
     assert [v.name for v in rig.vms()] == ["issue-123"]
     fake.log.clear()

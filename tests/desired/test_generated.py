@@ -89,3 +89,10 @@ def test_a_branch_git_would_refuse_to_check_out_makes_no_vm() -> None:
     assert len(state.notes) == 4
     for note in state.notes:
         assert note.isprintable() and "\x1b" not in note
+
+
+def test_the_template_carries_preserve_and_protect_like_any_vm() -> None:
+    text = GENERATED.replace("vm: {memory: 4GiB}", "vm: {memory: 4GiB, preserve: [~/src]}")
+    vms = generated_vms(desired_with({"triage": [WorkItem("acme/app#1", number=1)]}, text))
+    assert vms["issue-1"].preserve == ("~/src",)
+    assert vms["issue-1"].protect is False

@@ -14,6 +14,7 @@ from sand.manifest import parse_manifest
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.generated import with_items_gone
+from sand.plan.plan_json import plan_to_json
 from sand.plan.render import render_text
 from sand.provision.steps import repos_step
 from sand.workitems.branches import branch_items
@@ -72,6 +73,9 @@ def test_a_hostile_title_and_key_reach_the_plan_as_one_inert_line() -> None:
     assert line == (
         '  + vm "issue-7" (from generator triage: acme/app#7 "Fix the login $(rm -rf ~) ../../x") {'
     )
+    # The same in --json: the title as the text shows it.
+    (made,) = [c for c in plan_to_json(plan)["changes"] if c["vm"] == "issue-7"]
+    assert made["generated"]["title"] == "Fix the login $(rm -rf ~) ../../x"
     # The branch git would refuse makes no VM and is said once, inert.
     (note,) = [x for x in out.splitlines() if "no VM for" in x]
     assert "../../x" in note and "\n" not in note
