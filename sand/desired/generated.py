@@ -17,9 +17,10 @@ and a name written with ``--`` never comes from a branch as it is, so ``feature-
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from sand.desired.parts import DesiredRepo
@@ -51,11 +52,13 @@ class WorkItem:
 
 @dataclass(frozen=True)
 class GeneratedFrom:
-    """Which generator made a VM, from which item (shown in the plan, filtered there)."""
+    """Which generator made a VM, from which item (shown in the plan, filtered there);
+    ``text``: the item as the JSON its guest is given (``itemFile``), else empty."""
 
     generator: str
     item: str
     title: str = ""
+    text: str = field(default="", repr=False)
 
 
 # The work items each generator found, by generator name.
@@ -109,7 +112,8 @@ def generated(
                 continue
             names.add(name)
             entry = _entry(gen, name)
-            source = GeneratedFrom(gen_name, item.key, item.title)
+            text = _item_json(item) if gen.item_file else ""
+            source = GeneratedFrom(gen_name, item.key, item.title, text)
             out.append(finish(resolve(entry), gen.source_repo, source, item.branch))
     return out, notes
 
@@ -154,6 +158,14 @@ def _entry(gen: Generator, name: str) -> VM:
     # Built from values the manifest's model already validated and parsed; the fields
     # the template set stay the ones set (a pooled VM is told apart by them).
     return VM.model_construct(_fields_set=gen.vm.model_fields_set | {"name", "repos"}, **values)
+
+
+def _item_json(item: WorkItem) -> str:
+    """The item as its guest's agent reads it: JSON, every control character escaped
+    (``json.dumps`` leaves none raw), so the file holds no NUL and no escape."""
+    fields = {"key": item.key, "number": item.number, "branch": item.branch}
+    fields.update(title=item.title, body=item.body, url=item.url)
+    return json.dumps(fields, ensure_ascii=True, indent=2) + "\n"
 
 
 def _quoted(text: str) -> str:

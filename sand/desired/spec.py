@@ -147,6 +147,12 @@ class DesiredVM:
 
     def guest_content(self) -> dict[str, object]:
         """What provisioning puts in the guest; a change here means reprovision."""
+        content = self._guest_content()
+        if self.generated is not None and self.generated.text:  # only where there is one
+            content["item"] = self.generated.text
+        return content
+
+    def _guest_content(self) -> dict[str, object]:
         if self.golden:
             assert self.base is not None
             # The image's content is the base's: a VM follows it only when rebuilt.

@@ -124,6 +124,14 @@ class Generator(Strict):
         "whose author or labeller has write access to the repository.",
         examples=[{"repo": "webapp", "github": "acme/webapp", "label": "sand"}],
     )
+    item_file: bool = Field(
+        default=False,
+        alias="itemFile",
+        description="Give each VM its item as ~/.sand/item.json (key, number, title, body, "
+        "URL) for its agent: sent on the provisioning's stdin, never a command line, "
+        "written 0600 as data. Default false.",
+        examples=[True],
+    )
     vm: VMTemplate = Field(
         default_factory=VMTemplate,
         description="The template of each VM: a VM entry without `name` and `from`.",
