@@ -182,7 +182,13 @@ def check_generators(data: Mapping[str, Any]) -> Iterator[Finding]:
                     f"generator {name!r}: a generated VM's {key} is its item's; leave it out",
                 )
         prefix = as_str(gen.get("prefix")) or name
-        if prefix in prefixes:
+        if prefix in as_dict(data.get("pools")):
+            yield (
+                ("generators", name),
+                f"generator {name!r} names its VMs {prefix}-… as pool {prefix!r} names its "
+                "spares: give it a `prefix` of its own",
+            )
+        elif prefix in prefixes:
             yield (
                 ("generators", name),
                 f"generator {name!r} names its VMs {prefix}-… as generator "

@@ -91,6 +91,12 @@ def test_a_generator_is_parsed_with_its_template_and_cap() -> None:
         ),
         (("  - name: a\n", "  - name: issue-7\n"), "name: issue-7", 11, "shaped like a VM"),
         (("prefix: issue", "prefix: work"), "max: 3", 5, "names its VMs work-… as generator"),
+        (
+            ("generators:", "pools:\n  issue: {warm: 1}\ngenerators:"),
+            "max: 10",
+            5,
+            "names its VMs issue-… as pool 'issue' names its spares",
+        ),
     ],
 )
 def test_a_bad_generator_is_refused_where_it_is_written(
