@@ -101,6 +101,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"vms": 2, "create_vms": 5},
     ),
     (
+        "generators: 50 items in one plan, label → VM claimed from a warm pool (fakepve)",
+        "bench.generators",
+        "rows",
+        {"items": 5, "labels": 1, "interval": 1.0, "scale": 0.0},
+    ),
+    (
         "time to a ready VM: full provisioning vs a golden base (real guests)",
         "bench.golden_bases",
         "rows",

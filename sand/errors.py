@@ -25,6 +25,7 @@ class ErrorLayer(StrEnum):
     SECRETS = "secrets"
     STATE = "state"
     PLAN = "plan"
+    GENERATOR = "generator"  # reading a generator's work items
     GUARD = "guard"
     LEASE = "lease"
     # Carrying a plan out: the run, the host, a golden base, the backends.

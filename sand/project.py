@@ -24,6 +24,7 @@ from sand.observed import Observation
 from sand.state.journal import Journal, journal_path
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir
+from sand.workitems.gather import gather_items
 
 
 @dataclass
@@ -57,7 +58,14 @@ def desired_from(loaded: LoadedManifest) -> DesiredState:
     # here, not at the top: sand plan starts without it
     from sand.provision.bundle import bundle_digest, machine_digest
 
-    return build_desired(loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest())
+    # Read from the world like a listing, before the pure expansion (sand.workitems).
+    items, notes = gather_items(
+        loaded.manifest, loaded.directory, from_repository=loaded.from_repository
+    )
+    desired = build_desired(
+        loaded, bundle_digest=bundle_digest(), machine_digest=machine_digest(), items=items
+    )
+    return dataclasses.replace(desired, notes=tuple(notes) + desired.notes) if notes else desired
 
 
 def open_session(

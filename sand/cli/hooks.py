@@ -10,7 +10,10 @@ from a 0600 file (``--webhook-secret-file``):
 Compared in constant time; anything else is refused (401) and changes nothing. An
 accepted hook only wakes the sync: what it fetches and applies is what the branch
 holds, never anything the request says, so a replayed or forged body gains nothing
-beyond an early fetch. The server is the standard library's, on a thread of its own.
+beyond an early fetch. GitHub's events about work items (``X-GitHub-Event: issues``,
+``pull_request``) wake it to run the revision in force, whose generators then read
+their items from GitHub itself (docs/generators.md): the body is not read for them
+either. The server is the standard library's, on a thread of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PATH = "/hooks/git"
+# GitHub's X-GitHub-Event names of the events that may change a generator's items.
+ITEM_EVENTS = frozenset({"issues", "pull_request", "label"})
 MAX_BODY = 1 << 20  # forges send a few kB; GitHub caps payloads at 25 MB, sand at 1 MiB
 
 
@@ -76,6 +81,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.on_refused(self.client_address[0])
             self._answer(401, "bad or missing signature")
             return
+        if self.headers.get("X-GitHub-Event", "") in ITEM_EVENTS:
+            self.server.on_item()
+            self._answer(202, "reading work items")
+            return
         self.server.on_poke()
         self._answer(202, "fetching")
 
@@ -89,10 +98,12 @@ class HookServer(ThreadingHTTPServer):
         secret: bytes,
         on_poke: Callable[[], None],
         on_refused: Callable[[str], None],
+        on_item: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.secret = secret
         self.on_poke = on_poke
+        self.on_item = on_item or on_poke
         self.on_refused = on_refused
         self._thread = threading.Thread(target=self.serve_forever, name="sand-hooks", daemon=True)
 

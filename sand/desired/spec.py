@@ -15,11 +15,13 @@ from typing import TypeVar
 
 from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
+from sand.desired.generated import GeneratedFrom, WorkItems, generated, with_item_branch
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: imported from here
 from sand.desired.parts import DesiredRepo as DesiredRepo
 from sand.desired.parts import DesiredSecret as DesiredSecret
 from sand.desired.parts import ImageStep as ImageStep
+from sand.desired.parts import MachineContent as MachineContent
 from sand.desired.parts import expiry_of, first_set, norm_path, preserved
 from sand.desired.pools import pooled, spares
 from sand.manifest.builtin import (
@@ -38,27 +40,6 @@ from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import VM, Manifest
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class MachineContent:
-    """What a golden base holds, the same for every VM made from it: the machine-level
-    provisioning of one login user (packages, toolchain, agents, the image's steps)."""
-
-    user: str
-    packages: tuple[str, ...]
-    agents: tuple[str, ...]
-    docker: bool
-    steps: tuple[ImageStep, ...] = ()
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "user": self.user,
-            "packages": list(self.packages),
-            "agents": list(self.agents),
-            "docker": self.docker,
-            "steps": [[s.name, s.run, s.timeout] for s in self.steps],
-        }
 
 
 # Bump to rebuild every golden base when what a base is made of changes meaning.
@@ -150,6 +131,7 @@ class DesiredVM:
     # is one of the pool's spares (sand.desired.pools). In neither fingerprint.
     pool: str | None = None
     spare: bool = False
+    generated: GeneratedFrom | None = None  # made by a generator from a work item
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -165,6 +147,12 @@ class DesiredVM:
 
     def guest_content(self) -> dict[str, object]:
         """What provisioning puts in the guest; a change here means reprovision."""
+        content = self._guest_content()
+        if self.generated is not None and self.generated.text:  # only where there is one
+            content["item"] = self.generated.text
+        return content
+
+    def _guest_content(self) -> dict[str, object]:
         if self.golden:
             assert self.base is not None
             # The image's content is the base's: a VM follows it only when rebuilt.
@@ -217,6 +205,7 @@ class DesiredState:
     project: str
     manifest: Manifest
     vms: tuple[DesiredVM, ...]
+    notes: tuple[str, ...] = ()  # what the plan says of work items left out
 
     def for_backend(self, backend: str) -> list[DesiredVM]:
         return [vm for vm in self.vms if vm.backend == backend]
@@ -252,13 +241,14 @@ def build_desired(
     *,
     host: HostLocale | None = None,
     machine_digest: str = "",
+    items: WorkItems | None = None,
 ) -> DesiredState:
     """Resolve defaults into one DesiredVM per manifest entry (manifest order kept).
 
     ``host`` is this machine's timezone and locale, for VMs the manifest gives
     none (read from the environment and /etc when not passed). ``machine_digest``:
     the digest of the bundle scripts a golden base runs (part of each base's
-    fingerprint).
+    fingerprint). ``items``: each generator's work items (``sand.workitems``).
     """
     m = loaded.manifest if isinstance(loaded, LoadedManifest) else loaded
     here = host or HostLocale.detect()
@@ -268,7 +258,16 @@ def build_desired(
     entries = [pooled(entry, m.pools) for entry in m.vms]
     vms = [resolve(with_inherited(entry, entries)) for entry in entries]
     vms += spares(m, resolve, _as_spare)
-    return DesiredState(project=m.project, manifest=m, vms=tuple(vms))
+    made, notes = generated(m, items or {}, resolve, _as_generated, (v.name for v in vms))
+    return DesiredState(m.project, m, tuple(vms + made), tuple(notes))
+
+
+def _as_generated(
+    spec: DesiredVM, repo: str, source: GeneratedFrom, branch: str | None
+) -> DesiredVM:
+    """A VM of a generator's template given its item's branch (``sand.desired.generated``)."""
+    repos = with_item_branch(spec.repos, repo, branch)
+    return with_fingerprints(replace(spec, repos=repos, generated=source))
 
 
 def _as_spare(spec: DesiredVM, pool: str) -> DesiredVM:

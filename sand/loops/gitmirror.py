@@ -6,40 +6,26 @@ manifest is read straight out of that commit (``git cat-file``): nothing is chec
 out, so nothing in the repository runs on this host (no hooks, filters, submodules).
 
 Credentials never reach argv, the URL, or any config file (the rule repos in guests
-keep, ``sand/provision/bundle/git-credential-sand``): an HTTPS token is read from a
-0600 file by a credential helper that git is given in its environment
-(``GIT_CONFIG_*``), after an empty helper entry that drops any the user configured.
-git's prompts are off, so a missing or refused credential fails the fetch instead of
-waiting on a terminal. SSH URLs use the host's own ssh and keys, as git does.
+keep, ``sand/provision/bundle/git-credential-sand``): git runs in ``sand.gitenv``'s
+environment (an HTTPS token read from a 0600 file by a credential helper, no helper
+the user configured, no prompts). SSH URLs use the host's own ssh and keys, as git does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sand.errors import ErrorLayer, SandError
+from sand.gitenv import ALLOWED_PROTOCOLS, git_env
 from sand.state.paths import state_root
 from sand.state.private import ensure_private_dir, private_file_problem
 
 FETCH_TIMEOUT = 300.0
-# Transports a repository URL may use (no ext::, which runs a command; no fd::).
-ALLOWED_PROTOCOLS = "https:http:ssh:git:file"
-# Answers git's "get" with the token in $SAND_GIT_TOKEN_FILE, and only for an https
-# request (the second lock behind GIT_ALLOW_PROTOCOL=https); the request on stdin is
-# drained first, and nothing but the file's path is ever an argument.
-CREDENTIAL_HELPER = (
-    '!f() { p=; while IFS= read -r l && [ -n "$l" ]; do '
-    'case "$l" in protocol=*) p="${l#protocol=}";; esac; done; '
-    '[ "$1" = get ] && [ "$p" = https ] || exit 0; '
-    "printf 'username=x-access-token\\npassword='; "
-    'tr -d "\\r\\n" < "$SAND_GIT_TOKEN_FILE"; echo; }; f'
-)
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -114,31 +100,7 @@ class GitMirror:
         return f"GitMirror({self.url!r}, {self.branch or 'HEAD'})"
 
     def _env(self) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("GIT_ASKPASS", "SSH_ASKPASS", "GIT_DIR", "GIT_WORK_TREE")
-            and not k.startswith("GIT_CONFIG")
-        }
-        env.update(
-            LC_ALL="C",
-            GIT_TERMINAL_PROMPT="0",
-            GCM_INTERACTIVE="never",
-            GIT_ALLOW_PROTOCOL=ALLOWED_PROTOCOLS,
-            GIT_CONFIG_COUNT="1",
-            GIT_CONFIG_KEY_0="credential.helper",
-            GIT_CONFIG_VALUE_0="",  # drop every helper the user's config names
-        )
-        if self.token_file is not None:
-            env.update(
-                # A token goes over HTTPS only: git follows no redirect to http://.
-                GIT_ALLOW_PROTOCOL="https",
-                GIT_CONFIG_COUNT="2",
-                GIT_CONFIG_KEY_1="credential.helper",
-                GIT_CONFIG_VALUE_1=CREDENTIAL_HELPER,
-                SAND_GIT_TOKEN_FILE=str(self.token_file.resolve()),
-            )
-        return env
+        return git_env(self.token_file)
 
     async def _git(self, *args: str, timeout: float = FETCH_TIMEOUT) -> bytes:
         argv = ["git", *args]

@@ -36,6 +36,9 @@ from sand.state.private import write_private_file
 
 WEBHOOK = "webhook"
 START = "start"
+# A forge's event about a work item (an issue labelled, a pull request opened): no new
+# commit, but the generators' items may have changed, so the revision in force runs.
+WORK_ITEM = "work item"
 
 
 class SyncMetrics(Protocol):
@@ -149,9 +152,9 @@ class Syncer:
         good = Revision(self.state.good, "")
         if self.state.good != self.state.applied:
             return await self._apply(good, f"revision {good.short}")
-        if reason in (PERIODIC, START):
-            # Between commits (a restart is not a commit): drift is corrected only
-            # with selfHeal, as a periodic run does.
+        if reason in (PERIODIC, START, WORK_ITEM):
+            # Between commits (a restart, a work item's event are not commits): drift is
+            # corrected only with selfHeal, as a periodic run does.
             return await self._apply(good, PERIODIC)
         return None
 
@@ -239,21 +242,32 @@ class Syncer:
         self.metrics.run_done(revision, result, seconds)
         return result
 
-    async def run(self, interval: float, stop: asyncio.Event, poke: asyncio.Event) -> None:
-        """Until ``stop``: a check at start, every ``interval`` seconds, and on every
-        ``poke``. Single-flight: pokes during a check collapse into one more."""
+    async def run(
+        self,
+        interval: float,
+        stop: asyncio.Event,
+        poke: asyncio.Event,
+        item_poke: asyncio.Event | None = None,
+    ) -> None:
+        """Until ``stop``: a check at start, every ``interval`` seconds, on every
+        ``poke`` (a push) and ``item_poke`` (a work item's event). Single-flight: pokes
+        during a check collapse into one more."""
         wakeups = Wakeups(stop, first=START)
 
-        async def pokes() -> None:
+        async def pokes(event: asyncio.Event, reason: str) -> None:
             while not stop.is_set():
-                await poke.wait()
-                poke.clear()
-                wakeups.fire(WEBHOOK)
+                await event.wait()
+                event.clear()
+                wakeups.fire(reason)
 
         def pick(reasons: list[str]) -> str:
-            return next((r for r in (START, WEBHOOK) if r in reasons), PERIODIC)
+            # A work item's check fetches too: it covers a push's as well.
+            return next((r for r in (START, WORK_ITEM, WEBHOOK) if r in reasons), PERIODIC)
 
-        await wakeups.serve([wakeups.every(interval), pokes()], self.check, pick)
+        sources = [wakeups.every(interval), pokes(poke, WEBHOOK)]
+        if item_poke is not None:
+            sources.append(pokes(item_poke, WORK_ITEM))
+        await wakeups.serve(sources, self.check, pick)
 
 
 def _relabel(exc: ManifestError, copy: Path, label: str) -> ManifestError:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from sand.errors import ManifestError, Problem
 from sand.manifest import content as c
+from sand.manifest import generators as g
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.collisions import check_collisions
@@ -189,6 +190,8 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
         return m.SecretUse
     if head == ("vms",) and len(path) == 4 and path[2] == "ports":
         return m.Port
+    if head == ("generators",) and len(path) in (2, 3):
+        return _GENERATOR_PARTS.get(path[2] if len(path) == 3 else "")
     if head == ("repos",) and len(path) == 2:
         return c.Repo
     if head == ("secrets",) and len(path) == 2:
@@ -203,6 +206,14 @@ def _model_at(path: Path, data: Any) -> type[BaseModel] | None:
         if len(path) == 2:
             return CONFIGS.get(str(kind))
     return None
+
+
+_GENERATOR_PARTS: dict[str | int, type[BaseModel]] = {
+    "": g.Generator,
+    "vm": g.VMTemplate,
+    "branches": g.BranchSource,
+    "github": g.GitHubSource,
+}
 
 
 def _did_you_mean(key: str, allowed: list[str]) -> str:

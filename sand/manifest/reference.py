@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sand.manifest import content as c
+from sand.manifest import generators as g
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
 from sand.manifest.idle import Idle
@@ -44,6 +45,14 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
         Pool,
         "A warm pool: spares a VM naming `pool:` claims ([warm pools](fork-and-pools.md)).",
     ),
+    (
+        "`generators.<name>`",
+        g.Generator,
+        "A VM template expanded once per work item ([generators](generators.md)); its `vm` "
+        "is a `vms[]` entry without `name` and `from`.",
+    ),
+    ("`generators.<name>.branches`", g.BranchSource, "Branches of a repository as items."),
+    ("`generators.<name>.github`", g.GitHubSource, "Labelled GitHub issues or PRs as items."),
     ("`vms[]`", m.VM, "One VM. Unset fields come from `defaults`."),
     (
         "`defaults.idle`, `vms[].idle`",

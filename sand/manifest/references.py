@@ -13,6 +13,7 @@ from typing import Any
 
 from sand.manifest.backends import CONFIGS
 from sand.manifest.forks import check_forks, inherited
+from sand.manifest.generators import check_generators
 from sand.manifest.images import check_sources, check_vm_image, golden_name
 from sand.manifest.names import reserved_name_problem
 from sand.manifest.pools import check_pools, with_pool
@@ -110,6 +111,7 @@ def check_references(data: Any) -> Iterator[Finding]:
 
     yield from check_forks(all_vms, backend_of)
     yield from check_pools(data)
+    yield from check_generators(data)
     yield from check_sources(images, used_by)
 
 

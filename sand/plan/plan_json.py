@@ -7,6 +7,7 @@ from typing import Any
 
 from sand.backends.protocol import RecoveryDecision
 from sand.plan.model import Action, BaseChange, FieldChange, GuestAction, Plan, VMChange
+from sand.terminal import one_line
 
 _THEN = {
     "create": "create",
@@ -149,6 +150,11 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "stop_shared_with": list(shared.get(c.vm, ())),
             }
         out.update(_pool_keys(c))
+        source = c.desired.generated if c.desired is not None else None
+        if source is not None:
+            # The item's text is anyone's: one inert line, as the plan's text shows it.
+            title = one_line(source.title, 200)
+            out["generated"] = {"generator": source.generator, "item": source.item, "title": title}
     if plan.bases:
         data["bases"] = [base_to_json(b) for b in plan.bases]
     # Only when asked for, so every other plan reads as it always has.

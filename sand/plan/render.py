@@ -20,6 +20,7 @@ from sand.plan.model import (
     VMChange,
 )
 from sand.plan.plan_json import plan_to_json, recovery_line, shared_stops
+from sand.terminal import one_line
 
 __all__ = ["plan_to_json", "render_change", "render_drift", "render_text"]
 
@@ -281,6 +282,7 @@ def _render_change(change: VMChange, paint: Any, stop_shared: tuple[str, ...] = 
         made = f" of pool {pool}{refill}"
     elif change.claims and change.desired is not None:
         made = f" (claims spare {change.claims} of pool {change.desired.pool})"
+    made += _generated_note(change) if shown is Action.CREATE else ""
     out.append(f"{pad}{paint(symbol, symbol)} {kind} {json.dumps(change.vm)}{made} {{")
     if shown is Action.CREATE and change.desired is not None:
         spec = change.desired.infra()
@@ -313,6 +315,16 @@ def _spare_of(change: VMChange) -> str:
     if change.desired is not None:
         return change.desired.spare_of
     return change.observed.marker.pool if change.observed and change.observed.marker else ""
+
+
+def _generated_note(change: VMChange) -> str:
+    """(from generator triage: acme/app#123 "Fix the login"): the item's text is
+    anyone's who can open an issue or push a branch, so it is shown as one inert line."""
+    source = change.desired.generated if change.desired is not None else None
+    if source is None:
+        return ""
+    title = f" {json.dumps(one_line(source.title, 60), ensure_ascii=False)}" if source.title else ""
+    return f" (from generator {source.generator}: {one_line(source.item, 80)}{title})"
 
 
 def _fork_note(change: VMChange) -> str:

@@ -48,6 +48,7 @@ from sand.provision.driver import (
     plan_run,
     read_frames,
 )
+from sand.provision.item import item_steps
 from sand.provision.output import CHANGED, scrub, tail_of
 from sand.provision.steps import (
     MACHINE,
@@ -123,7 +124,7 @@ async def provision(
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
     # Built before connecting: a spec that cannot be provisioned fails before any SSH.
-    steps = provision_steps(vm, values, agent_source=agent_source)
+    steps = [*provision_steps(vm, values, agent_source=agent_source), *item_steps(vm)]
     return await _run(
         endpoint,
         vm.name,

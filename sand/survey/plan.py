@@ -16,6 +16,7 @@ from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
+from sand.plan.generated import with_items_gone
 from sand.plan.model import FORK_BLOCKER, Plan, VMChange
 from sand.plan.pools import with_pools
 from sand.plan.targeting import steer
@@ -104,6 +105,7 @@ async def compute_plan(
         plan = replace(plan, agents=agents)
     # After planning the whole fleet, before the checks: only what will run is checked,
     # and the mass-delete guard still counts every VM.
+    plan = with_items_gone(plan, desired.manifest, session.desired.notes)
     plan = steer(plan, targets=targets, replace_vms=replace_vms)
     if destroy:
         plan = _as_destroy(plan, {vm.name for vm in session.desired.vms})

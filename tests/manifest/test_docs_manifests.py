@@ -19,7 +19,7 @@ from sand.cli.parser import subcommands
 from sand.manifest import load_manifest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ("quickstart.md", "troubleshooting.md", "plan.md", "ui.md", "sync.md")
+PAGES = ("quickstart.md", "troubleshooting.md", "plan.md", "ui.md", "sync.md", "generators.md")
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`(sand [^`]+)`")

@@ -138,11 +138,11 @@ class _Serving:
 
         args = self.args
         loop = asyncio.get_running_loop()
-        stop, poke = asyncio.Event(), asyncio.Event()
+        stop, poke, item_poke = asyncio.Event(), asyncio.Event(), asyncio.Event()
         with contextlib.suppress(NotImplementedError):
             # systemd's stop: the same as Ctrl-C between runs, a clean end.
             loop.add_signal_handler(signal.SIGTERM, stop.set)
-        hooks = self._listen(loop, poke) if self.hooks_at is not None else None
+        hooks = self._listen(loop, poke, item_poke) if self.hooks_at is not None else None
         try:
             if self.prometheus is not None and self.metrics_at is not None:
                 try:
@@ -157,14 +157,16 @@ class _Serving:
                 file=sys.stderr,
                 flush=True,
             )
-            await self.syncer.run(args.interval, stop, poke)
+            await self.syncer.run(args.interval, stop, poke, item_poke)
         finally:
             if hooks is not None:
                 hooks.stop()
             if self.prometheus is not None:
                 self.prometheus.stop()
 
-    def _listen(self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event) -> HookServer:
+    def _listen(
+        self, loop: asyncio.AbstractEventLoop, poke: asyncio.Event, item_poke: asyncio.Event
+    ) -> HookServer:
 
         report, metrics = self.syncer.reconciler.report, self.syncer.metrics
         assert self.hooks_at is not None
@@ -177,11 +179,14 @@ class _Serving:
         def on_poke() -> None:
             loop.call_soon_threadsafe(poke.set)
 
+        def on_item() -> None:
+            loop.call_soon_threadsafe(item_poke.set)
+
         def on_refused(address: str) -> None:
             loop.call_soon_threadsafe(refused, address)
 
         try:
-            server = HookServer(self.hooks_at, self.secret, on_poke, on_refused).start()
+            server = HookServer(self.hooks_at, self.secret, on_poke, on_refused, on_item).start()
         except OSError as exc:
             raise _refused(f"--listen {self.args.listen}: {exc.strerror}") from None
         print(
