@@ -48,6 +48,7 @@ class Session:
     async def close(self) -> None:
         for backend in self.backends.values():
             await backend.close()
+        self.journal.close()  # held open for the run's records
         if self.lock is not None:
             self.lock.release()
             self.lock = None
