@@ -112,9 +112,8 @@ class Journal:
         self._syncing: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         self._syncer: ThreadPoolExecutor | None = None
         # The file held open from the first record to ``close``: a cold apply of 200 VMs
-        # wrote ~2,000 records, each an open, fstat and close of its own. With the
-        # file's (device, inode), to notice another process replacing it (a compaction).
-        self._held: tuple[int, tuple[int, int]] | None = None
+        # wrote ~2,000 records, each an open, fstat and close of its own.
+        self._held: int | None = None
 
     def begin(
         self, op: str, *, backend: str, vm: str, identity: str, **details: Any
@@ -172,25 +171,20 @@ class Journal:
 
     def _descriptor(self) -> int:
         """The journal file's descriptor, opened at the first record and kept; opened
-        again when the path no longer names the file it holds (another process compacted
-        the journal: what follows must go into the new file). Call with the mutex held."""
-        held = self._held
-        if held is not None:
-            try:
-                now = os.stat(self.path, follow_symlinks=False)
-            except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == held[1]:
-                return held[0]
+        again once the file it holds has no name left (another process compacted the
+        journal, renaming a new file over it: what follows must go into the new file).
+        An fstat of the descriptor tells, cheaper than a stat of the path. Call with the
+        mutex held."""
+        if self._held is not None:
+            if os.fstat(self._held).st_nlink > 0:
+                return self._held
             self._release()
-        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
-        st = os.fstat(fd)
-        self._held = (fd, (st.st_dev, st.st_ino))
-        return fd
+        self._held = open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        return self._held
 
     def _release(self) -> None:
         if self._held is not None:
-            os.close(self._held[0])
+            os.close(self._held)
             self._held = None
 
     def close(self) -> None:
