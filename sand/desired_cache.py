@@ -11,7 +11,7 @@ locale (the defaults of VMs that name none) and the provisioning bundle's digest
 other file (another key, another format, cut short, not JSON) is a miss, and the run
 writes it anew. It holds what the manifest says (names, sizes, repos, secret names and
 where they go, backend settings), never a secret's value: those are resolved at each
-run. What it wrote must read back equal, or nothing is kept.
+run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from sand import __version__
 from sand.desired import DesiredState
-from sand.desired.stored import as_data, same, vm_of
+from sand.desired.stored import vm_data, vm_of
 from sand.manifest import LoadedManifest, Manifest
 from sand.manifest.backends import CONFIGS, BackendConfig
 from sand.state.cache import cache_file, read_cached, write_cached
@@ -99,8 +99,14 @@ def keep_desired(
     file: Path, raw: bytes, inputs: tuple[str, ...], loaded: LoadedManifest, desired: DesiredState
 ) -> None:
     """Cache ``desired``, built from ``loaded`` (the manifest ``raw`` at ``file``)."""
-    backends = loaded.marks.data.get("backends") if loaded.marks is not None else None
+    if loaded.marks is None:
+        return
+    backends = loaded.marks.data.get("backends")
     try:
+        # The backends' settings as the manifest wrote them, validated again on a hit:
+        # kept only when that gives the manifest's own (a handful, unlike the VMs).
+        if {name: _config(c) for name, c in backends.items()} != loaded.manifest.backends:
+            return
         text = json.dumps(
             {
                 "format": CACHE_FORMAT,
@@ -108,15 +114,10 @@ def keep_desired(
                 "project": desired.project,
                 "backends": backends,
                 "pools": dict(desired.pools),
-                "vms": [as_data(vm) for vm in desired.vms],
+                "vms": [vm_data(vm) for vm in desired.vms],
             },
             separators=(",", ":"),
         )
-        back = json.loads(text)
-        configs = {name: _config(config) for name, config in back["backends"].items()}
-        vms = tuple(vm_of(vm) for vm in back["vms"])
     except (ValueError, KeyError, TypeError, AttributeError):
-        return
-    if configs != dict(loaded.manifest.backends) or not same(vms, desired.vms):
         return  # a value this cache cannot carry: the next run builds it again
     write_cached(cache_path(file), text.encode())

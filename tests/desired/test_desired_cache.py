@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from sand import asyncrun, desired_cache
-from sand.manifest import LoadedManifest
+from sand.manifest import LoadedManifest, load_manifest
 from sand.plan import Action, Plan
-from sand.project import Session, open_session
+from sand.project import Session, desired_from, open_session
 from sand.survey.guest_secrets import GuestSecrets
 from sand.survey.plan import compute_plan
 from tests.fakepve_rig.rig import FakePveRig
@@ -177,3 +177,70 @@ def test_the_cache_is_the_users_own_in_the_user_cache_dir(
     assert stat.S_IMODE(held.parent.stat().st_mode) == 0o700
     assert json.loads(held.read_bytes())["project"] == "demo"
     assert os.path.getsize(held) > 0
+
+
+# Every kind of field a DesiredVM holds, set: a golden image (its base and steps), a
+# derived base, a pool and its spares, a fork, repos, secrets, ports, preserve,
+# expires (both kinds) and idle.
+EVERY_FIELD = """\
+apiVersion: sand/v1
+project: demo
+backends:
+  pve: {type: proxmox, host: pve.test, node: pve1, pool: sand, storage: local-lvm,
+        template: 9000, token_file: pve.token, identity: id_ed25519}
+  laptop: {type: lima}
+images:
+  wb:
+    packages: [jq]
+    agents: [claude, codex]
+    steps:
+      - {name: rust, run: "echo rust", timeout: 600}
+pools:
+  agents: {warm: 2, memory: 4GiB}
+secrets:
+  GITHUB_TOKEN:
+    from: {env: SAND_GITHUB_TOKEN}
+repos:
+  webapp: {url: https://github.com/acme/webapp.git, branch: main, token: GITHUB_TOKEN}
+defaults:
+  backend: pve
+  preserve: [~/src]
+  idle: {after: 3h, then: stop}
+vms:
+  - name: a
+    image: wb
+    repos: [webapp]
+    secrets: [{name: GITHUB_TOKEN, scope: ~/src/webapp}]
+    expires: 8h
+  - name: b
+    backend: laptop
+    image: debian-12
+    ports: [{guest: 3000, host: 3000}]
+    packages: [ripgrep]
+    expires: 2030-01-01T00:00:00Z
+    idle: never
+  - name: c
+    from: {vm: a, logins: [claude]}
+  - name: d
+    pool: agents
+"""
+
+
+def test_every_kind_of_field_reads_back_as_built(tmp_path: Path) -> None:
+    file = tmp_path / "sand.yaml"
+    file.write_text(EVERY_FIELD)
+    loaded = load_manifest(file)
+    built = desired_from(loaded)
+    assert {vm.name for vm in built.vms if vm.spare} and any(vm.fork for vm in built.vms)
+    assert any(vm.base and not vm.golden for vm in built.vms)  # a derived base too
+    inputs = ("Etc/UTC", "C.UTF-8", "bundle", "machine")
+    desired_cache.keep_desired(file, file.read_bytes(), inputs, loaded, built)
+    hit = desired_cache.cached_desired(file, file.read_bytes(), inputs, lambda: loaded.manifest)
+    assert hit is not None
+    read, configs = hit
+    assert configs == loaded.manifest.backends
+    assert (read.project, read.backends, read.pools) == ("demo", ("pve", "laptop"), {"agents": 2})
+    assert read.vms == built.vms  # every field, the records and tuples they hold
+    for a, b in zip(read.vms, built.vms, strict=True):
+        assert (a.fingerprint, a.guest_fingerprint) == (b.fingerprint, b.guest_fingerprint)
+        assert {k: type(v) for k, v in vars(a).items()} == {k: type(v) for k, v in vars(b).items()}
