@@ -31,7 +31,7 @@ from sand.manifest.backends import CONFIGS, BackendConfig
 from sand.state.cache import cache_file, read_cached, write_cached
 
 # Bumped when the file's layout changes meaning.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 _SAND = Path(__file__).resolve().parent
 # The code a desired state is made by: a change to it (a checkout, an editable install)
 # changes the key, even where sand's version stays the same.
@@ -91,8 +91,27 @@ def cached_desired(
 
 
 def _config(data: Any) -> BackendConfig:
-    config: BackendConfig = CONFIGS[data["type"]].model_validate(data)
-    return config
+    """A backend's settings as :func:`_config_data` kept them."""
+    if "raw" in data:
+        validated: BackendConfig = CONFIGS[data["raw"]["type"]].model_validate(data["raw"])
+        return validated
+    fields = data["fields"]
+    made: BackendConfig = CONFIGS[fields["type"]].model_construct(set(data["set"]), **fields)
+    return made
+
+
+def _config_data(raw: Any, config: BackendConfig) -> dict[str, Any]:
+    """A backend's settings as the cache keeps them: its validated fields, made into a
+    config again without validating them (validating built the model's validator:
+    ~15 ms of a plan), where JSON carries them unchanged; else as the manifest wrote
+    them (``raw``), validated again on a hit."""
+    kept = {"fields": config.model_dump(), "set": sorted(config.model_fields_set)}
+    try:
+        if _config(json.loads(json.dumps(kept))) == config:
+            return kept
+    except (ValueError, TypeError):  # a value JSON does not carry
+        pass
+    return {"raw": raw}
 
 
 def keep_desired(
@@ -101,11 +120,12 @@ def keep_desired(
     """Cache ``desired``, built from ``loaded`` (the manifest ``raw`` at ``file``)."""
     if loaded.marks is None:
         return
-    backends = loaded.marks.data.get("backends")
+    configs = loaded.manifest.backends
     try:
-        # The backends' settings as the manifest wrote them, validated again on a hit:
-        # kept only when that gives the manifest's own (a handful, unlike the VMs).
-        if {name: _config(c) for name, c in backends.items()} != loaded.manifest.backends:
+        written = loaded.marks.data["backends"]
+        backends = {name: _config_data(written[name], c) for name, c in configs.items()}
+        # Kept only when they read back as the manifest's own (a handful, unlike VMs).
+        if {name: _config(data) for name, data in backends.items()} != configs:
             return
         text = json.dumps(
             {

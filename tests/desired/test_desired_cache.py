@@ -115,7 +115,7 @@ def test_a_secret_file_named_anew_is_read_and_no_value_is_cached(
     [
         lambda text: b"{not json",
         lambda text: text[: len(text) // 2],  # cut short
-        lambda text: text.replace(b'"format":1', b'"format":99'),  # another sand's
+        lambda text: text.replace(b'{"format":', b'{"format":99,"was":', 1),  # another sand's
         lambda text: text.replace(b'"key":"', b'"key":"0'),  # made of other inputs
         lambda text: text.replace(b'"memory":', b'"memory":"x",,"m":'),
     ],
