@@ -64,6 +64,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"sizes": (4,), "request_sizes": (2,), "clone_secs": 0.5},
     ),
     (
+        "cold apply bookkeeping: the journal's records and the progress lines of N creates",
+        "bench.cold_bookkeeping",
+        "rows",
+        {"sizes": (5,), "runs": 1},
+    ),
+    (
         "slow clones on fakepve: sand at its defaults beside Ansible's proxmox_kvm at forks=10",
         "bench.ansible_clones",
         "rows",

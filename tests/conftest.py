@@ -8,6 +8,7 @@ skip into a failure too, so a CI run cannot pass by proving nothing."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,9 @@ from tests.required import rig_required
 # limactl refuses root, and so does its stand-in unless told otherwise; the suite runs
 # as root, so every stand-in it starts (through any subprocess) is told.
 os.environ["LIMACTL_STANDIN_ALLOW_ROOT"] = "1"
+# sand's desired-state cache (sand.desired_cache) in a directory of the run's own, never
+# the user's; its workers inherit it (the cache's files are replaced atomically).
+os.environ.setdefault("SAND_CACHE_DIR", tempfile.mkdtemp(prefix="sand-test-cache-"))
 
 pytest_plugins = [
     "tests.rig.fixtures",

@@ -6,11 +6,11 @@ validate` fast. A new backend type is one line in ``MAKERS``."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from sand.backends.protocol import Backend
 from sand.manifest.backends import BackendConfig
-from sand.manifest.models import Manifest
 
 # ``type:`` → (module, function) that builds the backend from its config.
 MAKERS: dict[str, tuple[str, str]] = {
@@ -26,8 +26,11 @@ def make_backend(name: str, config: BackendConfig, *, project: str, manifest_dir
     return backend
 
 
-def make_backends(manifest: Manifest, manifest_dir: Path) -> dict[str, Backend]:
+def make_backends(
+    configs: Mapping[str, BackendConfig], project: str, manifest_dir: Path
+) -> dict[str, Backend]:
+    """The backends a manifest's ``backends`` configure, for ``project``."""
     return {
-        name: make_backend(name, config, project=manifest.project, manifest_dir=manifest_dir)
-        for name, config in manifest.backends.items()
+        name: make_backend(name, config, project=project, manifest_dir=manifest_dir)
+        for name, config in configs.items()
     }

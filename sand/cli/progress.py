@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -71,12 +72,56 @@ def clock(took: float, limit: float | None) -> str:
     return f"{took:3.0f}s / {limit:.0f}s"
 
 
+class LineBatch:
+    """Lines for ``out`` written together: those given in one pass of the event loop
+    (a cold apply's burst: every VM starting its first step) go out in one write and one
+    flush at the end of that pass, not one each. A line given outside the event loop's
+    thread (the heartbeat's) goes out at once, after any still waiting, in order."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        self.lines: list[str] = []
+        # What a write at a pass's end raised (the reader left: a closed pipe), raised to
+        # the next caller, as a write of its own would have been.
+        self.failed: Exception | None = None
+
+    def add(self, line: str) -> None:
+        if self.failed is not None:
+            raise self.failed
+        with self.lock:
+            self.lines.append(line)
+            first = len(self.lines) == 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if first:
+            loop.call_soon(self._flush_at_the_end_of_the_pass)
+
+    def _flush_at_the_end_of_the_pass(self) -> None:
+        # Called after the callbacks that were ready with the first line: the burst's end.
+        try:
+            self.flush()
+        except (OSError, ValueError) as exc:
+            self.failed = exc
+
+    def flush(self) -> None:
+        with self.lock:
+            text, self.lines = "".join(self.lines), []
+            if text:  # under the lock: two flushes must not swap their lines
+                self.out.write(text)
+                self.out.flush()
+
+
 class LineView:
     """One timestamped line per event; a step quiet for ``heartbeat`` seconds gets a
     "still ..." line (from a thread of its own, so a blocked event loop shows too)."""
 
     def __init__(self, out: TextIO, *, heartbeat: float = HEARTBEAT) -> None:
         self.out = out
+        self.batch = LineBatch(out)
         self.heartbeat = heartbeat
         self.lock = threading.Lock()
         # Per VM in progress: its last event, when its step began, when a line was last
@@ -102,7 +147,7 @@ class LineView:
             self.steps[event.vm] = (event, began, now)
 
     def _print(self, at: float, vm: str, text: str) -> None:
-        print(f"{stamp(at)} {vm}: {redact(text)}", file=self.out, flush=True)
+        self.batch.add(f"{stamp(at)} {vm}: {redact(text)}\n")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._beat, name="sand-heartbeat", daemon=True)
@@ -112,6 +157,7 @@ class LineView:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self.batch.flush()
 
     def _beat(self) -> None:
         while not self._stop.wait(min(1.0, self.heartbeat / 4)):
@@ -136,15 +182,21 @@ class JsonLinesView:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.batch = LineBatch(out)
 
     def on_step(self, event: StepEvent) -> None:
         kind = "retry" if event.retry is not None else "step"
-        write_json_line(self.out, kind, event_record(event))
+        self.batch.add(json_line(kind, event_record(event)))
+
+
+def json_line(kind: str, body: dict[str, Any]) -> str:
+    line = {"format_version": APPLY_FORMAT_VERSION, "type": kind, **body}
+    return json.dumps(line, default=str, separators=(",", ":")) + "\n"
 
 
 def write_json_line(out: TextIO, kind: str, body: dict[str, Any]) -> None:
-    line = {"format_version": APPLY_FORMAT_VERSION, "type": kind, **body}
-    print(json.dumps(line, default=str, separators=(",", ":")), file=out, flush=True)
+    out.write(json_line(kind, body))
+    out.flush()
 
 
 class LogView:
@@ -173,7 +225,11 @@ def progress_view(mode: str, stream: TextIO | None = None) -> Iterator[Hooks]:
     if mode == "quiet":
         yield NoHooks()
     elif mode == "json":
-        yield JsonLinesView(stream or sys.stdout)
+        json_lines = JsonLinesView(stream or sys.stdout)
+        try:
+            yield json_lines
+        finally:
+            json_lines.batch.flush()  # before the outcome's line
     elif mode == "log":
         yield LogView()
     elif mode == "live":

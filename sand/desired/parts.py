@@ -1,7 +1,6 @@
-"""The small records a desired VM is made of (its repos, secrets, ports, a golden
-image's own steps and what a golden base holds; re-exported by ``sand.desired.spec``
-and ``sand.desired``), and how a few of its values are chosen between the VM's own
-and its defaults'."""
+"""The small records a desired VM is made of (its repos, secrets, ports, and a golden
+image's own steps; re-exported by ``sand.desired.spec`` and ``sand.desired``), and how
+a few of its values are chosen between the VM's own and its defaults'."""
 
 from __future__ import annotations
 
@@ -59,24 +58,3 @@ def first_set(*values: bool | None) -> bool:
 
 def norm_path(path: str) -> str:
     return path.rstrip("/") if len(path) > 1 else path
-
-
-@dataclass(frozen=True)
-class MachineContent:
-    """What a golden base holds, the same for every VM made from it: the machine-level
-    provisioning of one login user (packages, toolchain, agents, the image's steps)."""
-
-    user: str
-    packages: tuple[str, ...]
-    agents: tuple[str, ...]
-    docker: bool
-    steps: tuple[ImageStep, ...] = ()
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "user": self.user,
-            "packages": list(self.packages),
-            "agents": list(self.agents),
-            "docker": self.docker,
-            "steps": [[s.name, s.run, s.timeout] for s in self.steps],
-        }

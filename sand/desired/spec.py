@@ -9,10 +9,15 @@ per-VM reads: equal fingerprints mean nothing sand manages has changed.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import TypeVar
 
+from sand.desired.bases import BASE_FORMAT as BASE_FORMAT  # re-exported: imported from here
+from sand.desired.bases import DesiredBase as DesiredBase
+from sand.desired.bases import MachineContent as MachineContent
+from sand.desired.bases import derived_base as derived_base
+from sand.desired.bases import with_base_fingerprint as with_base_fingerprint
 from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.generated import GeneratedFrom, WorkItems, generated, with_item_branch
@@ -21,7 +26,6 @@ from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: import
 from sand.desired.parts import DesiredRepo as DesiredRepo
 from sand.desired.parts import DesiredSecret as DesiredSecret
 from sand.desired.parts import ImageStep as ImageStep
-from sand.desired.parts import MachineContent as MachineContent
 from sand.desired.parts import expiry_of, first_set, norm_path, preserved
 from sand.desired.pools import pooled, spares
 from sand.manifest.builtin import (
@@ -38,49 +42,6 @@ from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import VM, Manifest
-
-T = TypeVar("T")
-
-
-# Bump to rebuild every golden base when what a base is made of changes meaning.
-BASE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class DesiredBase:
-    """A golden base on one backend: an image under ``images`` (``declared``), or one sand
-    derives for VMs that share their machine-level provisioning. Built once per
-    ``fingerprint``; a changed fingerprint is a new base."""
-
-    project: str
-    backend: str
-    name: str  # the image's name under ``images``, or ``auto-<hash>``
-    declared: bool
-    source: str  # what the base is made from, as the backend's image reference
-    content: MachineContent
-    scripts: str = ""  # digest of the bundle scripts a base runs (sand.provision.bundle)
-    fingerprint: str = ""
-
-    @property
-    def user(self) -> str:
-        return self.content.user
-
-    @property
-    def docker(self) -> bool:
-        return self.content.docker
-
-    def inputs(self) -> dict[str, object]:
-        """Everything the base is made of: its fingerprint is a digest of this."""
-        return {
-            "format": BASE_FORMAT,
-            "source": self.source,
-            "content": self.content.as_data(),
-            "scripts": self.scripts,
-        }
-
-
-def with_base_fingerprint(base: DesiredBase) -> DesiredBase:
-    return _replace(base, fingerprint=digest(base.inputs()))
 
 
 @dataclass(frozen=True)
@@ -203,12 +164,26 @@ class DesiredVM:
 @dataclass(frozen=True)
 class DesiredState:
     project: str
-    manifest: Manifest
     vms: tuple[DesiredVM, ...]
+    backends: tuple[str, ...]  # the names under ``backends``, in the manifest's order
+    pools: Mapping[str, int]  # each pool's ``warm`` count
+    # The validated manifest, asked for only where the run needs more than the above:
+    # a plan read from the desired-state cache (``sand.project``) never reads it.
+    read_manifest: Callable[[], Manifest] = field(compare=False, repr=False)
     notes: tuple[str, ...] = ()  # what the plan says of work items left out
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.read_manifest()
 
     def for_backend(self, backend: str) -> list[DesiredVM]:
         return [vm for vm in self.vms if vm.backend == backend]
+
+
+def state_of(m: Manifest, vms: tuple[DesiredVM, ...], notes: tuple[str, ...] = ()) -> DesiredState:
+    """The desired state of manifest ``m`` holding ``vms``."""
+    pools = {name: pool.warm for name, pool in m.pools.items()}
+    return DesiredState(m.project, vms, tuple(m.backends), pools, lambda: m, notes)
 
 
 def with_fingerprints(vm: DesiredVM) -> DesiredVM:
@@ -229,10 +204,6 @@ def _fingerprinted(vm: DesiredVM) -> DesiredVM:
     object.__setattr__(vm, "guest_fingerprint", guest)
     object.__setattr__(vm, "fingerprint", whole)
     return vm
-
-
-def _replace(item: T, **changes: object) -> T:
-    return replace(item, **changes)  # type: ignore[type-var]
 
 
 def build_desired(
@@ -259,7 +230,7 @@ def build_desired(
     vms = [resolve(with_inherited(entry, entries)) for entry in entries]
     vms += spares(m, resolve, _as_spare)
     made, notes = generated(m, items or {}, resolve, _as_generated, (v.name for v in vms))
-    return DesiredState(m.project, m, tuple(vms + made), tuple(notes))
+    return state_of(m, tuple(vms + made), tuple(notes))
 
 
 def _as_generated(
@@ -379,14 +350,3 @@ def _resolve(
 # How a VM made from a golden image shows its image (in the plan and its marker).
 GOLDEN_PREFIX = "golden:"
 DEFAULT_REBUILD = "manual"
-
-
-def derived_base(
-    project: str, backend: str, image: str, content: MachineContent, machine_digest: str
-) -> DesiredBase:
-    """The base sand may build for VMs of ``backend`` sharing ``image`` and ``content``:
-    named after its fingerprint, so equal content means one base."""
-    base = with_base_fingerprint(
-        DesiredBase(project, backend, "", False, image, content, machine_digest)
-    )
-    return _replace(base, name=f"auto-{base.fingerprint[:8]}")

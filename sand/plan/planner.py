@@ -112,7 +112,7 @@ def make_plan(
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
         changes.append(change)
-    entries = set(desired.manifest.backends)
+    entries = set(desired.backends)
     for backend, obs in observations.items():
         for o in obs.vms:
             owner = o.marker.backend if o.marker else ""

@@ -26,7 +26,7 @@ def with_pools(plan: Plan, desired: DesiredState, capabilities: Mapping[str, Cap
     """``capabilities``: per backend, whether it claims spares at all; on one that does
     not, a VM naming a pool is made as any VM (and says so), never planned as a claim
     the engine would refuse."""
-    if plan.refresh_only or not desired.manifest.pools:
+    if plan.refresh_only or not desired.pools:
         return plan
     ready: dict[tuple[str, str], list[VMChange]] = {}
     for c in plan.changes:
@@ -55,7 +55,7 @@ def with_pools(plan: Plan, desired: DesiredState, capabilities: Mapping[str, Cap
         claimed[(spare.backend, spare.vm)] = c.vm
         # Not cloned: no golden base is waited for.
         changes[i] = replace(c, claims=spare.vm, claim=spare.observed, base=None)
-    warm = {name: pool.warm for name, pool in desired.manifest.pools.items()}
+    warm = dict(desired.pools)
     for i, c in enumerate(changes):
         by = claimed.get((c.backend, c.vm))
         if by is None:

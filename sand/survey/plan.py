@@ -12,7 +12,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from functools import partial
 
-from sand.desired import DesiredState
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
@@ -59,7 +58,7 @@ async def compute_plan(
     """
     desired = session.desired
     if destroy:
-        desired = DesiredState(desired.project, desired.manifest, ())
+        desired = replace(desired, vms=())
     observations = await observe_all(session.backends, desired)
     for name, why in (unsettled or {}).items():
         observations[name] = Observation(backend=name, vms=(), unknown_reason=why)

@@ -6,6 +6,7 @@ sand/schemas/apply.schema.json; and behind the retries, the far side: one VM, ma
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -16,7 +17,7 @@ import pytest
 
 from sand.activity import Retry
 from sand.apply.events import Phase, StepEvent
-from sand.cli.progress import LineView
+from sand.cli.progress import LineView, progress_view, write_json_line
 from tests.cli.helpers import Sand, on_a_terminal
 from tests.machine_schemas import validate
 
@@ -128,3 +129,42 @@ def test_the_live_view_runs_each_steps_clock_against_its_limit(sand, fakepve_ser
     assert {"1", "2"} <= clocks, screen
     assert "Apply complete! Resources: 1 added" in screen
     assert [vm.name for vm in fakepve_server.vms()] == ["p-1"]
+
+
+class CountedWrites(io.StringIO):
+    """A stream that counts the writes it is given (each one a write(2) on a pipe)."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+async def test_a_burst_of_events_goes_out_in_one_write_at_the_end_of_the_loops_pass():
+    out = CountedWrites()
+    view = LineView(out)
+    for i in range(200):  # a cold apply's 200 VMs, each starting its first step
+        view.on_step(StepEvent(f"vm-{i}", Phase.CREATING, "clone of template 9000"))
+    assert out.getvalue() == ""  # not yet: the pass is not over
+    await asyncio.sleep(0)
+    lines = out.getvalue().splitlines()
+    assert out.writes == 1 and len(lines) == 200
+    assert [line.split()[1] for line in lines] == [f"vm-{i}:" for i in range(200)]
+    view.on_step(StepEvent("vm-0", Phase.DONE))
+    view.stop()  # what is left goes out when the view ends
+    assert out.getvalue().splitlines()[-1].endswith("vm-0: done") and out.writes == 2
+
+
+async def test_apply_json_events_of_one_pass_go_out_together_and_before_the_outcome():
+    out = CountedWrites()
+    with progress_view("json", out) as view:
+        for i in range(50):
+            view.on_step(StepEvent(f"vm-{i}", Phase.CREATING, "clone of template 9000"))
+        await asyncio.sleep(0)
+        view.on_step(StepEvent("vm-0", Phase.DONE))
+    write_json_line(out, "outcome", {"converged": True})
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["vm"] for e in events[:50]] == [f"vm-{i}" for i in range(50)]
+    assert events[50]["phase"] == "done" and events[-1]["type"] == "outcome"
+    assert out.writes == 3

@@ -146,7 +146,9 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[StandIn, Pat
     stamper = Stamper(state.project)
 
     async def run() -> None:
-        backend = make_backends(loaded.manifest, loaded.directory)["laptop"]
+        backend = make_backends(
+            loaded.manifest.backends, loaded.manifest.project, loaded.directory
+        )["laptop"]
         try:
             await backend.observe(state.vms)
             for vm in state.vms:
