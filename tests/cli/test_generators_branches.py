@@ -172,3 +172,16 @@ def test_branches_over_https_with_the_repository_token(sand, fakepve_server, tmp
     assert GIT_TOKEN not in plan.stdout + plan.stderr
     for path in sand.state_dir.rglob("*"):
         assert not path.is_file() or GIT_TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_a_branch_pushed_after_a_plan_is_planned_the_next_time(sand, fakepve_server, tmp_path):
+    """Work items are read from the world for every plan: a manifest with generators is
+    never served from the desired-state cache, even when its first plan generated no VM."""
+    rig = fakepve_server
+    repo = repository(tmp_path, ["other"])
+    sand.write(manifest(rig, repo))
+    first = sand.run("plan")
+    assert first.returncode == 0 and "Plan: 1 to add" in first.stdout, first.stdout
+    git(repo, "branch", "feature/a")
+    again = sand.run("plan")
+    assert f'+ vm "{vm_of("feature/a")}" (from generator work: feature/a)' in again.stdout
