@@ -13,7 +13,11 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
-from sand.desired.digest import digest as digest  # re-exported: imported from here
+from sand.desired.bases import BASE_FORMAT as BASE_FORMAT  # re-exported: imported from here
+from sand.desired.bases import DesiredBase as DesiredBase
+from sand.desired.bases import MachineContent as MachineContent
+from sand.desired.bases import with_base_fingerprint as with_base_fingerprint
+from sand.desired.digest import digest as digest
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
 from sand.desired.parts import DesiredPort as DesiredPort  # re-exported: imported from here
@@ -32,74 +36,13 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
+from sand.manifest.egress import EgressPolicy, egress_of
 from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
 from sand.manifest.models import VM, Manifest
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class MachineContent:
-    """What a golden base holds, the same for every VM made from it: the machine-level
-    provisioning of one login user (packages, toolchain, agents, the image's steps)."""
-
-    user: str
-    packages: tuple[str, ...]
-    agents: tuple[str, ...]
-    docker: bool
-    steps: tuple[ImageStep, ...] = ()
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "user": self.user,
-            "packages": list(self.packages),
-            "agents": list(self.agents),
-            "docker": self.docker,
-            "steps": [[s.name, s.run, s.timeout] for s in self.steps],
-        }
-
-
-# Bump to rebuild every golden base when what a base is made of changes meaning.
-BASE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class DesiredBase:
-    """A golden base on one backend: an image under ``images`` (``declared``), or one sand
-    derives for VMs that share their machine-level provisioning. Built once per
-    ``fingerprint``; a changed fingerprint is a new base."""
-
-    project: str
-    backend: str
-    name: str  # the image's name under ``images``, or ``auto-<hash>``
-    declared: bool
-    source: str  # what the base is made from, as the backend's image reference
-    content: MachineContent
-    scripts: str = ""  # digest of the bundle scripts a base runs (sand.provision.bundle)
-    fingerprint: str = ""
-
-    @property
-    def user(self) -> str:
-        return self.content.user
-
-    @property
-    def docker(self) -> bool:
-        return self.content.docker
-
-    def inputs(self) -> dict[str, object]:
-        """Everything the base is made of: its fingerprint is a digest of this."""
-        return {
-            "format": BASE_FORMAT,
-            "source": self.source,
-            "content": self.content.as_data(),
-            "scripts": self.scripts,
-        }
-
-
-def with_base_fingerprint(base: DesiredBase) -> DesiredBase:
-    return _replace(base, fingerprint=digest(base.inputs()))
 
 
 @dataclass(frozen=True)
@@ -137,6 +80,10 @@ class DesiredVM:
     # When and how the VM sleeps once nobody uses it (``idle:``); in neither fingerprint:
     # it changes nothing on the machine, only when it runs.
     idle: IdlePolicy | None = None
+    # Where the VM may send packets (``egress:``), enforced by its backend outside the
+    # guest; None: no policy. In the fingerprint only when set (as ``cpu``), so the
+    # fleets that write none keep theirs.
+    egress: EgressPolicy | None = None
     # The golden base this VM is made from (an image under ``images``: ``declared``), or
     # the one sand may derive for VMs sharing its machine-level content (None: neither,
     # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
@@ -209,6 +156,10 @@ class DesiredVM:
             node=self.node,
             ports=[asdict(p) for p in self.ports],
         )
+        if self.egress is not None:
+            # Its summary and a digest of the whole: what the backend records as enforced,
+            # and the plan shows (a list of a thousand domains is no plan line).
+            infra["egress"] = f"{self.egress.summary} #{digest(self.egress.as_data(), 12)}"
         return infra
 
 
@@ -369,6 +320,7 @@ def _resolve(
         preserve=tuple(norm_path(p) for p in preserved(vm.preserve, d.preserve)),
         expires=expiry_of(vm.expires or d.expires),
         idle=policy_of(vm.idle, d.idle),
+        egress=egress_of(vm.egress, d.egress),
         base=base,
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),

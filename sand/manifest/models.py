@@ -16,6 +16,8 @@ from pydantic import ConfigDict, Field
 from sand.manifest.backends import BackendConfig
 from sand.manifest.backends.proxmox_cpu import PveCpuType
 from sand.manifest.content import GoldenImage, Repo, Secret
+from sand.manifest.egress import DESCRIPTION as EGRESS_DESCRIPTION
+from sand.manifest.egress import Egress
 from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
@@ -163,6 +165,11 @@ class Defaults(Strict):
         description=IDLE_DESCRIPTION,
         examples=[{"after": "2h", "then": "suspend"}],
     )
+    egress: Egress | None = Field(
+        default=None,
+        description=EGRESS_DESCRIPTION,
+        examples=[{"policy": "deny", "domains": ["github.com", "*.npmjs.org"]}],
+    )
 
 
 FORK_DESCRIPTION = (
@@ -296,6 +303,11 @@ class VM(Strict):
         default=None,
         description=IDLE_DESCRIPTION + " Replaces the default one whole.",
         examples=[{"after": "45m", "then": "stop", "stopWaiting": True}, "never"],
+    )
+    egress: Egress | None = Field(
+        default=None,
+        description=EGRESS_DESCRIPTION + " Replaces the default one whole.",
+        examples=[{"policy": "allow"}, {"domains": ["pypi.org"], "ports": [443]}],
     )
     fork: ForkSource | None = Field(
         default=None, alias="from", description=FORK_DESCRIPTION, examples=[{"vm": "agent-1"}]

@@ -54,6 +54,10 @@ REFUSED = {
     "template-vmid-low": pve(template=5),
     "template-vmid-string-low": pve(template="42"),
     "host-with-scheme": pve(host="https://pve.test"),
+    "egress-wildcard-inside": vm(egress={"domains": ["foo.*.example.org"]}),
+    "egress-port-zero": vm(egress={"domains": ["github.com"], "ports": [0]}),
+    "egress-policy-unknown": vm(egress={"policy": "block"}),
+    "egress-unknown-key": vm(egress={"hosts": ["github.com"]}),
 }
 TAKEN = {
     "plain": vm(),
@@ -67,6 +71,8 @@ TAKEN = {
     "expires-duration": vm(expires="8h"),
     "expires-never": vm(expires="never"),
     "template-name": pve(template="debian-13"),
+    "egress-deny": vm(egress={"domains": ["github.com", "*.npmjs.org"], "cidrs": ["10.0.0.0/8"]}),
+    "egress-allow": vm(egress={"policy": "allow"}),
 }
 
 
