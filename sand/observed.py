@@ -146,6 +146,10 @@ class ObservedVM:
     # is in a state volume), whoever put it there: the planner reads this, never a
     # backend's own lock word.
     hibernated: bool = False
+    # The egress policy the backend enforces for the VM, as the desired state shows it
+    # (``DesiredVM.infra()["egress"]``); None: none, or not read (a backend that does not
+    # enforce egress never reads one).
+    egress: str | None = None
 
     @property
     def fingerprint(self) -> str:

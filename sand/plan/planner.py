@@ -32,6 +32,7 @@ from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
+from sand.plan.egress import refused_egress
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.fields import field_changes
 from sand.plan.idle import Asleep, asleep_of, unknown_use
@@ -111,6 +112,8 @@ def make_plan(
             )
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
+        else:
+            change = refused_egress(change, vm, can)
         changes.append(change)
     entries = set(desired.manifest.backends)
     for backend, obs in observations.items():

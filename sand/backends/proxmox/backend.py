@@ -32,7 +32,15 @@ if TYPE_CHECKING:
 # by the method that does it: a plan (observe alone) starts without those modules.
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True, fork=True)
+# The PVE firewall is where a VM's egress will be enforced (docs/egress.md); until sand
+# writes it, a VM with a deny policy is refused, never made open.
+EGRESS_GAP = (
+    "sand does not write the PVE firewall (the VM's options, rules and ipsets) yet, so "
+    "the VM would be open; docs/egress.md#proxmox"
+)
+CAPABILITIES = Capabilities(
+    field_policy=FIELD_POLICY, suspends=True, fork=True, egress_gap=EGRESS_GAP
+)
 
 
 class ProxmoxBackend:

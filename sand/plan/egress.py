@@ -1,0 +1,30 @@
+"""Egress in the plan: a VM whose policy its backend cannot enforce is refused (``!``).
+
+A policy that is not enforced is worse than none: the person reading ``egress: deny``
+believes the VM closed. So a VM with a deny policy on a backend that cannot enforce
+it (``Capabilities.egress_gap``) is blocked whatever else its change is, a create
+above all (a VM is never made open and closed after boot), located at the ``egress:``
+that asks for it once the plan meets the manifest's file. Where the backend enforces
+it, the policy is a field like any other (``~ egress``, in place; sand.plan.fields).
+"""
+
+from __future__ import annotations
+
+from sand.backends.capabilities import Capabilities
+from sand.desired import DesiredVM
+from sand.manifest.egress import DENY
+from sand.plan.gates import block
+from sand.plan.model import Action, Blocker, VMChange
+
+# The blocker's kind: located at the VM's (or its defaults') ``egress:`` by the survey.
+EGRESS_BLOCKER = "egress"
+
+
+def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChange:
+    """``change`` blocked when ``vm`` asks for a policy its backend cannot enforce."""
+    if vm.egress is None or vm.egress.policy != DENY or can.enforces_egress:
+        return change
+    if change.action is Action.DELETE:
+        return change
+    why = f"egress: {vm.egress.summary} cannot be enforced on backend {vm.backend!r}: "
+    return block(change, (Blocker(why + can.egress_gap, kind=EGRESS_BLOCKER),))
