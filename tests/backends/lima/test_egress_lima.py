@@ -4,8 +4,11 @@ the guest to enforce it yet, so the plan refuses the VM (``!``, located at the
 
 from __future__ import annotations
 
+import json
+
 from tests.backends.lima.test_fork_lima import calls
 from tests.crash.test_crash_lima import Rig
+from tests.machine_schemas import validate
 
 GAP = "cannot be enforced on backend 'laptop': Lima gives sand no place outside the guest"
 
@@ -43,3 +46,23 @@ def test_an_allow_policy_is_made_as_any_vm(tmp_path):
     proc = rig.sand("apply", "--auto-approve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert rig.vms() == ["a"]
+
+
+def test_plan_json_and_status_show_the_refusal_within_their_schemas(tmp_path):
+    rig = Rig(tmp_path)
+    rig.write("  - name: a\n    egress: {domains: [github.com]}\n")
+    plan = rig.sand("plan", "--json")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    document = json.loads(plan.stdout)
+    validate("plan", document)
+    (change,) = document["changes"]
+    (blocker,) = change["blockers"]
+    assert (change["action"], blocker["kind"]) == ("blocked", "egress")
+    assert blocker["where"] == f"{rig.manifest}:8:13"
+    assert change["desired"]["egress"].startswith("deny except 1 domain")
+    status = json.loads(rig.sand("status", "--json").stdout)
+    validate("status", status)
+    assert [(v["vm"], v["action"], v["conditions"]["Synced"]) for v in status["vms"]] == [
+        ("a", "blocked", False)
+    ]
+    assert rig.vms() == []
