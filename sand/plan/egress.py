@@ -10,14 +10,18 @@ it, the policy is a field like any other (``~ egress``, in place; sand.plan.fiel
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sand.backends.capabilities import Capabilities
 from sand.desired import DesiredVM
 from sand.manifest.egress import DENY
 from sand.plan.gates import block
-from sand.plan.model import Action, Blocker, VMChange
+from sand.plan.model import RECORD, Action, Blocker, FieldChange, VMChange
 
 # The blocker's kind: located at the VM's (or its defaults') ``egress:`` by the survey.
 EGRESS_BLOCKER = "egress"
+# What an existing VM's egress is where the backend cannot enforce one.
+NOT_ENFORCED = "not enforced"
 
 
 def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChange:
@@ -27,4 +31,10 @@ def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChan
     if change.action is Action.DELETE:
         return change
     why = f"egress: {vm.egress.summary} cannot be enforced on backend {vm.backend!r}: "
+    if change.action is not Action.CREATE and not any(f.field == "egress" for f in change.fields):
+        # An existing VM given a policy: the plan shows the policy it would take, not
+        # "record the converged spec" (the fingerprint is all that differs).
+        shown = FieldChange("egress", NOT_ENFORCED, vm.infra()["egress"])
+        reasons = tuple(r for r in change.reasons if r != RECORD)
+        change = replace(change, fields=(*change.fields, shown), reasons=reasons)
     return block(change, (Blocker(why + can.egress_gap, kind=EGRESS_BLOCKER),))

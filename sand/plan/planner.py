@@ -38,6 +38,7 @@ from sand.plan.fields import field_changes
 from sand.plan.idle import Asleep, asleep_of, unknown_use
 from sand.plan.model import (
     FORK_BLOCKER,
+    RECORD,
     Action,
     Blocker,
     FieldChange,
@@ -252,7 +253,7 @@ def _plan_vm(
     if deliver:
         return base(action=Action.NOOP, guest=GuestAction.SECRETS, reasons=(deliver,))
     if not in_sync:
-        return base(action=Action.UPDATE, reasons=("record the converged spec",))
+        return base(action=Action.UPDATE, reasons=(RECORD,))
     return base(action=Action.NOOP)
 
 

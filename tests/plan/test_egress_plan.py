@@ -62,6 +62,10 @@ def test_an_existing_vm_given_a_policy_its_backend_cannot_enforce_is_refused_not
     # Without the refusal this would be "record the converged spec": a VM said closed
     # and left open.
     assert a.action is Action.BLOCKED and a.blocked_action is Action.UPDATE
+    assert [(f.field, f.before, f.after) for f in a.fields] == [
+        ("egress", "not enforced", state.vms[0].infra()["egress"])
+    ]
+    assert a.reasons == ()  # not "record the converged spec": the policy is what differs
     assert change_of(plan, "b").action is Action.NOOP
 
 

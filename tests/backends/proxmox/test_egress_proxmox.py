@@ -42,5 +42,7 @@ def test_an_existing_vm_given_a_policy_is_refused_not_recorded(run: Sand, rig: F
     done = run("apply", "--auto-approve")
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"# a (pve, {vm.vmid}) is blocked: it would be updated in place" in done.stdout
+    assert '~ egress = "not enforced" -> "deny except 1 domain, 1 cidr on port 443 #' in done.stdout
+    assert "record the converged spec" not in done.stdout
     # The marker still holds the fingerprint without the policy: the next plan asks again.
     assert rig.vm(vm.vmid).config.get("description") == description  # type: ignore[union-attr]
