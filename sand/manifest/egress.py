@@ -51,6 +51,13 @@ def canonical_domain(value: Any) -> str:
         pass
     else:
         raise ValueError(f"{value[:60]!r} is an address: list it under cidrs (as {name}/32)")
+    if not name.isascii():
+        # Names are compared as DNS carries them; the ASCII form says which one is meant.
+        try:
+            ascii_form = name.encode("idna").decode()
+        except UnicodeError:
+            raise ValueError(f"{value[:60]!r} is not a domain name: {_DOMAIN_HINT}") from None
+        raise ValueError(f"{value[:60]!r}: write its ASCII form {ascii_form!r}")
     if len(name) > 253 or not _DOMAIN.match(name):
         raise ValueError(f"{value[:60]!r} is not a domain name: {_DOMAIN_HINT}")
     return name
@@ -92,6 +99,7 @@ EgressCidr = Annotated[
     WithJsonSchema(
         {
             "type": "string",
+            "pattern": r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$",
             "examples": ["10.20.0.0/16", "192.0.2.7", "2001:db8::/48"],
             "description": "A network (IPv4 or IPv6, no host bits set) or one address the "
             "VM may reach.",

@@ -68,6 +68,11 @@ def vms(text: str):
             "    egress: {policy: allow, domains: [github.com]}",
             "m.yaml:8:13: vms[0].egress: policy 'allow' lets every destination through",
         ),
+        (
+            "    egress: {domains: [bücher.example]}",
+            "m.yaml:8:24: vms[0].egress.domains[0]: 'bücher.example': write its ASCII form "
+            "'xn--bcher-kva.example'",
+        ),
         ("    egress: {policy: block}", "m.yaml:8:22: vms[0].egress.policy: Input should be"),
         ("    egress: {hosts: [github.com]}", "m.yaml:8:14: unknown key 'hosts'"),
     ],

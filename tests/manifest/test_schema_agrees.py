@@ -58,6 +58,7 @@ REFUSED = {
     "egress-port-zero": vm(egress={"domains": ["github.com"], "ports": [0]}),
     "egress-policy-unknown": vm(egress={"policy": "block"}),
     "egress-unknown-key": vm(egress={"hosts": ["github.com"]}),
+    "egress-cidr-a-name": vm(egress={"cidrs": ["example.org"]}),
 }
 TAKEN = {
     "plain": vm(),
@@ -73,6 +74,7 @@ TAKEN = {
     "template-name": pve(template="debian-13"),
     "egress-deny": vm(egress={"domains": ["github.com", "*.npmjs.org"], "cidrs": ["10.0.0.0/8"]}),
     "egress-allow": vm(egress={"policy": "allow"}),
+    "egress-cidr-v6": vm(egress={"cidrs": ["2001:db8::/48", "192.0.2.7"]}),
 }
 
 
