@@ -31,7 +31,8 @@ def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChan
     if change.action is Action.DELETE:
         return change
     why = f"egress: {vm.egress.summary} cannot be enforced on backend {vm.backend!r}: "
-    if change.action is not Action.CREATE and not any(f.field == "egress" for f in change.fields):
+    existing = change.observed is not None and change.action is not Action.CREATE
+    if existing and not any(f.field == "egress" for f in change.fields):
         # An existing VM given a policy: the plan shows the policy it would take, not
         # "record the converged spec" (the fingerprint is all that differs).
         shown = FieldChange("egress", NOT_ENFORCED, vm.infra()["egress"])

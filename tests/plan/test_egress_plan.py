@@ -141,3 +141,13 @@ def _empty(backend: str):  # type: ignore[no-untyped-def]
     from sand.observed import Observation
 
     return Observation(backend, ())
+
+
+def test_a_vm_on_a_backend_not_observed_is_refused_without_a_made_up_field():
+    from sand.observed import Observation
+
+    unknown = {"pve": Observation("pve", (), unknown_reason="API down"), "laptop": _empty("laptop")}
+    a = change_of(make_plan(desired(with_vm_a(DENY)), unknown, POLICIES), "a")
+    assert a.action is Action.BLOCKED and a.fields == ()
+    assert [b.kind for b in a.blockers] == [EGRESS_BLOCKER]
+    assert a.reasons == ("backend unknown: API down",)
