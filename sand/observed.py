@@ -197,6 +197,9 @@ class Observation:
     reboots_visible: bool = True
     # This project's golden bases on this backend, from the same listing.
     bases: tuple[ObservedBase, ...] = ()
+    # Why this backend cannot enforce a deny egress policy now, though its type can (a
+    # switch that is off, a token that cannot read it): each such VM is refused (``!``).
+    egress_gap: str | None = None
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]

@@ -72,6 +72,9 @@ class Capabilities:
     # enforces one declares the field ``egress`` in its ``field_policy`` instead (written
     # with the VM at create, changed in place, listed as ``ObservedVM.egress``).
     egress_gap: str = NO_EGRESS
+    # Why a backend that enforces egress cannot filter by name (a deny policy with
+    # ``domains`` is then refused, ``!``); empty: it can.
+    egress_names_gap: str = ""
 
     @property
     def enforces_egress(self) -> bool:

@@ -24,12 +24,20 @@ EGRESS_BLOCKER = "egress"
 NOT_ENFORCED = "not enforced"
 
 
-def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChange:
-    """``change`` blocked when ``vm`` asks for a policy its backend cannot enforce."""
-    if vm.egress is None or vm.egress.policy != DENY or can.enforces_egress:
+def refused_egress(
+    change: VMChange, vm: DesiredVM, can: Capabilities, gap: str | None = None
+) -> VMChange:
+    """``change`` blocked when ``vm`` asks for a policy its backend cannot enforce: its
+    type cannot at all, cannot filter the names it lists, or ``gap`` (the observation's
+    word: the backend cannot now) says why not."""
+    if vm.egress is None or vm.egress.policy != DENY or change.action is Action.DELETE:
         return change
-    if change.action is Action.DELETE:
-        return change
+    if can.enforces_egress:
+        gap = gap or (can.egress_names_gap if vm.egress.domains else None)
+        if not gap:
+            return change
+    else:
+        gap = can.egress_gap
     why = f"egress: {vm.egress.summary} cannot be enforced on backend {vm.backend!r}: "
     existing = change.observed is not None and change.action is not Action.CREATE
     if existing and not any(f.field == "egress" for f in change.fields):
@@ -38,4 +46,4 @@ def refused_egress(change: VMChange, vm: DesiredVM, can: Capabilities) -> VMChan
         shown = FieldChange("egress", NOT_ENFORCED, vm.infra()["egress"])
         reasons = tuple(r for r in change.reasons if r != RECORD)
         change = replace(change, fields=(*change.fields, shown), reasons=reasons)
-    return block(change, (Blocker(why + can.egress_gap, kind=EGRESS_BLOCKER),))
+    return block(change, (Blocker(why + gap, kind=EGRESS_BLOCKER),))

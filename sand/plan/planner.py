@@ -114,7 +114,7 @@ def make_plan(
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
         else:
-            change = refused_egress(change, vm, can)
+            change = refused_egress(change, vm, can, obs.egress_gap if obs else None)
         changes.append(change)
     entries = set(desired.manifest.backends)
     for backend, obs in observations.items():

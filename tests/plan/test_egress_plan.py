@@ -37,7 +37,7 @@ def test_a_new_vm_with_a_deny_policy_is_refused_where_it_cannot_be_enforced():
     )
     plan = make_plan(state, {"pve": _empty("pve"), "laptop": _empty("laptop")}, POLICIES)
     a, c = change_of(plan, "a"), change_of(plan, "c")
-    for change, gap in ((a, PVE_POLICY.egress_gap), (c, LIMA_POLICY.egress_gap)):
+    for change, gap in ((a, PVE_POLICY.egress_names_gap), (c, LIMA_POLICY.egress_gap)):
         assert change.action is Action.BLOCKED and change.blocked_action is Action.CREATE
         (blocker,) = change.blockers
         assert blocker.kind == EGRESS_BLOCKER
@@ -151,3 +151,32 @@ def test_a_vm_on_a_backend_not_observed_is_refused_without_a_made_up_field():
     assert a.action is Action.BLOCKED and a.fields == ()
     assert [b.kind for b in a.blockers] == [EGRESS_BLOCKER]
     assert a.reasons == ("backend unknown: API down",)
+
+
+CIDRS = "    egress: {cidrs: [10.20.0.0/16], ports: [443, 22]}\n"
+
+
+def test_on_proxmox_a_cidr_policy_is_created_and_one_with_domains_refused():
+    """The PVE firewall matches addresses: a policy of cidrs is enforced, one that names
+    domains is refused with that reason (no resolver or proxy for the VM yet)."""
+    plan = make_plan(desired(with_vm_a(CIDRS)), {"pve": _empty("pve")}, POLICIES)
+    assert change_of(plan, "a").action is Action.CREATE
+    plan = make_plan(desired(with_vm_a(DENY)), {"pve": _empty("pve")}, POLICIES)
+    a = change_of(plan, "a")
+    assert a.action is Action.BLOCKED and a.blocked_action is Action.CREATE
+    assert "the PVE firewall matches addresses, not names" in a.blockers[0].reason
+
+
+def test_a_backend_that_cannot_enforce_now_refuses_every_deny_policy_with_its_word():
+    """The observation's word (the datacenter firewall off, or not readable) refuses a
+    create and a VM already enforced alike: either would be open."""
+    state = desired(with_vm_a(CIDRS))
+    off = "the datacenter's firewall is off"
+    empty = {"pve": replace(_empty("pve"), egress_gap=off)}
+    a = change_of(make_plan(state, empty, POLICIES), "a")
+    assert a.action is Action.BLOCKED and a.blocked_action is Action.CREATE
+    assert a.blockers[0].reason.endswith(f"on backend 'pve': {off}")
+    seen = {k: replace(v, egress_gap=off) for k, v in _enforced(state).items()}
+    a = change_of(make_plan(state, seen, POLICIES), "a")
+    assert a.action is Action.BLOCKED and a.blockers[0].reason.endswith(off)
+    assert change_of(make_plan(state, _enforced(state), POLICIES), "a").action is Action.NOOP

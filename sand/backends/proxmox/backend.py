@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.proxmox import claims, lifecycle
+from sand.backends.proxmox import claims, firewall, lifecycle
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
@@ -32,14 +33,14 @@ if TYPE_CHECKING:
 # by the method that does it: a plan (observe alone) starts without those modules.
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-# The PVE firewall is where a VM's egress will be enforced (docs/egress.md); until sand
-# writes it, a VM with a deny policy is refused, never made open.
-EGRESS_GAP = (
-    "sand does not write the PVE firewall (the VM's options, rules and ipsets) yet, so "
-    "the VM would be open; docs/egress.md#proxmox"
+# A VM's egress is enforced by the PVE firewall (sand.backends.proxmox.firewall), which
+# matches addresses, never names: a deny policy with domains is refused (docs/egress.md).
+EGRESS_NAMES_GAP = (
+    "the PVE firewall matches addresses, not names, and sand has no resolver or proxy "
+    "for the VM yet: list cidrs only; docs/egress.md#proxmox"
 )
 CAPABILITIES = Capabilities(
-    field_policy=FIELD_POLICY, suspends=True, fork=True, egress_gap=EGRESS_GAP
+    field_policy=FIELD_POLICY, suspends=True, fork=True, egress_names_gap=EGRESS_NAMES_GAP
 )
 
 
@@ -72,7 +73,14 @@ class ProxmoxBackend:
         return self.ctx.client.warnings
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        return await observe_mod.observe(self.ctx, desired)
+        seen = await observe_mod.observe(self.ctx, desired)
+        if seen.unknown_reason or not any(firewall.denies(vm.egress) for vm in desired):
+            return seen
+        # Once per plan, and only where a VM asks for a deny policy: is it applied at all?
+        start = self.ctx.client.requests
+        gap = await firewall.datacenter_gap(self.ctx)
+        spent = seen.requests + self.ctx.client.requests - start
+        return dataclasses.replace(seen, egress_gap=gap, requests=spent)
 
     def send_listing(self) -> None:
         observe_mod.send_listing(self.ctx)

@@ -10,8 +10,8 @@ from typing import Any
 
 from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.proxmox import description as desc
+from sand.backends.proxmox import firewall, units, vmops
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import units, vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -30,6 +30,8 @@ FIELD_POLICY: Mapping[str, Mutability] = {
     "disk": Mutability.GROW_ONLY,
     "state": Mutability.IN_PLACE,
     "protect": Mutability.IN_PLACE,
+    # Its PVE firewall (sand.backends.proxmox.firewall), rewritten on a running VM.
+    "egress": Mutability.IN_PLACE,
 }
 # What an update changes: every field that is not replaced.
 UPDATABLE = fields_with(FIELD_POLICY, *(m for m in Mutability if m is not Mutability.REPLACE))
@@ -143,6 +145,12 @@ async def update(
         if "protect" in fields:
             params["protection"] = 1 if vm.protect else 0
             params["description"] = _description(ctx, config, fresh.marker, protect=vm.protect)
+        if (
+            "egress" in fields
+            and firewall.denies(vm.egress)
+            and not firewall.nic_filtered(config.get("net0"))
+        ):
+            params["net0"] = firewall.with_firewall(config.get("net0"))
         running = was_running
         if running and (NEEDS_RESTART & set(fields)):
             # CPU and memory need a restart: change them on a stopped VM, so nothing is left
@@ -153,6 +161,9 @@ async def update(
         if params:
             await ctx.client.put(f"{path}/config", **params)
             journal.step(entry, "configured")
+        if "egress" in fields:
+            await firewall.write(ctx, node, vmid, vm.egress, fresh=False)
+            journal.step(entry, "egress")
         if "disk" in fields:
             disk = vmops.boot_disk(config)
             if disk is None:
@@ -179,7 +190,7 @@ def _description(
     ctx: Ctx, config: Mapping[str, Any], marker: Marker | None, **extra: object
 ) -> str:
     block = desc.parse_block(config.get("description")) or {}
-    keep = {k: v for k, v in block.items() if k in ("protect",)}
+    keep = {k: v for k, v in block.items() if k in ("protect", firewall.MARKER_KEY)}
     keep.update(extra)
     assert marker is not None
     return desc.merge_description(config.get("description"), own_marker(ctx, marker, block), **keep)
@@ -321,7 +332,10 @@ async def mark_converged(
                 f"{path}/config",
                 tags=mk.merge_tags(config.get("tags"), marker),
                 description=desc.merge_description(
-                    config.get("description"), marker, protect=vm.protect
+                    config.get("description"),
+                    marker,
+                    protect=vm.protect,
+                    **{firewall.MARKER_KEY: vm.infra().get("egress")},
                 ),
                 digest=config.get("digest"),
             )
