@@ -220,7 +220,11 @@ class ProxmoxBackend:
     async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
         from sand.backends.proxmox.doctor import doctor as run_doctor
 
-        return await run_doctor(self.ctx, forks=any(vm.fork is not None for vm in desired))
+        return await run_doctor(
+            self.ctx,
+            forks=any(vm.fork is not None for vm in desired),
+            egress=any(firewall.denies(vm.egress) for vm in desired),
+        )
 
     async def build_template(
         self,
