@@ -254,20 +254,22 @@ async def _setup(
     config = cloned if cloned is not None else await read_config(ctx, node, vmid)
     tags = mk.parse_tags(config.get("tags"))
     configured = tags.complete and tags.project == ctx.project and tags.identity == str(vmid)
-    # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too.
-    # A VM whose egress is denied gets firewall=1 on its NIC in that same write.
+    if firewall.denies(vm.egress):
+        # Before the first start, the VM is never open, not even while it boots; and
+        # before the config write, whose marker (with converged=True, the fingerprint)
+        # vouches for it. A clone of a template holds none of sand's rules; a fork or an
+        # adopted VM may.
+        fresh = cloned is not None and vm.fork is None
+        await firewall.write(ctx, node, vmid, vm.egress, fresh=fresh)
+        journal.step(entry, "egress")
+    # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too;
+    # a VM whose egress is denied gets firewall=1 on its NIC in that same write.
     unfiltered = firewall.denies(vm.egress) and not firewall.nic_filtered(config.get("net0"))
     if not configured or unfiltered or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
         params = _base_config(ctx, vm, vmid, config, pubkey, converged=converged)
         await ctx.client.put(f"{path}/config", **params)
         journal.step(entry, "configured")
         config = {**config, **{k: v for k, v in params.items() if v is not None}}
-    if firewall.denies(vm.egress):
-        # Before the first start: the VM is never open, not even while it boots. A
-        # clone of a template holds none of sand's rules; a fork or an adopted VM may.
-        fresh = cloned is not None and vm.fork is None
-        await firewall.write(ctx, node, vmid, vm.egress, fresh=fresh)
-        journal.step(entry, "egress")
     if cloned is not None and not ctx.leases_held:
         # Only a VM with a lower id than ours makes ours the duplicate: ours, and any
         # made later, are not looked into. Under the project's lease no other run

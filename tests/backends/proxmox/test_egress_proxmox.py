@@ -31,6 +31,10 @@ def audit_and_switch_on(rig: FakePveRig) -> None:
     rig.run(lambda: rig.pve.firewall_config("cluster")["options"].__setitem__("enable", 1))
 
 
+def vm_path(vmid: int) -> str:
+    return f"/nodes/pve1/qemu/{vmid}"
+
+
 def firewall_of(rig: FakePveRig, vmid: int) -> dict[str, Any]:
     conf: dict[str, Any] = rig.run(rig.pve.firewall_config, "vm", "pve1", vmid)
     return conf
@@ -61,6 +65,9 @@ def test_a_vm_is_created_with_its_firewall_written_before_its_first_start(
     start = next(i for i, r in enumerate(log) if r.startswith("POST") and "/status/start" in r)
     written = [i for i, r in enumerate(log) if "/firewall/" in r and not r.startswith("GET")]
     assert written and max(written) < start  # never started open
+    # nor marked (the config write carries the marker that vouches for the policy)
+    configured = next(i for i, r in enumerate(log) if r == f"PUT {vm_path(vm.vmid)}/config -> 200")
+    assert max(written) < configured
     # options, ipset, one per cidr, one rule: as few requests as PVE takes them
     assert len(written) == 1 + 1 + 2 + 1
 
