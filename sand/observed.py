@@ -146,6 +146,10 @@ class ObservedVM:
     # is in a state volume), whoever put it there: the planner reads this, never a
     # backend's own lock word.
     hibernated: bool = False
+    # The egress policy the backend enforces for the VM, as the desired state shows it
+    # (``DesiredVM.infra()["egress"]``); None: none, or not read (a backend that does not
+    # enforce egress never reads one).
+    egress: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -193,6 +197,9 @@ class Observation:
     reboots_visible: bool = True
     # This project's golden bases on this backend, from the same listing.
     bases: tuple[ObservedBase, ...] = ()
+    # Why this backend cannot enforce a deny egress policy now, though its type can (a
+    # switch that is off, a token that cannot read it): each such VM is refused (``!``).
+    egress_gap: str | None = None
 
     def managed(self) -> list[ObservedVM]:
         return [vm for vm in self.vms if vm.ownership is Ownership.MANAGED]

@@ -26,7 +26,20 @@ def fields_with(policy: Mapping[str, Mutability], *kinds: Mutability) -> tuple[s
 
 
 # Fields the planner compares, and whether the guest itself must be reprovisioned.
-INFRA_FIELDS = ("image", "cpus", "cpu", "memory", "disk", "state", "protect", "node", "ports")
+INFRA_FIELDS = (
+    "image",
+    "cpus",
+    "cpu",
+    "memory",
+    "disk",
+    "state",
+    "protect",
+    "node",
+    "ports",
+    "egress",
+)
+# Why a backend that declares nothing else cannot enforce ``egress:``.
+NO_EGRESS = "this backend has no place outside the guest to enforce an egress policy at"
 
 
 @dataclass(frozen=True)
@@ -53,3 +66,16 @@ class Capabilities:
     # backend implements, so the plan never promises what the engine would refuse.
     sleeps: bool = False
     claims: bool = False
+    # Why the backend cannot enforce an ``egress:`` policy outside the guest, shown on
+    # each VM with a deny policy that the plan refuses (``!``): a VM is never made open
+    # and closed later, nor left open while the plan says it is closed. A backend that
+    # enforces one declares the field ``egress`` in its ``field_policy`` instead (written
+    # with the VM at create, changed in place, listed as ``ObservedVM.egress``).
+    egress_gap: str = NO_EGRESS
+    # Why a backend that enforces egress cannot filter by name (a deny policy with
+    # ``domains`` is then refused, ``!``); empty: it can.
+    egress_names_gap: str = ""
+
+    @property
+    def enforces_egress(self) -> bool:
+        return "egress" in self.field_policy

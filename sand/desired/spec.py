@@ -38,6 +38,7 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
+from sand.manifest.egress import EgressPolicy, egress_of
 from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
@@ -79,6 +80,10 @@ class DesiredVM:
     # When and how the VM sleeps once nobody uses it (``idle:``); in neither fingerprint:
     # it changes nothing on the machine, only when it runs.
     idle: IdlePolicy | None = None
+    # Where the VM may send packets (``egress:``), enforced by its backend outside the
+    # guest; None: no policy. In the fingerprint only when set (as ``cpu``), so the
+    # fleets that write none keep theirs.
+    egress: EgressPolicy | None = None
     # The golden base this VM is made from (an image under ``images``: ``declared``), or
     # the one sand may derive for VMs sharing its machine-level content (None: neither,
     # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
@@ -158,6 +163,10 @@ class DesiredVM:
             node=self.node,
             ports=[asdict(p) for p in self.ports],
         )
+        if self.egress is not None:
+            # Its summary and a digest of the whole: what the backend records as enforced,
+            # and the plan shows (a list of a thousand domains is no plan line).
+            infra["egress"] = f"{self.egress.summary} #{digest(self.egress.as_data(), 12)}"
         return infra
 
 
@@ -339,6 +348,7 @@ def _resolve(
         preserve=tuple(norm_path(p) for p in preserved(vm.preserve, d.preserve)),
         expires=expiry_of(vm.expires or d.expires),
         idle=policy_of(vm.idle, d.idle),
+        egress=egress_of(vm.egress, d.egress),
         base=base,
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),

@@ -16,6 +16,8 @@ from pydantic import ConfigDict, Field
 
 from sand.manifest.backends import BackendConfig
 from sand.manifest.content import GoldenImage, Repo, Secret
+from sand.manifest.egress import DESCRIPTION as EGRESS_DESCRIPTION
+from sand.manifest.egress import Egress
 from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
@@ -117,6 +119,11 @@ class Defaults(Strict):
         default=None,
         description=IDLE_DESCRIPTION,
         examples=[{"after": "2h", "then": "suspend"}],
+    )
+    egress: Egress | None = Field(
+        default=None,
+        description=EGRESS_DESCRIPTION,
+        examples=[{"policy": "deny", "domains": ["github.com", "*.npmjs.org"]}],
     )
 
 

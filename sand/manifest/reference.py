@@ -15,6 +15,7 @@ from sand.manifest import content as c
 from sand.manifest import generators as g
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
+from sand.manifest.egress import Egress
 from sand.manifest.idle import Idle
 from sand.manifest.notify import Notify, Webhook
 from sand.manifest.pools import Pool
@@ -59,6 +60,12 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
         Idle,
         "When a VM nobody uses sleeps, and how ([idle VMs sleep](agents.md#idle-vms-sleep)); "
         "`idle: never` turns a default off for one VM.",
+    ),
+    (
+        "`defaults.egress`, `vms[].egress`",
+        Egress,
+        "Where the VM may send packets, enforced outside the guest; a backend that cannot "
+        "enforce it refuses the VM in the plan (`!`) ([egress](egress.md)).",
     ),
     ("`vms[].secrets[]`", m.SecretUse, "A secret placed at a guest directory."),
     ("`vms[].ports[]`", m.Port, "A forward from the guest to 127.0.0.1 on the host (Lima)."),

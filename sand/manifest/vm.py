@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field
 
 from sand.manifest.backends.proxmox_cpu import PveCpuType
+from sand.manifest.egress import DESCRIPTION as EGRESS_DESCRIPTION
+from sand.manifest.egress import Egress
 from sand.manifest.expiry import DESCRIPTION as EXPIRES_DESCRIPTION
 from sand.manifest.fields import (
     DISK_DESCRIPTION,
@@ -226,6 +228,11 @@ class VM(Strict):
         default=None,
         description=IDLE_DESCRIPTION + " Replaces the default one whole.",
         examples=[{"after": "45m", "then": "stop", "stopWaiting": True}, "never"],
+    )
+    egress: Egress | None = Field(
+        default=None,
+        description=EGRESS_DESCRIPTION + " Replaces the default one whole.",
+        examples=[{"policy": "allow"}, {"domains": ["pypi.org"], "ports": [443]}],
     )
     fork: ForkSource | None = Field(
         default=None, alias="from", description=FORK_DESCRIPTION, examples=[{"vm": "agent-1"}]

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from sand.backends.capabilities import Mutability
 from sand.desired import DesiredVM
+from sand.manifest.egress import ALLOW
 from sand.observed import ObservedVM
 from sand.plan.model import FieldChange
 
@@ -32,6 +33,7 @@ def field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[F
         "ports": [{"guest": g, "host": h} for g, h in current.ports]
         if current.ports is not None
         else None,
+        "egress": current.egress,
     }
     if current.operator_protected:
         # An operator's protection is never proposed for lifting (make_plan notes it).
@@ -40,6 +42,8 @@ def field_changes(vm: DesiredVM, current: ObservedVM, policy: Policy) -> tuple[F
     out: list[FieldChange] = []
     for name, mutability in policy.items():
         before, after = observed.get(name), desired.get(name)
+        if name == "egress" and before and after is None:
+            after = ALLOW  # the manifest dropped its policy: the VM is opened, and says so
         if before is None or after is None or before == after:
             continue
         if name == "image" and vm.pool is not None and not vm.spare:

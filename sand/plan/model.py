@@ -86,6 +86,8 @@ class Strategy(StrEnum):
 # A fork's source missing, or not this project's VM (the planner's finding, located at
 # the fork's ``from:`` once the plan meets the manifest's file).
 FORK_BLOCKER = "fork"
+# Why a VM whose fields all match is updated: its marker holds an older fingerprint.
+RECORD = "record the converged spec"
 
 
 @dataclass(frozen=True)

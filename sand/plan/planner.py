@@ -32,11 +32,13 @@ from sand.backends.protocol import RecoveryDecision
 from sand.desired import DesiredState, DesiredVM
 from sand.desired.fork import FORK_PREFIX
 from sand.observed import Observation, ObservedVM, Ownership
+from sand.plan.egress import refused_egress
 from sand.plan.expiry import Expired, expiry_change
 from sand.plan.fields import field_changes
 from sand.plan.idle import Asleep, asleep_of, unknown_use
 from sand.plan.model import (
     FORK_BLOCKER,
+    RECORD,
     Action,
     Blocker,
     FieldChange,
@@ -111,6 +113,8 @@ def make_plan(
             )
         if refresh_only or (change.drift and not correct_drift and change.fields == change.drift):
             change = _report_only(change)
+        else:
+            change = refused_egress(change, vm, can, obs.egress_gap if obs else None)
         changes.append(change)
     entries = set(desired.backends)
     for backend, obs in observations.items():
@@ -249,7 +253,7 @@ def _plan_vm(
     if deliver:
         return base(action=Action.NOOP, guest=GuestAction.SECRETS, reasons=(deliver,))
     if not in_sync:
-        return base(action=Action.UPDATE, reasons=("record the converged spec",))
+        return base(action=Action.UPDATE, reasons=(RECORD,))
     return base(action=Action.NOOP)
 
 

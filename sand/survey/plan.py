@@ -15,6 +15,7 @@ from functools import partial
 from sand.observed import Observation
 from sand.plan import make_plan
 from sand.plan.bases import with_bases
+from sand.plan.egress import EGRESS_BLOCKER
 from sand.plan.generated import with_items_gone
 from sand.plan.model import FORK_BLOCKER, Plan, VMChange
 from sand.plan.pools import with_pools
@@ -117,10 +118,11 @@ async def compute_plan(
 
         # A fork that stops its source waits while the source's agent is at work.
         plan = await blocked_forks(plan, session.backends)
-    if any(b.kind == FORK_BLOCKER for c in plan.changes for b in c.blockers):
-        from sand.survey.preflight import located_forks  # only for a fork that waits
+    if any(b.kind in (FORK_BLOCKER, EGRESS_BLOCKER) for c in plan.changes for b in c.blockers):
+        # only for a fork that waits, or an egress policy its backend cannot enforce
+        from sand.survey.preflight import located_blockers
 
-        plan = located_forks(plan, session)
+        plan = located_blockers(plan, session)
     # Golden bases last: which creates (the --replace'd too) are cloned from which base.
     plan = with_bases(plan, desired, observations)
     if checks and not refresh_only and plan.has_changes:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from sand.backends.protocol import Backend, PreflightItem, PreflightProblem, PreflightReport
 from sand.errors import SandError
 from sand.manifest.locate import backend_field_location, vm_field_location
+from sand.plan.egress import EGRESS_BLOCKER
 from sand.plan.gates import Key, with_blockers, with_strategies
 from sand.plan.model import FORK_BLOCKER, Action, Blocker, Plan, Strategy, VMChange
 from sand.project import Session
@@ -88,19 +89,27 @@ async def preflight_plan(plan: Plan, session: Session) -> Plan:
     return replace(plan, warnings=(*plan.warnings, *dict.fromkeys(warnings)))
 
 
-def located_forks(plan: Plan, session: Session) -> Plan:
-    """Each fork blocked for its source (missing, or not this project's), with the
-    ``FILE:LINE:COL`` of its ``from:``: plain data, so every plan gets it."""
+# The planner's own blockers that name a manifest field, and where to find it: a fork's
+# ``from:`` (its own entry only), a VM's ``egress:`` (its own, its pool's or the defaults').
+_LOCATED = {FORK_BLOCKER: ("from", False), EGRESS_BLOCKER: ("egress", True)}
+
+
+def located_blockers(plan: Plan, session: Session) -> Plan:
+    """Each change the planner blocked for a field of the manifest (a fork's source
+    missing or not this project's, an egress policy its backend cannot enforce), with
+    the ``FILE:LINE:COL`` of that field: plain data, so every plan gets it."""
 
     def located(change: VMChange) -> VMChange:
-        if not any(b.kind == FORK_BLOCKER and not b.where for b in change.blockers):
+        if not any(b.kind in _LOCATED and not b.where for b in change.blockers):
             return change
-        where = vm_field_location(session.loaded, change.vm, "from", use_defaults=False)
-        blockers = tuple(
-            replace(b, where=where) if b.kind == FORK_BLOCKER and not b.where else b
-            for b in change.blockers
-        )
-        return replace(change, blockers=blockers)
+        blockers = []
+        for b in change.blockers:
+            if b.kind in _LOCATED and not b.where:
+                field, defaults = _LOCATED[b.kind]
+                where = vm_field_location(session.loaded, change.vm, field, use_defaults=defaults)
+                b = replace(b, where=where)
+            blockers.append(b)
+        return replace(change, blockers=tuple(blockers))
 
     return replace(plan, changes=tuple(located(c) for c in plan.changes))
 

@@ -83,23 +83,50 @@ TASK_OWNER = (
 )
 
 ONE = "/nodes/{node}/qemu/{vmid}"
-# (method, path below ONE, qemu-server method, the one privilege it declares on the VM)
+# A VM's firewall (egress, docs/egress.md): pve-firewall 5.1.1 (PVE 8.4) and 6.0.x
+# (PVE 9) declare the same. Options in src/PVE/API2/Firewall/VM.pm (get_options,
+# set_options); rules and ipsets in Rules.pm and IPSet.pm, whose declarations are
+# PVE::Firewall::rules_audit_permissions('vm') / rules_modify_permissions('vm').
+FIREWALL = "pve-firewall src/PVE/API2/Firewall"
+# (method, path below ONE, the method's source, the one privilege it declares on the VM)
 VM_METHODS = (
-    ("DELETE", "", "destroy_vm", "VM.Allocate"),
-    ("GET", "/config", "vm_config", "VM.Audit"),
-    ("GET", "/pending", "vm_pending", "VM.Audit"),
-    ("GET", "/status/current", "vm_status", "VM.Audit"),
-    ("POST", "/template", "template", "VM.Allocate"),
-    ("GET", "/snapshot", "snapshot_list", "VM.Audit"),
-    ("POST", "/snapshot", "snapshot", "VM.Snapshot"),
-    ("DELETE", "/snapshot/{snapname}", "delsnapshot", "VM.Snapshot"),
+    ("DELETE", "", f"{QEMU} destroy_vm", "VM.Allocate"),
+    ("GET", "/config", f"{QEMU} vm_config", "VM.Audit"),
+    ("GET", "/pending", f"{QEMU} vm_pending", "VM.Audit"),
+    ("GET", "/status/current", f"{QEMU} vm_status", "VM.Audit"),
+    ("POST", "/template", f"{QEMU} template", "VM.Allocate"),
+    ("GET", "/snapshot", f"{QEMU} snapshot_list", "VM.Audit"),
+    ("POST", "/snapshot", f"{QEMU} snapshot", "VM.Snapshot"),
+    ("DELETE", "/snapshot/{snapname}", f"{QEMU} delsnapshot", "VM.Snapshot"),
+    ("GET", "/firewall/options", f"{FIREWALL}/VM.pm get_options", "VM.Audit"),
+    ("PUT", "/firewall/options", f"{FIREWALL}/VM.pm set_options", "VM.Config.Network"),
+    ("GET", "/firewall/rules", f"{FIREWALL}/Rules.pm get_rules", "VM.Audit"),
+    ("POST", "/firewall/rules", f"{FIREWALL}/Rules.pm create_rule", "VM.Config.Network"),
+    ("PUT", "/firewall/rules/{pos}", f"{FIREWALL}/Rules.pm update_rule", "VM.Config.Network"),
+    ("DELETE", "/firewall/rules/{pos}", f"{FIREWALL}/Rules.pm delete_rule", "VM.Config.Network"),
+    ("GET", "/firewall/ipset", f"{FIREWALL}/IPSet.pm ipset_index", "VM.Audit"),
+    ("POST", "/firewall/ipset", f"{FIREWALL}/IPSet.pm create_ipset", "VM.Config.Network"),
+    ("GET", "/firewall/ipset/{name}", f"{FIREWALL}/IPSet.pm get_ipset", "VM.Audit"),
+    ("POST", "/firewall/ipset/{name}", f"{FIREWALL}/IPSet.pm create_ip", "VM.Config.Network"),
+    ("DELETE", "/firewall/ipset/{name}", f"{FIREWALL}/IPSet.pm delete_ipset", "VM.Config.Network"),
+    (
+        "DELETE",
+        "/firewall/ipset/{name}/{cidr}",
+        f"{FIREWALL}/IPSet.pm remove_ip",
+        "VM.Config.Network",
+    ),
 )
 
 RULES: dict[tuple[str, str], Rule] = {
     **{
-        (method, ONE + below): Rule(f"{QEMU} {name}", check(perm(VM, priv)))
-        for method, below, name, priv in VM_METHODS
+        (method, ONE + below): Rule(source, check(perm(VM, priv)))
+        for method, below, source, priv in VM_METHODS
     },
+    # Whether the datacenter's firewall is on, without which pve-firewall applies no VM
+    # rule (PVE::Firewall::update): Sys.Audit on /, which a pool-scoped token lacks.
+    ("GET", "/cluster/firewall/options"): Rule(
+        f"{FIREWALL}/Cluster.pm get_options", check(perm("/", "Sys.Audit"))
+    ),
     ("GET", "/version"): Rule(f"{MANAGER}.pm version", ALL),
     ("GET", "/access/permissions"): Rule(
         "pve-access-control src/PVE/API2/AccessControl.pm permissions",

@@ -54,6 +54,11 @@ REFUSED = {
     "template-vmid-low": pve(template=5),
     "template-vmid-string-low": pve(template="42"),
     "host-with-scheme": pve(host="https://pve.test"),
+    "egress-wildcard-inside": vm(egress={"domains": ["foo.*.example.org"]}),
+    "egress-port-zero": vm(egress={"domains": ["github.com"], "ports": [0]}),
+    "egress-policy-unknown": vm(egress={"policy": "block"}),
+    "egress-unknown-key": vm(egress={"hosts": ["github.com"]}),
+    "egress-cidr-a-name": vm(egress={"cidrs": ["example.org"]}),
 }
 TAKEN = {
     "plain": vm(),
@@ -67,6 +72,9 @@ TAKEN = {
     "expires-duration": vm(expires="8h"),
     "expires-never": vm(expires="never"),
     "template-name": pve(template="debian-13"),
+    "egress-deny": vm(egress={"domains": ["github.com", "*.npmjs.org"], "cidrs": ["10.0.0.0/8"]}),
+    "egress-allow": vm(egress={"policy": "allow"}),
+    "egress-cidr-v6": vm(egress={"cidrs": ["2001:db8::/48", "192.0.2.7"]}),
 }
 
 

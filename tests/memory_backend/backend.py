@@ -55,6 +55,10 @@ CAPABILITIES = Capabilities(
         "disk": Mutability.GROW_ONLY,
         "state": Mutability.IN_PLACE,
         "protect": Mutability.IN_PLACE,
+        # It enforces egress, as a backend that can does (sand/plan/egress.py): made
+        # with the VM, changed in place, listed back. The engine's handling of the
+        # policy is tested here; no real backend enforces one yet (docs/egress.md).
+        "egress": Mutability.IN_PLACE,
     }
 )
 
@@ -109,6 +113,7 @@ class MemoryBackend:
             protect=vm.protect,
             lock=vm.lock,
             node=s.get("node"),
+            egress=s.get("egress"),
             marker=vm.marker,
             deep=True,
             details={"uid": vm.uid},
@@ -247,6 +252,8 @@ class MemoryBackend:
                     mine.power = vm.state
                 elif name == "protect":
                     mine.protect = vm.protect
+                elif name not in infra:  # a field the manifest dropped (egress): gone
+                    mine.spec.pop(name, None)
                 else:
                     mine.spec[name] = infra[name]
             if converged:

@@ -43,9 +43,19 @@ from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
 
+# A Lima guest's traffic leaves through QEMU's user-mode network (or a vmnet/socket_vmnet
+# daemon) on the host, where sand has no enforcement point yet (docs/egress.md#lima).
+EGRESS_GAP = (
+    "Lima gives sand no place outside the guest to enforce it yet (the guest's traffic "
+    "leaves through the host's own network stack); docs/egress.md#lima"
+)
 # Instance names are unique on a Lima host (a directory each).
 CAPABILITIES = Capabilities(
-    field_policy=lifecycle.FIELD_POLICY, unique_names=True, fork=True, fork_stops_source=True
+    field_policy=lifecycle.FIELD_POLICY,
+    unique_names=True,
+    fork=True,
+    fork_stops_source=True,
+    egress_gap=EGRESS_GAP,
 )
 
 

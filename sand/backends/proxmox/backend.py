@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.proxmox import claims, lifecycle
+from sand.backends.proxmox import claims, firewall, lifecycle
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
 # by the method that does it: a plan (observe alone) starts without those modules.
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
-CAPABILITIES = Capabilities(field_policy=FIELD_POLICY, suspends=True, fork=True)
+# A VM's egress is enforced by the PVE firewall (sand.backends.proxmox.firewall), which
+# matches addresses, never names: a deny policy with domains is refused (docs/egress.md).
+EGRESS_NAMES_GAP = (
+    "the PVE firewall matches addresses, not names, and sand has no resolver or proxy "
+    "for the VM yet: list cidrs only; docs/egress.md#proxmox"
+)
+CAPABILITIES = Capabilities(
+    field_policy=FIELD_POLICY, suspends=True, fork=True, egress_names_gap=EGRESS_NAMES_GAP
+)
 
 
 class ProxmoxBackend:
@@ -64,7 +73,14 @@ class ProxmoxBackend:
         return self.ctx.client.warnings
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        return await observe_mod.observe(self.ctx, desired)
+        seen = await observe_mod.observe(self.ctx, desired)
+        if seen.unknown_reason or not any(firewall.denies(vm.egress) for vm in desired):
+            return seen
+        # Once per plan, and only where a VM asks for a deny policy: is it applied at all?
+        start = self.ctx.client.requests
+        gap = await firewall.datacenter_gap(self.ctx)
+        spent = seen.requests + self.ctx.client.requests - start
+        return dataclasses.replace(seen, egress_gap=gap, requests=spent)
 
     def send_listing(self) -> None:
         observe_mod.send_listing(self.ctx)
@@ -212,7 +228,11 @@ class ProxmoxBackend:
     async def doctor(self, desired: Sequence[DesiredVM] = ()) -> DoctorReport:
         from sand.backends.proxmox.doctor import doctor as run_doctor
 
-        return await run_doctor(self.ctx, forks=any(vm.fork is not None for vm in desired))
+        return await run_doctor(
+            self.ctx,
+            forks=any(vm.fork is not None for vm in desired),
+            egress=any(firewall.denies(vm.egress) for vm in desired),
+        )
 
     async def build_template(
         self,

@@ -21,8 +21,8 @@ import weakref
 from typing import Any
 
 from sand.backends.proxmox import description as desc
+from sand.backends.proxmox import firewall, locality, units, vmops
 from sand.backends.proxmox import fork as fork_mod
-from sand.backends.proxmox import locality, units, vmops
 from sand.backends.proxmox import marker as mk
 from sand.backends.proxmox.bases import ready_base
 from sand.backends.proxmox.clone import clone
@@ -255,8 +255,18 @@ async def _setup(
     config = cloned if cloned is not None else await read_config(ctx, node, vmid)
     tags = mk.parse_tags(config.get("tags"))
     configured = tags.complete and tags.project == ctx.project and tags.identity == str(vmid)
-    # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too.
-    if not configured or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
+    if firewall.denies(vm.egress):
+        # Before the first start, the VM is never open, not even while it boots; and
+        # before the config write, whose marker (with converged=True, the fingerprint)
+        # vouches for it. A clone of a template holds none of sand's rules; a fork or an
+        # adopted VM may.
+        fresh = cloned is not None and vm.fork is None
+        await firewall.write(ctx, node, vmid, vm.egress, fresh=fresh)
+        journal.step(entry, "egress")
+    # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too;
+    # a VM whose egress is denied gets firewall=1 on its NIC in that same write.
+    unfiltered = firewall.denies(vm.egress) and not firewall.nic_filtered(config.get("net0"))
+    if not configured or unfiltered or (vm.cpu is not None and cpu_type_of(config) != vm.cpu):
         params = _base_config(ctx, vm, vmid, config, pubkey, converged=converged)
         await ctx.client.put(f"{path}/config", **params)
         journal.step(entry, "configured")
@@ -342,11 +352,16 @@ def _base_config(
     if converged:
         # The marker mark_converged would write next (fingerprints in tags and block).
         params["description"] = desc.merge_description(
-            config.get("description"), marker, protect=vm.protect
+            config.get("description"),
+            marker,
+            protect=vm.protect,
+            **{firewall.MARKER_KEY: vm.infra().get("egress")},
         )
     if vmops.bridge_of(config.get("net0")) != ctx.config.bridge:
         # Model kept; a NIC without its MAC gets a new one from PVE.
         params["net0"] = vmops.with_bridge(config.get("net0"), ctx.config.bridge)
+    if firewall.denies(vm.egress):
+        params["net0"] = firewall.with_firewall(params.get("net0", config.get("net0")))
     agent = str(config.get("agent") or "0")
     if agent.split(",")[0] not in ("1", "enabled=1"):
         params["agent"] = "1"

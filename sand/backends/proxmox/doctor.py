@@ -3,7 +3,8 @@
 One ``GET /access/permissions`` gives the token's effective privileges per
 path. Every privilege sand uses must be there (on the pool, which PVE projects
 onto its VMs and storage, or on the narrower path itself), and nothing may be
-granted on ``/`` or ``/vms`` (that reaches VMs outside the pool).
+granted on ``/`` or ``/vms`` (that reaches VMs outside the pool), but Sys.Audit on ``/``
+not propagated (read-only: whether the datacenter's firewall is on, for egress).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ DANGEROUS = (
     "Sys.Console",
 )
 TOO_BROAD_PATHS = ("/", "/vms")
+# Allowed on ``/`` alone, not propagated, read-only: is the datacenter's firewall on.
+AUDIT = "Sys.Audit"
 
 
 def check_permissions(
@@ -59,7 +62,10 @@ def check_permissions(
     nodes: list[str],
     major: int = refusals.LATEST,
     forks: bool = False,
+    egress: bool = False,
 ) -> list[Finding]:
+    """``egress``: a VM of the manifest declares a deny policy (then the one read-only
+    grant on ``/`` is asked for)."""
     findings: list[Finding] = []
     pool_path = f"/pool/{pool}"
     missing: list[str] = []
@@ -94,8 +100,10 @@ def check_permissions(
                         f"no Sys.Audit on /nodes/{node}: placement cannot see its free memory",
                     )
                 )
+    findings.extend(_datacenter_audit(perms, egress))
     for path in TOO_BROAD_PATHS:
-        granted = sorted(perms.get(path) or {})
+        # Sys.Audit on / is judged by _datacenter_audit (accepted when not propagated).
+        granted = sorted(p for p in perms.get(path) or {} if (path, p) != ("/", AUDIT))
         if granted:
             findings.append(
                 Finding(
@@ -117,7 +125,34 @@ def check_permissions(
     return findings
 
 
-async def doctor(ctx: Ctx, *, forks: bool = False) -> DoctorReport:
+def _datacenter_audit(perms: Permissions, egress: bool) -> list[Finding]:
+    """The one grant allowed on ``/``: Sys.Audit, not propagated, read-only (whether the
+    datacenter's firewall is on, which egress needs: sand.backends.proxmox.firewall)."""
+    root = perms.get("/") or {}
+    if AUDIT in root and refusals.propagates(root[AUDIT]):
+        return [
+            Finding(
+                "error",
+                "too broad: Sys.Audit on / propagates to every path; grant it with "
+                "--propagate 0 (only / is read: whether the datacenter's firewall is on)",
+            )
+        ]
+    if AUDIT in root:
+        return [Finding("ok", "Sys.Audit on / (not propagated): reads the datacenter's firewall")]
+    if egress:
+        return [
+            Finding(
+                "error",
+                "missing privilege Sys.Audit on / (not propagated): a VM declares egress, "
+                "which needs the datacenter's firewall on, and only that grant reads it; "
+                "fix: pveum role add SandAudit --privs Sys.Audit && pveum acl modify / "
+                "--roles SandAudit --tokens '<token id>' --propagate 0",
+            )
+        ]
+    return []
+
+
+async def doctor(ctx: Ctx, *, forks: bool = False, egress: bool = False) -> DoctorReport:
     """``forks``: a VM of the manifest forks another here (then VM.Snapshot is needed)."""
     findings: list[Finding] = []
 
@@ -173,6 +208,7 @@ async def doctor(ctx: Ctx, *, forks: bool = False) -> DoctorReport:
             nodes=ctx.config.placement_nodes,
             major=major,
             forks=forks,
+            egress=egress,
         )
     )
     findings.extend(_tag_findings(perms or {}, options or {}, rows))

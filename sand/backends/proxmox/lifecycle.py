@@ -11,8 +11,8 @@ from typing import Any
 
 from sand.backends.capabilities import Mutability, fields_with
 from sand.backends.proxmox import description as desc
+from sand.backends.proxmox import firewall, vmops
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import is_protected, owner, read_config
@@ -31,6 +31,8 @@ FIELD_POLICY: Mapping[str, Mutability] = {
     "disk": Mutability.GROW_ONLY,
     "state": Mutability.IN_PLACE,
     "protect": Mutability.IN_PLACE,
+    # Its PVE firewall (sand.backends.proxmox.firewall), rewritten on a running VM.
+    "egress": Mutability.IN_PLACE,
 }
 # What an update changes: every field that is not replaced.
 UPDATABLE = fields_with(FIELD_POLICY, *(m for m in Mutability if m is not Mutability.REPLACE))
@@ -108,7 +110,7 @@ def marker_description(
     ctx: Ctx, config: Mapping[str, Any], marker: Marker | None, **extra: object
 ) -> str:
     block = desc.parse_block(config.get("description")) or {}
-    keep = {k: v for k, v in block.items() if k in ("protect",)}
+    keep = {k: v for k, v in block.items() if k in ("protect", firewall.MARKER_KEY)}
     keep.update(extra)
     assert marker is not None
     return desc.merge_description(config.get("description"), own_marker(ctx, marker, block), **keep)
@@ -212,7 +214,10 @@ async def mark_converged(
                 f"{path}/config",
                 tags=mk.merge_tags(config.get("tags"), marker),
                 description=desc.merge_description(
-                    config.get("description"), marker, protect=vm.protect
+                    config.get("description"),
+                    marker,
+                    protect=vm.protect,
+                    **{firewall.MARKER_KEY: vm.infra().get("egress")},
                 ),
                 digest=config.get("digest"),
             )

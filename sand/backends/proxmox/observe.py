@@ -28,6 +28,7 @@ from sand.backends.proxmox.row import HIBERNATED_LOCK, as_int, booted_at, power_
 from sand.backends.proxmox.row import Row as Row  # re-exported: imported from here
 from sand.backends.proxmox.row import is_protected as is_protected
 from sand.desired import DesiredVM
+from sand.manifest.egress import ALLOW, DENY
 from sand.observed import (
     Claim,
     Marker,
@@ -129,8 +130,17 @@ def _from_listing(
                 base=tags.base,
                 pool=tags.pool,
             )
+            # The egress the fingerprint vouches for: written with it (the marker's).
+            enforced = want.infra().get("egress") if want.egress is not None else None
             return _observed(
-                ctx, row, Ownership.MANAGED, fast, want, protect=want.protect, cpu=want.cpu
+                ctx,
+                row,
+                Ownership.MANAGED,
+                fast,
+                want,
+                protect=want.protect,
+                cpu=want.cpu,
+                egress=str(enforced) if enforced is not None else None,
             )
         return DEEP
     if tags.present or name in desired:
@@ -216,7 +226,17 @@ def _from_config(
         deep=True,
         notes=notes,
         cpu=cpu_type_of(config),
+        egress=_enforced_egress(block, want),
     )
+
+
+def _enforced_egress(block: Mapping[str, Any], want: DesiredVM | None) -> str | None:
+    """The policy the VM's firewall was last written with (its marker's); a VM that
+    records none has no firewall of sand's: open (``allow``), which a deny policy changes."""
+    recorded = block.get("egress")
+    if isinstance(recorded, str):
+        return recorded
+    return ALLOW if want is not None and want.egress and want.egress.policy == DENY else None
 
 
 def owner(ctx: Ctx, vmid: str, claims: Sequence[Claim]) -> Ownership:
@@ -251,6 +271,7 @@ def _observed(
     deep: bool = False,
     notes: Mapping[str, str] | None = None,
     cpu: str | None = None,
+    egress: str | None = None,
 ) -> ObservedVM:
     vmid = str(row["vmid"])
     name = the_marker.name if the_marker and ownership is Ownership.MANAGED else row.get("name")
@@ -282,6 +303,7 @@ def _observed(
         booted_at=booted_at(row),
         slept=mk.parse_tags(row.get("tags")).asleep if ownership is Ownership.MANAGED else None,
         hibernated=lock == HIBERNATED_LOCK,
+        egress=egress,
     )
 
 

@@ -35,12 +35,12 @@ def holds(perms: Permissions, path: str, privilege: str, also: tuple[str, ...] =
         for i in range(len(parts), 0, -1):
             prefix = "/".join(parts[:i]) or "/"
             granted = perms.get(prefix) or {}
-            if privilege in granted and (prefix == candidate or _propagates(granted[privilege])):
+            if privilege in granted and (prefix == candidate or propagates(granted[privilege])):
                 return True
     return False
 
 
-def _propagates(flag: Any) -> bool:
+def propagates(flag: Any) -> bool:
     return str(flag).lower() not in ("0", "false", "")
 
 

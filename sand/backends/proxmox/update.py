@@ -32,8 +32,8 @@ from dataclasses import replace
 from typing import Any
 
 from sand.backends.proxmox import description as desc
+from sand.backends.proxmox import firewall, units, vmops
 from sand.backends.proxmox import marker as mk
-from sand.backends.proxmox import units, vmops
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.lifecycle import (
@@ -125,6 +125,11 @@ async def update(
             await vmops.shutdown(ctx, node, vmid, track=track)
             running = False
             journal.step(entry, "stopped")
+        if "egress" in fields:
+            # Before the write whose marker vouches for it: a run cut between the two
+            # leaves a VM the next plan still sees with its old egress.
+            await firewall.write(ctx, node, vmid, vm.egress, fresh=False)
+            journal.step(entry, "egress")
         marker = _marker(ctx, vm, fresh, config) if converged else None
         params = _params(ctx, vm, fresh, fields, config, marker)
         if params:
@@ -192,10 +197,16 @@ def _params(
     if "protect" in fields:
         params["protection"] = 1 if vm.protect else 0
         params["description"] = marker_description(ctx, config, fresh.marker, protect=vm.protect)
+    unfiltered = firewall.denies(vm.egress) and not firewall.nic_filtered(config.get("net0"))
+    if "egress" in fields and unfiltered:
+        params["net0"] = firewall.with_firewall(config.get("net0"))
     if marker is not None:
         params["tags"] = mk.merge_tags(config.get("tags"), marker)
         params["description"] = desc.merge_description(
-            config.get("description"), marker, protect=vm.protect
+            config.get("description"),
+            marker,
+            protect=vm.protect,
+            **{firewall.MARKER_KEY: vm.infra().get("egress")},
         )
     return params
 
@@ -225,6 +236,9 @@ def _result(
         changed["disk"] = disk
     if "protect" in fields:
         changed.update(protect=vm.protect, operator_protected=False)
+    if "egress" in fields:
+        enforced = vm.infra().get("egress")
+        changed["egress"] = str(enforced) if enforced is not None else None
     if marker is not None:  # the converged marker went with the write
         changed["marker"] = marker
     return replace(fresh, **changed)

@@ -97,3 +97,55 @@ async def test_vm_snapshot_is_asked_for_only_when_a_vm_forks(rig: FakePveRig) ->
     assert list(await backend.doctor([source])) == []
     assert missing in list(await backend.doctor([source, fork]))
     await backend.close()
+
+
+def _root_findings(root: dict[str, int], *, egress: bool) -> list[str]:
+    perms = {"/": root} if root else {}
+    findings = check_permissions(
+        perms,
+        pool="sand",
+        storage="s",
+        bridge="vmbr0",
+        template=None,
+        template_in_pool=False,
+        nodes=["pve1"],
+        egress=egress,
+    )
+    return [str(f) for f in findings if "on /," in str(f) or "Sys.Audit on /" in str(f)]
+
+
+def test_sys_audit_on_root_unpropagated_is_the_one_grant_accepted_there() -> None:
+    """Egress needs to read whether the datacenter's firewall is on: Sys.Audit on / alone,
+    read-only, not propagated. Propagated, or anything beside it, stays too broad."""
+    (ok,) = _root_findings({"Sys.Audit": 0}, egress=True)
+    assert ok.startswith("ok: Sys.Audit on / (not propagated)")
+    (broad,) = _root_findings({"Sys.Audit": 1}, egress=True)
+    assert (
+        broad.startswith("error: too broad: Sys.Audit on / propagates") and "--propagate 0" in broad
+    )
+    more = _root_findings({"Sys.Audit": 0, "VM.Audit": 0}, egress=False)
+    assert any(t.startswith("error: too broad: the token holds VM.Audit on /,") for t in more)
+
+
+def test_sys_audit_on_root_is_asked_for_only_when_a_vm_declares_egress() -> None:
+    assert _root_findings({}, egress=False) == []
+    (missing,) = _root_findings({}, egress=True)
+    assert missing.startswith("error: missing privilege Sys.Audit on / (not propagated)")
+    assert "pveum acl modify / --roles SandAudit" in missing and "--propagate 0" in missing
+
+
+async def test_doctor_names_the_datacenter_read_for_a_manifest_with_egress(
+    rig: FakePveRig,
+) -> None:
+    backend = rig.make_backend()
+    plain, closed = rig.desired(
+        [{"name": "a"}, {"name": "b", "egress": {"cidrs": ["10.20.0.0/16"]}}]
+    )
+    assert list(await backend.doctor([plain])) == []
+    (problem,) = list(await backend.doctor([plain, closed]))
+    assert problem.startswith("error: missing privilege Sys.Audit on / (not propagated)")
+    # fakepve's grants propagate: doctor says so, never accepts it
+    rig.grant(rig.token_id, "/", "Sys.Audit")
+    (problem,) = list(await backend.doctor([plain, closed]))
+    assert problem.startswith("error: too broad: Sys.Audit on / propagates")
+    await backend.close()

@@ -52,6 +52,13 @@ def runs(sand: Sand, rig: FakePveRig) -> None:
     apply([SOURCE, {"name": "try-1", "from": {"vm": "agent-1"}}])  # a fork
     apply([SOURCE], pools=WARM)  # a spare
     apply([SOURCE, {"name": "agent-4", "pool": "agents"}], pools=WARM)  # claims it
+    # egress: the firewall written at create, rewritten in place, turned off (P16)
+    walled = {"name": "walled", "egress": {"cidrs": ["10.20.0.0/16"]}}
+    kept = [SOURCE, {"name": "agent-4", "pool": "agents"}]
+    apply([*kept, walled], pools=WARM)
+    changed = {"cidrs": ["192.0.2.0/24"], "ports": [22]}
+    apply([*kept, {**walled, "egress": changed}], pools=WARM)
+    apply([*kept, {"name": "walled"}], pools=WARM)
     ok("sleep", "agent-1")
     ok("wake", "agent-1")
     ok("status", "--deep")
@@ -69,7 +76,8 @@ def test_every_call_sand_makes_has_the_permission_rule_of_its_method(
         memory_mib=1024, cores=1, tags="golden",
     )  # fmt: skip
     rig.allow_image_import()
-    rig.grant_template_build(rig.token_id)
+    rig.grant_template_build(rig.token_id)  # Sys.Audit on / among them: the datacenter read
+    rig.run(lambda: rig.pve.firewall_config("cluster")["options"].__setitem__("enable", 1))
     runs(Sand(tmp_path), rig)
     made = calls(rig)
     unknown = sorted(path for method, template, path in made if template is None)
@@ -88,5 +96,13 @@ def test_every_call_sand_makes_has_the_permission_rule_of_its_method(
         ("DELETE", "/nodes/{node}/qemu/{vmid}"),
         ("GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"),
         ("GET", "/access/permissions"),
+        ("GET", "/cluster/firewall/options"),
+        ("PUT", "/nodes/{node}/qemu/{vmid}/firewall/options"),
+        ("POST", "/nodes/{node}/qemu/{vmid}/firewall/ipset"),
+        ("POST", "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}"),
+        ("POST", "/nodes/{node}/qemu/{vmid}/firewall/rules"),
+        ("GET", "/nodes/{node}/qemu/{vmid}/firewall/rules"),
+        ("DELETE", "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}"),
+        ("DELETE", "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}"),
     ):
         assert expected in methods, expected

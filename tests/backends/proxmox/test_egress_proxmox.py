@@ -1,0 +1,180 @@
+"""An egress policy on Proxmox, against fakepve: the VM's PVE firewall written through
+the API before its first start, a changed policy rewritten in place, a no-op plan still
+its one listing (and the datacenter's switch, read once); what PVE cannot enforce (names,
+a datacenter firewall off or unreadable) refused in the plan (``!``) with the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sand.backends.proxmox.firewall import IPSET
+from tests.backends.proxmox.test_cli import Sand
+from tests.fakepve_rig.rig import FakePveRig
+
+CIDRS = {"cidrs": ["10.20.0.0/16", "192.0.2.7"], "ports": [443, 22]}
+NAMES = {"domains": ["github.com"], "cidrs": ["10.20.0.0/16"]}
+LISTING = "GET /cluster/resources?type=vm -> 200"
+DC_READ = "GET /cluster/firewall/options -> 200"
+
+
+@pytest.fixture
+def run(rig: FakePveRig, tmp_path: Path) -> Sand:
+    return Sand(rig, tmp_path)
+
+
+def audit_and_switch_on(rig: FakePveRig) -> None:
+    """What the operator does once: the read-only grant, the datacenter firewall on."""
+    rig.grant(rig.token_id, "/", "Sys.Audit")
+    rig.run(lambda: rig.pve.firewall_config("cluster")["options"].__setitem__("enable", 1))
+
+
+def vm_path(vmid: int) -> str:
+    return f"/nodes/pve1/qemu/{vmid}"
+
+
+def firewall_of(rig: FakePveRig, vmid: int) -> dict[str, Any]:
+    conf: dict[str, Any] = rig.run(rig.pve.firewall_config, "vm", "pve1", vmid)
+    return conf
+
+
+def test_a_vm_is_created_with_its_firewall_written_before_its_first_start(
+    run: Sand, rig: FakePveRig
+):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": CIDRS}])
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (vm,) = rig.vms()
+    assert "firewall=1" in vm.config["net0"].split(",")
+    fw = firewall_of(rig, vm.vmid)
+    opts = fw["options"]
+    assert (opts["enable"], opts["policy_out"], opts["policy_in"], opts["dhcp"]) == (
+        1, "DROP", "ACCEPT", 1,
+    )  # fmt: skip
+    # PVE writes a single address without its /32
+    assert sorted(e["cidr"] for e in fw["ipset"][IPSET]) == ["10.20.0.0/16", "192.0.2.7"]
+    (rule,) = fw["rules"]
+    assert (rule["type"], rule["action"], rule["dest"], rule["proto"], rule["dport"]) == (
+        "out", "ACCEPT", f"+{IPSET}", "tcp", "22,443",
+    )  # fmt: skip
+    assert rule["enable"] == 1  # a rule sent without it is stored disabled
+    log = [str(r) for r in rig.log]
+    start = next(i for i, r in enumerate(log) if r.startswith("POST") and "/status/start" in r)
+    written = [i for i, r in enumerate(log) if "/firewall/" in r and not r.startswith("GET")]
+    assert written and max(written) < start  # never started open
+    # nor marked (the config write carries the marker that vouches for the policy)
+    configured = next(i for i, r in enumerate(log) if r == f"PUT {vm_path(vm.vmid)}/config -> 200")
+    assert max(written) < configured
+    # options, ipset, one per cidr, one rule: as few requests as PVE takes them
+    assert len(written) == 1 + 1 + 2 + 1
+
+
+def test_a_no_op_plan_is_its_listing_and_one_read_of_the_datacenter_switch(
+    run: Sand, rig: FakePveRig
+):
+    audit_and_switch_on(rig)
+    run.write([{"name": f"a{i}", "egress": CIDRS} for i in range(3)])
+    assert run("apply", "--auto-approve").returncode == 0
+    rig.clear_log()
+    plan = run("plan", "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert sorted(str(r) for r in rig.log) == sorted([LISTING, DC_READ])
+
+
+def test_a_changed_policy_rewrites_the_firewall_in_place_keeping_an_operators_rule(
+    run: Sand, rig: FakePveRig
+):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": CIDRS}])
+    assert run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    mine = {"type": "in", "action": "ACCEPT", "proto": "tcp", "dport": "8080", "enable": 1}
+    rules = rig.pve.firewall_config("vm", "pve1", vm.vmid)["rules"]
+    rig.run(lambda: rules.append({**mine, "pos": 1}))
+    run.write([{"name": "a", "egress": {"cidrs": ["198.51.100.0/24"]}}])
+    plan = run("plan")
+    assert '~ egress = "deny except 0 domains, 2 cidrs on ports 22,443 #' in plan.stdout
+    assert '-> "deny except 0 domains, 1 cidr on port 443 #' in plan.stdout
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (after,) = rig.vms()
+    assert after.vmid == vm.vmid  # in place
+    fw = firewall_of(rig, vm.vmid)
+    assert [e["cidr"] for e in fw["ipset"][IPSET]] == ["198.51.100.0/24"]
+    assert [(r["type"], r["dport"]) for r in fw["rules"]] == [("out", "443"), ("in", "8080")]
+    assert run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_dropping_the_policy_turns_the_vms_firewall_off(run: Sand, rig: FakePveRig):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": CIDRS}])
+    assert run("apply", "--auto-approve").returncode == 0
+    run.write([{"name": "a"}])
+    plan = run("plan")
+    assert '-> "allow"' in plan.stdout, plan.stdout
+    assert run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    fw = firewall_of(rig, vm.vmid)
+    assert (fw["options"]["enable"], fw["rules"], fw["ipset"]) == (0, [], {})
+    assert run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_an_existing_vm_given_a_policy_gets_its_firewall(run: Sand, rig: FakePveRig):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a"}])
+    assert run("apply", "--auto-approve").returncode == 0
+    run.write([{"name": "a", "egress": CIDRS}])
+    plan = run("plan")
+    assert '~ egress = "allow" -> "deny except 0 domains, 2 cidrs' in plan.stdout, plan.stdout
+    assert run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    # Written to the running VM: PVE hotplugs a NIC's firewall flag (qemu-server's
+    # vmconfig_update_net re-plugs the tap); fakepve keeps it pending.
+    net0 = vm.pending.get("net0") or vm.config["net0"]
+    assert "firewall=1" in net0.split(",")
+    assert firewall_of(rig, vm.vmid)["options"]["policy_out"] == "DROP"
+    assert run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_a_policy_with_domains_is_refused_and_nothing_is_sent(run: Sand, rig: FakePveRig):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": NAMES}])
+    plan = run("plan")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert "# a (pve) is blocked: it would be created" in plan.stdout
+    assert "the PVE firewall matches addresses, not names" in plan.stdout
+    assert run("apply", "--auto-approve").returncode == 1
+    assert rig.vms() == []
+
+
+def test_a_token_without_sys_audit_on_root_is_refused_with_the_grant_to_make(
+    run: Sand, rig: FakePveRig
+):
+    run.write([{"name": "a", "egress": CIDRS}])
+    plan = run("plan")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert "the token cannot read whether the datacenter's firewall is on" in plan.stdout
+    assert "pveum acl modify / --roles SandAudit" in plan.stdout
+    assert "--propagate 0" in plan.stdout
+    assert run("apply", "--auto-approve").returncode == 1
+    assert rig.vms() == []
+
+
+def test_the_datacenter_firewall_off_refuses_a_deny_policy(run: Sand, rig: FakePveRig):
+    rig.grant(rig.token_id, "/", "Sys.Audit")
+    run.write([{"name": "a", "egress": CIDRS}, {"name": "b"}])
+    plan = run("plan")
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert "the datacenter's firewall is off, so PVE applies no VM's firewall" in plan.stdout
+    assert "pvesh set /cluster/firewall/options --enable 1" in plan.stdout
+
+
+def test_no_egress_no_datacenter_read(run: Sand, rig: FakePveRig):
+    run.write([{"name": "a"}, {"name": "b", "egress": {"policy": "allow"}}])
+    assert run("apply", "--auto-approve").returncode == 0
+    rig.clear_log()
+    assert run("plan", "--detailed-exitcode").returncode == 0
+    assert [str(r) for r in rig.log] == [LISTING]
