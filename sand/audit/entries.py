@@ -60,6 +60,35 @@ def entries(
             yield rec
 
 
+def last_entries(
+    path: Path, vm: str, *, count: int = 5, project: str | None = None, window: int = 1 << 20
+) -> list[dict[str, Any]]:
+    """The last ``count`` records of ``vm`` (of ``project`` where a record names one)
+    among the log's last ``window`` bytes: the board reads this on every redraw, so it
+    never reads a large log whole."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - window))
+            tail = fh.read()
+    except FileNotFoundError:
+        return []
+    lines = tail.split(b"\n")
+    if size > window:
+        lines = lines[1:]  # the first is cut by the window
+    found = []
+    for line in reversed(lines):
+        rec = decode(line)
+        if rec is None or rec.get("vm") != vm:
+            continue
+        if project is not None and rec.get("project", project) != project:
+            continue
+        found.append(rec)
+        if len(found) == count:
+            break
+    return found[::-1]
+
+
 def describe(rec: dict[str, Any]) -> str:
     """One line: when, #seq, kind, the VM, who, then the other fields as key=value."""
     skip = {"seq", "prev", "kind", "ts", "user", "host", "pid", "version", "vm"}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sand.audit.chain import CHECKPOINT, GENESIS, record_hash
+from sand.audit.entries import describe, last_entries
 from sand.audit.keys import SIGNING_KEY
 from sand.audit.log import CHECKPOINT_EVERY, LOG_FILE, AuditLog
 from sand.audit.trail import audit_dir, record, secret_digest
@@ -78,3 +79,23 @@ def test_a_checkpoint_by_another_key_is_named(state: Path) -> None:
     report = verify_host(state)
     assert not report.ok and report.problem is not None
     assert report.problem.line == 2 and "another key" in report.problem.message
+
+
+def test_the_board_reads_a_vms_last_records_from_the_logs_tail_alone(state: Path) -> None:
+    log = AuditLog(state)
+    log.append_many(("x.y", {"vm": "a", "project": "p", "n": i}) for i in range(300))
+    log.append("x.y", {"vm": "a", "project": "other", "n": 300})  # the same name elsewhere
+    log.append("shell.opened", {"vm": "a", "mode": "tmux"})  # no project: the VM's
+    log.append("x.y", {"vm": "b", "project": "p", "n": 301})
+    path = state / LOG_FILE
+    got = last_entries(path, "a", count=3, project="p")
+    assert [(r["kind"], r.get("n")) for r in got] == [
+        ("x.y", 298),
+        ("x.y", 299),
+        ("shell.opened", None),
+    ]
+    # a window of the last 2 KiB: only what it holds, its first (cut) line left out
+    near = last_entries(path, "a", count=100, project="p", window=2048)
+    assert 0 < len(near) < 20 and near[-1]["kind"] == "shell.opened"
+    assert last_entries(state / "missing.jsonl", "a") == []
+    assert "  a  " in describe(got[-1]) and describe(got[-1]).endswith("mode=tmux")
