@@ -95,6 +95,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"sizes": (1,)},
     ),
     (
+        "audit log: append p99, 1,000,000 records verified",
+        "bench.audit_log",
+        "rows",
+        {"appends_n": 200, "records": 5000},
+    ),
+    (
         "time to a ready VM: full provisioning vs a golden base (real guests)",
         "bench.golden_bases",
         "rows",
