@@ -121,9 +121,23 @@ class AuditLog:
         return self._sealer
 
     def _open(self) -> int:
+        if self._fd is not None and not _same_file(self._fd, self.path):
+            # moved aside or deleted by a person while this process (a long sand sync)
+            # held it open: what follows goes to the file at the path, not to a lost inode
+            self.close()
+            self._known = None
         if self._fd is None:
             self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         return self._fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -13,6 +13,7 @@ from sand.audit.entries import describe, last_entries
 from sand.audit.keys import SIGNING_KEY
 from sand.audit.log import CHECKPOINT_EVERY, LOG_FILE, AuditLog
 from sand.audit.trail import audit_dir, record, secret_digest
+from sand.errors import StateError
 from tests.audit.helpers import verify_host
 
 
@@ -99,3 +100,26 @@ def test_the_board_reads_a_vms_last_records_from_the_logs_tail_alone(state: Path
     assert 0 < len(near) < 20 and near[-1]["kind"] == "shell.opened"
     assert last_entries(state / "missing.jsonl", "a") == []
     assert "  a  " in describe(got[-1]) and describe(got[-1]).endswith("mode=tmux")
+
+
+def test_a_log_moved_aside_while_a_process_holds_it_is_started_anew_at_its_path(
+    state: Path,
+) -> None:
+    record("x.y", n=1)
+    (state / LOG_FILE).rename(state / "log.old")  # a person rotating it by hand
+    record("x.y", n=2)  # the same process, its log handle still open
+    (first,) = lines(state)
+    assert (first["seq"], first["n"]) == (1, 2)
+    assert [
+        r["n"] for r in (json.loads(x) for x in (state / "log.old").read_bytes().splitlines())
+    ] == [1]
+
+
+def test_a_record_that_cannot_be_written_is_an_error_not_a_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "audit").write_text("not a directory")
+    with pytest.raises(StateError, match="audit"):
+        record("x.y", n=1)
