@@ -159,6 +159,25 @@ async def test_past_the_deadline_the_run_stops_and_nothing_is_renewed_or_release
     assert trail == [("lease.taken", None), ("lease.lost", MESSAGE)]
 
 
+@dataclasses.dataclass
+class TakesOver(SlowKeeper):
+    """Takes a lease whose holder never released it: the grace to wait before writing."""
+
+    async def take(self) -> LeaseGrant:
+        return LeaseGrant(fresh=False, hold_off=0.01)
+
+
+async def test_a_lease_taken_over_from_a_holder_that_never_released_it_is_told_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    async with keep(TakesOver(Clock(), took=0.0), project="p", backend="pve", ttl=60.0, wait=0):
+        pass
+    trail = [(r["kind"], r["project"], r["backend"]) for r in audit_records(tmp_path / "state")]
+    assert trail == [("lease.broken", "p", "pve"), ("lease.released", "p", "pve")]
+    assert audit_records(tmp_path / "state")[0]["fresh"] is False
+
+
 def alive_holder() -> LeaseHolder:
     """Another holder whose process runs (this one's pid, another holding's nonce)."""
     return LeaseHolder.here(command="other")
