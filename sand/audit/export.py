@@ -1,4 +1,5 @@
-"""Checkpoints exported to a git ref, where the host's user alone cannot take them back.
+"""Checkpoints exported to a git ref (or a syslog collector), where the host's user alone
+cannot take them back.
 
 ``export_git`` adds one commit to ``REF`` of a repository (``refs/sand/audit/<host>`` by
 default) holding ``checkpoint.json`` (the latest signed claim) and ``signing.pub``; its
@@ -10,11 +11,14 @@ verify --against REPO`` reads them all back and holds the local log to each one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import subprocess
 import tempfile
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sand.audit import seal
@@ -74,6 +78,35 @@ def exported_claims(repo: str, ref: str) -> tuple[list[seal.Claim], str | None]:
         claims = [seal.Claim.from_json(git.run("show", f"{c}:{CLAIM_FILE}")) for c in commits]
         first_pub = git.run("show", f"{commits[-1]}:{SIGNING_PUB}")
         return claims, first_pub
+
+
+def export_syslog(claim: seal.Claim, target: str) -> None:
+    """Send ``claim`` as one RFC 5424 message over UDP to ``target`` (``HOST:PORT``), for a
+    collector the host's user does not run: facility auth, severity notice, app ``sand``,
+    the claim's fields as the message (``sand audit verify`` takes the claims back from
+    wherever the collector keeps them only by hand, as ``head.json`` files)."""
+    host, port = syslog_target(target)
+    pri = 4 * 8 + 5  # auth, notice
+    when = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    text = f"sand-audit-checkpoint {json.dumps(asdict(claim), sort_keys=True)}"
+    message = f"<{pri}>1 {when} {socket.gethostname()} sand {os.getpid()} audit - {text}"
+    try:
+        with socket.socket(_family(host), socket.SOCK_DGRAM) as sock:
+            sock.sendto(message.encode(), (host, port))
+    except OSError as exc:
+        raise StateError(f"cannot send the checkpoint to syslog {target}: {exc}") from exc
+
+
+def syslog_target(target: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``) as an address; StateError for anything else."""
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StateError(f"--syslog {target!r}: give HOST:PORT of a syslog collector (UDP)")
+    return host.strip("[]"), int(port)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 class _Git:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from sand.audit.seal import Claim, signed_by
 from sand.audit.trail import record
+from tests.audit.helpers import pinned_key
 from tests.cli.helpers import Sand
 from tests.machine_schemas import validate
 
@@ -95,3 +98,27 @@ def test_an_exported_checkpoint_finds_the_log_cut_short(sand: Sand, tmp_path: Pa
     proc = sand.run("audit", "verify", "--against", str(remote), "--ref", "refs/audit/h")
     assert proc.returncode == 1
     assert "(record 2): truncated: a checkpoint vouches for record 2" in proc.stderr
+
+
+def test_a_checkpoint_sent_to_a_syslog_collector_arrives_signed(sand: Sand) -> None:
+    collector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    collector.bind(("127.0.0.1", 0))
+    collector.settimeout(30)
+    port = collector.getsockname()[1]
+    record("x.event", vm="a", n=1)
+    with collector:
+        proc = sand.run("audit", "checkpoint", "--syslog", f"127.0.0.1:{port}")
+        assert proc.returncode == 0, proc.stderr
+        datagram = collector.recv(65536).decode()
+    assert datagram.startswith("<37>1 ")  # auth.notice, RFC 5424
+    header, _, claimed = datagram.partition(" - sand-audit-checkpoint ")
+    _pri, _when, _host, app, pid, msgid = header.split()
+    assert (app, pid.isdigit(), msgid) == ("sand", True, "audit")
+    claim = Claim.from_json(claimed)
+    head = Claim.from_json((sand.state_dir / "audit" / "head.json").read_text())
+    assert claim == head and claim.seq == 1
+    assert signed_by(claim, pinned_key(sand.state_dir / "audit"))
+    size = (sand.state_dir / "audit" / "log.jsonl").stat().st_size
+    bad = sand.run("audit", "checkpoint", "--syslog", "nowhere")
+    assert bad.returncode == 1 and "give HOST:PORT" in bad.stderr
+    assert (sand.state_dir / "audit" / "log.jsonl").stat().st_size == size  # nothing signed

@@ -80,6 +80,13 @@ def _checkpoint(actions: Subcommands) -> None:
         "  sand audit checkpoint --export git@git.example.com:ops/audit.git",
     )
     _export_flags(checkpoint, "--export", "the repository to push the checkpoint to")
+    checkpoint.add_argument(
+        "--syslog",
+        metavar="HOST:PORT",
+        action="append",
+        default=[],
+        help="also send it to this syslog collector (UDP, RFC 5424; repeatable)",
+    )
 
 
 def _export_flags(p: argparse.ArgumentParser, flag: str, words: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sand.audit.check import Export, check_host
 from sand.audit.entries import FORMAT_VERSION, describe, entries, parse_since
-from sand.audit.export import default_ref, export_git
+from sand.audit.export import default_ref, export_git, export_syslog, syslog_target
 from sand.audit.log import LOG_FILE
 from sand.audit.trail import audit_dir, host_log
 from sand.audit.verify import Report
@@ -77,10 +77,15 @@ def _report_lines(report: Report, path: Path) -> list[str]:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
+    for target in args.syslog:
+        syslog_target(target)  # a bad one refused before anything is signed
     claim = host_log().checkpoint()
     print(f"checkpoint: record {claim.seq} is {claim.head}, signed by key {claim.key}")
     ref = args.ref or default_ref()
     for repo in args.export:
         commit = export_git(audit_dir(), claim, repo, ref)
         print(f"exported to {repo} {ref} as {commit}")
+    for target in args.syslog:
+        export_syslog(claim, target)
+        print(f"sent to syslog {target}")
     return EXIT_OK
