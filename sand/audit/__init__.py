@@ -7,7 +7,7 @@
 - ``keys``: the host's signing key and secret-digest key, made once, 0600
 - ``seal``: signed checkpoints and ``head.json``
 - ``verify``: the walk that names the first record the chain no longer vouches for
-- ``export``: checkpoints pushed to a git ref, and read back
+- ``export``: checkpoints pushed to a git ref (and read back) or sent to syslog
 - ``entries``: the records as ``sand audit log`` shows them
 - ``check``: the log held to the pinned key, ``head.json`` and the exported checkpoints
 """
