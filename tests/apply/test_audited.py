@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 
+from sand.apply.audited import manifest_fields
 from sand.verbs.power import find_vm, sleep_now, wake_if_asleep
 from tests.audit.helpers import audit_records, verify_host
 from tests.memory_backend.session import Fleet
@@ -75,3 +77,19 @@ def test_a_claimed_spare_is_recorded_with_the_vm_that_claimed_it(
     assert end.outcome is not None and end.outcome.ok
     claims = [r for r in audit_records(tmp_path / "state") if r["kind"] == "pool.claimed"]
     assert [(r["vm"], r["spare"], r["ok"]) for r in claims] == [("b", "agents-spare-1", True)]
+
+
+def test_a_manifest_sand_sync_applies_names_its_commit(tmp_path: Path) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    synced = tmp_path / "sync" / "revisions" / commit / "sand.yaml"
+    text = "project: p\n"
+    session = SimpleNamespace(project="p", loaded=SimpleNamespace(path=synced, text=text))
+    fields = manifest_fields(session)  # type: ignore[arg-type]
+    assert fields == {
+        "project": "p",
+        "manifest": str(synced),
+        "manifest_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "commit": commit,
+    }
+    session.loaded.path = tmp_path / "revisions" / "not-a-commit" / "sand.yaml"
+    assert "commit" not in manifest_fields(session)  # type: ignore[arg-type]
