@@ -1,6 +1,7 @@
 """What an apply run writes to the host's audit trail (``sand.audit``): each change it
 carried out, with the manifest it came from (path and SHA-256 of its text, and the
-commit when ``sand sync`` applied it), and each golden base built or deleted."""
+commit when ``sand sync`` applied it), and each golden base built or deleted; then a
+signed checkpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sand.audit.trail import record
+from sand.audit.trail import record, seal
 from sand.plan.model import Action, Plan, VMChange
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ def audit_apply(session: Session, plan: Plan, result: ApplyResult) -> None:
             ok=base.ok,
             detail=base.detail,
         )
+    if result.results or result.bases:
+        seal()  # the run's records vouched for now, not after the next thousand
 
 
 def _what(change: VMChange) -> tuple[str, dict[str, Any]]:

@@ -34,8 +34,13 @@ def test_each_change_names_its_vm_the_manifest_and_the_lease_around_it(
     assert last["backend"] == "box" and last["identity"]
     leases = [(r["kind"], r["backend"]) for r in records if r["kind"].startswith("lease.")]
     assert leases == [("lease.taken", "box"), ("lease.released", "box")] * 2
-    assert {r["user"] for r in records} and all(r["version"] for r in records)
+    told = [r for r in records if r["kind"] != "audit.checkpoint"]  # the log's own carry no who
+    assert all(r["user"] and r["host"] and r["version"] for r in told)
     assert verify_host(state / "audit").ok
+    # each run that changed something ends its records with a signed checkpoint
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("audit.checkpoint") == 2
+    assert kinds[kinds.index("audit.checkpoint") - 1] == "apply.change"
 
 
 def test_a_person_putting_a_vm_to_sleep_and_a_use_waking_it_are_recorded(
