@@ -66,15 +66,16 @@ class _Walk:
     # the state before the last record taken, and where it stood: a valid-looking
     # fragment is taken as a record until the audit.torn after it says otherwise
     before: tuple[int, str, int, int, str] | None = None
-    pending: tuple[int, int, int, str] | None = (
-        None  # a line that is no record: (line, offset, length, sha)
-    )
+    # a line that is no record, until an audit.torn names it: (line, offset, length, sha)
+    pending: tuple[int, int, int, str] | None = None
 
 
 def verify(path: Path, pub: Ed25519PublicKey | None, claims: Iterable[seal.Claim] = ()) -> Report:
     report = Report()
     wanted = {c.seq: c for c in claims}
     found: dict[int, tuple[str, bytes]] = {}  # seq -> (hash, line after it)
+    if 0 in wanted:
+        found[0] = (GENESIS, b"")  # a checkpoint of the empty log, before its first record
     pinned = key_id(pub) if pub is not None else None
     w = _Walk()
     try:

@@ -55,6 +55,13 @@ def test_a_since_that_is_no_time_is_a_usage_error(sand: Sand) -> None:
     assert "--since 'yesterday': give a time" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_an_empty_log_can_be_signed_and_verified(sand: Sand) -> None:
+    assert sand.run("audit", "checkpoint").returncode == 0
+    proc = sand.run("audit", "verify")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("1 records, 1 checkpoints, signed through record 0: intact\n")
+
+
 def test_verify_says_intact_then_names_the_edited_record(sand: Sand) -> None:
     for n in range(5):
         record("x.event", vm="a", n=n)
