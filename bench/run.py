@@ -113,6 +113,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"items": 5, "labels": 1, "interval": 1.0, "scale": 0.0},
     ),
     (
+        "audit log: append p99, 1,000,000 records verified",
+        "bench.audit_log",
+        "rows",
+        {"appends_n": 200, "records": 5000},
+    ),
+    (
         "time to a ready VM: full provisioning vs a golden base (real guests)",
         "bench.golden_bases",
         "rows",

@@ -14,7 +14,7 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "sand" / "schemas"
 
 def registry() -> Registry:
     resources = []
-    for name in ("plan", "status", "apply", "doctor"):
+    for name in ("plan", "status", "apply", "doctor", "audit"):
         doc = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
         # No $id: a schema's $ref names its neighbour's file, as check-jsonschema finds it.
         resources.append((f"{name}.schema.json", Resource.from_contents(doc)))

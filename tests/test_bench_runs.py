@@ -46,6 +46,8 @@ def test_bench_quick_runs_every_section_to_its_end():
         "Proxmox N=5 creates: nextid retries",
         "generators: requests of an unchanged poll",
         "generators: label → VM claimed from a warm pool",
+        "audit append, p99 of one event",
+        "audit verify, ",
     ):
         assert figure in summary, summary
     assert "python -c pass" in summary and "floor" in summary and "ideal scheduler" in summary

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sand.apply.audited import audit_apply
 from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
 from sand.apply.recorded import (
@@ -155,6 +156,7 @@ async def carry_out(
         base_provisioner=make_base_provisioner(session),
     )
     record_results(session.project, result.results)
+    audit_apply(session, plan, result)
     record_inventory(session.project, session.backends, plan, result)
     record_expired(session.project, session.desired, plan, result)
     record_asleep(session.project, plan, result, time.time())

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from sand.audit.trail import record
 from sand.backends.fence import Fence, LeaseExpired
 from sand.errors import ErrorLayer, SandError
 from sand.logs import get_logger
@@ -264,6 +265,9 @@ async def keep(
     fence = Fence(backend) if fence is None else fence
     grant, sent = await _take(keeper, wait=wait, poll=poll, on_wait=on_wait, clock=fence.monotonic)
     fence.hold(sent, ttl)
+    # hold_off > 0: the previous holder never released it; its lease was broken by expiry
+    taken = "lease.broken" if grant.hold_off > 0 else "lease.taken"
+    record(taken, project=project, backend=backend, ttl=ttl, fresh=grant.fresh)
     owner = asyncio.current_task()
     assert owner is not None
     loop = asyncio.get_running_loop()
@@ -275,6 +279,7 @@ async def keep(
         nonlocal cancelled
         if holding and not lost:
             lost.append(exc)
+            record("lease.lost", project=project, backend=backend, reason=str(exc))
             owner.cancel()
             cancelled = True
 
@@ -339,6 +344,7 @@ async def keep(
         if not lost and left > 0:
             try:
                 await keeper.release(left)
+                record("lease.released", project=project, backend=backend)
             except SandError as exc:
                 # It expires by itself; the next applier waits at most its ttl.
                 get_logger().warning(

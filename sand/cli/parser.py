@@ -36,6 +36,7 @@ COMMANDS = (
     "fork",
     "template",
     "sync",
+    "audit",
     "completion",
 )
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand import activity
+from sand.audit.trail import record, secret_digest
 from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
@@ -291,6 +292,8 @@ async def _run(
         for change in report.changes:
             log.debug(f"{what}.change", step=report.name, change=change)
     done = ProvisionReport(vm, tuple(reports), time.monotonic() - start, exchanges)
+    if any(r.name == "secrets" and r.ran for r in reports):  # secrets_step's name
+        _audit_delivery(vm, where(endpoint), values)
     log.info(
         f"{what}.done",
         changed_steps=done.changed,
@@ -299,6 +302,14 @@ async def _run(
         seconds=round(done.seconds, 3),
     )
     return done
+
+
+def _audit_delivery(vm: str, target: str, values: Mapping[str, str]) -> None:
+    """Each secret the step put in the guest, named, with a keyed digest: never its value."""
+    for name in sorted(values):
+        record(
+            "secret.delivered", vm=vm, target=target, name=name, digest=secret_digest(values[name])
+        )
 
 
 def _new_host_keys(stdout: bytes, nonce: str) -> bool:

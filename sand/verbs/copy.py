@@ -19,12 +19,14 @@ symlinks as symlinks, so host files outside the source never travel.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sand.audit.trail import record
 from sand.errors import ErrorLayer, SandError
 from sand.guest.fs import Entry, GuestFS, entry_from_mode
 from sand.terminal import one_line
@@ -44,6 +46,14 @@ class Summary:
     bytes: int = 0
     skipped: int = 0
     target: str = ""
+    vm: str = ""  # the guest's side, for the audit trail
+
+    def moved(self, direction: str, host: str, guest: str, size: int, sha256: str) -> None:
+        """One file crossed: counted, and written to the host's audit trail."""
+        self.files += 1
+        self.bytes += size
+        where = {"direction": direction, "host_path": host, "guest_path": guest}
+        record("cp.file", vm=self.vm, **where, bytes=size, sha256=sha256)
 
     def describe(self, verb: str) -> str:
         text = f"{verb} {self.files} files, {self.dirs} directories, {self.bytes} bytes"
@@ -69,7 +79,9 @@ def _component(name: str) -> str:
     return name
 
 
-async def download(fs: GuestFS, src: str, dst: str, *, recursive: bool, report: Report) -> Summary:
+async def download(
+    fs: GuestFS, src: str, dst: str, *, recursive: bool, report: Report, vm: str = ""
+) -> Summary:
     rsrc = guest_path(src)
     entry = await fs.lstat(rsrc)
     if entry is None:
@@ -98,11 +110,11 @@ async def download(fs: GuestFS, src: str, dst: str, *, recursive: bool, report: 
     parent = target.parent
     if not parent.is_dir():
         raise CopyRefused(f"{parent} is not a directory")
-    summary = Summary(target=str(target))
+    summary = Summary(target=str(target), vm=vm)
     parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         if entry.kind == "file":
-            await _fetch_file(fs, rsrc, parent_fd, target.name, entry, summary)
+            await _fetch_file(fs, rsrc, parent_fd, str(target), entry, summary)
         else:
             os.mkdir(target.name, 0o755, dir_fd=parent_fd)
             summary.dirs += 1
@@ -140,7 +152,8 @@ async def _fetch_tree(
             finally:
                 os.close(fd)
         elif entry.kind == "file":
-            await _fetch_file(fs, posixpath.join(rdir, name), dir_fd, name, entry, summary)
+            host = os.path.join(os.path.dirname(summary.target), shown, name)
+            await _fetch_file(fs, posixpath.join(rdir, name), dir_fd, host, entry, summary)
         else:
             what = (
                 "a symlink (guest links are never followed)"
@@ -152,15 +165,20 @@ async def _fetch_tree(
 
 
 async def _fetch_file(
-    fs: GuestFS, rpath: str, dir_fd: int, name: str, entry: Entry, summary: Summary
+    fs: GuestFS, rpath: str, dir_fd: int, host: str, entry: Entry, summary: Summary
 ) -> None:
+    """``rpath`` of the guest to ``host`` (a new file, its name in ``dir_fd``)."""
+    name = os.path.basename(host)
     mode = 0o755 if entry.mode & 0o111 else 0o644
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    digest = hashlib.sha256()
+    size = 0
     try:
         async with fs.read(rpath) as chunks:
             async for chunk in chunks:
                 os.write(fd, chunk)
-                summary.bytes += len(chunk)
+                digest.update(chunk)
+                size += len(chunk)
     except BaseException:
         os.close(fd)
         fd = -1
@@ -170,10 +188,12 @@ async def _fetch_file(
     finally:
         if fd >= 0:
             os.close(fd)
-    summary.files += 1
+    summary.moved("download", host, rpath, size, digest.hexdigest())
 
 
-async def upload(fs: GuestFS, src: Path, dst: str, *, recursive: bool, report: Report) -> Summary:
+async def upload(
+    fs: GuestFS, src: Path, dst: str, *, recursive: bool, report: Report, vm: str = ""
+) -> Summary:
     try:
         st = os.stat(src)  # the path a person named on their own host: followed
     except OSError as exc:
@@ -192,7 +212,7 @@ async def upload(fs: GuestFS, src: Path, dst: str, *, recursive: bool, report: R
         raise CopyRefused(f"{dst} is not a directory in the guest")
     else:
         target = rdst
-    summary = Summary(target=target)
+    summary = Summary(target=target, vm=vm)
     if entry.kind == "file":
         await _send_file(fs, str(src), target, entry, summary, follow=True)
     else:
@@ -239,7 +259,16 @@ async def _send_file(
     fd = os.open(path, flags)
     try:
         await fs.write(target, fd, 0o755 if entry.mode & 0o111 else 0o644)
-        summary.bytes += os.fstat(fd).st_size
+        size, sha256 = _digest_of(fd)  # the bytes as sand read them, after the send
     finally:
         os.close(fd)
-    summary.files += 1
+    summary.moved("upload", os.path.abspath(path), target, size, sha256)
+
+
+def _digest_of(fd: int) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := os.pread(fd, 1 << 20, size):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()

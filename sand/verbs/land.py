@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from sand.audit.trail import record
 from sand.errors import ErrorLayer, SandError
 from sand.guest.runner import GuestRunner
 from sand.guest.sweep import Checkout, Sweep, sweep
@@ -94,6 +95,8 @@ async def land(
                 records.append(_open_pr(row, vm, gh, out).record(vm, "pr-create"))
     finally:
         ledger.append(ledger_file, records)
+        for rec in records:  # what crossed to the host, as the ledger holds it
+            record("land." + rec["action"], **{k: v for k, v in rec.items() if k != "action"})
     return 0
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from sand.audit.trail import record as audit_record
 from sand.backends.abilities import Sleeps
 from sand.backends.lease import DEFAULT_TTL, LeaseBusy, LeaseHolder
 from sand.backends.protocol import Backend
@@ -108,6 +109,7 @@ async def wake_if_asleep(
         # killed midway must not leave this host's record to call a later stop a sleep.
         forget_asleep(session.project, vm.backend, vm.name)
         await backend.wake(vm, current, session.journal)
+        audit_record("vm.woken", project=session.project, vm=vm.name, backend=vm.backend, by="use")
     awake = replace(current, power="running", lock=None)
     await _secrets_again(session, vm, awake, note)
     return awake
@@ -164,6 +166,15 @@ async def sleep_now(
         await sleeper.sleep(current, how, session.journal, by="person")
         record = SleepRecord(vm.backend, vm.name, current.identity, how, time.time(), "person")
         remember_asleep(session.project, record)
+        audit_record(
+            "vm.slept",
+            project=session.project,
+            vm=vm.name,
+            backend=vm.backend,
+            how=how,
+            by="person",
+            force=force,
+        )
     return how
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sand.audit.trail import record
 from sand.guest.runner import GuestRunner
 from sand.refname import branch_problem
 from sand.terminal import one_line, visible
@@ -220,12 +221,38 @@ def _render_action(a: FileAction) -> list[str]:
     return [head, *(f"    | {line}" for line in visible(text).split("\n"))]
 
 
-def execute(plan: PublishPlan, forge: GitLab, out: TextIO) -> Published:
-    """Write: one commit call per pending commit, then the merge request."""
+def execute(plan: PublishPlan, forge: GitLab, out: TextIO, *, vm: str = "") -> Published:
+    """Write: one commit call per pending commit, then the merge request; what was
+    written (or how far it got) goes to the host's audit trail."""
     d = plan.destination
     if forge.branch_tip(d.fork.id, d.branch) != d.branch_tip:
         raise ForkMoved(f"the fork branch {d.branch} moved since it was read; nothing was written")
     made: list[str] = []
+    url: str | None = None
+    try:
+        url = _write(plan, forge, out, made)
+    finally:
+        record(
+            "publish",
+            vm=vm,
+            issue=d.issue.nid,
+            destination=d.fork.path,
+            canonical=d.canonical.path,
+            branch=d.branch,
+            commits=[
+                {"guest_sha": c.sha, "subject": c.subject, "files": [a.path for a in c.actions]}
+                for c in plan.pending[: len(made)]
+            ],
+            made=made,
+            merge_request=url,
+            ok=url is not None,
+        )
+    assert url is not None  # _write returned
+    return Published(tuple(made), url)
+
+
+def _write(plan: PublishPlan, forge: GitLab, out: TextIO, made: list[str]) -> str:
+    d = plan.destination
     start = d.branch_tip is None
     for i, commit in enumerate(plan.pending, 1):
         body: dict[str, Any] = {
@@ -261,7 +288,7 @@ def execute(plan: PublishPlan, forge: GitLab, out: TextIO) -> Published:
         print(f"opened merge request: {url}", file=out)
     else:
         print(f"merge request already open: {url}", file=out)
-    return Published(tuple(made), url)
+    return url
 
 
 def _action_json(a: FileAction) -> dict[str, Any]:
@@ -274,7 +301,7 @@ def _action_json(a: FileAction) -> dict[str, Any]:
 
 
 def confirm_and_execute(
-    plan: PublishPlan, token_forge: GitLab, *, out: TextIO, confirm: Confirm
+    plan: PublishPlan, token_forge: GitLab, *, out: TextIO, confirm: Confirm, vm: str = ""
 ) -> Published | None:
     """Show the plan, ask, then write; None when the person did not confirm."""
     if not plan.pending and plan.open_mr:
@@ -295,4 +322,4 @@ def confirm_and_execute(
     if not confirm(question):
         print("Not confirmed; nothing was published.", file=out)
         return None
-    return execute(plan, token_forge, out)
+    return execute(plan, token_forge, out, vm=vm)

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from sand.backends.lease import (
     hold_off,
     keep,
 )
+from tests.audit.helpers import audit_records
 
 MESSAGE = (
     "lease on pve expired while this run was paused; nothing more was written; "
@@ -135,8 +137,9 @@ async def test_keep_counts_a_renewal_from_before_it_was_sent() -> None:
 
 @pytest.mark.parametrize("noticed_by", ["a request", "the renewal"])
 async def test_past_the_deadline_the_run_stops_and_nothing_is_renewed_or_released(
-    noticed_by: str,
+    noticed_by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
     clock = Clock()
     fence = Fence("pve", clock)
     keeper = SlowKeeper(clock, took=0.0)
@@ -151,6 +154,28 @@ async def test_past_the_deadline_the_run_stops_and_nothing_is_renewed_or_release
             await asyncio.Event().wait()  # the run's next step: it stops there
     assert keeper.renewals == [] and keeper.released == []
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    # the host's audit trail: taken, then lost (with why), never released
+    trail = [(r["kind"], r.get("reason")) for r in audit_records(tmp_path / "state")]
+    assert trail == [("lease.taken", None), ("lease.lost", MESSAGE)]
+
+
+@dataclasses.dataclass
+class TakesOver(SlowKeeper):
+    """Takes a lease whose holder never released it: the grace to wait before writing."""
+
+    async def take(self) -> LeaseGrant:
+        return LeaseGrant(fresh=False, hold_off=0.01)
+
+
+async def test_a_lease_taken_over_from_a_holder_that_never_released_it_is_told_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    async with keep(TakesOver(Clock(), took=0.0), project="p", backend="pve", ttl=60.0, wait=0):
+        pass
+    trail = [(r["kind"], r["project"], r["backend"]) for r in audit_records(tmp_path / "state")]
+    assert trail == [("lease.broken", "p", "pve"), ("lease.released", "p", "pve")]
+    assert audit_records(tmp_path / "state")[0]["fresh"] is False
 
 
 def alive_holder() -> LeaseHolder:

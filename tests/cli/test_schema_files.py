@@ -19,7 +19,7 @@ from referencing import Registry, Resource
 from tests.cli.helpers import Sand
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("plan", "status", "apply", "doctor")
+NAMES = ("plan", "status", "apply", "doctor", "audit")
 
 
 def test_the_schemas_are_package_data():

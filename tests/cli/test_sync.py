@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.audit.helpers import audit_records
 from tests.cli.sync_rig import (
     Repo,
     SyncProcess,
@@ -211,6 +212,9 @@ def test_once_applies_the_head_and_exits_for_ci(tmp_path, fakepve_server, git) -
     done = sand.run(*args, "--host-dir", str(rig.workdir))
     assert done.returncode == 0, done.stderr
     assert names(rig) == ["s-1"]
+    # the host's audit trail names the commit the change came from
+    (made,) = [r for r in audit_records(sand.state_dir) if r["kind"] == "apply.change"]
+    assert (made["vm"], made["change"], made["commit"]) == ("s-1", "create", repo.head())
     bad = repo.push("apiVersion: sand/v1\nproject: demo\nvms: [\n", "broken")
     failed = sand.run(*args, "--host-dir", str(rig.workdir))
     assert failed.returncode == 1

@@ -104,6 +104,15 @@ def test_the_detail_is_inert_and_redacted(rows: dict[str, BoardRow]) -> None:
     assert "detail-canary-4411" not in text and "\x1b" not in text
     assert "create 101: failed after cloned [redacted]" in text
     assert "press l to sweep" in text and "(not in the last plan)" in text
+    assert text.endswith("(none recorded lately)")
+    with_trail = detail_text(
+        Detail(
+            rows["agent-2"], audit=["#7  land.sweep  agent-2  branch=x\x1b[2Jdetail-canary-4411"]
+        )
+    )
+    last = with_trail.splitlines()[-1]
+    assert last.startswith("  #7  land.sweep  agent-2  branch=x")
+    assert "\x1b" not in last and "detail-canary-4411" not in last
     assert [line.split(" ", 2)[2] for line in journal_lines(journal)] == [
         "create 101: failed after cloned [redacted]",
     ]

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from tests.audit.helpers import audit_records, verify_host
 from tests.cli.helpers import Sand
 from tests.provision.e2e_helpers import out, root, scoped_env, stand_in_agents
 from tests.rig.argv import ArgvWatch
@@ -146,6 +147,7 @@ def test_apply_provisions_real_guests_and_never_leaks_the_secret(
         marker_text = str(vm.config.get("description", "")) + str(vm.config.get("tags", ""))
         assert CANARY not in marker_text
     assert sand.run("plan", "--json", env=env).stdout.count(CANARY) == 0
+    first_digest = audit_names_the_secrets_and_hides_them(sand, git_server.token)
 
     # Converged: a second plan is a no-op.
     again = sand.run("plan", "--detailed-exitcode", env=env)
@@ -164,6 +166,35 @@ def test_apply_provisions_real_guests_and_never_leaks_the_secret(
     assert {vm.name: vm.vmid for vm in rig.vms()} == vmids
     assert ROTATED not in proc.stdout + proc.stderr
     assert sand.run("plan", "--detailed-exitcode", env=env).returncode == 0
+    # the rotation is in the audit trail as another digest of the same name
+    rotated = [r for r in audit_records(sand.state_dir) if r.get("name") == "API_TOKEN"]
+    assert rotated[-1]["digest"] != first_digest
+    assert ROTATED.encode() not in (sand.state_dir / "audit" / "log.jsonl").read_bytes()
+
+
+def audit_names_the_secrets_and_hides_them(sand: Sand, git_token: str) -> str:
+    """The audit trail of the first apply: each VM's change with the manifest's digest,
+    each secret delivered by name and keyed digest, not one byte of a value; the chain
+    verifies. The digest of API_TOKEN."""
+    records = audit_records(sand.state_dir)
+    changes = {r["vm"]: r for r in records if r["kind"] == "apply.change"}
+    assert {vm: r["change"] for vm, r in changes.items()} == {
+        "agent-1": "create",
+        "agent-2": "create",
+    }
+    manifest_sha = hashlib.sha256(sand.manifest.read_bytes()).hexdigest()
+    assert {r["manifest_sha256"] for r in changes.values()} == {manifest_sha}
+    delivered = {r["name"]: r for r in records if r["kind"] == "secret.delivered"}
+    assert set(delivered) == {"API_TOKEN", "GIT_TOKEN"}
+    assert all(
+        r["vm"] == "agent-1" and r["digest"].startswith("hmac-sha256:") for r in delivered.values()
+    )
+    raw = (sand.state_dir / "audit" / "log.jsonl").read_bytes()
+    for value in (CANARY, git_token):
+        for needle in (value, hashlib.sha256(value.encode()).hexdigest()):
+            assert needle.encode() not in raw
+    assert verify_host(sand.state_dir / "audit").ok
+    return str(delivered["API_TOKEN"]["digest"])
 
 
 def age_delivery(rig, vmid: int, seconds: int) -> None:

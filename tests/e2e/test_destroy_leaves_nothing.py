@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.audit.helpers import audit_records
 from tests.limactl_standin import StandIn
 from tests.provision.e2e_helpers import stand_in_agents
 
@@ -37,14 +38,21 @@ vms:
 
 
 def traces(state: Path, needles: list[str]) -> dict[str, list[str]]:
-    """Each file under sand's state dir that holds one of ``needles``, and which."""
+    """Each file under sand's state dir that holds one of ``needles``, and which; the
+    audit trail left out: it keeps a destroyed VM's history on purpose (docs/audit.md)."""
     found: dict[str, list[str]] = {}
-    for path in sorted(p for p in state.rglob("*") if p.is_file()):
+    trail = state / "audit"
+    for path in sorted(p for p in state.rglob("*") if p.is_file() and trail not in p.parents):
         text = path.read_bytes().decode(errors="replace")
         hits = [n for n in needles if n in text]
         if hits:
             found[str(path.relative_to(state))] = hits
     return found
+
+
+def deletes_in_the_trail(state: Path) -> set[str]:
+    """The VMs the audit trail records deleted: what the destroy removed stays told."""
+    return {r["vm"] for r in audit_records(state) if r.get("change") == "delete" and r["ok"]}
 
 
 class Cli:
@@ -99,6 +107,7 @@ def test_a_destroyed_lima_vm_leaves_nothing_on_the_host(tmp_path: Path, netns_gu
     assert cli.standin.instances() == []
     assert traces(cli.state, needles) == {}
     assert SECRET not in json.dumps(traces(cli.state, [SECRET]))
+    assert deletes_in_the_trail(cli.state) == {"dev-1", "idle-2"}
 
 
 def test_a_destroyed_proxmox_vm_leaves_nothing_on_the_host(tmp_path: Path, fakepve_server) -> None:
@@ -122,3 +131,4 @@ def test_a_destroyed_proxmox_vm_leaves_nothing_on_the_host(tmp_path: Path, fakep
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert rig.vms() == []
     assert traces(sand.state_dir, needles) == {}
+    assert deletes_in_the_trail(sand.state_dir) == {"pve-1", "pve-2"}

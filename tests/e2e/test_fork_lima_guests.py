@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.audit.helpers import audit_records
 from tests.e2e.test_agent_state import MANIFEST, STATE, Fleet
 
 pytestmark = pytest.mark.e2e
@@ -88,6 +89,16 @@ def test_a_fork_is_reached_after_its_host_keys_are_made_anew(tmp_path: Path, net
     assert shell.returncode == 0, shell.stdout + shell.stderr
     assert shell.stdout == "try-1\n"
     assert fleet.sand("plan", "--detailed-exitcode").returncode == 0
+    # the host's audit trail: the fork and its source, then the shell opened and closed
+    records = audit_records(tmp_path / "state")
+    (forked,) = [r for r in records if r["kind"] == "vm.forked"]
+    assert (forked["vm"], forked["source"], forked["change"], forked["ok"]) == (
+        "try-1", "dev-1", "create", True
+    )  # fmt: skip
+    shells = [(r["kind"], r["vm"]) for r in records if r["kind"].startswith("shell.")]
+    assert shells == [("shell.opened", "try-1"), ("shell.closed", "try-1")]
+    assert records[-1]["exit"] == 0 and records[-1]["opened"] == records[-2]["seq"]
+    assert "hostname" not in json.dumps(records[-2:])  # never the command a person typed
 
 
 @pytest.mark.parametrize("spoil", ["needs-input", "not JSON"])

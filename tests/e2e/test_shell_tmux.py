@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.audit.helpers import audit_records
 from tests.cli.helpers import as_from_a_terminal
 from tests.limactl_standin import StandIn
 
@@ -206,6 +207,20 @@ def test_a_dropped_connection_reattaches_the_same_session(tmp_path: Path, netns_
     assert cli.sessions() == [f"{SESSION}:1"]
     proc = cli.sand("shell", VM, "--new")
     assert proc.returncode == 1 and "put --new before the VM" in proc.stderr
+
+    # The host's audit trail: each session opened; closed with its exit status, except
+    # the one whose sand was killed with its connection (an open without a close).
+    shells = [r for r in audit_records(tmp_path / "state") if r["kind"].startswith("shell.")]
+    told = [(r["kind"], r.get("mode"), r.get("exit")) for r in shells]
+    assert told == [
+        ("shell.opened", "tmux", None),  # killed with its connection: never closed
+        ("shell.opened", "tmux", None),  # again: still attached
+        ("shell.opened", "tmux", None),  # --new
+        ("shell.closed", None, 0),
+        ("shell.opened", "command", None),
+        ("shell.closed", None, 3),
+    ]
+    assert shells[3]["opened"] == shells[2]["seq"] and shells[5]["opened"] == shells[4]["seq"]
 
     again.drop()
 

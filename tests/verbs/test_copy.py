@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from sand.guest.fs import Entry, entry_from_mode
 from sand.verbs.copy import CopyRefused, download, guest_path, upload
+from tests.audit.helpers import audit_records
 
 
 class DirGuestFS:
@@ -215,3 +217,25 @@ def test_guest_paths(path: str, sftp: str) -> None:
 def test_other_users_homes_are_not_guessed() -> None:
     with pytest.raises(CopyRefused):
         guest_path("~root/x")
+
+
+async def test_each_file_that_crosses_is_in_the_audit_trail_with_its_size_and_sha256(
+    guest: Path, host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
+    fs = DirGuestFS(guest)
+    await download(fs, "~/proj", str(host), recursive=True, report=print, vm="agent-1")
+    (host / "up.bin").write_bytes(b"\x00upload\xff" * 100)
+    await upload(fs, host / "up.bin", "~/", recursive=False, report=print, vm="agent-1")
+    moved = [r for r in audit_records(tmp_path / "state") if r["kind"] == "cp.file"]
+    seen = {(r["direction"], r["host_path"], r["guest_path"]): r for r in moved}
+    assert set(seen) == {
+        ("download", str(host / "proj" / "run.sh"), "proj/run.sh"),
+        ("download", str(host / "proj" / "src" / "main.py"), "proj/src/main.py"),
+        ("upload", str(host / "up.bin"), "./up.bin"),
+    }
+    for (_how, on_host, _in_guest), rec in seen.items():
+        data = Path(on_host).read_bytes()
+        assert (rec["vm"], rec["bytes"], rec["sha256"]) == (
+            "agent-1", len(data), hashlib.sha256(data).hexdigest()
+        )  # fmt: skip

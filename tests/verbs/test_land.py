@@ -13,6 +13,7 @@ from sand.guest.remotes import parse_remote
 from sand.verbs import ledger
 from sand.verbs.github import Gh, GhError, compare_url
 from sand.verbs.land import LandRefused, land
+from tests.audit.helpers import audit_records
 from tests.verbs.helpers import CannedRunner, GhStandin
 
 SHA = b"a" * 40
@@ -96,6 +97,7 @@ async def test_shell_metacharacters_reach_gh_as_one_inert_argv_item(
     tmp_path: Path, gh: GhStandin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
     branch = "x;rm$IFS-rf$HOME;touch${IFS}pwned"
     gh.set(message="Title `id`\n\nBody $(id)\x1b[2J")
     runner = CannedRunner(reply((b"p", branch.encode())))
@@ -111,6 +113,12 @@ async def test_shell_metacharacters_reach_gh_as_one_inert_argv_item(
     assert "opened draft #7 open (draft)" in out
     assert [r["action"] for r in ledger.read(path)] == ["sweep", "pr-create"]
     assert ledger.read(path)[-1]["pr"]["number"] == 7
+    # and the host's audit trail holds the same metadata, the branch as one inert value
+    trail = [r for r in audit_records(tmp_path / "state") if r["kind"].startswith("land.")]
+    assert [(r["kind"], r["vm"], r["branch"]) for r in trail] == [
+        ("land.sweep", "dev", branch), ("land.pr-create", "dev", branch)
+    ]  # fmt: skip
+    assert trail[-1]["pr"]["number"] == 7 and trail[-1]["repo"] == "acme/widget"
 
 
 @pytest.mark.parametrize(

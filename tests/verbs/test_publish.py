@@ -21,6 +21,7 @@ from sand.verbs.publish import (
     prepare,
     render_publish,
 )
+from tests.audit.helpers import audit_records
 from tests.verbs.forge_standin import ForgeStandin
 from tests.verbs.helpers import LocalRunner, git
 
@@ -120,10 +121,17 @@ async def test_one_commit_call_per_commit_then_a_merge_request(
     assert TOKEN not in out + seen.out + seen.err + caplog.text
 
 
-async def test_a_second_publish_sends_only_the_new_commits(forge: ForgeStandin, home: Path) -> None:
+async def test_a_second_publish_sends_only_the_new_commits(
+    forge: ForgeStandin, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAND_STATE_DIR", str(tmp_path / "state"))
     repo = checkout(home, forge)
-    work(repo, "a.txt", "a\n", "First")
+    first = work(repo, "a.txt", "a\n", "First")
     run(await plan_for(forge, home), forge)
+    (published,) = [r for r in audit_records(tmp_path / "state") if r["kind"] == "publish"]
+    assert published["destination"] == "issue/widget-123" and published["ok"]
+    assert published["commits"] == [{"guest_sha": first, "subject": "First", "files": ["a.txt"]}]
+    assert published["merge_request"] and len(published["made"]) == 1
     work(repo, "b.txt", "b\n", "Second")
     plan = await plan_for(forge, home)
     assert plan.already_published == 1 and [c.subject for c in plan.pending] == ["Second"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sand.cli.flags import Subcommands
 
-OUTPUT_SCHEMAS = ("plan", "status", "apply", "doctor")
+OUTPUT_SCHEMAS = ("plan", "status", "apply", "doctor", "audit")
 
 
 def add(sub: Subcommands) -> None:
@@ -20,5 +20,5 @@ def add(sub: Subcommands) -> None:
         "--output",
         choices=OUTPUT_SCHEMAS,
         help="the schema of `sand plan --json`, `sand status --json`, the lines of "
-        "`sand apply --json` or `sand doctor --json`",
+        "`sand apply --json`, `sand doctor --json` or `sand audit log --json`",
     )

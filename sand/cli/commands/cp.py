@@ -42,10 +42,12 @@ async def _cp(
         ):
             activity.reached()
             if src_vm is not None:
-                summary = await download(fs, src, dst, recursive=recursive, report=report)
+                summary = await download(fs, src, dst, recursive=recursive, report=report, vm=vm)
                 verb = "downloaded"
             else:
-                summary = await upload(fs, Path(src), dst, recursive=recursive, report=report)
+                summary = await upload(
+                    fs, Path(src), dst, recursive=recursive, report=report, vm=vm
+                )
                 verb = "uploaded"
     except OSError as exc:
         raise UsageError(f"sand cp: {exc}") from None

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         GitLab(sites.api, token),
         out=sys.stdout,
         confirm=lambda q: confirm(q, assumed=args.yes),
+        vm=args.vm,
     )
     return 0 if result is not None else 1  # None: the person said no
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from sand import activity
+from sand.audit.trail import record
 from sand.cli.guests import UsageError, pinned_endpoint, run_ssh, say
 from sand.cli.waits import shown_while_waiting
 from sand.guest.stream import run_streaming
@@ -37,11 +41,32 @@ def run(args: argparse.Namespace) -> int:
         endpoint = asyncio.run(pinned_endpoint(args.manifest, args.vm))
     # The guest's tmux session is what survives a dropped connection; ssh asks for a
     # terminal for it only when there is one here (else the guest gives a plain shell).
-    return run_ssh(endpoint, command=tmux_command(args.vm, new=new), tty=sys.stdin.isatty())
+    with audited_session(args.vm, args.manifest, "tmux", endpoint.host) as closing:
+        closing["exit"] = run_ssh(
+            endpoint, command=tmux_command(args.vm, new=new), tty=sys.stdin.isatty()
+        )
+    return int(closing["exit"])
+
+
+@contextlib.contextmanager
+def audited_session(vm: str, manifest: str, mode: str, host: str) -> Iterator[dict[str, Any]]:
+    """``shell.opened`` now, ``shell.closed`` (with the exit status the body sets, or the
+    error) however the session ends. Never the command line: a person may type a token."""
+    opened = record("shell.opened", vm=vm, manifest=manifest, mode=mode, target=host)
+    closing: dict[str, Any] = {"exit": None}
+    try:
+        yield closing
+    except BaseException as exc:
+        closing["error"] = type(exc).__name__
+        raise
+    finally:
+        record("shell.closed", vm=vm, manifest=manifest, opened=opened, **closing)
 
 
 async def _shell_command(manifest: str, vm: str, argv: list[str], raw: bool) -> int:
 
     async with resolve(manifest, vm, say) as target, connect(target.endpoint) as conn:
         activity.reached()
-        return await run_streaming(conn, argv, raw=raw)
+        with audited_session(vm, manifest, "command", target.endpoint.host) as closing:
+            closing["exit"] = await run_streaming(conn, argv, raw=raw)
+        return int(closing["exit"])

@@ -18,6 +18,9 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from sand import defaults
 from sand.apply.events import StepEvent
+from sand.audit.entries import describe, last_entries
+from sand.audit.log import LOG_FILE
+from sand.audit.trail import audit_dir
 from sand.cli.ui import work
 from sand.cli.ui.alerts import BoardAlerts
 from sand.cli.ui.detail import Detail, detail_text
@@ -201,6 +204,7 @@ class Board(KeyActions, App[int]):
         change = plan.change_for(row.backend, row.vm) if plan is not None else None
         project = plan.project if plan is not None else None
         journal, provlog = read_detail_files(project, row.vm)
+        trail = audit_dir() / LOG_FILE
         detail = Detail(
             row,
             change=change,
@@ -210,6 +214,7 @@ class Board(KeyActions, App[int]):
             landing=self.state.landing.get(row.vm),
             activity=self.state.activity.get(row.vm),
             forks=self.forks_of(row.vm),
+            audit=[describe(r) for r in last_entries(trail, row.vm, project=project)],
         )
         pane.update(detail_text(detail))
 

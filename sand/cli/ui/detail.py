@@ -1,6 +1,7 @@
 """The detail pane of the selected VM, as text: its planned change exactly as the plan
-renders it, its journal entries still on file, its last provisioning log, and its
-repos' landing state as ``sand land`` reports it (after ``l``).
+renders it, its journal entries still on file, its last provisioning log, its
+repos' landing state as ``sand land`` reports it (after ``l``), and its last records in
+the host's audit trail.
 
 Built from data only (the readers of the host's state files are passed in by the
 app), so it is tested without a terminal; every line passes the model's inert and
@@ -30,6 +31,7 @@ class Detail:
     landing: str | None = None  # sand land's table, once swept with l
     activity: Activity | None = None
     forks: Sequence[str] = ()  # the VMs of the board that are forks of this one
+    audit: Sequence[str] = ()  # its last records in the host's audit trail, described
 
 
 def detail_text(d: Detail, width: int = 78) -> str:
@@ -72,6 +74,8 @@ def detail_text(d: Detail, width: int = 78) -> str:
         lines.append("  press l to sweep the guest's checkouts")
     else:
         lines += [f"  {shown(x, width)}" for x in d.landing.splitlines()] or ["  (nothing)"]
+    lines += ["", "audit trail (this host's last records of it; sand audit log --vm):"]
+    lines += [f"  {shown(x, width)}" for x in d.audit] or ["  (none recorded lately)"]
     return "\n".join(lines)
 
 
