@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sand.backends.proxmox.marker import GOLDEN_KIND, TEMPLATE_KIND
+from sand.desired import DesiredVM
+from sand.manifest.egress import ALLOW, DENY
 from sand.observed import Marker
 
 _BLOCK = re.compile(r"\n*```sand[ \t]*\r?\n(.*?)\r?\n```[ \t]*\n*", re.DOTALL)
@@ -158,3 +161,12 @@ def _block_of_kind(text: object, kind: str) -> dict[str, Any] | None:
 
 def _fenced(data: dict[str, object]) -> str:
     return "```sand\n" + json.dumps(data, sort_keys=True) + "\n```"
+
+
+def enforced_egress(block: Mapping[str, Any], want: DesiredVM | None) -> str | None:
+    """The policy the VM's firewall was last written with (its marker's); a VM that
+    records none has no firewall of sand's: open (``allow``), which a deny policy changes."""
+    recorded = block.get("egress")
+    if isinstance(recorded, str):
+        return recorded
+    return ALLOW if want is not None and want.egress and want.egress.policy == DENY else None

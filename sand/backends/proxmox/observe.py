@@ -28,7 +28,6 @@ from sand.backends.proxmox.row import HIBERNATED_LOCK, as_int, booted_at, power_
 from sand.backends.proxmox.row import Row as Row  # re-exported: imported from here
 from sand.backends.proxmox.row import is_protected as is_protected
 from sand.desired import DesiredVM
-from sand.manifest.egress import ALLOW, DENY
 from sand.observed import (
     Claim,
     Marker,
@@ -226,17 +225,8 @@ def _from_config(
         deep=True,
         notes=notes,
         cpu=cpu_type_of(config),
-        egress=_enforced_egress(block, want),
+        egress=desc.enforced_egress(block, want),
     )
-
-
-def _enforced_egress(block: Mapping[str, Any], want: DesiredVM | None) -> str | None:
-    """The policy the VM's firewall was last written with (its marker's); a VM that
-    records none has no firewall of sand's: open (``allow``), which a deny policy changes."""
-    recorded = block.get("egress")
-    if isinstance(recorded, str):
-        return recorded
-    return ALLOW if want is not None and want.egress and want.egress.policy == DENY else None
 
 
 def owner(ctx: Ctx, vmid: str, claims: Sequence[Claim]) -> Ownership:
