@@ -99,6 +99,8 @@ class ProvisionReport:
 
 # Steps that download (apt, npm, an image's own step): held to a host's limit, if any.
 HEAVY_STEPS = frozenset({"packages", "vm-packages", "toolchain", "agents"})
+# The steps that may make the guest's SSH host keys anew (its pin follows them).
+IDENTITY_STEPS = frozenset({"fork-identity", "pool-identity"})
 
 
 async def provision(
@@ -302,14 +304,18 @@ async def _run(
 
 def _new_host_keys(stdout: bytes, nonce: str) -> bool:
     """Whether a step of this run made the guest's SSH host keys anew (a fork's
-    fork-identity step): its connection is still the guest's, the pin is not."""
-    for outcome in read_frames(stdout.decode(errors="replace"), nonce):
-        if outcome.name == "fork-identity" and outcome.ran and outcome.status == 0:
-            return any(
-                line.startswith(CHANGED) and "SSH host keys" in line
-                for line in outcome.output.splitlines()
-            )
-    return False
+    fork-identity step, a pool VM's pool-identity where its keys were not its own): its
+    connection is still the guest's, the pin is not."""
+    return any(
+        outcome.name in IDENTITY_STEPS
+        and outcome.ran
+        and outcome.status == 0
+        and any(
+            line.startswith(CHANGED) and "SSH host keys" in line
+            for line in outcome.output.splitlines()
+        )
+        for outcome in read_frames(stdout.decode(errors="replace"), nonce)
+    )
 
 
 class _Narrator:
