@@ -64,7 +64,7 @@ def test_a_webhook_costs_one_fetch_and_the_housekeeping_waits(
     try:
         sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
         log.write_text("")
-        requests = len(git.request_log)
+        requests, connections = len(git.request_log), git.connections
         pushed = repo.push(vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}]))
         poke()
         sync.wait_for(lambda: sync.said(f"revision {pushed[:12]} applied"))
@@ -72,6 +72,9 @@ def test_a_webhook_costs_one_fetch_and_the_housekeeping_waits(
         assert sands_own(lines) == ["fetch", "log", "cat-file"], lines
         assert not [line for line in lines if line.split()[:1] in (["maintenance"], ["gc"])]
         assert all(ok for path, ok in git.request_log[requests:] if "upload-pack" in path)
+        # The fetch's four requests (refused without the token, then the refs, ls-refs,
+        # the pack) over one connection: one TLS handshake.
+        assert len(git.request_log) - requests == 4 and git.connections - connections == 1
 
         log.write_text("")
         poke()  # nothing new: the housekeeping's turn

@@ -61,6 +61,11 @@ class _Handler(BaseHTTPRequestHandler):
         # embedded credentials would print them.  Log nothing.
         return
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server.log_lock:
+            self.server.connections += 1
+
     def do_GET(self) -> None:
         self._serve()
 
@@ -165,6 +170,7 @@ class _Server(ThreadingHTTPServer):
         self.root = root
         self.backend = _exec_path() / "git-http-backend"
         self.request_log: list[tuple[str, bool]] = []
+        self.connections = 0  # TCP connections accepted: a kept one serves many requests
         self.log_lock = threading.Lock()
 
 
@@ -256,6 +262,14 @@ class GitServer:
             return []
         with self._server.log_lock:
             return list(self._server.request_log)
+
+    @property
+    def connections(self) -> int:
+        """TCP connections accepted so far (a client keeping one serves many requests)."""
+        if self._server is None:
+            return 0
+        with self._server.log_lock:
+            return self._server.connections
 
     def url_for(self, repo: str) -> str:
         """Clone URL for `repo` (no credentials in it)."""
