@@ -37,6 +37,7 @@ Each boot is TCG on a shared machine: a minute or more, so this is left out of
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -131,11 +132,11 @@ async def _measure() -> list[tuple[str, str]]:
             repin(spare, await _provision(spare, vms["spare"], values))
             claimed, t_claim = await ready(spare, vms["claim"])
             done(spare)
-            t_claim_before = None
+            t_claim_before, before_steps = None, {}
             if before_tree() is not None:
                 # The tree before's claim, on a spare of its own made as it made them.
                 spare, _ = boot(base)
-                t_claim_before = _claim_by_before(spare, server.token)
+                t_claim_before, before_steps = _claim_by_before(spare, server.token)
                 spare.pin_new_host_key()
                 assert_ready(spare, vms["claim"], values)
                 done(spare)
@@ -183,9 +184,20 @@ async def _measure() -> list[tuple[str, str]]:
             f"{t_full_boot:.1f} s; {t_clone:.1f} s",
         ),
     )
+    # Each claim's steps as the guest timed them: the load moves a TCG guest's figures
+    # between runs and within one, a step beside its counterpart less.
+    steps = [f"{s.name} {s.seconds:.1f} s" for s in claimed.steps if s.ran and s.seconds]
+    then = [f"{name} {seconds:.1f} s" for name, seconds in before_steps.items() if seconds]
+    out.insert(
+        4,
+        (
+            "warm claim's steps (as the guest timed them)",
+            ", ".join(steps) + (f"; the tree before's: {', '.join(then)}" if then else ""),
+        ),
+    )
     lima = t_claim + t_clone
     out.insert(
-        5,
+        6,
         (
             "warm claim on Lima (claim + one boot: rename needs a stopped instance)",
             f"{lima:.2f} s (this claim + the golden clone's boot); "
@@ -219,14 +231,16 @@ vms = _ready_specs(spec, f"http://{{GUESTFWD_ADDRESS}}/app.git")
 async def main():
     await _provision(g, vms["spare"], values)
     t = time.perf_counter()
-    await _provision(g, vms["claim"], values)
-    print(json.dumps(time.perf_counter() - t))
+    report = await _provision(g, vms["claim"], values)
+    took = time.perf_counter() - t
+    print(json.dumps([took, {{s.name: s.seconds for s in report.steps if s.ran}}]))
 asyncio.run(main())
 """
 
 
-def _claim_by_before(guest: Any, token: str) -> float:
-    """The seconds the tree before's claim took on ``guest``, a spare booted for it."""
+def _claim_by_before(guest: Any, token: str) -> tuple[float, dict[str, float]]:
+    """The seconds the tree before's claim took on ``guest``, a spare booted for it, and
+    each step's that ran (as the guest timed it)."""
     tree = before_tree()
     where = (guest.address, guest.port, guest.user, guest.id, str(guest.client_key_path))
     probe = _BEFORE_CLAIM.format(tree=tree, where=where, token=token)
@@ -234,7 +248,8 @@ def _claim_by_before(guest: Any, token: str) -> float:
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tree, check=True
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    took, steps = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(took), {str(k): float(v) for k, v in steps.items()}
 
 
 if __name__ == "__main__":
