@@ -9,6 +9,12 @@ VM's CPU count; the clock starts when ``git push`` returns and stops when the sy
 "applying revision <it>". Webhook: a signed ``POST /hooks/git`` is sent right after the
 push (``--interval`` 3600, so only the hook can wake it). Polling: no hook, ``--interval``
 seconds between fetches, so the expected latency is about half of it.
+
+Beside the webhook's latency, the CPU time the ``sand sync`` process and the git it ran
+used meanwhile (from ``/proc``: the steadier figure on a shared machine); with
+``bench/run.py --before REF`` the webhook case is measured again on the tree before,
+on the same rig in the same run. The rig's server keeps a connection open across
+requests (HTTP/1.1), as a forge does, so a fetch's requests share one TLS handshake.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.core import before_tree, installed_env  # noqa: E402
+from bench.summary import record  # noqa: E402
 from tests.cli.sync_rig import Repo, SyncProcess, free_port, private_file  # noqa: E402
 from tests.cli.test_sync import vm_manifest  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
@@ -50,7 +58,17 @@ def _poke(port: int) -> None:
         assert answer.status == 202
 
 
-def measure(commits: int, *, webhook: bool, interval: float) -> list[float]:
+def _cpu_s(pid: int) -> float:
+    """The CPU seconds (user + system) process ``pid`` and its waited-for children used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    commits: int, *, webhook: bool, interval: float, tree: Path | str = ROOT
+) -> list[tuple[float, float]]:
+    """Per commit: the seconds from its push to its apply's start, and the CPU seconds
+    ``tree``'s ``sand sync`` (and the git it ran) used meanwhile."""
     from fakepve.certs import make_cert
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,7 +77,7 @@ def measure(commits: int, *, webhook: bool, interval: float) -> list[float]:
         # sand sends a token over HTTPS only; the git of the sync process trusts the cert.
         os.environ["GIT_SSL_CAINFO"] = pki[0]
         with GitServer("bench-token", host="127.0.0.1", tls=pki) as git:
-            return _measure(work, pki, git, commits, webhook=webhook, interval=interval)
+            return _measure(work, pki, git, commits, webhook=webhook, interval=interval, tree=tree)
 
 
 def _applying(sync: SyncProcess, sha: str) -> bool:
@@ -78,7 +96,8 @@ def _measure(
     *,
     webhook: bool,
     interval: float,
-) -> list[float]:
+    tree: Path | str,
+) -> list[tuple[float, float]]:
     rig = FakePveRig(pki, work / "pve")
     repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "l-1"}]))
     token = private_file(work / "git.token", "bench-token")
@@ -91,7 +110,7 @@ def _measure(
     else:
         args += ["--interval", str(interval)]
     (work / "sync").mkdir()
-    sync = SyncProcess(work / "sync", *args)
+    sync = SyncProcess(work / "sync", *args, env=installed_env(tree))
     latencies = []
     try:
         sync.wait_for(lambda: sync.said("applied (converged)"))
@@ -99,11 +118,12 @@ def _measure(
             # Polling: pushed at a random point between two fetches, as people push.
             time.sleep(0.3 if webhook else random.uniform(0.3, interval + 0.3))
             sha = repo.push(vm_manifest(rig, [{"name": "l-1", "cpus": 1 + n % 2}]), f"c{n}")
+            used = _cpu_s(sync.proc.pid)
             pushed = time.monotonic()
             if webhook:
                 _poke(port)
-            sync.wait_for(partial(_applying, sync, sha), timeout=interval * 3 + 30)
-            latencies.append(time.monotonic() - pushed)
+            sync.wait_for(partial(_applying, sync, sha), timeout=interval * 3 + 30, poll=0.002)
+            latencies.append((time.monotonic() - pushed, _cpu_s(sync.proc.pid) - used))
             sync.wait_for(partial(_applied, sync, sha))
     finally:
         sync.stop()
@@ -112,13 +132,28 @@ def _measure(
 
 
 def rows(commits: int = 5, interval: float = 5.0) -> list[tuple[str, str]]:
-    hook = measure(commits, webhook=True, interval=interval)
-    poll = measure(commits, webhook=False, interval=interval)
+    hooked = measure(commits, webhook=True, interval=interval)
+    hook = [wall for wall, _ in hooked]
+    cpu = statistics.median(c for _, c in hooked) * 1000
+    poll = [wall for wall, _ in measure(commits, webhook=False, interval=interval)]
+    before = before_tree()
+    then = measure(commits, webhook=True, interval=interval, tree=before) if before else []
+    then_ms = statistics.median(w for w, _ in then) * 1000 if then else None
+    then_cpu = statistics.median(c for _, c in then) * 1000 if then else None
+    record(
+        "sand sync: push → apply starts, webhook (median)",
+        statistics.median(hook) * 1000,
+        "ms",
+        before=then_ms,
+        goal="≤ 300 ms on a quiet machine",
+    )
+    record("  sand sync's CPU (and its git's) meanwhile", cpu, "ms", before=then_cpu)
     return [
         (
             "push → apply starts, webhook (median)",
             f"{statistics.median(hook) * 1000:.0f} ms (worst {max(hook) * 1000:.0f} ms, "
-            f"{commits} commits)",
+            f"{commits} commits); CPU of sand sync and its git {cpu:.0f} ms"
+            + (f"; the tree before: {then_ms:.0f} ms, CPU {then_cpu:.0f} ms" if then else ""),
         ),
         (
             f"push → apply starts, polling every {interval:g}s (median)",

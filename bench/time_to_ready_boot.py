@@ -18,7 +18,9 @@ rig's own SSH to a TCG guest) is not counted:
    Lima instance's disk is an overlay of its base image), then the VM's own steps;
 3. **warm claim**: a spare booted from the base and provisioned as a spare beforehand (a
    pool's spare is already running); then the claiming VM's provisioning on that guest: its
-   identity, secrets, repo. The rename is not modelled (on PVE one config write);
+   hostname (the spare's own machine-id and host keys kept: ``pool-identity``), secrets,
+   repo. The rename is not modelled (on PVE one config write). With ``bench/run.py
+   --before REF`` the tree before's claim is timed too, on another spare made by it;
 4. **fork**: a provisioned VM with its checkout, made beforehand and powered off (what the
    PVE snapshot or the Lima stop gives: a disk at rest, not counted); its disk copied (as
    ``limactl clone`` copies the instance's disk: here the qcow2 overlay over the base), a
@@ -35,8 +37,10 @@ Each boot is TCG on a shared machine: a minute or more, so this is left out of
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +50,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.core import before_tree  # noqa: E402
 from bench.golden_bases import _provision, _spec  # noqa: E402
+from bench.summary import record  # noqa: E402
 from bench.time_to_ready import _ready_specs, assert_ready, four_ways  # noqa: E402
 
 QEMU_TOOLS = ("qemu-system-x86_64", "qemu-img", "mkfs.ext4")
@@ -83,8 +89,7 @@ async def _measure() -> list[tuple[str, str]]:
         t = time.perf_counter()
         report = await _provision(guest, vm, values)
         took = time.perf_counter() - t
-        if "fork-identity" in report.ran:
-            guest.pin_new_host_key()  # the rig's own SSH pins the guest's old key
+        repin(guest, report)
         assert_ready(guest, vm, values)
         return report, took
 
@@ -124,9 +129,17 @@ async def _measure() -> list[tuple[str, str]]:
 
             # The pool's spare, booted and provisioned beforehand (not counted).
             spare, _ = boot(base)
-            await _provision(spare, vms["spare"], values)
+            repin(spare, await _provision(spare, vms["spare"], values))
             claimed, t_claim = await ready(spare, vms["claim"])
             done(spare)
+            t_claim_before, before_steps = None, {}
+            if before_tree() is not None:
+                # The tree before's claim, on a spare of its own made as it made them.
+                spare, _ = boot(base)
+                t_claim_before, before_steps = _claim_by_before(spare, server.token)
+                spare.pin_new_host_key()
+                assert_ready(spare, vms["claim"], values)
+                done(spare)
 
             t = time.perf_counter()
             copy = tmp / "fork-disk.qcow2"
@@ -142,12 +155,21 @@ async def _measure() -> list[tuple[str, str]]:
                 g.stop()
             server.stop()
 
+    record(
+        "warm claim under TCG (own steps on a running spare)",
+        t_claim,
+        "s",
+        baseline=("golden clone", t_golden),
+        before=t_claim_before,
+        goal="≥ 4x faster than a golden clone (≤ 0.25x)",
+    )
     out = four_ways(
         {"full": t_full, "golden": t_golden, "clone": t_clone, "claim": t_claim, "fork": t_fork},
         {
             "full": f"real boot {t_full_boot:.1f} s + all steps, packages in the image",
             "golden": "real overlay + boot, then own steps",
-            "claim": "on a running spare; rename not modelled",
+            "claim": "on a running spare; rename not modelled"
+            + (f"; the tree before's: {t_claim_before:.2f} s" if t_claim_before else ""),
             "fork": f"disk copy {t_copy * 1000:.0f} ms ({copy_mb:.0f} MB) + real boot "
             f"{t_fork_boot:.1f} s, then own steps",
         },
@@ -162,9 +184,20 @@ async def _measure() -> list[tuple[str, str]]:
             f"{t_full_boot:.1f} s; {t_clone:.1f} s",
         ),
     )
+    # Each claim's steps as the guest timed them: the load moves a TCG guest's figures
+    # between runs and within one, a step beside its counterpart less.
+    steps = [f"{s.name} {s.seconds:.1f} s" for s in claimed.steps if s.ran and s.seconds]
+    then = [f"{name} {seconds:.1f} s" for name, seconds in before_steps.items() if seconds]
+    out.insert(
+        4,
+        (
+            "warm claim's steps (as the guest timed them)",
+            ", ".join(steps) + (f"; the tree before's: {', '.join(then)}" if then else ""),
+        ),
+    )
     lima = t_claim + t_clone
     out.insert(
-        5,
+        6,
         (
             "warm claim on Lima (claim + one boot: rename needs a stopped instance)",
             f"{lima:.2f} s (this claim + the golden clone's boot); "
@@ -172,6 +205,51 @@ async def _measure() -> list[tuple[str, str]]:
         ),
     )
     return out
+
+
+def repin(guest: Any, report: Any) -> None:
+    """The rig's own SSH pins the guest's key: pinned anew when a step made new ones."""
+    if any("SSH host keys made anew" in change for change in report.changes):
+        guest.pin_new_host_key()
+
+
+# The tree before (``bench/run.py --before``), its own sand and bench, in a process of its
+# own: the spare provisioned as it provisions one, then its claim, timed.
+_BEFORE_CLAIM = """
+import asyncio, json, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, {tree!r})
+from bench.golden_bases import _provision, _spec
+from bench.time_to_ready import _ready_specs
+from tests.rig.qemu import GUESTFWD_ADDRESS
+class Guest: pass
+g = Guest()
+g.address, g.port, g.user, g.id, g.client_key_path = {where!r}
+spec = _spec(Path(tempfile.mkdtemp()))
+values = {{**spec["values"], "GIT": {token!r}}}
+vms = _ready_specs(spec, f"http://{{GUESTFWD_ADDRESS}}/app.git")
+async def main():
+    await _provision(g, vms["spare"], values)
+    t = time.perf_counter()
+    report = await _provision(g, vms["claim"], values)
+    took = time.perf_counter() - t
+    print(json.dumps([took, {{s.name: s.seconds for s in report.steps if s.ran}}]))
+asyncio.run(main())
+"""
+
+
+def _claim_by_before(guest: Any, token: str) -> tuple[float, dict[str, float]]:
+    """The seconds the tree before's claim took on ``guest``, a spare booted for it, and
+    each step's that ran (as the guest timed it)."""
+    tree = before_tree()
+    where = (guest.address, guest.port, guest.user, guest.id, str(guest.client_key_path))
+    probe = _BEFORE_CLAIM.format(tree=tree, where=where, token=token)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tree, check=True
+    )
+    took, steps = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(took), {str(k): float(v) for k, v in steps.items()}
 
 
 if __name__ == "__main__":

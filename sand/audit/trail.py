@@ -23,6 +23,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,11 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
+
+
+def secrets_delivered(vm: str, target: str, values: Mapping[str, str]) -> None:
+    """Each secret a delivery put in the guest, named, with a keyed digest: never its value."""
+    for name in sorted(values):
+        record(
+            "secret.delivered", vm=vm, target=target, name=name, digest=secret_digest(values[name])
+        )

@@ -104,8 +104,11 @@ class GitMirror:
 
     async def _git(self, *args: str, timeout: float = FETCH_TIMEOUT) -> bytes:
         argv = ["git", *args]
-        # What the messages name: "git fetch", not the "-C" before it.
-        verb = args[2] if args[:1] == ("-C",) and len(args) > 2 else args[0]
+        # What the messages name: "git fetch", not the "-C" or "-c" options before it.
+        words = args
+        while words[:1] in (("-C",), ("-c",)):
+            words = words[2:]
+        verb = words[0] if words else "git"
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -128,20 +131,30 @@ class GitMirror:
         return out
 
     async def fetch(self) -> Revision:
-        """The branch's newest commit, fetched (only it) into the mirror."""
+        """The branch's newest commit, fetched (only it) into the mirror.
+
+        What a webhook waits for, so it is kept to two git commands: the fetch (its
+        automatic housekeeping left to :meth:`tidy`, which runs when nothing is
+        waiting) and one ``log`` for the commit and its subject."""
         if not (self.repo / "HEAD").exists():
             await self._git("init", "--bare", "--quiet", str(self.repo))
         source = f"refs/heads/{self.branch}" if self.branch else "HEAD"
         await self._git(
-            "-C", str(self.repo), "fetch", "--quiet", "--depth=1", "--no-tags",
-            "--no-recurse-submodules", "--", self.url, f"+{source}:{self.ref}",
+            "-C", str(self.repo), "-c", "maintenance.auto=false", "-c", "gc.auto=0",
+            "fetch", "--quiet", "--depth=1", "--no-tags", "--no-recurse-submodules",
+            "--", self.url, f"+{source}:{self.ref}",
         )  # fmt: skip
-        sha = (await self._git("-C", str(self.repo), "rev-parse", "--verify", self.ref)).strip()
-        text = sha.decode()
-        if not _SHA.match(text):
+        out = await self._git("-C", str(self.repo), "log", "-1", "--format=%H%n%s", self.ref, "--")
+        sha, _, subject = out.decode(errors="replace").partition("\n")
+        if not _SHA.match(sha):
             raise GitError(f"{self.url}: {self.ref} is not a commit")
-        subject = await self._git("-C", str(self.repo), "log", "-1", "--format=%s", text)
-        return Revision(text, subject.decode(errors="replace").strip()[:200])
+        return Revision(sha, subject.strip()[:200])
+
+    async def tidy(self) -> None:
+        """The housekeeping each fetch leaves out (``git gc --auto``: it packs the loose
+        objects the fetches wrote once there are many), run when no revision waits."""
+        if (self.repo / "HEAD").exists():
+            await self._git("-C", str(self.repo), "gc", "--auto", "--quiet")
 
     async def read(self, revision: Revision, path: str) -> bytes:
         """The file at ``path`` in ``revision``."""

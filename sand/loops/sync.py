@@ -145,6 +145,8 @@ class Syncer:
         new = head is not None and head.sha not in (self.state.good, self.state.rejected)
         if head is not None and (new or (retry and head.sha == self.state.rejected)):
             await self._take_in(head)
+        elif head is not None:
+            await self._tidy()
         if head is not None:
             self.head_rejected = head.sha == self.state.rejected
         if not self.state.good:
@@ -178,6 +180,14 @@ class Syncer:
         if self.state.rejected == head.sha:
             self.state.rejected = ""  # refused before, for what the host has fixed since
         self.state.save(self.state_file)
+
+    async def _tidy(self) -> None:
+        """The mirror's housekeeping, on a check that found nothing new: never in the
+        way of a pushed commit (a webhook's fetch leaves it out)."""
+        try:
+            await self.mirror.tidy()
+        except GitError as exc:
+            self._say(f"{exc} (the mirror's housekeeping; the sync goes on)")
 
     def _validate(self, file: Path) -> None:
         """ManifestError unless the manifest at ``file`` is valid and sets no host source."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand import activity
-from sand.audit.trail import record, secret_digest
+from sand.audit.trail import secrets_delivered
 from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
@@ -101,6 +101,8 @@ class ProvisionReport:
 
 # Steps that download (apt, npm, an image's own step): held to a host's limit, if any.
 HEAVY_STEPS = frozenset({"packages", "vm-packages", "toolchain", "agents"})
+# The steps that may make the guest's SSH host keys anew (its pin follows them).
+IDENTITY_STEPS = frozenset({"fork-identity", "pool-identity"})
 
 
 async def provision(
@@ -293,7 +295,7 @@ async def _run(
             log.debug(f"{what}.change", step=report.name, change=change)
     done = ProvisionReport(vm, tuple(reports), time.monotonic() - start, exchanges)
     if any(r.name == "secrets" and r.ran for r in reports):  # secrets_step's name
-        _audit_delivery(vm, where(endpoint), values)
+        secrets_delivered(vm, where(endpoint), values)
     log.info(
         f"{what}.done",
         changed_steps=done.changed,
@@ -304,24 +306,20 @@ async def _run(
     return done
 
 
-def _audit_delivery(vm: str, target: str, values: Mapping[str, str]) -> None:
-    """Each secret the step put in the guest, named, with a keyed digest: never its value."""
-    for name in sorted(values):
-        record(
-            "secret.delivered", vm=vm, target=target, name=name, digest=secret_digest(values[name])
-        )
-
-
 def _new_host_keys(stdout: bytes, nonce: str) -> bool:
     """Whether a step of this run made the guest's SSH host keys anew (a fork's
-    fork-identity step): its connection is still the guest's, the pin is not."""
-    for outcome in read_frames(stdout.decode(errors="replace"), nonce):
-        if outcome.name == "fork-identity" and outcome.ran and outcome.status == 0:
-            return any(
-                line.startswith(CHANGED) and "SSH host keys" in line
-                for line in outcome.output.splitlines()
-            )
-    return False
+    fork-identity step, a pool VM's pool-identity where its keys were not its own): its
+    connection is still the guest's, the pin is not."""
+    return any(
+        outcome.name in IDENTITY_STEPS
+        and outcome.ran
+        and outcome.status == 0
+        and any(
+            line.startswith(CHANGED) and "SSH host keys" in line
+            for line in outcome.output.splitlines()
+        )
+        for outcome in read_frames(stdout.decode(errors="replace"), nonce)
+    )
 
 
 class _Narrator:

@@ -21,10 +21,8 @@ import hashlib
 import os
 import re
 import shlex
-import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from io import BytesIO
 from pathlib import Path
 from typing import get_args
 
@@ -32,6 +30,7 @@ from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import package_problem
+from sand.provision.agent_upload import AGENT_SOURCE_ENV, agent_tar
 from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.provision.checks import (
     ProvisionSpecError,
@@ -43,7 +42,6 @@ from sand.provision.checks import (
 )
 from sand.refname import branch_problem
 
-AGENT_SOURCE_ENV = "SAND_AGENT_SOURCE"
 # The manifest's closed set, again for specs that reach provisioning another way.
 AGENTS: tuple[str, ...] = get_args(Agent)
 # Always present on a provisioned guest, whatever the VM lists: the workbench
@@ -181,7 +179,7 @@ def machine_steps(content: MachineContent, *, agent_source: str | None = None) -
             "agents",
             script("agents.sh", user, "upload", *agents),
             True,
-            stdin=_agent_tar(Path(source), agents),
+            stdin=agent_tar(Path(source), agents),
             scope=MACHINE,
         )
     else:
@@ -263,8 +261,10 @@ def provision_steps(
     )
     return [
         user_step(vm.user),
-        # A VM that claimed a spare had the spare's machine-id, host keys and name.
-        *([fork_identity_step(vm)] if vm.pool and not vm.spare else []),
+        # A spare, and the VM that claimed one: its own machine-id and host keys (made
+        # at the spare's first boot, or by this step when the spare is provisioned),
+        # and its name.
+        *([pool_identity_step(vm)] if vm.pool else []),
         *machine,
         *vm_steps(vm),
         secrets_step(vm, values),
@@ -375,26 +375,16 @@ def fork_step(vm: DesiredVM) -> Step:
 
 def fork_identity_step(vm: DesiredVM) -> Step:
     """A fork's own machine-id, SSH host keys and hostname (bundle/fork-identity.sh)."""
+    return Step("fork-identity", script("fork-identity.sh", _hostname(vm)), True)
+
+
+def pool_identity_step(vm: DesiredVM) -> Step:
+    """A pool VM's machine-id and SSH host keys kept where its own, made anew where not,
+    and its name as hostname (bundle/pool-identity.sh): a claim makes no host key."""
+    return Step("pool-identity", script("pool-identity.sh", _hostname(vm)), True)
+
+
+def _hostname(vm: DesiredVM) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}", vm.name):
         raise ProvisionSpecError(f"VM {vm.name!r}: not a name a hostname can take")
-    return Step("fork-identity", script("fork-identity.sh", vm.name), True)
-
-
-def _agent_tar(source: Path, agents: Sequence[str]) -> bytes:
-    """Stand-in agent executables from the host dir named by SAND_AGENT_SOURCE."""
-    buf = BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for agent in agents:
-            path = source / agent
-            if not path.is_file():
-                raise ProvisionSpecError(
-                    f"{AGENT_SOURCE_ENV}={source}: there is no {agent} file to upload"
-                )
-            info = tar.gettarinfo(str(path), arcname=agent)
-            info.mtime = 0  # the same files make the same tar: the step's digest holds
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            info.mode = 0o755
-            with path.open("rb") as fh:
-                tar.addfile(info, fh)
-    return buf.getvalue()
+    return vm.name

@@ -124,7 +124,11 @@ class SyncProcess:
         """The revisions (12 hex) it began to apply, in order."""
         return [m[1] for line in self.err if (m := APPLYING.search(line))]
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    def wait_for(
+        self, predicate: Callable[[], bool], timeout: float = 60.0, poll: float = 0.05
+    ) -> None:
+        """Until ``predicate`` holds, looked at every ``poll`` seconds (a bench timing the
+        moment looks more often)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
@@ -135,7 +139,7 @@ class SyncProcess:
                 if predicate():
                     return
                 raise AssertionError(f"sand sync exited {self.proc.returncode}:\n{self.text()}")
-            time.sleep(0.05)
+            time.sleep(poll)
         raise AssertionError("timed out; output:\n" + self.text())
 
     def said(self, needle: str) -> bool:

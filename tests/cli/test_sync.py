@@ -71,6 +71,22 @@ def start_sync(tmp: Path, rig: FakePveRig, repo: Repo, *args: str, name: str = "
     )  # fmt: skip
 
 
+def start_hooked_sync(
+    tmp: Path, rig: FakePveRig, repo: Repo, env: dict[str, str] | None = None
+) -> tuple[SyncProcess, int]:
+    """A sync woken by webhooks only (its interval an hour), and the port it hears on."""
+    port = free_port()
+    secret = private_file(tmp / "hook.secret", HOOK_SECRET + "\n")
+    sync = start_sync(
+        tmp, rig, repo,
+        "--interval", "3600",
+        "--listen", f"127.0.0.1:{port}",
+        "--webhook-secret-file", str(secret),
+        env=env,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return sync, port
+
+
 def mutations(rig: FakePveRig) -> list:
     return [r for r in rig.log if r.method in ("POST", "PUT", "DELETE") and r.status == 200]
 
@@ -144,19 +160,6 @@ def test_an_invalid_commit_changes_nothing_and_names_revision_and_line(
         sync.stop()
 
 
-def start_listening(tmp: Path, rig: FakePveRig, repo: Repo) -> tuple[SyncProcess, int]:
-    """A sync woken by webhooks only (its interval an hour), and the port it listens on."""
-    port = free_port()
-    secret = private_file(tmp / "hook.secret", HOOK_SECRET + "\n")
-    sync = start_sync(
-        tmp, rig, repo,
-        "--interval", "3600",
-        "--listen", f"127.0.0.1:{port}",
-        "--webhook-secret-file", str(secret),
-    )  # fmt: skip
-    return sync, port
-
-
 def _post(port: int, body: bytes, headers: dict[str, str]) -> int:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/hooks/git", data=body, headers=headers, method="POST"
@@ -173,7 +176,7 @@ def test_the_webhook_pokes_a_fetch_and_a_bad_signature_is_refused(
 ) -> None:
     rig = fakepve_server
     repo = Repo(git, "fleet", vm_manifest(rig, [{"name": "s-1"}]))
-    sync, port = start_listening(tmp_path, rig, repo)
+    sync, port = start_hooked_sync(tmp_path, rig, repo)
     try:
         sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
         pushed = repo.push(vm_manifest(rig, [{"name": "s-1"}, {"name": "s-2"}]))

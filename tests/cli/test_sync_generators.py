@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.sync_rig import Repo
-from tests.cli.test_sync import HOOK_SECRET, _post, git, names, start_listening, vm_manifest
+from tests.cli.test_sync import HOOK_SECRET, _post, git, names, start_hooked_sync, vm_manifest
 from tests.rig.fakegithub import FakeGitHub, FakeGitHubServer
 
 __all__ = ["git"]  # the fixture, imported to be used here
@@ -33,7 +33,7 @@ def test_a_label_event_wakes_the_sync_and_the_vm_appears(
     data["repos"] = {"app": {"url": "https://github.com/acme/app.git"}}
     source = {"repo": "app", "github": "acme/app", "label": "sand", "api": github.api}
     data["generators"] = {"triage": {"max": 5, "prefix": "issue", "github": source}}
-    sync, port = start_listening(tmp_path, rig, Repo(git, "fleet", data))
+    sync, port = start_hooked_sync(tmp_path, rig, Repo(git, "fleet", data))
     try:
         sync.wait_for(lambda: names(rig) == ["s-1"] and sync.said("applied (converged)"))
         github.fake.open_issue(5, "alice", "Fix the login")

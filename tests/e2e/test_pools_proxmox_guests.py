@@ -24,6 +24,7 @@ pytestmark = pytest.mark.e2e
 CANARY_A = "canary-pool-a-7c1e-only-in-agent-a"
 CANARY_B = "canary-pool-b-93d2-only-in-agent-b"
 SPARES = ("agents-spare-1", "agents-spare-2")
+BASE_KEYS = "/var/lib/sand/base-host-keys"  # the golden base's, recorded as it was generalized
 
 
 def _identity(guest: NetnsGuest) -> tuple[str, str, str]:
@@ -107,12 +108,15 @@ def test_a_claimed_spare_is_its_new_vm_with_only_its_own_secrets(
         found = guest.run_root(["grep", "-rlF", other, "/home", "/run", "/dev/shm", "/etc"])
         assert found.stdout.strip() == b"", found.stdout
     assert "hello from the forge" in out(a, "cat ~/src/app/README.md")
-    # Each is a machine of its own: its name, a new machine-id and new host keys.
+    # Each is a machine of its own: its name, and the machine-id and host keys its spare
+    # got at its first boot, kept (a claim makes no key), unlike the other's or the base's.
     after = {"agent-a": _identity(a), "agent-b": _identity(b)}
     assert after["agent-a"][0] == "agent-a" and after["agent-b"][0] == "agent-b"
     for name, spare in (("agent-a", "agents-spare-1"), ("agent-b", "agents-spare-2")):
-        assert after[name][1] != before[spare][1] and after[name][2] != before[spare][2]
-    assert after["agent-a"][1:] != after["agent-b"][1:]
+        assert after[name][1:] == before[spare][1:]
+    ids, keys = {i[1] for i in after.values()}, {i[2] for i in after.values()}
+    assert len(ids) == 2 and all(len(i) == 32 for i in ids)
+    assert len(keys) == 2 and not keys & set(root(a, "cat", BASE_KEYS).split())
     # Refilled: two spares again, each a new VM with a guest of its own.
     for name in SPARES:
         (spare,) = rig.vms_named(name)

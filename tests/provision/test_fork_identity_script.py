@@ -1,12 +1,10 @@
-"""The guest's fork-identity step, run for real as root in a mount and UTS namespace
-of its own (tmpfs over /etc/ssh and /var/lib, files bound over /etc/machine-id and
-/etc/hostname), so this machine's identity is never touched (issue 29, item 2):
+"""The guest's fork-identity step, run for real as root in a namespace of its own
+(``identity_sandbox``: this machine's identity is never touched; issue 29, item 2):
 two forks of one source get different machine-ids and SSH host keys, the fork's
 name as hostname, and a second run changes nothing."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import replace
@@ -19,66 +17,26 @@ from sand.provision.bundle import Bundle
 from sand.provision.checks import ProvisionSpecError
 from sand.provision.steps import fork_identity_step
 from tests.provision.helpers import make_vm
-from tests.required import require
+from tests.provision.identity_sandbox import host_key, make_guest, require_namespaces
+from tests.provision.identity_sandbox import run_step as run_identity_step
 
 SCRIPT = Bundle().root / "fork-identity.sh"
 SOURCE_ID = "0123456789abcdef0123456789abcdef"
 
-# Inside the namespace: the guest's files are the test's, then the step runs.
-SANDBOX = """
-set -e
-mount -t tmpfs tmpfs /etc/ssh
-mount -t tmpfs tmpfs /var/lib
-cp -a "$GUEST/ssh/." /etc/ssh/
-mkdir -p /var/lib/sand
-[ ! -f "$GUEST/mark" ] || cp "$GUEST/mark" /var/lib/sand/fork-identity
-mount --bind "$GUEST/machine-id" /etc/machine-id
-mount --bind "$GUEST/hostname" /etc/hostname
-hostname "$(cat "$GUEST/hostname")"
-set +e
-/bin/bash "$SCRIPT" "$NAME"
-rc=$?
-cp -a /etc/ssh/. "$GUEST/ssh/"
-[ ! -f /var/lib/sand/fork-identity ] || cp /var/lib/sand/fork-identity "$GUEST/mark"
-hostname >"$GUEST/kernel-hostname"
-exit $rc
-"""
-
 
 @pytest.fixture(autouse=True)
 def _root_and_namespaces() -> None:
-    require(os.geteuid() == 0, "needs root (mount and UTS namespaces)")
-    require(shutil.which("unshare") is not None and shutil.which("ssh-keygen") is not None,
-            "needs unshare and ssh-keygen")  # fmt: skip
+    require_namespaces()
 
 
 def source_copy(root: Path) -> Path:
     """The files a fork boots with: its source's, copied."""
-    guest = root
-    (guest / "ssh").mkdir(parents=True)
-    key = str(guest / "ssh" / "ssh_host_ed25519_key")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-    (guest / "machine-id").write_text(SOURCE_ID + "\n")
-    (guest / "hostname").write_text("agent-1\n")
-    return guest
+    return make_guest(root, SOURCE_ID, "agent-1")
 
 
 def run_step(guest: Path, name: str) -> subprocess.CompletedProcess[str]:
     vm = replace(make_vm(), name=name, fork=DesiredFork("agent-1"))
-    step = fork_identity_step(vm)
-    env = {**os.environ, "GUEST": str(guest), "SCRIPT": str(SCRIPT), "NAME": step.argv[-1]}
-    return subprocess.run(
-        ["unshare", "--mount", "--uts", "--propagation", "private", "bash", "-c", SANDBOX],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def host_key(guest: Path) -> str:
-    return (guest / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()[1]
+    return run_identity_step(guest, fork_identity_step(vm), SCRIPT)
 
 
 def test_two_forks_of_one_source_are_machines_of_their_own(tmp_path: Path) -> None:

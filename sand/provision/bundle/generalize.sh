@@ -9,6 +9,8 @@
 #   distinct DHCP leases, journals), and D-Bus's copy removed;
 # - where cloud-init runs the guest, its state is cleaned and the SSH host keys
 #   removed: each clone's first boot is a new instance and gets keys of its own;
+# - the host keys the base keeps are recorded (/var/lib/sand/base-host-keys), so a
+#   pool's spare can tell keys of its own from the base's;
 # - the DHCP clients' saved leases are removed: a clone asking for the base's old
 #   address first would, on a network that grants it, take the address of the base's
 #   build machine (or of another clone that asked first);
@@ -37,6 +39,14 @@ if command -v cloud-init >/dev/null 2>&1; then
 	rm -f /etc/ssh/ssh_host_*
 	changed "cloud-init state and SSH host keys removed"
 fi
+# The host keys the base keeps (none where cloud-init gives each clone its own at its
+# first boot): a pool's spare tells its own keys from the base's by them, and keeps
+# its own (pool-identity.sh); no machine of the base's vouches for its identity.
+mkdir -p /var/lib/sand
+for pub in /etc/ssh/ssh_host_*_key.pub; do
+	[ ! -f "$pub" ] || awk 'NF >= 2 { print $2 }' "$pub"
+done >/var/lib/sand/base-host-keys
+rm -f /var/lib/sand/own-identity
 leases=(/var/lib/dhcp/*.leases /var/lib/dhclient/*.lease* /var/lib/dhcpcd/*.lease*
 	/var/lib/NetworkManager/*.lease)
 for lease in "${leases[@]}"; do
