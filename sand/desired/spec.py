@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
+from sand.desired.brokered import BrokerGrant, grants_for, with_grants
 from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.host import FALLBACK_LOCALE, FALLBACK_TIMEZONE, HostLocale
@@ -150,6 +151,8 @@ class DesiredVM:
     # is one of the pool's spares (sand.desired.pools). In neither fingerprint.
     pool: str | None = None
     spare: bool = False
+    # The brokered secrets its repos name: git reaches them through the host's broker.
+    brokered: tuple[BrokerGrant, ...] = ()
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -165,6 +168,9 @@ class DesiredVM:
 
     def guest_content(self) -> dict[str, object]:
         """What provisioning puts in the guest; a change here means reprovision."""
+        return with_grants(self._content(), self.brokered)
+
+    def _content(self) -> dict[str, object]:
         if self.golden:
             assert self.base is not None
             # The image's content is the base's: a VM follows it only when rebuilt.
@@ -373,6 +379,7 @@ def _resolve(
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),
         pool=vm.pool,
+        brokered=grants_for(m, vm.repos),
     )
     return _fingerprinted(spec)
 
