@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sand import activity
+from sand.broker.access import BrokerAccess
 from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
@@ -49,12 +50,11 @@ from sand.provision.driver import (
     read_frames,
 )
 from sand.provision.output import CHANGED, scrub, tail_of
+from sand.provision.secretcheck import SECRETS_MISSING, check_secrets_step
 from sand.provision.steps import (
     MACHINE,
-    SECRETS_MISSING,
     Step,
     base_build_steps,
-    check_secrets_step,
     provision_steps,
     secrets_step,
 )
@@ -111,6 +111,7 @@ async def provision(
     agent_source: str | None = None,
     connect_deadline: float = CONNECT_DEADLINE,
     heavy: asyncio.Semaphore | None = None,
+    broker: BrokerAccess | None = None,
 ) -> ProvisionReport:
     """Bring the guest to ``vm``'s guest spec; safe to repeat, runs only what changed.
 
@@ -123,7 +124,7 @@ async def provision(
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
     # Built before connecting: a spec that cannot be provisioned fails before any SSH.
-    steps = provision_steps(vm, values, agent_source=agent_source)
+    steps = provision_steps(vm, values, agent_source=agent_source, broker=broker)
     return await _run(
         endpoint,
         vm.name,
@@ -175,6 +176,7 @@ async def deliver_secrets(
     log: Any = None,
     bundle: Bundle | None = None,
     connect_deadline: float = CONNECT_DEADLINE,
+    broker: BrokerAccess | None = None,
 ) -> ProvisionReport:
     """Put the VM's current secrets in place and remove any it no longer has.
 
@@ -184,7 +186,7 @@ async def deliver_secrets(
     if not vm.provision:
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
-    steps = [secrets_step(vm, values)]
+    steps = [secrets_step(vm, values, broker)]
     return await _run(
         endpoint,
         vm.name,
