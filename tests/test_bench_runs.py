@@ -42,6 +42,7 @@ def test_bench_quick_runs_every_section_to_its_end():
         "Proxmox cold create, N=2, disk grown",
         "s clones, ",
         "Lima cold create, N=4",
+        "brokered git fetch of a new commit",
     ):
         assert figure in summary, summary
     assert "python -c pass" in summary and "floor" in summary and "ideal scheduler" in summary
