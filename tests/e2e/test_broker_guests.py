@@ -10,10 +10,13 @@ state, the broker's own environment and argv.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,6 +100,25 @@ def _commit_and_push(guest, branch: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+# A credential helper answering with the broker credential the guest saved before.
+HELPER = "!f() { echo username=x; printf 'password=%s\\n' \"$(cat ~/old-credential)\"; }; f"
+
+
+def _status_from_host(cli: Rig, credential: str) -> int:
+    """The broker's answer to a fetch's discovery sent from this host with ``credential``."""
+    run = cli.root / "state" / "projects" / "brokere2e" / "broker" / "run.json"
+    ((address, port),) = json.loads(run.read_text())["ports"].items()
+    upstream = cli.server.url_for("project").removeprefix("https://")
+    url = f"http://{address}:{port}/{upstream}/info/refs?service=git-upload-pack"
+    pair = base64.b64encode(f"x:{credential}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {pair}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _guest_holding(guest, text: str) -> list[str]:
     """Guest files, and guest processes' environments and argv, holding ``text``
     (the pattern on stdin, never in an argv)."""
@@ -162,6 +184,15 @@ def test_git_goes_through_the_broker_and_the_token_never_reaches_the_guest(rig) 
     assert old.stdout.strip() and new.stdout.strip() and old.stdout != new.stdout
     assert _commit_and_push(guest, "review/two").returncode == 0
     assert "review/two" in cli.server.branches("project")
+    # The old credential is refused, from the guest itself.
+    save = "umask 077; cat > ~/old-credential"
+    guest.run_root(["runuser", "-l", guest.user, "-c", save], input=old.stdout, check=True)
+    stale = _git(
+        guest, f"git -c credential.helper= -c credential.helper={shlex.quote(HELPER)} fetch"
+    )
+    assert stale.returncode != 0 and b"Authentication failed" in stale.stderr, stale.stderr
+    # The new one is taken from the guest's address only: not from this host's.
+    assert _status_from_host(cli, new.stdout.decode().strip()) == 401
 
     # The token's bytes: in no guest file or process, output, host state, nor the
     # broker's own environment and argv.
