@@ -41,6 +41,7 @@ from sand.broker.store import (
 from sand.desired.brokered import BrokerGrant
 from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
+from sand.secrets.files import locked
 from sand.state.paths import project_dir
 
 # Lima's user-mode network: the host's loopback as the guests see it (host.lima.internal).
@@ -115,11 +116,24 @@ def revoke(project: str, vm: str) -> None:
     if not directory.is_dir() or vm not in read_grants(directory):
         return
     left = update_grants(directory, vm, None)
-    with contextlib.suppress(OSError, SecretError):
+    try:
         _ask(directory, {"reload": True, "stop": not left})
+    except (OSError, SecretError):
+        return  # no broker answers: nothing runs to be told or stopped
+    if not left:
+        # Gone when the destroy returns: its listeners closed, its run.json removed.
+        deadline = time.monotonic() + START_PATIENCE
+        while (directory / "run.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting on the broker's own cleanup
 
 
 def _ensure_running(project: str, directory: Path) -> None:
+    # One starter at a time: a second broker would take the first one's socket.
+    with locked(directory / "start"):
+        _start_unless_running(project, directory)
+
+
+def _start_unless_running(project: str, directory: Path) -> None:
     with contextlib.suppress(OSError, SecretError):
         _ask(directory, {})
         return
