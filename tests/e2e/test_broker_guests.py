@@ -41,7 +41,7 @@ class Rig:
         self.cli = Cli(root)
         self.output = ""
 
-    def write(self, push: list[str]) -> None:
+    def write(self, push: list[str], fork: bool = False) -> None:
         project = self.server.url_for("project")
         secret = {"from": {"env": "SAND_TEST_GH"}, "deliver": "broker"}
         secret["broker"] = {"repositories": [project], "push": push}
@@ -54,6 +54,8 @@ class Rig:
             "defaults": {"image": "debian-12", "disk": "20GiB", "memory": "2GiB"},
             "vms": [{"name": "dev-1", "repos": ["project"]}],
         }
+        if fork:
+            manifest["vms"].append({"name": "try-1", "from": {"vm": "dev-1"}})
         self.cli.manifest.write_text(json.dumps(manifest))
 
     def sand(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -212,3 +214,34 @@ def test_git_goes_through_the_broker_and_the_token_never_reaches_the_guest(rig) 
         not Path(f"/proc/{pid}").exists()
         or b"sand.broker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     )
+
+
+CREDENTIAL = "cat /run/user/*/sand/git/broker /dev/shm/sand-*/git/broker 2>/dev/null"
+
+
+def test_a_fork_gets_its_own_broker_credential_which_dies_with_it(rig, netns_guest) -> None:
+    cli, source = rig
+    copy = netns_guest()
+    cli.cli.standin.back_with_guest("try-1", copy)  # what the clone boots as
+    cli.write(["agent/*"])
+    assert cli.sand("apply", "--auto-approve").returncode == 0, cli.output
+    cli.write(["agent/*"], fork=True)
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mine, theirs = (g.run_root(["sh", "-c", CREDENTIAL]).stdout.strip() for g in (source, copy))
+    assert mine and theirs and mine != theirs
+    grants = cli.root / "state" / "projects" / "brokere2e" / "broker" / "grants.json"
+    assert set(json.loads(grants.read_text())) == {"dev-1", "try-1"}
+    assert _commit_and_push(copy, "agent/from-the-fork").returncode == 0
+    assert "agent/from-the-fork" in cli.server.branches("project")
+
+    # The fork deleted, its credential is refused (its guest still holds it); the
+    # source's still works.
+    cli.write(["agent/*"])
+    proc = cli.sand("apply", "--auto-approve", "--allow-data-loss")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(json.loads(grants.read_text())) == {"dev-1"}
+    stale = _git(copy, "git fetch -q origin")
+    assert stale.returncode != 0 and b"Authentication failed" in stale.stderr, stale.stderr
+    assert _git(source, "git fetch -q origin").returncode == 0
+    assert _guest_holding(copy, cli.server.token) == []
