@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sand.refname import is_object_id
+
 FLUSH = b"0000"
 # The most a pkt-line carries (65520 bytes in all, its header included).
 MAX_PAYLOAD = 65516
@@ -70,8 +72,8 @@ def read_commands(body: bytes) -> tuple[list[RefUpdate], frozenset[str]]:
         if nul and not updates:
             capabilities = frozenset(caps.decode("ascii", "replace").split())
         parts = command.rstrip(b"\n").decode("utf-8", "replace").split(" ")
-        if len(parts) != 3:
-            raise PktLineError("a push command is not '<old> <new> <ref>'")
+        if len(parts) != 3 or not (is_object_id(parts[0]) and is_object_id(parts[1])):
+            raise PktLineError("a push command is not '<old-id> <new-id> <ref>'")
         updates.append(RefUpdate(*parts))
     return updates, capabilities
 
