@@ -31,9 +31,9 @@ from pathlib import Path
 
 from sand.broker.access import BrokerAccess
 from sand.broker.store import (
-    CONTROL,
     VMGrants,
     broker_dir,
+    control_address,
     credential_hash,
     read_grants,
     update_grants,
@@ -165,7 +165,8 @@ def _start_unless_running(project: str, directory: Path) -> None:
 def _ask(directory: Path, message: dict[str, object]) -> dict[str, object]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(10)
-        conn.connect(os.fspath(directory / CONTROL))
+        with control_address(directory) as address:
+            conn.connect(address)
         conn.sendall(json.dumps(message).encode())
         conn.shutdown(socket.SHUT_WR)
         data = b""

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from sand.broker.server import BrokerServer, BrokerState
-from sand.broker.store import CONTROL, Running, broker_dir, write_running
+from sand.broker.store import CONTROL, Running, broker_dir, control_address, write_running
 
 MAX_MESSAGE = 4 << 20
 
@@ -69,7 +69,8 @@ class Broker:
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)  # the socket is the apply's door: this user's only
         try:
-            control.bind(os.fspath(path))
+            with control_address(self.directory) as address:
+                control.bind(address)
         finally:
             os.umask(old)
         control.listen()

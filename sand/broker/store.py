@@ -14,8 +14,11 @@ All of it sits in the project's private state directory, under ``broker/``:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +28,9 @@ from sand.state.paths import project_dir
 from sand.state.private import ensure_private_dir, read_private
 
 CONTROL = "control.sock"
+# sun_path holds 108 bytes with its NUL: a longer state directory (a deep $SAND_STATE_DIR)
+# is reached through a descriptor of it, /proc/self/fd/N, on Linux.
+MAX_SOCKET_PATH = 100
 
 
 @dataclass(frozen=True)
@@ -90,3 +96,17 @@ def read_running(directory: Path) -> Running | None:
 
 def write_running(directory: Path, running: Running) -> None:
     write_private(directory / "run.json", json.dumps(asdict(running)).encode())
+
+
+@contextlib.contextmanager
+def control_address(directory: Path) -> Iterator[str]:
+    """The path a process binds or connects the broker's control socket at."""
+    path = os.fspath(directory / CONTROL)
+    if len(path) <= MAX_SOCKET_PATH:
+        yield path
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{CONTROL}"
+    finally:
+        os.close(fd)
