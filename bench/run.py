@@ -119,6 +119,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"appends_n": 200, "records": 5000},
     ),
     (
+        "credential broker: a brokered git operation vs a direct one (rig git server, HTTPS)",
+        "bench.broker_cost",
+        "rows",
+        {"runs": 2},
+    ),
+    (
         "time to a ready VM: full provisioning vs a golden base (real guests)",
         "bench.golden_bases",
         "rows",

@@ -48,6 +48,7 @@ def test_bench_quick_runs_every_section_to_its_end():
         "generators: label → VM claimed from a warm pool",
         "audit append, p99 of one event",
         "audit verify, ",
+        "brokered git fetch of a new commit",
     ):
         assert figure in summary, summary
     assert "python -c pass" in summary and "floor" in summary and "ideal scheduler" in summary

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend, BaseProvisioner
+from sand.broker.client import grant_vm
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
 from sand.errors import SandError
@@ -52,10 +53,13 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
         try:
             endpoint = await backend.endpoint(vm, current)
             values = secrets.for_vm(vm)
+            # A new broker credential for each delivery: the one before it dies here.
+            jump = endpoint.jump is not None
+            broker = grant_vm(session.project, vm, endpoint.host, jump, values)
             if only_secrets:
-                report = await deliver_secrets(endpoint, vm, values)
+                report = await deliver_secrets(endpoint, vm, values, broker=broker)
             else:
-                report = await provision(endpoint, vm, values)
+                report = await provision(endpoint, vm, values, broker=broker)
         except SandError as exc:
             # The error already carries the failing step's tail, redacted (provisioner).
             failed = f"[{exc.layer}] {exc}".splitlines()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from sand.broker.client import revoke
 from sand.desired import DesiredState
 from sand.observed import STOPPED, Ownership, RecordedVM
 from sand.plan.model import Action, Plan
@@ -88,7 +89,7 @@ def record_expired(project: str, desired: DesiredState, plan: Plan, result: Appl
 def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
     """A VM this run deleted leaves nothing of its own on this host (the security
     model's promise; the list is in docs/security.md): its last result, provisioning
-    log and sleep record go here; the inventory drops it as it records the run, the
+    log, sleep record and broker grant go here; the inventory drops it as it records the run, the
     journal's entries go with its compaction, the backend's delete took its host-key
     pins."""
     done = {(r.backend, r.vm) for r in result.results if r.ok}
@@ -101,6 +102,8 @@ def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
         return
     forget_records(project, gone)
     forget_provision_logs(project, {vm for _, vm in gone})
+    for _, vm in gone:
+        revoke(project, vm)  # its broker credential dies with it
     asleep = load_asleep(project)
     if any(key in asleep for key in gone):
         save_asleep(project, {k: r for k, r in asleep.items() if k not in gone})

@@ -18,6 +18,7 @@ from sand.desired.bases import DesiredBase as DesiredBase
 from sand.desired.bases import MachineContent as MachineContent
 from sand.desired.bases import derived_base as derived_base
 from sand.desired.bases import with_base_fingerprint as with_base_fingerprint
+from sand.desired.brokered import BrokerGrant, grants_for, with_grants
 from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.generated import GeneratedFrom, WorkItems, generated, with_item_branch
@@ -98,6 +99,8 @@ class DesiredVM:
     pool: str | None = None
     spare: bool = False
     generated: GeneratedFrom | None = None  # made by a generator from a work item
+    # The brokered secrets its repos name: git reaches them through the host's broker.
+    brokered: tuple[BrokerGrant, ...] = ()
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
 
@@ -113,12 +116,12 @@ class DesiredVM:
 
     def guest_content(self) -> dict[str, object]:
         """What provisioning puts in the guest; a change here means reprovision."""
-        content = self._guest_content()
+        content = with_grants(self._content(), self.brokered)
         if self.generated is not None and self.generated.text:  # only where there is one
             content["item"] = self.generated.text
         return content
 
-    def _guest_content(self) -> dict[str, object]:
+    def _content(self) -> dict[str, object]:
         if self.golden:
             assert self.base is not None
             # The image's content is the base's: a VM follows it only when rebuilt.
@@ -353,6 +356,7 @@ def _resolve(
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),
         pool=vm.pool,
+        brokered=grants_for(m, vm.repos),
     )
     return _fingerprinted(spec)
 

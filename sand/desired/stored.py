@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from sand.desired.brokered import BrokerGrant
 from sand.desired.fork import DesiredFork
 from sand.desired.parts import DesiredPort, DesiredRepo, DesiredSecret, ImageStep
 from sand.desired.spec import DesiredBase, DesiredVM, MachineContent
+from sand.manifest.egress import EgressPolicy
 from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy
 
@@ -36,6 +38,8 @@ def vm_data(vm: DesiredVM) -> dict[str, Any]:
         idle=None if vm.idle is None else vm.idle.__dict__,
         base=None if vm.base is None else _base_data(vm.base),
         fork=None if vm.fork is None else vm.fork.__dict__,
+        egress=None if vm.egress is None else vm.egress.__dict__,
+        brokered=[g.__dict__ for g in vm.brokered],
     )
     return data
 
@@ -91,5 +95,21 @@ def vm_of(data: dict[str, Any]) -> DesiredVM:
         idle=_optional(IdlePolicy, data["idle"]),
         base=_base(data["base"]),
         fork=_fork(data["fork"]),
+        egress=_egress(data["egress"]),
+        brokered=tuple(_grant(g) for g in data["brokered"]),
     )
     return _made(DesiredVM, fields)
+
+
+def _egress(data: dict[str, Any] | None) -> EgressPolicy | None:
+    if data is None:
+        return None
+    lists = ("domains", "cidrs", "ports")
+    return _made(EgressPolicy, {**data, **{k: tuple(data[k]) for k in lists}})
+
+
+def _grant(data: dict[str, Any]) -> BrokerGrant:
+    return _made(
+        BrokerGrant,
+        {**data, "repositories": tuple(data["repositories"]), "push": tuple(data["push"])},
+    )

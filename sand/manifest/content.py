@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from sand.manifest import values as v
+from sand.manifest.broker import BrokerRules, Delivery
 from sand.manifest.fields import (
     Agent,
     Branch,
@@ -74,6 +75,18 @@ class Secret(Strict):
         "maps the name to a source in its secrets.yaml: beside the manifest, or in "
         "`sand sync`'s --host-dir. A manifest `sand sync` follows names secrets only.",
         examples=[{"env": "SAND_GITHUB_TOKEN"}],
+    )
+    deliver: Delivery = Field(
+        default="tmpfs",
+        description="Where the value goes: 'tmpfs' (default), into the guest's tmpfs; "
+        "'broker', nowhere in the guest: a broker on this machine attaches it to the "
+        "guest's git requests that its 'broker' rules allow (docs/credentials.md).",
+        examples=["broker"],
+    )
+    broker: BrokerRules | None = Field(
+        default=None,
+        description="What a brokered secret may be used for (with 'deliver: broker').",
+        examples=[{"repositories": ["https://github.com/acme/webapp.git"], "push": ["agent/*"]}],
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sand.manifest.backends import CONFIGS
+from sand.manifest.broker import check_brokered
 from sand.manifest.forks import check_forks, inherited
 from sand.manifest.generators import check_generators
 from sand.manifest.images import check_sources, check_vm_image, golden_name
@@ -110,6 +111,7 @@ def check_references(data: Any) -> Iterator[Finding]:
             host_ports.setdefault(key, name)
 
     yield from check_forks(all_vms, backend_of)
+    yield from check_brokered(data)
     yield from check_pools(data)
     yield from check_generators(data)
     yield from check_sources(images, used_by)

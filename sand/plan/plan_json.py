@@ -95,6 +95,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 ],
                 "strategy": c.strategy.value if c.strategy else None,
                 "work_preserved": list(c.work_preserved),
+                # By their rules: a brokered secret's value never leaves this host.
+                "brokered": [g.as_data() for g in c.desired.brokered] if c.desired else [],
                 # Every field the VM is to have (what a create's text lists with `+`);
                 # None for a delete. Sizes in bytes, as in `fields`.
                 "desired": c.desired.infra() if c.desired is not None else None,

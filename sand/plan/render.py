@@ -259,6 +259,10 @@ def _render_change(change: VMChange, paint: Any, stop_shared: tuple[str, ...] = 
     for reason in change.reasons:
         if change.sleep is None or reason != change.sleep.why:  # on the power line
             out.append(f"  #   {reason}")
+    if change.acts and change.desired is not None:
+        # A brokered secret is shown by its rules, never its value: it stays on this host.
+        for grant in change.desired.brokered:
+            out.append(f"  #   brokered (the token stays on this host) {grant.summary()}")
     for blocker in change.blockers:
         out.append(f"  #   {paint('!', '!')} {blocker}")
         out.extend(f"  #       {detail}" for detail in blocker.details)

@@ -31,6 +31,7 @@ from typing import Any
 
 from sand import activity
 from sand.audit.trail import secrets_delivered
+from sand.broker.access import BrokerAccess
 from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired.spec import DesiredBase, DesiredVM
 from sand.errors import GuestCommandError
@@ -51,12 +52,11 @@ from sand.provision.driver import (
 )
 from sand.provision.item import item_steps
 from sand.provision.output import CHANGED, scrub, tail_of
+from sand.provision.secretcheck import SECRETS_MISSING, check_secrets_step
 from sand.provision.steps import (
     MACHINE,
-    SECRETS_MISSING,
     Step,
     base_build_steps,
-    check_secrets_step,
     provision_steps,
     secrets_step,
 )
@@ -115,6 +115,7 @@ async def provision(
     agent_source: str | None = None,
     connect_deadline: float = CONNECT_DEADLINE,
     heavy: asyncio.Semaphore | None = None,
+    broker: BrokerAccess | None = None,
 ) -> ProvisionReport:
     """Bring the guest to ``vm``'s guest spec; safe to repeat, runs only what changed.
 
@@ -127,7 +128,10 @@ async def provision(
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
     # Built before connecting: a spec that cannot be provisioned fails before any SSH.
-    steps = [*provision_steps(vm, values, agent_source=agent_source), *item_steps(vm)]
+    steps = [
+        *provision_steps(vm, values, agent_source=agent_source, broker=broker),
+        *item_steps(vm),
+    ]
     return await _run(
         endpoint,
         vm.name,
@@ -179,6 +183,7 @@ async def deliver_secrets(
     log: Any = None,
     bundle: Bundle | None = None,
     connect_deadline: float = CONNECT_DEADLINE,
+    broker: BrokerAccess | None = None,
 ) -> ProvisionReport:
     """Put the VM's current secrets in place and remove any it no longer has.
 
@@ -188,7 +193,7 @@ async def deliver_secrets(
     if not vm.provision:
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
-    steps = [secrets_step(vm, values)]
+    steps = [secrets_step(vm, values, broker)]
     return await _run(
         endpoint,
         vm.name,

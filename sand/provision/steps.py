@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
+from sand.broker.access import BrokerAccess
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
@@ -64,6 +65,8 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IMAGE_STEP = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 
+# The broker credential's file on the guest's tmpfs, beside the tokens (no slug is it).
+BROKER_FILE = "git/broker"
 DISK, TMPFS, NONE = "disk", "tmpfs", "none"  # where a step's ledger record lives
 MACHINE = "machine"  # what a golden base holds: the same for every VM made from it
 VM = "vm"  # each VM's own: run on every VM, a clone of a base included
@@ -250,7 +253,11 @@ def vm_steps(vm: DesiredVM) -> list[Step]:
 
 
 def provision_steps(
-    vm: DesiredVM, values: Mapping[str, str], *, agent_source: str | None = None
+    vm: DesiredVM,
+    values: Mapping[str, str],
+    *,
+    agent_source: str | None = None,
+    broker: BrokerAccess | None = None,
 ) -> list[Step]:
     """Every step of a provision, in order: user, the machine's steps (not for a VM made
     from a golden image: its image holds them), the VM's own, secrets, repos."""
@@ -267,7 +274,7 @@ def provision_steps(
         *([pool_identity_step(vm)] if vm.pool else []),
         *machine,
         *vm_steps(vm),
-        secrets_step(vm, values),
+        secrets_step(vm, values, broker),
         repos_step(vm),
         *([fork_identity_step(vm), fork_step(vm)] if vm.fork is not None else []),
     ]
@@ -291,8 +298,12 @@ def machine_content(vm: DesiredVM) -> MachineContent:
     )
 
 
-def secrets_step(vm: DesiredVM, values: Mapping[str, str]) -> Step:
-    """Every scoped secret and repo token, in one payload (values only on stdin)."""
+def secrets_step(
+    vm: DesiredVM, values: Mapping[str, str], broker: BrokerAccess | None = None
+) -> Step:
+    """Every scoped secret and repo token, in one payload (values only on stdin). A
+    repo whose token is brokered gets no value: git reaches it through ``broker``
+    with the VM's own broker credential (docs/credentials.md)."""
     records: list[tuple[str, ...]] = []
     seen: set[tuple[str, str]] = set()
     for s in sorted(vm.secrets, key=lambda s: (s.scope, s.env)):
@@ -303,54 +314,23 @@ def secrets_step(vm: DesiredVM, values: Mapping[str, str]) -> Step:
             raise ProvisionSpecError(f"two secrets set {s.env} at {scope}")
         seen.add((scope, s.env))
         records.append(("env", scope, slug(scope), s.env, values[s.name]))
+    brokered = {g.secret for g in vm.brokered}
     for r in vm.repos:
-        if not r.token_secret:
+        if not r.token_secret or r.token_secret in brokered:
             continue
         checkout = guest_path(r.path, f"path of repo {r.name!r}")
         token = values[r.token_secret]
         if "\n" in token or "\r" in token:
             raise ProvisionSpecError(f"repo {r.name!r}: its token must be a single line")
         records.append(("git", checkout, slug(checkout), credential_context(r.url, r.name), token))
+    if brokered:
+        if broker is None:
+            raise ProvisionSpecError(f"VM {vm.name!r} uses brokered secrets, but no broker runs")
+        hosts = sorted({h for g in vm.brokered for h in g.hosts})
+        records.append(("broker", broker.url, " ".join(hosts), broker.reveal()))
     return Step(
         "secrets", script("secrets.sh"), False, stdin=fields(*records), timeout=120, ledger=TMPFS
     )
-
-
-# Exit 0 when one tmpfs root ($1.. relative to it) holds every file sand delivered,
-# SECRETS_MISSING when none does (a reboot emptied it). Read-only; runs as the user.
-SECRETS_MISSING = 3
-CHECK_SECRETS = r"""
-uid=$(id -u) || exit 1
-for root in "/run/user/$uid/sand" "/dev/shm/sand-$uid"; do
-  [ -d "$root" ] || continue
-  for f do
-    [ -f "$root/$f" ] || continue 2
-  done
-  exit 0
-done
-exit 3
-"""
-_SECRET_FILE = re.compile(r"^(env/[A-Za-z0-9._-]+\.sh|git/[A-Za-z0-9._-]+)$")
-
-
-def secret_files(vm: DesiredVM) -> list[str]:
-    """The tmpfs files secrets.sh writes for ``vm``, relative to its tmpfs root."""
-    files = {
-        f"env/{slug(guest_path(s.scope, f'scope of secret {s.name!r}'))}.sh" for s in vm.secrets
-    }
-    files.update(
-        f"git/{slug(guest_path(r.path, f'path of repo {r.name!r}'))}"
-        for r in vm.repos
-        if r.token_secret
-    )
-    assert all(_SECRET_FILE.match(f) for f in files)  # slug() keeps to these characters
-    return sorted(files)
-
-
-def check_secrets_step(vm: DesiredVM) -> Step:
-    """A read-only check that the guest still holds ``vm``'s secret files (no values)."""
-    argv = ("/bin/sh", "-c", CHECK_SECRETS, "sand-check-secrets", *secret_files(vm))
-    return Step("check-secrets", argv, False, timeout=30)
 
 
 def repos_step(vm: DesiredVM) -> Step:

@@ -185,8 +185,12 @@ def guest_checks(vm: DesiredVM) -> list[Check]:
                 f"secret {s.name} missing (not on the guest's tmpfs for {scope})",
             )
         )
+    brokered = {g.secret for g in vm.brokered}
+    if brokered:
+        names = ", ".join(sorted(brokered))
+        checks.append(Check(("file", "git/broker"), f"broker credential missing (for {names})"))
     for r in vm.repos:
-        if r.token_secret:
+        if r.token_secret and r.token_secret not in brokered:
             checkout = guest_path(r.path, f"path of repo {r.name!r}")
             checks.append(
                 Check(

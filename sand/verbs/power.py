@@ -25,6 +25,7 @@ from sand.audit.trail import record as audit_record
 from sand.backends.abilities import Sleeps
 from sand.backends.lease import DEFAULT_TTL, LeaseBusy, LeaseHolder
 from sand.backends.protocol import Backend
+from sand.broker.client import grant_vm
 from sand.desired import DesiredVM
 from sand.errors import BackendError, ErrorLayer, SandError
 from sand.observed import STOPPED, SUSPENDED, ObservedVM, Ownership
@@ -131,7 +132,9 @@ async def _secrets_again(
     try:
         values = GuestSecrets(session).for_vm(vm)
         endpoint = await session.backends[vm.backend].endpoint(vm, current)
-        await deliver_secrets(endpoint, vm, values)
+        jump = endpoint.jump is not None
+        broker = grant_vm(session.project, vm, endpoint.host, jump, values)
+        await deliver_secrets(endpoint, vm, values, broker=broker)
     except SandError as exc:
         if note is not None:
             note(

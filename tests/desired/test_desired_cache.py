@@ -200,16 +200,24 @@ pools:
 secrets:
   GITHUB_TOKEN:
     from: {env: SAND_GITHUB_TOKEN}
+  GH_BROKERED:
+    from: {env: SAND_GH_BROKERED}
+    deliver: broker
+    broker:
+      repositories: [https://git.example.com/acme/api.git]
+      push: ["agent/*"]
 repos:
   webapp: {url: https://github.com/acme/webapp.git, branch: main, token: GITHUB_TOKEN}
+  api: {url: https://git.example.com/acme/api, token: GH_BROKERED}
 defaults:
   backend: pve
   preserve: [~/src]
   idle: {after: 3h, then: stop}
+  egress: {policy: deny, cidrs: [10.1.0.0/16], ports: [443, 22]}
 vms:
   - name: a
     image: wb
-    repos: [webapp]
+    repos: [webapp, api]
     secrets: [{name: GITHUB_TOKEN, scope: ~/src/webapp}]
     expires: 8h
   - name: b
@@ -219,6 +227,7 @@ vms:
     packages: [ripgrep]
     expires: 2030-01-01T00:00:00Z
     idle: never
+    egress: {policy: allow}
   - name: c
     from: {vm: a, logins: [claude]}
   - name: d
@@ -233,6 +242,7 @@ def test_every_kind_of_field_reads_back_as_built(tmp_path: Path) -> None:
     built = desired_from(loaded)
     assert {vm.name for vm in built.vms if vm.spare} and any(vm.fork for vm in built.vms)
     assert any(vm.base and not vm.golden for vm in built.vms)  # a derived base too
+    assert any(vm.brokered for vm in built.vms) and any(vm.egress for vm in built.vms)
     inputs = ("Etc/UTC", "C.UTF-8", "bundle", "machine")
     desired_cache.keep_desired(file, file.read_bytes(), inputs, loaded, built)
     hit = desired_cache.cached_desired(file, file.read_bytes(), inputs, lambda: loaded.manifest)

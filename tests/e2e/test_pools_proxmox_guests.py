@@ -130,3 +130,59 @@ def test_a_claimed_spare_is_its_new_vm_with_only_its_own_secrets(
         assert CANARY_A not in marker and CANARY_B not in marker
     again = sand.run("plan", "--detailed-exitcode", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_claimed_spare_pushes_through_the_broker_and_never_holds_the_token(
+    tmp_path, fakepve_server, guests
+):
+    """A warm claim on Proxmox with a brokered repo token (issue 38): the claimed
+    guest clones and pushes through the broker, which takes its requests only from that
+    guest's address; the token is in none of its files or processes."""
+    from tests.e2e.test_broker_guests import _guest_holding
+    from tests.rig.gitserver import GitServer
+    from tests.rig.guest import ensure_bridge
+    from tests.rig.tlscert import self_signed
+
+    rig = fakepve_server
+    sand = Sand(tmp_path)
+    cert, key = self_signed(tmp_path, ensure_bridge())
+    server = GitServer("rig-pool-brokered-5d0c9e1a7b", tls=(cert, key)).start()
+    env = {
+        "SAND_TEST_GH": server.token,
+        "SSL_CERT_FILE": cert,
+        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
+    }
+    try:
+        repo_url = server.create_repo("app", {"README.md": "brokered claim\n"})
+        data = rig.manifest([], defaults={"provision": True, "timezone": "Etc/UTC", "image": "wb"})
+        data["images"] = {"wb": {"agents": ["claude"]}}
+        data["pools"] = {"agents": {"warm": 1}}
+        broker = {"repositories": [repo_url], "push": ["agent/*"]}
+        data["secrets"] = {
+            "GH": {"from": {"env": "SAND_TEST_GH"}, "deliver": "broker", "broker": broker}
+        }
+        data["repos"] = {"app": {"url": repo_url, "token": "GH", "path": "~/src/app"}}
+        sand.write(data)
+        with guests:
+            proc = sand.run("apply", "--auto-approve", env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(guests.errors)
+            spare = guests.guest_of("agents-spare-1")
+            data["vms"] = [{"name": "agent-a", "pool": "agents", "repos": ["app"]}]
+            sand.write(data)
+            proc = sand.run("apply", "--auto-approve", env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(guests.errors)
+            a = guests.guest_of("agent-a")
+            assert a is spare  # claimed: the spare's very guest
+            assert "brokered claim" in out(a, "cat ~/src/app/README.md")
+            push = (
+                "cd ~/src/app && git checkout -qb agent/claimed && date > c.txt && git add c.txt"
+                " && git -c user.name=a -c user.email=a@b commit -qm c"
+                " && GIT_TERMINAL_PROMPT=0 git push -q origin agent/claimed"
+            )
+            out(a, push)
+            assert "agent/claimed" in server.branches("app")
+            assert _guest_holding(a, server.token) == []
+            assert server.token not in proc.stdout + proc.stderr
+    finally:
+        server.stop()
+        sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)

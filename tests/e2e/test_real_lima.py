@@ -13,8 +13,12 @@ boots, builds a golden base, clones a VM from it and replaces that VM.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -31,7 +35,9 @@ from tests.provision.e2e_helpers import stand_in_agents
 from tests.required import missing
 from tests.rig import limaimage, limapy, limareap
 from tests.rig._util import RigError
+from tests.rig.gitserver import GitServer
 from tests.rig.lima import LimaRig
+from tests.rig.tlscert import self_signed
 
 # e2e too: `-m "not e2e"` (the fast suite) must not boot it.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_lima, pytest.mark.timeout(1800)]
@@ -67,6 +73,21 @@ vms:
     ports: [{{guest: {guest}, host: {host}}}]
     secrets: [{{name: NPM_TOKEN, scope: ~/src}}]
 """
+# With a git server: a brokered token (docs/credentials.md) for one repository, which
+# the VM clones through the broker on the host (192.168.5.2 from the guest).
+BROKERED = """\
+  GH_TOKEN:
+    from: {{env: SAND_TEST_GH}}
+    deliver: broker
+    broker: {{repositories: ["{repo}"], push: ["agent/*"]}}
+repos:
+  project: {{url: "{repo}", token: GH_TOKEN}}
+"""
+PUSH = (
+    "set -e; cd ~/src/project && git checkout -qB {branch} && date > pushed.txt"
+    " && git add pushed.txt && git -c user.name=a -c user.email=a@b commit -qm push"
+    " && GIT_TERMINAL_PROMPT=0 git push -q origin {branch}"
+)
 
 
 def _free_port() -> int:
@@ -89,6 +110,7 @@ class Tier:
         # manifest names it as it would name one of Lima's (`template:NAME`).
         template = {"images": limaimage.lima_images(image), "firmware": {"legacyBIOS": True}}
         (templates / f"{TEMPLATE}.yaml").write_text(yaml.safe_dump(template))
+        self.repo = ""  # a brokered repository's URL, once a test serves one
         self.write_manifest(memory="2GiB")
         stand_in_agents(self.root / "agents")
         # sand's own code, copied where the Lima user reads it: a checkout under /root
@@ -116,7 +138,24 @@ class Tier:
         text = MANIFEST.format(
             template=TEMPLATE, guest=GUEST_PORT, host=self.host_port, memory=memory
         )
+        if self.repo:
+            text = text.replace("vms:\n", BROKERED.format(repo=self.repo) + "vms:\n")
+            text = text.replace("scope: ~/src}]\n", "scope: ~/src}]\n    repos: [project]\n")
         self.write("sand.yaml", text)
+
+    def serve_git(self) -> GitServer:
+        """The rig's token-protected git server over HTTPS on this host's loopback, its
+        certificate trusted by sand's broker (``SSL_CERT_FILE``), and the manifest
+        cloning one repository of it through the broker."""
+        cert, key = self_signed(self.root, "127.0.0.1")
+        for path in (cert, key):
+            shutil.chown(path, self.lima.uid, self.lima.gid)
+        server = GitServer(f"real-lima-{secrets.token_hex(12)}", host="127.0.0.1", tls=(cert, key))
+        server.start()
+        self.repo = server.create_repo("project", {"README.md": "brokered\n"})
+        self.env |= {"SAND_TEST_GH": server.token, "SSL_CERT_FILE": cert}
+        self.write_manifest(memory="2GiB")
+        return server
 
     def write(self, name: str, text: str) -> Path:
         """A file of the Lima user's in the project directory."""
@@ -170,6 +209,10 @@ class Tier:
     def cleanup(self) -> None:
         for inst in self.instances() if (self.root / "lima").is_dir() else []:
             self.run("limactl", "delete", "--force", str(inst["name"]), timeout=120)
+        # A broker a failed run left (a destroy stops it): the one this tier started.
+        for run in (self.root / "state" / "projects").glob("*/broker/run.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                os.kill(int(json.loads(run.read_text())["pid"]), signal.SIGTERM)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -302,10 +345,28 @@ def _land_finds_the_checkout(tier: Tier) -> None:
     assert "feature-x" in line, out
 
 
+def _brokered_push(tier: Tier, server: GitServer) -> None:
+    """From the real guest, through the broker on the host (Lima's user-mode network
+    gateway): a push to an allowed branch lands, one to the default branch is refused."""
+    tier.ok("shell", "dev-1", "--", "bash", "-c", PUSH.format(branch="agent/lima"), step="push")
+    assert "agent/lima" in server.branches("project")
+    main = server.branches("project")["main"]
+    argv = ("shell", "dev-1", "--", "bash", "-c", PUSH.format(branch="main"))
+    refused = tier.run(limapy.SYSTEM_PYTHON, "-m", "sand", *argv)
+    assert refused.returncode != 0, refused.stdout
+    assert "sand broker: main is the default branch" in refused.stdout + refused.stderr
+    assert server.branches("project")["main"] == main
+
+
 def test_sand_drives_the_real_lima(tier: Tier) -> None:
+    server = tier.serve_git()
     # Create, boot (the first boot), provision.
-    out = tier.ok("apply", "--auto-approve", timeout=1200, step="apply-create")
-    assert SECRET not in out
+    try:
+        out = tier.ok("apply", "--auto-approve", timeout=1200, step="apply-create")
+        assert SECRET not in out and server.token not in out
+        _brokered_push(tier, server)
+    finally:
+        server.stop()
     (inst,) = tier.instances()
     name = str(inst["name"])
     assert inst["status"] == "Running"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 
-from sand.provision.steps import secret_files
+from sand.provision.secretcheck import secret_files
 from sand.secrets import SecretValue, Stamper
 from sand.secrets.stamp import is_stamp, project_salt
 from tests.provision.helpers import make_vm, repo, secret

@@ -9,9 +9,8 @@ import pytest
 
 from sand.provision.bundle import Bundle
 from sand.provision.checks import ProvisionSpecError, guest_path, slug
+from sand.provision.secretcheck import CHECK_SECRETS, check_secrets_step
 from sand.provision.steps import (
-    CHECK_SECRETS,
-    check_secrets_step,
     machine_content,
     machine_steps,
     provision_steps,

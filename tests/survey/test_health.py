@@ -15,7 +15,7 @@ import pytest
 
 from sand.cli.main import main
 from sand.desired import DesiredVM
-from sand.provision.steps import secret_files
+from sand.provision.secretcheck import secret_files
 from sand.survey.health import Target, check_health, guest_checks
 from tests.plan.helpers import desired, observed_from
 

@@ -4,6 +4,8 @@
 # argv: none. stdin: NUL-terminated records, then "end":
 #   env SCOPE SLUG NAME VALUE     one environment variable for a directory scope
 #   git CHECKOUT SLUG CONTEXT TOKEN   a token git uses for that checkout only
+#   broker URL HOSTS CREDENTIAL   git reaches HOSTS (space-separated) through the
+#                                 host's broker at URL with this VM's credential
 # Values stay on stdin and tmpfs: they are never in argv, never on disk.
 . "$(dirname -- "$0")/lib.sh"
 
@@ -29,7 +31,7 @@ private_dir "$root/env"
 private_dir "$root/git"
 
 declare -A env_text=() scope_dir=() git_dir=() git_context=() git_token=()
-kind=""
+kind="" broker_url="" broker_hosts=""
 while read_field kind; do
 	case $kind in
 	env)
@@ -46,6 +48,15 @@ while read_field kind; do
 		home_path "git_dir[$slug]" "$checkout"
 		git_context[$slug]=$context
 		git_token[$slug]=$token
+		;;
+	broker)
+		read_field broker_url && read_field broker_hosts && read_field token ||
+			die "the payload from the host was truncated"
+		[[ $broker_url =~ ^http://[A-Za-z0-9.-]+:[0-9]+$ ]] || die "not a broker URL: $broker_url"
+		for host in $broker_hosts; do
+			[[ $host =~ ^[A-Za-z0-9.-]+(:[0-9]+)?$ ]] || die "not a host name: $host"
+		done
+		git_token[broker]=$token # no checkout's slug is "broker": they end in a hash
 		;;
 	*) break ;;
 	esac
@@ -69,7 +80,7 @@ for slug in "${!env_text[@]}"; do
 done
 for slug in "${!git_token[@]}"; do
 	if put_file "$root/git/$slug" 600 < <(printf '%s\n' "${git_token[$slug]}"); then
-		changed "git token for ${git_dir[$slug]}"
+		changed "git token for ${git_dir[$slug]:-the broker}"
 	fi
 done
 for file in "$root"/env/*.sh; do
@@ -106,8 +117,22 @@ for file in "$conf"/*.gitconfig; do
 	[ -e "$file" ] || continue
 	slug=${file##*/}
 	slug=${slug%.gitconfig}
+	[ "$slug" != broker ] || [ -z "$broker_url" ] || continue
 	if [ -z "${git_dir[$slug]+set}" ]; then rm -f -- "$file" && changed "git credentials $slug removed"; fi
 done
+# Brokered: git goes to the broker for the hosts of the brokered repositories, with
+# this VM's broker credential; the broker attaches the real token on the host.
+if [ -n "$broker_url" ]; then
+	if put_file "$conf/broker.gitconfig" 644 < <(
+		printf '# Managed by sand: git reaches these hosts through the broker (no token here).\n'
+		printf '[credential "%s"]\n\thelper =\n' "$broker_url"
+		printf '\thelper = %s %s\n' "$SAND_LIB/git-credential-sand" "$root/git/broker"
+		for host in $broker_hosts; do
+			printf '[url "%s/%s/"]\n\tinsteadOf = https://%s/\n' "$broker_url" "$host" "$host"
+		done
+	); then changed "git through the broker at $broker_url"; fi
+	includes+=$(printf '[include]\n\tpath = %s' "$conf/broker.gitconfig")$'\n'
+fi
 if put_block "$HOME/.gitconfig" "sand git-credentials" < <(printf '%s' "$includes"); then
 	changed "$HOME/.gitconfig"
 fi

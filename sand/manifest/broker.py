@@ -1,0 +1,136 @@
+"""Brokered secrets: a token the guest never holds, and the operations it may do.
+
+A secret declared ``deliver: broker`` stays on the host: a broker process there
+attaches it to the guest's git requests, and only to those its ``broker:`` rules
+allow (the repositories it may fetch from, the branch patterns it may push to).
+The guest holds a credential of its own that only the broker accepts. This module
+holds the rules' shape, the one way a repository URL is compared (``repo_key``),
+and the checks that need the whole manifest (a brokered secret placed in a guest's
+environment is refused: its value would be there).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field
+
+from sand.manifest import values as v
+from sand.manifest.fields import Strict, rule
+from sand.manifest.rawdata import Finding
+from sand.manifest.rawdata import as_dict as _dict
+from sand.manifest.rawdata import as_list as _list
+from sand.manifest.rawdata import as_str as _str
+from sand.refname import branch_problem
+
+Delivery = Literal["tmpfs", "broker"]
+
+
+def broker_url_problem(url: str) -> str | None:
+    """Why the broker cannot stand for ``url``: it speaks git's smart HTTP over HTTPS."""
+    problem = v.repo_url_problem(url)
+    if problem:
+        return problem
+    if urlsplit(url).scheme.lower() != "https":
+        return "a brokered repository is an https:// URL (the broker speaks git's smart HTTP)"
+    return None
+
+
+def push_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not a branch pattern: a branch name, '*' standing for any text."""
+    if pattern.startswith("refs/"):
+        return "write a branch name or pattern without refs/heads/ (e.g. 'agent/*')"
+    return branch_problem(pattern.replace("*", "x"))
+
+
+BrokerRepo = Annotated[str, rule(broker_url_problem)]
+PushPattern = Annotated[str, rule(push_pattern_problem)]
+
+
+class BrokerRules(Strict):
+    """What the broker lets a guest do with a brokered secret; everything else is refused."""
+
+    repositories: list[BrokerRepo] = Field(
+        min_length=1,
+        description="The repositories (https:// clone URLs) the guest may fetch from and "
+        "push to; any other is refused.",
+        examples=[["https://github.com/acme/webapp.git"]],
+    )
+    push: list[PushPattern] = Field(
+        default_factory=list,
+        description="Branch patterns the guest may push to ('*' stands for any text, "
+        "slashes included); none: fetch only. A repository's default branch is refused "
+        "unless named here exactly, never by a pattern.",
+        examples=[["agent/*"]],
+    )
+
+
+def repo_key(url: str) -> str:
+    """``host[:port]/path`` of an http(s) URL, the host lower-case and '.git' dropped:
+    the one form two spellings of a repository are compared in."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    path = parts.path.strip("/")
+    path = path.removesuffix(".git")
+    return f"{host}/{path}"
+
+
+def push_allowed(rules: BrokerRules, branch: str, default_branch: str | None) -> bool:
+    """Whether ``branch`` may be pushed: it matches a pattern, and the default branch
+    only when a pattern names it exactly (a broad '*' never reaches it)."""
+    if branch == default_branch:
+        return branch in rules.push
+    return any(fnmatch.fnmatchcase(branch, p) for p in rules.push)
+
+
+def check_brokered(data: Any) -> Iterator[Finding]:
+    """A brokered secret's rules and its uses, each problem at its place."""
+    data = _dict(data)
+    secrets = _dict(data.get("secrets"))
+    brokered: dict[str, set[str]] = {}
+    for name, secret in secrets.items():
+        secret = _dict(secret)
+        deliver = secret.get("deliver")
+        if deliver == "broker" and "broker" not in secret:
+            yield (
+                ("secrets", name, "deliver"),
+                f"secret {name!r} is brokered: say what the broker allows in its 'broker' "
+                "(repositories, push)",
+            )
+        if "broker" in secret and deliver != "broker":
+            yield (
+                ("secrets", name, "broker"),
+                f"secret {name!r} has broker rules but is not brokered: add 'deliver: broker'",
+            )
+        if deliver == "broker":
+            repos = _list(_dict(secret.get("broker")).get("repositories"))
+            brokered[name] = {repo_key(r) for r in repos if isinstance(r, str)}
+    for name, repo in _dict(data.get("repos")).items():
+        repo = _dict(repo)
+        token, url = _str(repo.get("token")), _str(repo.get("url"))
+        if token in brokered and url is not None and repo_key(url) not in brokered[token]:
+            yield (
+                ("repos", name, "url"),
+                f"repo {name!r} is not among the repositories the broker of secret {token!r} "
+                "allows; add its URL to secrets."
+                f"{token}.broker.repositories",
+            )
+    for i, vm in enumerate(_list(data.get("vms"))):
+        for j, use in enumerate(_list(_dict(vm).get("secrets"))):
+            secret_name = _str(_dict(use).get("name"))
+            if secret_name in brokered:
+                yield (
+                    ("vms", i, "secrets", j, "name"),
+                    f"secret {secret_name!r} is brokered: its value never enters a guest, so it "
+                    "cannot be placed in one's environment; name it in a repo's 'token'",
+                )
+
+
+def brokered_names(secrets: Mapping[str, Any]) -> set[str]:
+    """The names of the manifest's brokered secrets (``deliver: broker``)."""
+    return {name for name, s in secrets.items() if getattr(s, "deliver", None) == "broker"}
