@@ -28,9 +28,9 @@ MAX_MESSAGE = 4 << 20
 
 
 class Broker:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, project: str = "") -> None:
         self.directory = directory
-        self.state = BrokerState(directory)
+        self.state = BrokerState(directory, project)
         self.servers: dict[str, BrokerServer] = {}
         self.stopping = threading.Event()
 
@@ -108,7 +108,7 @@ class Broker:
 
 
 def main(project: str) -> int:
-    broker = Broker(broker_dir(project))
+    broker = Broker(broker_dir(project), project)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         broker.stopping.set()

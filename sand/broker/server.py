@@ -28,9 +28,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from sand.audit import trail
 from sand.broker.pktline import PktLineError, default_branch, read_commands, refusal
 from sand.broker.store import VMGrants, credential_hash, read_grants
 from sand.desired.brokered import BrokerGrant
+from sand.errors import StateError
 from sand.manifest.broker import BrokerRules, push_allowed, repo_key
 
 SERVICES = ("git-upload-pack", "git-receive-pack")
@@ -53,8 +55,9 @@ class BrokerState:
     """What the broker knows: the grants (re-read from the host state when told) and
     the token values an apply handed it (in memory only)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, project: str = "") -> None:
         self.directory = directory
+        self.project = project
         self.lock = threading.Lock()
         self.grants: dict[str, VMGrants] = {}
         self.tokens: dict[str, str] = {}
@@ -74,9 +77,16 @@ class BrokerState:
         return None
 
     def record(self, **operation: object) -> None:
+        """The operation in the broker's own log and in the host's audit trail
+        (``sand.audit``): an allowed one that cannot be recorded there is not forwarded."""
         line = json.dumps({"ts": round(time.time(), 3), **operation}, sort_keys=True)
         with self.lock, open(self.directory / "operations.jsonl", "a", encoding="utf-8") as log:
             log.write(line + "\n")
+        try:
+            trail.record("broker.operation", project=self.project, **operation)
+        except StateError as exc:
+            if operation.get("allowed"):
+                raise Refused(503, f"the broker cannot record this operation: {exc}") from exc
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from sand.audit.log import LOG_FILE
 from sand.broker.server import BrokerServer, BrokerState
 from sand.desired.brokered import BrokerGrant
+from tests.audit.helpers import audit_records, verify_host
 from tests.rig.brokerrig import start_broker
 from tests.rig.gitserver import GitServer
 from tests.rig.tlscert import self_signed
@@ -157,3 +159,31 @@ def test_the_token_is_attached_by_the_broker_and_written_nowhere(rig: Rig) -> No
     for path in [*rig.home.rglob("*"), *rig.state.directory.rglob("*")]:
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_each_brokered_operation_is_in_the_host_audit_trail(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Allowed and refused alike, each with its VM, repository and refs, in a chain that
+    verifies; the token is not in it."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("SAND_STATE_DIR", str(state))
+    url = rig.server.url_for("project")
+    assert rig.git("clone", "-q", url, "project").returncode == 0
+    work = rig.home / "project"
+    rig.git("commit", "-q", "--allow-empty", "-m", "to main", cwd=work)
+    assert rig.git("push", "-q", "origin", "main", cwd=work).returncode != 0
+    told = [r for r in audit_records(state) if r["kind"] == "broker.operation"]
+    *fetched, pushed = told  # a protocol v2 clone posts to upload-pack twice
+    assert fetched and {(r["vm"], r["service"], r["allowed"]) for r in fetched} == {
+        ("dev-1", "git-upload-pack", True)
+    }
+    assert (pushed["vm"], pushed["service"], pushed["allowed"]) == (
+        "dev-1",
+        "git-receive-pack",
+        False,
+    )
+    assert pushed["refs"] == ["refs/heads/main"] and "default branch" in pushed["reason"]
+    assert told[0]["repository"].endswith("/project.git")
+    assert verify_host(state / "audit").ok
+    assert TOKEN.encode() not in (state / "audit" / LOG_FILE).read_bytes()
