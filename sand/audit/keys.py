@@ -22,7 +22,12 @@ import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from sand.errors import StateError
 from sand.state.private import PRIVATE_FILE, read_private
@@ -53,7 +58,9 @@ def _made_once(path: Path, make: bytes) -> bytes:
 
 
 def signing_key(directory: Path) -> Ed25519PrivateKey:
-    fresh = Ed25519PrivateKey.generate().private_bytes_raw()
+    # private_bytes(Raw, Raw): private_bytes_raw() came with cryptography 40, above its floor
+    made = Ed25519PrivateKey.generate()
+    fresh = made.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     raw = _made_once(directory / SIGNING_KEY, fresh)
     if len(raw) != 32:
         raise StateError(f"the audit signing key {directory / SIGNING_KEY} is not 32 bytes")
