@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from platformdirs import user_cache_dir
+
 from sand.errors import StateError
 from sand.state.private import ensure_private_dir, read_private, write_private_file
 
@@ -19,9 +21,6 @@ def cache_root() -> Path:
     override = os.environ.get("SAND_CACHE_DIR")
     if override:
         return Path(override)
-    # here, not at the top: importing it loads platformdirs
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("sand", appauthor=False))
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from sand.backends.capabilities import Capabilities
 from sand.backends.proxmox import claims, firewall, lifecycle
 from sand.backends.proxmox import observe as observe_mod
+from sand.backends.proxmox import update as update_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
 
@@ -126,8 +127,6 @@ class ProxmoxBackend:
         *,
         converged: bool = False,
     ) -> ObservedVM:
-        from sand.backends.proxmox import update as update_mod
-
         return await update_mod.update(self.ctx, vm, current, fields, journal, converged=converged)
 
     async def sleep(
