@@ -6,7 +6,8 @@
   the log without revealing it (a plain hash of a short secret can be guessed offline;
   a keyed one cannot without this file).
 
-Each is created by linking a finished temporary file into place, so two sand processes
+Each is created by linking a finished temporary file into place
+(``sand.state.private.create_private_once``), so two sand processes
 starting at once never see a half-written key: the second one's link fails and it reads
 the first one's.
 """
@@ -14,11 +15,9 @@ the first one's.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
 import os
-import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -30,44 +29,24 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from sand.errors import StateError
-from sand.state.private import PRIVATE_FILE, read_private
+from sand.state.private import create_private_once
 
 SIGNING_KEY = "signing.key"
 SIGNING_PUB = "signing.pub"
 DIGEST_KEY = "digest.key"
 
 
-def _made_once(path: Path, make: bytes) -> bytes:
-    """The bytes of ``path``; ``make`` written there first when it does not exist yet."""
-    try:
-        return read_private(path)
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, PRIVATE_FILE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(make)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(FileExistsError):  # another process made it first
-            os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
-    return read_private(path)
-
-
 def signing_key(directory: Path) -> Ed25519PrivateKey:
     # private_bytes(Raw, Raw): private_bytes_raw() came with cryptography 40, above its floor
     made = Ed25519PrivateKey.generate()
     fresh = made.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    raw = _made_once(directory / SIGNING_KEY, fresh)
+    raw = create_private_once(directory / SIGNING_KEY, fresh)
     if len(raw) != 32:
         raise StateError(f"the audit signing key {directory / SIGNING_KEY} is not 32 bytes")
     key = Ed25519PrivateKey.from_private_bytes(raw)
     pub = directory / SIGNING_PUB
     if not pub.exists():
-        _made_once(pub, public_text(key.public_key()).encode())
+        create_private_once(pub, public_text(key.public_key()).encode())
     return key
 
 
@@ -92,7 +71,7 @@ def key_id(pub: Ed25519PublicKey) -> str:
 
 
 def digest_key(directory: Path) -> bytes:
-    return _made_once(directory / DIGEST_KEY, os.urandom(32))
+    return create_private_once(directory / DIGEST_KEY, os.urandom(32))
 
 
 def keyed_digest(key: bytes, value: bytes) -> str:

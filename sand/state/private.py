@@ -157,3 +157,26 @@ def read_rows(path: Path, version: int) -> list[Any]:
 
 def write_rows(path: Path, version: int, rows: list[dict[str, Any]]) -> None:
     write_private_file(path, json.dumps({"format": version, "vms": rows}, indent=2).encode())
+
+
+def create_private_once(path: Path, data: bytes) -> bytes:
+    """Create ``path`` holding ``data`` unless it exists; return what it holds.
+
+    Two processes racing to create it agree on one content: the file appears
+    by ``link`` (which fails if it exists), never half-written.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        return read_private(path)
+    ensure_private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)  # mkstemp asks for 0600, which a umask can narrow
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+    return read_private(path)
