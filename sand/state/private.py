@@ -108,6 +108,18 @@ def open_private(path: Path, flags: int) -> int:
 def write_private_file(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically: a 0600 temp file beside it,
     fsync, rename. Its directory is made a private one first."""
+    tmp = _written_beside(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _written_beside(path: Path, data: bytes) -> str:
+    """A temporary file beside ``path`` (its directory made private), 0600 from birth,
+    holding ``data`` and synced: what the caller then puts in place."""
     ensure_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -116,11 +128,11 @@ def write_private_file(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    return tmp
 
 
 def read_private(path: Path) -> bytes:
@@ -167,14 +179,8 @@ def create_private_once(path: Path, data: bytes) -> bytes:
     """
     with contextlib.suppress(FileNotFoundError):
         return read_private(path)
-    ensure_private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = _written_beside(path, data)
     try:
-        os.fchmod(fd, PRIVATE_FILE)  # mkstemp asks for 0600, which a umask can narrow
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
     finally:
