@@ -218,6 +218,21 @@ async def test_filter_help_and_selection_keys(sand: Sand, limactl_standin: Stand
     assert app.return_code == 0
 
 
+async def test_a_timer_due_while_the_board_closes_finds_its_widgets(
+    sand: Sand, limactl_standin: StandIn
+) -> None:
+    """The title's clock may tick once more while the board is torn down: the board's
+    own widgets are written to, never looked up on a screen that no longer has them."""
+    sand.write(lima_manifest(limactl_standin, "api-1"))
+    app = board(sand.manifest)
+    async with app.run_test(size=SIZE) as pilot:
+        await observed(pilot, app)
+        await pilot.press("q")
+    app._tick()  # what the one-second timer calls
+    app.say("said as it closed")
+    assert app.return_code == 0
+
+
 async def test_columns_that_do_not_fit_give_way_and_come_back(
     sand: Sand, limactl_standin: StandIn
 ) -> None:

@@ -69,16 +69,24 @@ class Board(KeyActions, App[int]):
     # --- layout ------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static(f"sand ui · {shown(self.fleet.manifest, 60)} · observing…", id="title")
-        yield RowsTable(id="table", cursor_type="row", zebra_stripes=True)
+        # Held, not queried: a query goes to the screen on top, which a dialog (or the
+        # board closing) leaves without these, while a timer may still be due.
+        self.title_bar = Static(
+            f"sand ui · {shown(self.fleet.manifest, 60)} · observing…", id="title"
+        )
+        self.table = RowsTable(id="table", cursor_type="row", zebra_stripes=True)
+        self.detail_pane = Static("", markup=False, id="detail-text")
+        self.status_bar = Static("", markup=False, id="status")
+        yield self.title_bar
+        yield self.table
         with VerticalScroll(id="detail"):
-            yield Static("", markup=False, id="detail-text")
-        yield Static("", markup=False, id="status")
+            yield self.detail_pane
+        yield self.status_bar
         yield Input(placeholder="filter: words that must all match (Esc clears)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#table", DataTable)
+        table = self.table
         # Between chunks the board goes idle (the table measures what it was given then)
         # and handles the keys that came meanwhile.
         self.rows_view = RowsView(table, self._soon, self.size.width)
@@ -132,7 +140,7 @@ class Board(KeyActions, App[int]):
         self._redraw_activity(event.vm)
 
     def say(self, text: str) -> None:
-        self.query_one("#status", Static).update(shown(text, 300))
+        self.status_bar.update(shown(text, 300))
 
     def show_error(self, text: str) -> None:
         self.state.error = shown(text, 300)
@@ -191,11 +199,11 @@ class Board(KeyActions, App[int]):
             parts.append(f"filter: {shown(s.filter, 30)}")
         if s.error:
             parts.append("refresh failed (see below)")
-        self.query_one("#title", Static).update(" · ".join(parts))
+        self.title_bar.update(" · ".join(parts))
 
     def _redraw_detail(self) -> None:
         row = self.selected_row()
-        pane = self.query_one("#detail-text", Static)
+        pane = self.detail_pane
         if row is None:
             pane.update("(no VM selected)" if self.state.rows else "")
             return
@@ -225,7 +233,7 @@ class Board(KeyActions, App[int]):
         self._redraw_title()
 
     def selected_row(self) -> BoardRow | None:
-        table = self.query_one("#table", DataTable)
+        table = self.table
         rows = self.visible_rows()
         if not rows or table.cursor_row < 0 or table.cursor_row >= len(rows):
             return None

@@ -50,6 +50,7 @@ class KeyActions(_Base):
     if TYPE_CHECKING:  # what the Board provides
         jobs: Jobs
         state: BoardState
+        table: DataTable[object]
 
         def say(self, text: str) -> None: ...
         def selected_vm(self) -> str | None: ...
@@ -110,7 +111,7 @@ class KeyActions(_Base):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             event.input.remove_class("open")
-            self.query_one("#table", DataTable).focus()
+            self.table.focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -118,13 +119,13 @@ class KeyActions(_Base):
         box.value = ""
         self.state.filter = ""
         self._redraw_rows()
-        self.query_one("#table", DataTable).focus()
+        self.table.focus()
 
     def action_cursor_down(self) -> None:
-        self.query_one("#table", DataTable).action_cursor_down()
+        self.table.action_cursor_down()
 
     def action_cursor_up(self) -> None:
-        self.query_one("#table", DataTable).action_cursor_up()
+        self.table.action_cursor_up()
 
     def action_quit_board(self) -> None:
         if self.jobs.applying and not self.jobs.leaving:
