@@ -107,6 +107,12 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"vms": 2, "create_vms": 5},
     ),
     (
+        "egress on Proxmox: a no-op plan of 1,000 VMs with policies, a create, a change (fakepve)",
+        "bench.egress_cost",
+        "rows",
+        {"vms": 5, "change_vms": 2},
+    ),
+    (
         "generators: 50 items in one plan, label → VM claimed from a warm pool (fakepve)",
         "bench.generators",
         "rows",

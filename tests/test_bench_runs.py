@@ -44,6 +44,8 @@ def test_bench_quick_runs_every_section_to_its_end():
         "Lima cold create, N=4",
         "Proxmox one-field change, N=2: requests on the VM",
         "Proxmox N=5 creates: nextid retries",
+        "Proxmox no-op plan, 5 VMs with egress policies: requests",
+        "Proxmox egress change, N=2: requests on the VM",
         "generators: requests of an unchanged poll",
         "generators: label → VM claimed from a warm pool",
         "audit append, p99 of one event",

@@ -286,6 +286,7 @@ class FakePveRig:
         from sand.backends.proxmox import description as desc
         from sand.backends.proxmox import marker as mk
         from sand.backends.proxmox import units
+        from sand.backends.proxmox.firewall import MARKER_KEY
         from sand.observed import Marker
 
         marker = Marker(
@@ -306,7 +307,11 @@ class FakePveRig:
         extra_tags = kwargs.pop("extra_tags", ())
         note = kwargs.pop("note", "")
         kwargs["tags"] = mk.join_tags([*mk.marker_tags(marker), *extra_tags])
-        kwargs["description"] = desc.merge_description(note, marker, protect=vm.protect or None)
+        # The enforced egress policy as create records it beside the marker (firewall.py).
+        egress = {MARKER_KEY: vm.infra()["egress"]} if vm.egress is not None else {}
+        kwargs["description"] = desc.merge_description(
+            note, marker, protect=vm.protect or None, **egress
+        )
         return self.seed_vm(vmid, vm.name, **kwargs)
 
     def add_token(self, token_id: str, *, acl: str = "pool") -> Path:

@@ -14,12 +14,14 @@ guest does not reach. For a deny policy sand writes, before the VM's first start
   without it disabled;
 - ``firewall=1`` on ``net0``, in the config write the create already sends.
 
-A changed policy removes sand's own rule and ipset (the operator's are kept) and writes
-the new ones; an ``allow`` policy turns the VM's firewall off (``enable=0``).
+A changed policy changes only what differs (the ipset's entries one by one, sand's rule
+where it stands; the operator's rules are kept); an ``allow`` policy removes sand's rule
+and ipset and turns the VM's firewall off (``enable=0``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from sand.backends.proxmox.context import Ctx
@@ -53,47 +55,108 @@ async def write(
     """The VM's firewall as ``policy`` says; ``fresh``: a clone sand just made, which
     holds none of sand's rules yet (nothing to read or remove first)."""
     fw = f"nodes/{node}/qemu/{vmid}/firewall"
-    if not fresh:
-        await _remove_own(ctx, fw)
     if not denies(policy):
+        if not fresh:
+            await _remove_own(ctx, fw)
         await ctx.client.put(f"{fw}/options", enable=0)
         return
     assert policy is not None
-    await ctx.client.put(
-        f"{fw}/options",
-        enable=1,
-        policy_out="DROP",
-        policy_in="ACCEPT",
-        dhcp=1,
-        log_level_out="info",
-    )
-    if not policy.cidrs:
-        return  # only domains, refused on PVE: nothing is allowed out
-    await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
-    for cidr in policy.cidrs:
-        await ctx.client.post(f"{fw}/ipset/{IPSET}", cidr=cidr)
-    await ctx.client.post(
-        f"{fw}/rules",
-        type="out",
-        action="ACCEPT",
-        dest=f"+{IPSET}",
-        proto="tcp",
-        dport=",".join(str(p) for p in policy.ports),
-        enable=1,
-        pos=0,
-        comment=RULE_COMMENT,
-    )
+    # Written whatever they were: one request, as a read of them would be, and it puts
+    # back what a hand may have changed.
+    await ctx.client.put(f"{fw}/options", **OPTIONS)
+    if fresh:
+        if policy.cidrs:
+            await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
+            for cidr in policy.cidrs:
+                await ctx.client.post(f"{fw}/ipset/{IPSET}", cidr=cidr)
+            await ctx.client.post(f"{fw}/rules", **_rule(policy), pos=0)
+        return
+    await _converge(ctx, fw, policy)
 
 
-async def _remove_own(ctx: Ctx, fw: str) -> None:
-    """sand's rules (highest position first: each removal shifts those below) and its
-    ipset; an operator's stay."""
+OPTIONS = {
+    "enable": 1,
+    "policy_out": "DROP",
+    "policy_in": "ACCEPT",
+    "dhcp": 1,
+    "log_level_out": "info",
+}
+
+
+def _rule(policy: EgressPolicy) -> dict[str, Any]:
+    """sand's one rule: out to the ipset, on the policy's TCP ports."""
+    return {
+        "type": "out",
+        "action": "ACCEPT",
+        "dest": f"+{IPSET}",
+        "proto": "tcp",
+        "dport": ",".join(str(p) for p in policy.ports),
+        "enable": 1,
+        "comment": RULE_COMMENT,
+    }
+
+
+def _same_network(a: object, b: object) -> bool:
+    # PVE stores a single address without its /32 (or /128).
+    try:
+        return ipaddress.ip_network(str(a), strict=False) == ipaddress.ip_network(
+            str(b), strict=False
+        )
+    except ValueError:
+        return str(a) == str(b)
+
+
+async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy) -> None:
+    """Change only what differs from what the VM's firewall holds: the ipset's entries
+    added or removed one by one and sand's rule updated where it stands, so a policy
+    that gains a CIDR costs its entry, not a rewrite of the whole (PVE takes one entry
+    or rule per request). Anything else of sand's (a second rule of its own, the rule
+    removed by hand) is removed and written anew; an operator's rules stay."""
     rules: list[dict[str, Any]] = list(await ctx.client.get(f"{fw}/rules") or [])
+    own = [r for r in rules if r.get("comment") == RULE_COMMENT]
+    names = {s.get("name") for s in await ctx.client.get(f"{fw}/ipset") or []}
+    entries: list[dict[str, Any]] = (
+        list(await ctx.client.get(f"{fw}/ipset/{IPSET}") or []) if IPSET in names else []
+    )
+    if not policy.cidrs:  # only domains, refused on PVE: nothing is allowed out
+        await _remove_own(ctx, fw, rules=rules, has_ipset=IPSET in names)
+        return
+    if IPSET not in names:
+        await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
+    for cidr in policy.cidrs:
+        if not any(_same_network(cidr, e.get("cidr")) for e in entries):
+            await ctx.client.post(f"{fw}/ipset/{IPSET}", cidr=cidr)
+    for entry in entries:
+        if not any(_same_network(cidr, entry.get("cidr")) for cidr in policy.cidrs):
+            await ctx.client.delete(f"{fw}/ipset/{IPSET}/{entry['cidr']}")
+    want = _rule(policy)
+    if len(own) == 1:
+        held = own[0]
+        if any(str(held.get(k, "")) != str(v) for k, v in want.items()):
+            await ctx.client.put(f"{fw}/rules/{int(held['pos'])}", **want)
+        return
+    await _remove_rules(ctx, fw, own)
+    await ctx.client.post(f"{fw}/rules", **want, pos=0)
+
+
+async def _remove_rules(ctx: Ctx, fw: str, rules: list[dict[str, Any]]) -> None:
+    """sand's ``rules``, highest position first: each removal shifts those below."""
     for rule in sorted(rules, key=lambda r: int(r.get("pos", 0)), reverse=True):
         if rule.get("comment") == RULE_COMMENT:
             await ctx.client.delete(f"{fw}/rules/{int(rule['pos'])}")
-    ipsets = await ctx.client.get(f"{fw}/ipset") or []
-    if any(s.get("name") == IPSET for s in ipsets):
+
+
+async def _remove_own(
+    ctx: Ctx, fw: str, *, rules: list[dict[str, Any]] | None = None, has_ipset: bool | None = None
+) -> None:
+    """sand's rules and its ipset (the rules first: they refer to it); an operator's
+    stay. ``rules``/``has_ipset``: what a caller read already."""
+    if rules is None:
+        rules = list(await ctx.client.get(f"{fw}/rules") or [])
+    await _remove_rules(ctx, fw, rules)
+    if has_ipset is None:
+        has_ipset = any(s.get("name") == IPSET for s in await ctx.client.get(f"{fw}/ipset") or [])
+    if has_ipset:
         await ctx.client.delete(f"{fw}/ipset/{IPSET}", force=1)
 
 

@@ -178,3 +178,45 @@ def test_no_egress_no_datacenter_read(run: Sand, rig: FakePveRig):
     rig.clear_log()
     assert run("plan", "--detailed-exitcode").returncode == 0
     assert [str(r) for r in rig.log] == [LISTING]
+
+
+def test_a_changed_policy_costs_only_what_differs(run: Sand, rig: FakePveRig):
+    """A CIDR gained, one lost and a port changed: the entries one by one and sand's rule
+    updated where it stands, after one read each of the rules, the ipsets and the
+    entries (PVE takes one entry or rule per request)."""
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": CIDRS}])
+    assert run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    rig.clear_log()
+    changed = {"cidrs": ["10.20.0.0/16", "198.51.100.0/24"], "ports": [443]}
+    run.write([{"name": "a", "egress": changed}])
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fw = f"{vm_path(vm.vmid)}/firewall"
+    sent = [str(r) for r in rig.log if "/firewall/" in r.path and "/cluster/" not in r.path]
+    assert sent == [
+        f"PUT {fw}/options -> 200",
+        f"GET {fw}/rules -> 200",
+        f"GET {fw}/ipset -> 200",
+        f"GET {fw}/ipset/{IPSET} -> 200",
+        f"POST {fw}/ipset/{IPSET} -> 200",
+        f"DELETE {fw}/ipset/{IPSET}/192.0.2.7 -> 200",
+        f"PUT {fw}/rules/0 -> 200",
+    ]
+    got = firewall_of(rig, vm.vmid)
+    assert sorted(e["cidr"] for e in got["ipset"][IPSET]) == ["10.20.0.0/16", "198.51.100.0/24"]
+    (rule,) = got["rules"]
+    assert (rule["dport"], rule["dest"], rule["enable"]) == ("443", f"+{IPSET}", 1)
+    assert run("plan", "--detailed-exitcode").returncode == 0
+
+
+def test_a_cidr_removed_by_its_network_leaves_the_others(run: Sand, rig: FakePveRig):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": CIDRS}])
+    assert run("apply", "--auto-approve").returncode == 0
+    (vm,) = rig.vms()
+    run.write([{"name": "a", "egress": {"cidrs": ["192.0.2.7"], "ports": [443, 22]}}])
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [e["cidr"] for e in firewall_of(rig, vm.vmid)["ipset"][IPSET]] == ["192.0.2.7"]
