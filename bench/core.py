@@ -52,10 +52,11 @@ def _medians_ms(argv: list[str], runs: int, trees: list[Path | str]) -> list[flo
 
 
 def _medians_wall_cpu_ms(
-    argv: list[str], runs: int, trees: list[Path | str]
+    argv: list[str], runs: int, trees: list[Path | str], *, fresh_cache: bool = False
 ) -> list[tuple[float, float]]:
     """Per tree: the median wall time and the median CPU time (user + system: the
-    steadier figure on a shared machine) of ``argv``."""
+    steadier figure on a shared machine) of ``argv``; ``fresh_cache``: each run with an
+    empty cache directory of its own (a manifest sand has not seen)."""
     envs = [installed_env(tree) for tree in trees]
     for tree, env in zip(trees, envs, strict=True):  # warm-up: it writes the bytecode
         run_in(tree, argv, env)
@@ -63,6 +64,8 @@ def _medians_wall_cpu_ms(
     cpus: list[list[float]] = [[] for _ in envs]
     for _ in range(runs):
         for tree, env, wall, cpu in zip(trees, envs, walls, cpus, strict=True):
+            if fresh_cache:
+                env["SAND_CACHE_DIR"] = tempfile.mkdtemp(prefix="sand-bench-cache-")
             used = _children_cpu()
             started = time.perf_counter()
             run_in(tree, argv, env)
@@ -89,9 +92,12 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         one = Path(tmp) / "one.yaml"
         one.write_text(fleet_manifest(1))
+        # A manifest checked again unchanged (a pre-commit hook) is answered from what
+        # the check before remembered; one sand has not seen is read in full.
         commands = {
             "sand --version": ["--version"],
             "sand validate (1 VM)": ["validate", str(one)],
+            "sand validate (1 VM, not seen before)": ["validate", str(one)],
             "sand plan --help": ["plan", "--help"],
         }
         bare = _median_ms([sys.executable, "-c", "pass"], runs)
@@ -102,11 +108,20 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
         cpu_now: dict[str, float] = {}
         cpu_then: dict[str, float] = {}
         for key, words in commands.items():
-            medians = _medians_wall_cpu_ms([sys.executable, "-m", "sand", *words], runs, trees)
+            medians = _medians_wall_cpu_ms(
+                [sys.executable, "-m", "sand", *words],
+                runs,
+                trees,
+                fresh_cache="not seen" in key,
+            )
             now[key], cpu_now[key] = medians[0]
             if before is not None:
                 then[key], cpu_then[key] = medians[1]
-    goals = {"sand --version": "≤ 60 ms", "sand validate (1 VM)": "≤ 150 ms"}
+    goals = {
+        "sand --version": "≤ 60 ms",
+        "sand validate (1 VM)": "≤ 150 ms",
+        "sand validate (1 VM, not seen before)": "≤ 150 ms",
+    }
     rows = [("python -c pass", f"{bare:.0f} ms")]
     for key, ms in now.items():
         said = f"{ms:.0f} ms (+{ms - bare:.0f} ms over bare)"

@@ -18,48 +18,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sand import __version__
 from sand.desired import DesiredState
 from sand.desired.stored import vm_data, vm_of
 from sand.manifest import LoadedManifest, Manifest
 from sand.manifest.backends import CONFIGS, BackendConfig
+from sand.manifest_key import manifest_key
 from sand.state.cache import cache_file, read_cached, write_cached
 
 # Bumped when the file's layout changes meaning.
 CACHE_FORMAT = 2
-_SAND = Path(__file__).resolve().parent
-# The code a desired state is made by: a change to it (a checkout, an editable install)
-# changes the key, even where sand's version stays the same.
-_CODE = (_SAND / "manifest", _SAND / "desired", _SAND / "defaults.py", Path(__file__))
 
 Hit = tuple[DesiredState, dict[str, BackendConfig]]
 
 
-def _code_stamp() -> str:
-    """Each source file of ``_CODE`` with its size and modification time."""
-    parts: list[str] = []
-    for top in _CODE:
-        for root, dirs, files in os.walk(top) if top.is_dir() else [("", [], [str(top)])]:
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    st = os.stat(os.path.join(root, name))
-                    parts.append(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}")
-    return "\n".join(parts)
-
-
 def _key(file: Path, raw: bytes, inputs: tuple[str, ...]) -> str:
-    digest = hashlib.sha256()
-    for part in (str(CACHE_FORMAT), __version__, _code_stamp(), str(file.resolve()), *inputs):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    digest.update(raw)
-    return digest.hexdigest()
+    return manifest_key(file, raw, inputs, format=CACHE_FORMAT)
 
 
 def cache_path(file: Path) -> Path:

@@ -50,3 +50,89 @@ def test_json_lists_each_file_and_its_problems(tmp_path):
     assert "memroy" in problem["message"]
     assert missing["valid"] is False and missing["problems"][0]["line"] == 1
     assert "cannot read" in missing["problems"][0]["message"]
+
+
+# Whether the manifest's models were loaded: the cost a check found valid before saves.
+_PROBE = (
+    "import sys\n"
+    "from sand.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('models loaded' if 'pydantic' in sys.modules else 'models not loaded')\n"
+    "raise SystemExit(code)\n"
+)
+
+
+def _validate(tmp_path, *words, env=None):
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "SAND_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", _PROBE, "validate", *words],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_manifest_found_valid_is_answered_again_without_loading_its_models(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    first = _validate(tmp_path, "a.yaml")
+    assert (first.returncode, first.stdout) == (
+        0,
+        "a.yaml: valid (1 VM on 1 backend)\nmodels loaded\n",
+    )
+    again = _validate(tmp_path, "a.yaml")
+    assert (again.returncode, again.stdout) == (
+        0,
+        "a.yaml: valid (1 VM on 1 backend)\nmodels not loaded\n",
+    )
+    as_json = _validate(tmp_path, "--json", "a.yaml")
+    assert json.loads(as_json.stdout.rsplit("\n", 2)[0]) == [
+        {"file": "a.yaml", "valid": True, "vms": 1, "backends": 1, "problems": []}
+    ]
+    assert "models not loaded" in as_json.stdout
+    # One byte changed: checked again, and found wrong.
+    (tmp_path / "a.yaml").write_text(BAD)
+    changed = _validate(tmp_path, "a.yaml")
+    assert changed.returncode == 1 and "a.yaml:9:5: " in changed.stderr
+    assert "models loaded" in changed.stdout
+    # An invalid reading is never remembered, nor is stdin.
+    assert _validate(tmp_path, "a.yaml").returncode == 1
+    assert "models loaded" in _validate(tmp_path, "-").stdout
+
+
+def test_a_remembered_reading_that_is_not_exactly_this_ones_is_checked_again(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    assert _validate(tmp_path, "a.yaml").returncode == 0
+    (kept,) = (tmp_path / "cache" / "validated").iterdir()
+    data = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**data, "key": "0" * 64}))
+    assert "models loaded" in _validate(tmp_path, "a.yaml").stdout
+    kept.write_text("{cut sh")
+    assert "models loaded" in _validate(tmp_path, "a.yaml").stdout
+    # Another path with the same bytes is its own manifest (its relative paths differ).
+    (tmp_path / "b.yaml").write_text(GOOD)
+    assert "models loaded" in _validate(tmp_path, "b.yaml").stdout
+
+
+def test_a_zone_gone_from_the_tz_database_is_seen_by_the_next_check(tmp_path):
+    """The one part of the machine a check reads: a timezone found valid before is
+    checked again once the tz database changed."""
+    zones = tmp_path / "zones"
+    (zones / "Europe").mkdir(parents=True)
+    (zones / "Europe" / "Testland").write_bytes(b"TZif2" + bytes(40))
+    env = {"PYTHONTZPATH": str(zones)}
+    manifest = GOOD.replace(
+        "    image: debian-12\n", "    image: debian-12\n    timezone: Europe/Testland\n"
+    )
+    (tmp_path / "a.yaml").write_text(manifest)
+    assert _validate(tmp_path, "a.yaml", env=env).returncode == 0
+    assert "models not loaded" in _validate(tmp_path, "a.yaml", env=env).stdout
+    (zones / "Europe" / "Testland").unlink()
+    (zones / "Europe").rmdir()
+    gone = _validate(tmp_path, "a.yaml", env=env)
+    assert gone.returncode == 1 and "Europe/Testland" in gone.stderr, gone.stderr

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sand import asyncrun, desired_cache
+from sand import asyncrun, desired_cache, manifest_key
 from sand.manifest import LoadedManifest, load_manifest
 from sand.plan import Action, Plan
 from sand.project import Session, desired_from, open_session
@@ -154,7 +154,7 @@ def test_a_change_to_the_code_that_resolves_a_manifest_is_read_anew(
     code = tmp_path / "code"
     code.mkdir()
     (code / "spec.py").write_text("A = 1\n")
-    monkeypatch.setattr(desired_cache, "_CODE", (code,))  # sand's own, standing in
+    monkeypatch.setattr(manifest_key, "_CODE", (code,))  # sand's own, standing in
     manifest = write(tmp_path / "sand.yaml", rig.manifest(ENTRIES))
     seen = []
     for edit in ("", "", "A = 2  # an upgrade, or a checkout in an editable install\n"):
