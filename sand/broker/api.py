@@ -99,11 +99,10 @@ def pull_request_problem(body: bytes, owner: str, push: tuple[str, ...]) -> str 
     return None
 
 
-def api_grant(
-    vm: str, grants: tuple[BrokerGrant, ...], method: str, target: tuple[str, str]
-) -> tuple[BrokerGrant, dict[str, str]]:
-    """The grant allowing a GitHub API request (``target`` from ``api_target``) and
-    what the operations log says of it; ``Refused`` when none does."""
+def api_request(method: str, target: tuple[str, str]) -> dict[str, str]:
+    """What a GitHub API request (``target`` from ``api_target``) is, as the
+    operations log says it: its repository and operation; ``Refused`` when it is
+    none the broker forwards."""
     repo_host, api_path = target
     found = api_operation(method, api_path)
     if found is None:
@@ -113,20 +112,23 @@ def api_grant(
             "(read, issue, comment, pull-request on /repos/OWNER/REPO)",
         )
     operation, owner, repo = found
-    said = {"repository": f"{repo_host}/{owner}/{repo}", "service": "api", "operation": operation}
-    key = repo_key(f"https://{repo_host}/{owner}/{repo}")
+    return {"repository": f"{repo_host}/{owner}/{repo}", "service": "api", "operation": operation}
+
+
+def api_grant(vm: str, grants: tuple[BrokerGrant, ...], said: dict[str, str]) -> BrokerGrant:
+    """The grant allowing the API request ``said`` (from ``api_request``); ``Refused``
+    when none does."""
+    repository, operation = said["repository"], said["operation"]
+    key = repo_key(f"https://{repository}")
     granting = [g for g in grants if key in {repo_key(r) for r in g.repositories}]
     if not granting:
-        raise Refused(
-            403, f"{vm} may not reach {said['repository']}: no brokered secret of its allows it"
-        )
+        raise Refused(403, f"{vm} may not reach {repository}: no brokered secret of its allows it")
     for grant in granting:
         if operation in grant.api:
-            return grant, said
+            return grant
     allowed = ", ".join(sorted({o for g in granting for o in g.api})) or "nothing"
-    raise Refused(
-        403, f"{vm} may not {operation} on {owner}/{repo} through the API (allowed: {allowed})"
-    )
+    name = repository.split("/", 1)[1]
+    raise Refused(403, f"{vm} may not {operation} on {name} through the API (allowed: {allowed})")
 
 
 def host_grant(vm: str, grants: tuple[BrokerGrant, ...], host: str) -> BrokerGrant:

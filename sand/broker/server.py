@@ -152,15 +152,17 @@ class _Handler(BaseHTTPRequestHandler):
         path, mark, query = self.path.partition("?")
         host, _, rest = path.lstrip("/").partition("/")
         host = host.lower()
-        op.update(repository=host, service="https", method=self.command, path=f"/{rest}")
+        target = api.api_target(host, rest)
+        service = "https" if target is None else "api"
+        op.update(repository=host, service=service, method=self.command, path=f"/{rest}")
         try:
             vm, entry = self._vm(op)
             if problem := api.path_problem(rest):
                 raise Refused(403, problem)
-            target = api.api_target(host, rest)
             if target is not None:
-                grant, said = api.api_grant(vm, entry.grants, self.command, target)
+                said = api.api_request(self.command, target)
                 op.update(said)
+                grant = api.api_grant(vm, entry.grants, said)
             else:
                 grant = api.host_grant(vm, entry.grants, host)
             headers = api.credential_header(grant, self._token(grant), target is not None)

@@ -149,7 +149,8 @@ def test_what_the_grant_does_not_name_is_refused_before_github_is_asked(
     assert message.startswith("sand broker: ") and said in message
     assert rig.github.received == []
     (op,) = rig.operations()
-    assert (op["vm"], op["allowed"]) == ("dev-1", False)
+    assert (op["vm"], op["allowed"], op["reason"]) == ("dev-1", False, message[13:])
+    assert op["service"] == ("api" if path.startswith("/api/v3/") else "https")
 
 
 def test_a_declared_host_gets_the_declared_header_and_no_other_host_is_reached(rig: Rig) -> None:
