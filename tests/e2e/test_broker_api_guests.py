@@ -28,12 +28,12 @@ from tests.rig.tlscert import self_signed
 
 pytestmark = pytest.mark.e2e
 
-# The broker's URL from the guest's broker.gitconfig, the credential from its tmpfs;
-# the credential goes to curl on stdin, never in an argv.
+# As docs/credentials.md tells an agent: the broker's URL and the credential's file from
+# the guest's broker.gitconfig; the credential goes to curl on stdin, never in an argv.
 CURL = (
     "b=$(sed -n 's/^\\[credential \"\\(.*\\)\"\\]$/\\1/p' ~/.config/sand/git/broker.gitconfig); "
-    "c=$(cat /run/user/*/sand/git/broker /dev/shm/sand-*/git/broker 2>/dev/null); "
-    "printf 'Authorization: Bearer %s\\n' \"$c\" | "
+    "f=$(sed -n 's/^\\thelper = [^ ]* //p' ~/.config/sand/git/broker.gitconfig); "
+    'printf \'Authorization: Bearer %s\\n\' "$(cat "$f")" | '
     "curl -sS -H @- -H 'Content-Type: application/json' -o ~/answer -w '%{{http_code}}' "
     '{args} "$b/{path}"'
 )
