@@ -172,7 +172,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if problem := api.pull_request_problem(body, owner, grant.push):
                     raise Refused(403, problem)
             self.server.state.record(**op, allowed=True)
-            relayed = {k: v for k, v in self.headers.items() if k.lower() not in NOT_RELAYED}
+            # The guest's own spelling of the credential's header never goes alongside it.
+            dropped = NOT_RELAYED | {name.lower() for name in headers}
+            relayed = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
             self._relay(host, f"/{rest}{mark}{query}", relayed | headers, body, None)
         except Refused as exc:
             raise Refused(exc.status, str(exc), plain=False) from None

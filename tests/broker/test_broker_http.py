@@ -50,7 +50,9 @@ class Rig:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.broker.server_address[1]}"
 
-    def curl(self, method: str, path: str, body: str = "", credential: str = CREDENTIAL) -> Answer:
+    def curl(
+        self, method: str, path: str, body: str = "", credential: str = CREDENTIAL, extra: str = ""
+    ) -> Answer:
         """A real curl, as a guest's agent would run it: the credential as a bearer."""
         head, text = self.scratch / "head", self.scratch / "body"
         argv = ["curl", "-sS", "-X", method, "-D", str(head), "-o", str(text), "-w", "%{http_code}"]
@@ -59,7 +61,7 @@ class Rig:
             argv += ["-H", "Content-Type: application/json", "--data-binary", body]
         done = subprocess.run(
             [*argv, f"{self.url}{path}"],
-            input=f"Authorization: Bearer {credential}\n",
+            input=f"Authorization: Bearer {credential}\n{extra}",
             capture_output=True,
             text=True,
             timeout=30,
@@ -154,11 +156,12 @@ def test_what_the_grant_does_not_name_is_refused_before_github_is_asked(
 
 
 def test_a_declared_host_gets_the_declared_header_and_no_other_host_is_reached(rig: Rig) -> None:
-    answer = rig.curl("POST", f"/{rig.example.host}/v1/things?dry=1", '{"name": "x"}')
+    forged = "x-api-key: forged\nX-Request-Id: r1\n"  # the guest's own spelling of the header
+    answer = rig.curl("POST", f"/{rig.example.host}/v1/things?dry=1", '{"name": "x"}', extra=forged)
     assert answer.status == 201, answer.body
     (got,) = rig.example.received
     assert (got.method, got.path, got.body) == ("POST", "/v1/things?dry=1", b'{"name": "x"}')
-    assert got.headers["x-api-key"] == API_KEY
+    assert got.headers["x-api-key"] == API_KEY and got.headers["x-request-id"] == "r1"
     assert "authorization" not in got.headers  # the guest's credential stays at the broker
     refused = rig.curl("GET", "/127.0.0.1:1/v1/things")
     assert refused.status == 403 and "may not reach 127.0.0.1:1" in refused.body

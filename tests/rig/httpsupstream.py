@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Received:
     method: str
     path: str
-    headers: dict[str, str]  # names lower-case
+    headers: dict[str, str]  # names lower-case, a repeated one's values joined by ", "
     body: bytes
 
 
@@ -34,7 +34,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():  # a repeated header: its values joined
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
         got = Received(self.command, self.path, headers, body)
         with self.server.lock:
             self.server.received.append(got)
