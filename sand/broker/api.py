@@ -59,6 +59,19 @@ def api_target(host: str, path: str) -> tuple[str, str] | None:
     return None
 
 
+def own_links(value: str, host: str, path: str, api_path: str) -> str:
+    """``value`` (a header of an answer to ``path``) with GitHub's links to the asked
+    repository by its id, ``/repositories/ID/...`` (a listing's next page), written by
+    its name, ``/repos/OWNER/REPO/...``: the only form the broker maps to a repository.
+    The id is the asked repository's: a listing links to pages of itself."""
+    found = _REPO_PATH.fullmatch(api_path.partition("?")[0])
+    if found is None:
+        return value
+    prefix = path[: len(path.partition("?")[0]) - len(api_path.partition("?")[0]) + 1]
+    by_id = re.compile(rf"https://{re.escape(host)}{re.escape(prefix)}repositories/[0-9]+/")
+    return by_id.sub(f"https://{host}{prefix}repos/{found[1]}/{found[2]}/", value)
+
+
 def api_operation(method: str, api_path: str) -> tuple[str, str, str] | None:
     """(operation, owner, repository) a GitHub API request is, or None when it is
     none the broker knows (refused)."""

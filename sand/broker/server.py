@@ -60,6 +60,8 @@ NOT_RELAYED = {
     "content-length",
     "proxy-connection",
 }
+# An answer's: its length is the upstream's; its Server and Date are the broker's own.
+NOT_RETURNED = (NOT_RELAYED - {"content-length"}) | {"server", "date"}
 UPSTREAM_TIMEOUT = 300.0
 MAX_BODY = 2 << 30
 
@@ -175,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             # The guest's own spelling of the credential's header never goes alongside it.
             dropped = NOT_RELAYED | {name.lower() for name in headers}
             relayed = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
-            self._relay(host, f"/{rest}{mark}{query}", relayed | headers, body, None)
+            self._relay(host, f"/{rest}{mark}{query}", relayed | headers, body, None, target)
         except Refused as exc:
             raise Refused(exc.status, str(exc), plain=False) from None
 
@@ -307,6 +309,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         body: bytes,
         returned: tuple[str, ...] | None,
+        target: tuple[str, str] | None = None,
     ) -> None:
         """The request upstream over HTTPS, its answer back: the ``returned``
         headers, or (None) all but the connection's own, links pointing back here."""
@@ -325,8 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
             if returned is None:
                 here = f"http://{self.headers.get('Host', '')}/{host}/"
                 for name, value in reply.getheaders():
-                    if name.lower() not in NOT_RELAYED - {"content-length"}:
+                    if name.lower() not in NOT_RETURNED:
                         # Pages of a listing link upstream; the guest follows them here.
+                        if target is not None:
+                            value = api.own_links(value, host, path, target[1])
                         self.send_header(name, value.replace(f"https://{host}/", here))
             for name in returned or ():
                 if reply.getheader(name):

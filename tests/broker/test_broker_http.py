@@ -99,12 +99,17 @@ def test_an_allowed_api_read_reaches_github_with_the_real_token(rig: Rig) -> Non
     answer = rig.curl("GET", f"/{rig.github.host}/api/v3/repos/acme/webapp/issues?state=all")
     assert answer.status == 200, answer.body
     assert json.loads(answer.body)["path"] == "/api/v3/repos/acme/webapp/issues?state=all"
-    (got,) = rig.github.received
+    got = rig.github.received[0]
     assert got.headers["authorization"] == f"Bearer {TOKEN}"
     assert CREDENTIAL not in json.dumps(got.headers)
-    # The next page is linked at the broker, where the guest can follow it.
-    assert f"<{rig.url}/{rig.github.host}/api/v3/repos/acme/webapp/issues" in answer.headers
-    (op,) = rig.operations()
+    # The next page is linked at the broker, by the repository's name, and the guest
+    # follows it there.
+    link = f"{rig.url}/{rig.github.host}/api/v3/repos/acme/webapp/issues?page=2"
+    assert f"<{link}>" in answer.headers
+    assert answer.headers.lower().count("\nserver:") == 1  # the broker's, not both
+    assert rig.curl("GET", link.removeprefix(rig.url)).status == 200
+    assert rig.github.received[-1].path == "/api/v3/repos/acme/webapp/issues?page=2"
+    op, _next_page = rig.operations()
     assert (op["vm"], op["service"], op["operation"], op["allowed"]) == (
         "dev-1",
         "api",

@@ -5,12 +5,13 @@ since it is not ``api.github.com``) and for a plain API host alike. Each request
 kept whole (method, path with its query, headers, body), so a test asserts on
 what arrived upstream: the real token attached, the guest's credential not, and
 nothing of what the broker refused. Its answer is JSON naming what it got, with
-a ``Link`` to a next page on its own URL, as GitHub's listings have.
+a ``Link`` to a next page on its own URL, by the repository's id as GitHub's are.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import threading
 from dataclasses import dataclass
@@ -47,7 +48,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         host, port = self.server.server_address[:2]
-        self.send_header("Link", f'<https://{host}:{port}{self.path}?page=2>; rel="next"')
+        # GitHub links a repository's next page by the repository's id, not its name.
+        page = re.sub(r"/repos/[^/]+/[^/]+/", "/repositories/42/", self.path.partition("?")[0])
+        self.send_header("Link", f'<https://{host}:{port}{page}?page=2>; rel="next"')
         self.end_headers()
         self.wfile.write(data)
 
