@@ -330,7 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for name, value in reply.getheaders():
                     if name.lower() not in NOT_RETURNED:
                         # Pages of a listing link upstream; the guest follows them here.
-                        if target is not None:
+                        if target is not None and name.lower() == "link":
                             value = api.own_links(value, host, path, target[1])
                         self.send_header(name, value.replace(f"https://{host}/", here))
             for name in returned or ():
