@@ -17,6 +17,11 @@ broker's TLS (Python's OpenSSL, the context loaded once) is cheaper. Against a d
 server the broker's hop is what it adds: one loopback (Lima) or bridge (Proxmox) round
 trip per request, and for a push one discovery more (the default branch, asked of the
 server).
+
+The same for a GitHub API call (``api: [read]``): a real ``curl`` GET of an issues
+listing from a recording HTTPS server standing for the API, directly with the token
+or through the broker with the VM's credential; the broker's decision (the request
+mapped to one operation and one repository) and its record of it are in the figure.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from bench import summary  # noqa: E402
 from sand.desired.brokered import BrokerGrant  # noqa: E402
 from tests.rig.brokerrig import start_broker  # noqa: E402
 from tests.rig.gitserver import GitServer  # noqa: E402
+from tests.rig.httpsupstream import HttpsUpstream  # noqa: E402
 from tests.rig.tlscert import self_signed  # noqa: E402
 
 CREDENTIAL = "bench-vm-credential-0b5e"
@@ -101,11 +107,50 @@ def measure(runs: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def _curl(url: str, authorization: str, cert: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["curl", "-sSf", "--cacert", cert, "-o", "/dev/null", "-H", "@-", url],
+        input=f"Authorization: {authorization}\n".encode(),  # never in an argv
+        check=True,
+        capture_output=True,
+    )
+    return (time.perf_counter() - started) * 1000
+
+
+def measure_api(runs: int) -> dict[str, float]:
+    """Median ms of a curl GET of a repository's issues: direct, and through the broker."""
+    with tempfile.TemporaryDirectory(prefix="sand-bench-broker-api-") as tmp:
+        work = Path(tmp)
+        cert, key = self_signed(work, "127.0.0.1")
+        api = HttpsUpstream("127.0.0.1", cert, key)
+        grant = BrokerGrant("GH_TOKEN", (f"https://{api.host}/acme/webapp.git",), (), ("read",))
+        broker = start_broker(work / "broker", "bench", CREDENTIAL, grant, TOKEN, cert)
+        path = f"{api.host}/api/v3/repos/acme/webapp/issues"
+        via = f"http://127.0.0.1:{broker.server_address[1]}/{path}"
+        times: dict[str, list[float]] = {"direct": [], "brokered": []}
+        try:
+            for _ in range(runs):  # interleaved: the same load for both
+                times["direct"].append(_curl(f"https://{path}", f"Bearer {TOKEN}", cert))
+                times["brokered"].append(_curl(via, f"Bearer {CREDENTIAL}", cert))
+        finally:
+            broker.shutdown()
+            broker.server_close()
+            api.stop()
+    return {how: statistics.median(values) for how, values in times.items()}
+
+
 def rows(runs: int = 15) -> list[tuple[str, str]]:
     medians = measure(runs)
+    for how, median in measure_api(runs).items():
+        medians[how]["api"] = median
     direct, brokered = medians["direct"], medians["brokered"]
     result = []
-    for op, words in (("ls", "git ls-remote"), ("fetch", "git fetch of a new commit")):
+    for op, words in (
+        ("ls", "git ls-remote"),
+        ("fetch", "git fetch of a new commit"),
+        ("api", "GitHub API GET (curl)"),
+    ):
         more = brokered[op] - direct[op]
         result.append(
             (

@@ -125,7 +125,7 @@ SECTIONS: list[tuple[str, str, str, dict[str, Any] | str]] = [
         {"appends_n": 200, "records": 5000},
     ),
     (
-        "credential broker: a brokered git operation vs a direct one (rig git server, HTTPS)",
+        "credential broker: a brokered git operation or API call vs a direct one (rig, HTTPS)",
         "bench.broker_cost",
         "rows",
         {"runs": 2},

@@ -51,6 +51,7 @@ def test_bench_quick_runs_every_section_to_its_end():
         "audit append, p99 of one event",
         "audit verify, ",
         "brokered git fetch of a new commit",
+        "brokered GitHub API GET (curl)",
     ):
         assert figure in summary, summary
     assert "python -c pass" in summary and "floor" in summary and "ideal scheduler" in summary

@@ -11,6 +11,11 @@ is a branch its patterns allow. The real token is added to the forwarded request
 alone, over HTTPS. Every refusal is said in words git shows the agent: an HTTP 403
 with a plain-text body at discovery (git prints it as ``remote: ...``), or
 receive-pack's own ``ng <ref> <reason>`` report for a refused branch.
+
+Any other request is a plain HTTP one (``api`` decides it): the GitHub API of the
+declared repositories, or a declared host, forwarded with the token attached and
+refused otherwise with a JSON ``{"message": "sand broker: ..."}`` (GitHub's shape
+of an error, which its clients print).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 from sand.audit import trail
+from sand.broker import api
+from sand.broker.api import Refused
 from sand.broker.pktline import PktLineError, default_branch, read_commands, refusal
 from sand.broker.store import VMGrants, credential_hash, read_grants
 from sand.desired.brokered import BrokerGrant
@@ -39,16 +46,24 @@ SERVICES = ("git-upload-pack", "git-receive-pack")
 # Request headers git's smart HTTP needs upstream; nothing else of the guest's goes on.
 FORWARDED = ("Content-Type", "Accept", "Git-Protocol", "Content-Encoding", "User-Agent")
 RETURNED = ("Content-Type", "Cache-Control", "Expires", "Pragma", "Content-Encoding")
+# What a plain HTTP request or its answer never carries across the broker: the
+# guest's credential, the connection's own headers (the broker makes its own).
+NOT_RELAYED = {
+    "authorization",
+    "proxy-authorization",
+    "host",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "content-length",
+    "proxy-connection",
+}
+# An answer's: its length is the upstream's; its Server and Date are the broker's own.
+NOT_RETURNED = (NOT_RELAYED - {"content-length"}) | {"server", "date"}
 UPSTREAM_TIMEOUT = 300.0
 MAX_BODY = 2 << 30
-
-
-class Refused(Exception):
-    """A request the broker will not forward: the status and what git shows the agent."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class BrokerState:
@@ -97,28 +112,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         return  # the request line is not logged: operations.jsonl says what happened
 
-    def do_GET(self) -> None:
-        self._handle()
-
-    def do_POST(self) -> None:
-        self._handle()
-
     def _handle(self) -> None:
         state = self.server.state
         op: dict[str, object] = {"vm": "", "repository": "", "service": ""}
         try:
-            host, repo, service, suffix = self._route()
+            route = self._route()
+            if route is None:
+                self._plain_http(op)
+                return
+            host, repo, service, suffix = route
             op.update(repository=f"{host}/{repo}", service=service)
             vm, grant = self._grant(host, repo, op)
             if service == "git-receive-pack" and not grant.push:
                 raise Refused(403, f"{vm} may fetch {host}/{repo} but push nothing to it")
-            token = state.tokens.get(grant.secret)
-            if token is None:
-                raise Refused(
-                    503,
-                    f"the broker holds no token for {grant.secret} (it restarted since the "
-                    "last apply); run sand apply",
-                )
+            token = self._token(grant)
             body = self._body() if self.command == "POST" else b""
             if self.command == "POST" and service == "git-receive-pack":
                 refused = self._push_refusal(host, repo, grant, token, body, op)
@@ -127,13 +134,66 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             if self.command == "POST":
                 state.record(**op, allowed=True)
-            self._forward(host, f"/{repo}/{suffix}", token, body)
+            headers = {n: self.headers[n] for n in FORWARDED if self.headers.get(n)}
+            self._relay(host, f"/{repo}/{suffix}", headers | _auth(token), body, RETURNED)
         except Refused as exc:
             if exc.status != 401:
                 state.record(**op, allowed=False, reason=str(exc))
-            self._send(exc.status, f"sand broker: {exc}\n".encode(), "text/plain")
+            if exc.plain:
+                self._send(exc.status, f"sand broker: {exc}\n".encode(), "text/plain")
+            else:
+                said = json.dumps({"message": f"sand broker: {exc}"}).encode() + b"\n"
+                self._send(exc.status, said, "application/json")
 
-    def _route(self) -> tuple[str, str, str, str]:
+    # git's smart HTTP is GET and POST; an API client's requests are any of these.
+    do_GET = do_POST = do_HEAD = do_PUT = do_PATCH = do_DELETE = _handle
+
+    def _plain_http(self, op: dict[str, object]) -> None:
+        """A request other than git's: the GitHub API of a declared repository for
+        an operation the grant names, or a declared host; refused otherwise."""
+        path, mark, query = self.path.partition("?")
+        host, _, rest = path.lstrip("/").partition("/")
+        host = host.lower()
+        target = api.api_target(host, rest)
+        service = "https" if target is None else "api"
+        op.update(repository=host, service=service, method=self.command, path=f"/{rest}")
+        try:
+            vm, entry = self._vm(op)
+            if problem := api.path_problem(rest):
+                raise Refused(403, problem)
+            if target is not None:
+                said = api.api_request(self.command, target)
+                op.update(said)
+                grant = api.api_grant(vm, entry.grants, said)
+            else:
+                grant = api.host_grant(vm, entry.grants, host)
+            headers = api.credential_header(grant, self._token(grant), target is not None)
+            body = self._body()
+            if op.get("operation") == "pull-request":
+                owner = str(op["repository"]).split("/")[1]
+                if problem := api.pull_request_problem(body, owner, grant.push):
+                    raise Refused(403, problem)
+            self.server.state.record(**op, allowed=True)
+            # The guest's own spelling of the credential's header never goes alongside it.
+            dropped = NOT_RELAYED | {name.lower() for name in headers}
+            relayed = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+            self._relay(host, f"/{rest}{mark}{query}", relayed | headers, body, None, target)
+        except Refused as exc:
+            raise Refused(exc.status, str(exc), plain=False) from None
+
+    def _token(self, grant: BrokerGrant) -> str:
+        token = self.server.state.tokens.get(grant.secret)
+        if token is None:
+            raise Refused(
+                503,
+                f"the broker holds no token for {grant.secret} (it restarted since the "
+                "last apply); run sand apply",
+            )
+        if "\r" in token or "\n" in token:
+            raise Refused(502, f"the value of {grant.secret} is not a single line")
+        return token
+
+    def _route(self) -> tuple[str, str, str, str] | None:
         path, _, query = self.path.partition("?")
         host, _, rest = path.lstrip("/").partition("/")
         for service in SERVICES:
@@ -142,9 +202,11 @@ class _Handler(BaseHTTPRequestHandler):
         asked = parse_qs(query).get("service", [""])[0]
         if self.command == "GET" and rest.endswith("/info/refs") and asked in SERVICES:
             return host, rest[: -len("/info/refs")], asked, f"info/refs?service={asked}"
-        raise Refused(403, "only git's smart HTTP (clone, fetch, push) goes through the broker")
+        return None
 
-    def _grant(self, host: str, repo: str, op: dict[str, object]) -> tuple[str, BrokerGrant]:
+    def _vm(self, op: dict[str, object]) -> tuple[str, VMGrants]:
+        """The VM whose broker credential the request carries: git's basic-auth
+        password, or an API client's ``Bearer``/``token``."""
         scheme, _, value = self.headers.get("Authorization", "").partition(" ")
         credential = ""
         if scheme.lower() == "basic":
@@ -152,11 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
                 credential = base64.b64decode(value.strip(), validate=True).decode()
             except (binascii.Error, UnicodeDecodeError):
                 credential = ""
-        found = self.server.state.vm_for(credential.partition(":")[2], self.client_address[0])
+            credential = credential.partition(":")[2]
+        elif scheme.lower() in ("bearer", "token"):
+            credential = value.strip()
+        found = self.server.state.vm_for(credential, self.client_address[0])
         if found is None:
             raise Refused(401, "a VM's broker credential is needed")
-        vm, entry = found
-        op["vm"] = vm
+        op["vm"] = found[0]
+        return found
+
+    def _grant(self, host: str, repo: str, op: dict[str, object]) -> tuple[str, BrokerGrant]:
+        vm, entry = self._vm(op)
         key = repo_key(f"https://{host}/{repo}")
         for grant in entry.grants:
             if key in {repo_key(r) for r in grant.repositories}:
@@ -234,16 +302,38 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             conn.close()
 
-    def _forward(self, host: str, path: str, token: str, body: bytes) -> None:
-        headers = {name: self.headers[name] for name in FORWARDED if self.headers.get(name)}
+    def _relay(
+        self,
+        host: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        returned: tuple[str, ...] | None,
+        target: tuple[str, str] | None = None,
+    ) -> None:
+        """The request upstream over HTTPS, its answer back: the ``returned``
+        headers, or (None) all but the connection's own, links pointing back here."""
         conn = self._connect(host)
         try:
-            conn.request(self.command, path, body=body or None, headers=headers | _auth(token))
-            reply = conn.getresponse()
+            try:
+                conn.request(self.command, path, body=body or None, headers=headers)
+                reply = conn.getresponse()
+            except ssl.SSLCertVerificationError as exc:
+                raise Refused(502, f"{host}'s certificate: {exc.verify_message}") from None
+            except (OSError, http.client.HTTPException) as exc:
+                raise Refused(502, f"{host} did not answer ({type(exc).__name__})") from None
             if reply.status == 401:
                 raise Refused(502, f"{host} refused the brokered token")
             self.send_response(reply.status)
-            for name in RETURNED:
+            if returned is None:
+                here = f"http://{self.headers.get('Host', '')}/{host}/"
+                for name, value in reply.getheaders():
+                    if name.lower() not in NOT_RETURNED:
+                        # Pages of a listing link upstream; the guest follows them here.
+                        if target is not None and name.lower() == "link":
+                            value = api.own_links(value, host, path, target[1])
+                        self.send_header(name, value.replace(f"https://{host}/", here))
+            for name in returned or ():
                 if reply.getheader(name):
                     self.send_header(name, reply.getheader(name, ""))
             self.end_headers()

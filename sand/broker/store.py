@@ -64,7 +64,14 @@ def read_grants(directory: Path) -> dict[str, VMGrants]:
             e["credential"],
             e["source"],
             tuple(
-                BrokerGrant(g["secret"], tuple(g["repositories"]), tuple(g["push"]))
+                BrokerGrant(
+                    g["secret"],
+                    tuple(g["repositories"]),
+                    tuple(g["push"]),
+                    tuple(g.get("api", ())),
+                    tuple(g.get("https_hosts", ())),
+                    g.get("header", ""),
+                )
                 for g in e["grants"]
             ),
         )

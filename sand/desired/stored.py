@@ -111,5 +111,8 @@ def _egress(data: dict[str, Any] | None) -> EgressPolicy | None:
 def _grant(data: dict[str, Any]) -> BrokerGrant:
     return _made(
         BrokerGrant,
-        {**data, "repositories": tuple(data["repositories"]), "push": tuple(data["push"])},
+        {
+            **data,
+            **{k: tuple(data.get(k, ())) for k in ("repositories", "push", "api", "https_hosts")},
+        },
     )

@@ -12,11 +12,12 @@ environment is refused: its value would be there).
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sand.manifest import values as v
 from sand.manifest.fields import Strict, rule
@@ -27,6 +28,10 @@ from sand.manifest.rawdata import as_str as _str
 from sand.refname import branch_problem
 
 Delivery = Literal["tmpfs", "broker"]
+# What a brokered GitHub token may ask of its repositories' REST API: a closed list, so
+# a grant reads as what it allows (docs/credentials.md#the-github-api-through-the-broker).
+ApiOperation = Literal["read", "issue", "comment", "pull-request"]
+DEFAULT_HEADER = "Authorization: Bearer {token}"
 
 
 def broker_url_problem(url: str) -> str | None:
@@ -46,7 +51,29 @@ def push_pattern_problem(pattern: str) -> str | None:
     return branch_problem(pattern.replace("*", "x"))
 
 
+def header_problem(header: str) -> str | None:
+    """Why ``header`` is not 'Name: value' with the token's place, '{token}', in the value."""
+    name, colon, value = header.partition(":")
+    if not colon or not re.fullmatch(r"[A-Za-z0-9-]+", name.strip()):
+        return "write the header as 'Name: value', e.g. 'Authorization: Bearer {token}'"
+    if value.count("{token}") != 1:
+        return "the header's value holds the token's place once: '{token}'"
+    return v.control_problem(header)
+
+
+def https_host_problem(host: str) -> str | None:
+    """Why ``host`` is not a ``host[:port]`` the broker may reach over HTTPS."""
+    if any(c in host for c in "/@?#"):
+        return v.hostname_problem(host)  # a URL, or credentials: said as for any host
+    name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+    if port and not port.isdigit():
+        return "write the host as 'name' or 'name:port'"
+    return v.hostname_problem(name)
+
+
 BrokerRepo = Annotated[str, rule(broker_url_problem)]
+HttpsHost = Annotated[str, rule(https_host_problem)]
+Header = Annotated[str, rule(header_problem)]
 PushPattern = Annotated[str, rule(push_pattern_problem)]
 
 
@@ -54,9 +81,9 @@ class BrokerRules(Strict):
     """What the broker lets a guest do with a brokered secret; everything else is refused."""
 
     repositories: list[BrokerRepo] = Field(
-        min_length=1,
+        default_factory=list,
         description="The repositories (https:// clone URLs) the guest may fetch from and "
-        "push to; any other is refused.",
+        "push to, and ask the GitHub API about ('api'); any other is refused.",
         examples=[["https://github.com/acme/webapp.git"]],
     )
     push: list[PushPattern] = Field(
@@ -66,6 +93,35 @@ class BrokerRules(Strict):
         "unless named here exactly, never by a pattern.",
         examples=[["agent/*"]],
     )
+    api: list[ApiOperation] = Field(
+        default_factory=list,
+        description="What the GitHub REST API may be asked of the repositories, through the "
+        "broker: 'read' (GET under /repos/OWNER/REPO), 'issue' (open an issue), 'comment' "
+        "(on an issue or pull request), 'pull-request' (open one whose head is a branch "
+        "the 'push' patterns allow). None (the default): the API is refused.",
+        examples=[["read", "pull-request"]],
+    )
+    hosts: list[HttpsHost] = Field(
+        default_factory=list,
+        description="Hosts (name or name:port) any HTTP client in the guest may reach "
+        "through the broker (http://BROKER/HOST/PATH), forwarded over HTTPS with the "
+        "secret in 'header'; any other host is refused.",
+        examples=[["api.example.com"]],
+    )
+    header: Header = Field(
+        default=DEFAULT_HEADER,
+        description="The header the broker adds to requests to 'hosts', '{token}' standing "
+        "for the secret's value.",
+        examples=["X-Api-Key: {token}"],
+    )
+
+    @model_validator(mode="after")
+    def _grants_something(self) -> BrokerRules:
+        if not self.repositories and not self.hosts:
+            raise ValueError("a brokered secret allows 'repositories', 'hosts' or both")
+        if "pull-request" in self.api and not self.push:
+            raise ValueError("'pull-request' opens one from a pushed branch: add 'push' patterns")
+        return self
 
 
 def repo_key(url: str) -> str:

@@ -80,7 +80,7 @@ class Secret(Strict):
         default="tmpfs",
         description="Where the value goes: 'tmpfs' (default), into the guest's tmpfs; "
         "'broker', nowhere in the guest: a broker on this machine attaches it to the "
-        "guest's git requests that its 'broker' rules allow (docs/credentials.md).",
+        "guest's git and HTTP requests that its 'broker' rules allow (docs/credentials.md).",
         examples=["broker"],
     )
     broker: BrokerRules | None = Field(

@@ -15,6 +15,7 @@ from sand.manifest import content as c
 from sand.manifest import generators as g
 from sand.manifest import models as m
 from sand.manifest.backends import CONFIGS, SshTarget
+from sand.manifest.broker import BrokerRules
 from sand.manifest.egress import Egress
 from sand.manifest.idle import Idle
 from sand.manifest.notify import Notify, Webhook
@@ -32,6 +33,12 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("`defaults`", m.Defaults, "Values every VM takes unless it sets its own."),
     ("`secrets.<NAME>`", c.Secret, "A named secret; the name is its default variable name."),
     ("`secrets.<NAME>.from`", c.SecretSource, "Exactly one source; values never live here."),
+    (
+        "`secrets.<NAME>.broker`",
+        BrokerRules,
+        "What a brokered secret (`deliver: broker`) may be used for; everything else is "
+        "refused ([brokered credentials](credentials.md)).",
+    ),
     ("`repos.<name>`", c.Repo, "A repository cloned into VMs that list it."),
     (
         "`images.<name>`",

@@ -11,7 +11,7 @@ from sand.errors import ManifestError
 from sand.manifest import parse_manifest
 from sand.manifest.broker import BrokerRules, push_allowed, repo_key
 from sand.observed import Observation
-from sand.plan import make_plan
+from sand.plan import Plan, make_plan
 from sand.plan.plan_json import plan_to_json
 from sand.plan.render import render_text
 from tests.plan.helpers import MANIFEST, POLICIES, desired
@@ -51,12 +51,16 @@ def test_a_vm_cloning_a_brokered_repo_is_granted_its_rules_and_nothing_else():
     assert vms["b"].guest_fingerprint == {v.name: v for v in desired().vms}["b"].guest_fingerprint
 
 
+def planned(text: str) -> tuple[Plan, str]:
+    """The plan of a manifest whose VMs do not exist yet, and its text."""
+    empty = {"pve": Observation("pve", ()), "laptop": Observation("laptop", ())}
+    plan = make_plan(desired(text), empty, POLICIES)
+    return plan, render_text(plan)
+
+
 def test_the_plan_shows_a_brokered_secret_by_its_rules(monkeypatch):
     monkeypatch.setenv("SAND_TEST_GH", "ghp_brokerCanary0123456789")
-    state = desired(brokered())
-    empty = {"pve": Observation("pve", ()), "laptop": Observation("laptop", ())}
-    plan = make_plan(state, empty, POLICIES)
-    text = render_text(plan)
+    plan, text = planned(brokered())
     assert (
         "#   brokered (the token stays on this host) GH_TOKEN: fetch "
         "https://git.example.com/acme/webapp.git; push agent/*" in text
@@ -142,3 +146,53 @@ def test_two_spellings_of_a_repository_are_one():
         "https://git.example.com/acme/webapp/"
     )
     assert repo_key("https://h.example:8443/a/b") != repo_key("https://h.example/a/b")
+
+
+WITH_API = BROKERED.replace(
+    '      push: ["agent/*"]\n',
+    '      push: ["agent/*"]\n'
+    "      api: [read, pull-request]\n"
+    "      hosts: [Uploads.Example.com]\n"
+    '      header: "X-Api-Key: {token}"\n',
+)
+
+
+def test_what_the_api_and_hosts_allow_is_in_the_plan_line_and_json(monkeypatch):
+    monkeypatch.setenv("SAND_TEST_GH", "ghp_brokerCanary0123456789")
+    (grant,) = {vm.name: vm for vm in desired(brokered(WITH_API)).vms}["a"].brokered
+    assert grant.api == ("read", "pull-request")
+    assert grant.https_hosts == ("uploads.example.com",)
+    plan, text = planned(brokered(WITH_API))
+    assert (
+        "GH_TOKEN: fetch https://git.example.com/acme/webapp.git; push agent/*; "
+        "api read, pull-request; https uploads.example.com (X-Api-Key)" in text
+    )
+    change = next(c for c in plan_to_json(plan)["changes"] if c["vm"] == "a")
+    (said,) = change["brokered"]
+    assert (said["api"], said["hosts"], said["header"]) == (
+        ["read", "pull-request"],
+        ["uploads.example.com"],
+        "X-Api-Key",
+    )
+    assert "ghp_brokerCanary" not in text + json.dumps(change)
+
+
+@pytest.mark.parametrize(
+    ("rules", "expected"),
+    [
+        ("      api: [write]\n", "m.yaml:22:13: secrets.GH_TOKEN.broker.api[0]: "),
+        ('      header: "Bearer {token}"\n', "write the header as 'Name: value'"),
+        ('      header: "Authorization: Bearer"\n', "holds the token's place once: '{token}'"),
+        ("      hosts: [https://h.example/x]\n", "no scheme ('https://') and no path"),
+    ],
+)
+def test_an_api_or_hosts_rule_that_is_not_one_is_located(rules, expected):
+    text = BROKERED.replace('      push: ["agent/*"]\n', '      push: ["agent/*"]\n' + rules)
+    errors = errors_of(brokered(text))
+    assert any(expected in e for e in errors), errors
+
+
+def test_a_pull_request_grant_needs_branches_to_open_it_from():
+    text = BROKERED.replace('      push: ["agent/*"]\n', "      api: [pull-request]\n")
+    errors = errors_of(brokered(text))
+    assert any("'pull-request' opens one from a pushed branch" in e for e in errors), errors

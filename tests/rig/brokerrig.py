@@ -17,13 +17,23 @@ from sand.desired.brokered import BrokerGrant
 
 
 def start_broker(
-    directory: Path, vm: str, credential: str, grant: BrokerGrant, token: str, cafile: str
+    directory: Path,
+    vm: str,
+    credential: str,
+    grant: BrokerGrant,
+    token: str,
+    cafile: str,
+    more: tuple[tuple[BrokerGrant, str], ...] = (),
 ) -> BrokerServer:
-    """A broker serving ``vm`` (its ``credential``) on 127.0.0.1; shut it down after."""
+    """A broker serving ``vm`` (its ``credential``) on 127.0.0.1, granted ``grant``
+    (and each of ``more``) with its token; shut it down after."""
     directory.mkdir(mode=0o700, exist_ok=True)
-    update_grants(directory, vm, VMGrants(credential_hash(credential), "", (grant,)))
+    granted = ((grant, token), *more)
+    update_grants(
+        directory, vm, VMGrants(credential_hash(credential), "", tuple(g for g, _ in granted))
+    )
     state = BrokerState(directory)
-    state.tokens[grant.secret] = token
+    state.tokens.update({g.secret: t for g, t in granted})
     broker = BrokerServer(("127.0.0.1", 0), state)
     broker.tls = ssl.create_default_context(cafile=cafile)
     threading.Thread(target=broker.serve_forever, daemon=True).start()
