@@ -19,9 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from fakepve import schema as pve_schema
 
-from tests.fakepve_rig.calls import canonical, relative
+from tests.fakepve_rig.calls import canonical, relative, schema_match
 
 KNOWN_METHODS = ("GET", "POST", "PUT", "DELETE")
 
@@ -69,7 +68,7 @@ class Paths:
         """A method of PVE's API schema serves it: the schema's own, or one of fakepve's
         routes whose last parameter takes the rest of the path (a volume id, a nested
         pool), as PVE's fragmentDelimiter '' does."""
-        match = pve_schema.load().match(canonical(rel))
+        match = schema_match(rel)
         if match is not None:
             return request.method in match.methods
         values = dict(request.match_info)

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from fakepve import schema as pve_schema
 from fakepve.server import USER, params
 
-from tests.fakepve_rig.calls import canonical, relative, template_of
+from tests.fakepve_rig.calls import relative, schema_match, template_of
 
 ALL: dict[str, Any] = {"user": "all"}
 VM = "/vms/{vmid}"
@@ -272,7 +271,7 @@ class Declared:
         perms = rule.for_major(self.pve_version)  # type: ignore[attr-defined]
         if perms.get("user") == "all":  # check_api2_permissions: before any check
             return
-        match = pve_schema.load().match(canonical(rel))
+        match = schema_match(rel)
         values = dict(await params(request))
         values.update(match.params)
         info = match.methods[request.method].get("parameters") or {}
