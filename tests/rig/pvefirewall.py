@@ -99,6 +99,8 @@ class Nic:
 
     @property
     def mark(self) -> int:
+        if self.vmid >= 1 << 20 or self.n >= 16:
+            raise RigError(f"VM {self.vmid} net{self.n}: beyond the rig's packet marks")
         return MARK_BASE | self.vmid << 4 | self.n
 
 
