@@ -34,6 +34,7 @@ PACKAGES=(
   gcc libc6-dev   # cgo: Lima's Makefile builds limactl with CGO_ENABLED=1
   genisoimage     # the NoCloud drive of a Proxmox guest, made as PVE makes it
   dnsmasq-base    # DHCP for the Proxmox guests' bridge
+  nftables        # a Proxmox VM's firewall applied on the host, as pve-firewall does
 )
 
 missing=()

@@ -98,6 +98,7 @@ VM_METHODS = (
     ("POST", "/snapshot", f"{QEMU} snapshot", "VM.Snapshot"),
     ("DELETE", "/snapshot/{snapname}", f"{QEMU} delsnapshot", "VM.Snapshot"),
     ("GET", "/firewall/options", f"{FIREWALL}/VM.pm get_options", "VM.Audit"),
+    ("GET", "/firewall/log", f"{FIREWALL}/VM.pm log", "VM.Console"),
     ("PUT", "/firewall/options", f"{FIREWALL}/VM.pm set_options", "VM.Config.Network"),
     ("GET", "/firewall/rules", f"{FIREWALL}/Rules.pm get_rules", "VM.Audit"),
     ("POST", "/firewall/rules", f"{FIREWALL}/Rules.pm create_rule", "VM.Config.Network"),

@@ -11,7 +11,11 @@ debootstrap so they behave like the Debian guests sand provisions:
 * :class:`tests.rig.pveguests.QemuHypervisor` -- real VMs behind a fakepve rig's
   VMs: each that starts boots (TCG) with the NoCloud drive PVE would generate from
   its config, DHCP on a bridge of its own, its qemu-guest-agent answering the API
-  (image: :mod:`tests.rig.pveimage`, the real-Lima image plus the agent).
+  (image: :mod:`tests.rig.pveimage`, the real-Lima image plus the agent); with
+  ``firewall=True`` each VM's PVE firewall applied on the host as pve-firewall does
+  (:class:`tests.rig.pvefirewall.HostFirewall`), its denial log read off netlink
+  (:class:`tests.rig.nflog.NflogReader`); :class:`tests.rig.witness.Witness` listens
+  where a guest must not reach.
 * :class:`tests.rig.gitserver.GitServer` -- ``git http-backend`` behind HTTP
   basic auth with a token, reachable from netns guests.
 

@@ -16,7 +16,9 @@ it does what a PVE node does with the VM's process:
   with); the bridge has no route out, so guests reach the host and each other only;
 * the agent: API calls pass to the guest's qemu-guest-agent over the port's socket
   (``guest-sync-delimited`` first, as PVE's QMP passthrough does); ``qmshutdown`` sends
-  ``guest-shutdown`` and waits for QEMU to exit.
+  ``guest-shutdown`` and waits for QEMU to exit;
+* ``firewall=True``: the VM's PVE firewall applied on the host as pve-firewall does
+  (``tests/rig/pvefirewall.py``), before QEMU starts and again at each write (``refilter``).
 
 Guests boot with a kernel cmdline that tolerates the RCU stalls TCG causes on a loaded host.
 """
@@ -44,6 +46,7 @@ from tests.fakepve_rig import cloudinit
 from tests.fakepve_rig.machines import AgentDown
 from tests.rig._util import RigError, missing_tools, pid_alive, run, state_dir
 from tests.rig.guest import _owner_alive, _proc_start_time
+from tests.rig.pvefirewall import HostFirewall
 
 REQUIRED_TOOLS = ("qemu-system-x86_64", "qemu-img", "genisoimage", "dnsmasq", "ip")
 CMDLINE = (
@@ -96,7 +99,7 @@ def cloudinit_cdrom(key: str | None, iso: Path) -> list[str]:
 
 
 class QemuHypervisor:
-    def __init__(self, image: Path) -> None:
+    def __init__(self, image: Path, *, firewall: bool = False) -> None:
         missing = missing_tools(REQUIRED_TOOLS)
         if missing:
             raise RigError(f"missing tools: {missing} (run .ci/rig-setup.sh)")
@@ -110,6 +113,7 @@ class QemuHypervisor:
         self.network = ipaddress.ip_network("10.214.0.0/24")
         self._dnsmasq: subprocess.Popen[bytes] | None = None
         self.errors: list[str] = []
+        self.firewall = HostFirewall(self.id, self.bridge, self.dir) if firewall else None
 
     # --- the network -----------------------------------------------------------------
 
@@ -125,6 +129,8 @@ class QemuHypervisor:
         run(["ip", "link", "add", self.bridge, "type", "bridge"])
         run(["ip", "addr", "add", f"{hosts[0]}/24", "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
+        if self.firewall is not None:
+            self.firewall.__enter__()
         log = self.dir / "dnsmasq.log"
         self._dnsmasq = subprocess.Popen(
             ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-hosts",
@@ -154,6 +160,8 @@ class QemuHypervisor:
             self._dnsmasq.kill()
             self._dnsmasq = None
         run(["ip", "link", "del", self.bridge], check=False)
+        if self.firewall is not None:
+            self.firewall.__exit__()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def leases(self) -> dict[str, str]:
@@ -188,14 +196,14 @@ class QemuHypervisor:
             source = self.sources.get(source)
         return self.image / "rootfs.raw", "raw"
 
-    def start(self, vmid: int, config: dict[str, Any]) -> None:
+    def start(self, vmid: int, config: dict[str, Any], firewall: dict[str, Any]) -> None:
         try:
-            self._start(vmid, config)
+            self._start(vmid, config, firewall)
         except Exception as exc:  # on fakepve's loop: nobody else would see it
             self.errors.append(f"VM {vmid} did not start: {exc}")
             raise
 
-    def _start(self, vmid: int, config: dict[str, Any]) -> None:
+    def _start(self, vmid: int, config: dict[str, Any], firewall: dict[str, Any]) -> None:
         if self.runs(vmid):
             return
         disk = self.disk(vmid)
@@ -214,6 +222,8 @@ class QemuHypervisor:
         tap = f"spt{self.id}{vmid}"[:15]
         run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"])
         run(["ip", "link", "set", tap, "master", self.bridge, "up"])
+        if self.firewall is not None:  # before QEMU: its first packet meets the rules
+            self.firewall.plug(vmid, config, tap, mac, firewall)
         memory = min(int(config.get("memory") or 1024), MAX_MEMORY_MIB)
         argv = [
             "qemu-system-x86_64", "-accel", "tcg", "-machine", "q35", "-cpu", "max",
@@ -239,6 +249,11 @@ class QemuHypervisor:
         finally:
             err.close()
         self.machines[vmid] = Machine(vmid, vdir, tap, mac, seed, proc)
+
+    def refilter(self, vmid: int, config: dict[str, Any], firewall: dict[str, Any]) -> None:
+        """The VM's firewall changed through the API: its rules again, if it runs."""
+        if self.firewall is not None and (m := self.machines.get(vmid)) is not None:
+            self.firewall.plug(vmid, config, m.tap, m.mac, firewall)
 
     def boots(self) -> list[float]:
         """Seconds from launch to the agent's first address, of each machine that got one."""
@@ -267,6 +282,8 @@ class QemuHypervisor:
         with contextlib.suppress(subprocess.TimeoutExpired):
             m.proc.wait(15)
         run(["ip", "link", "del", m.tap], check=False)
+        if self.firewall is not None:
+            self.firewall.remove(vmid)  # as the tap goes
         self.past.append(m)
 
     async def shutdown(self, vmid: int, timeout: float) -> bool:
@@ -377,6 +394,7 @@ def cleanup_stale() -> list[str]:
             name = word.rstrip(":").split("@")[0]
             if name in (f"spvbr{ident}",) or name.startswith(f"spt{ident}"):
                 run(["ip", "link", "del", name], check=False)
+        HostFirewall.drop_tables(ident)
         shutil.rmtree(hdir, ignore_errors=True)
         removed.append(str(hdir))
     return removed
