@@ -21,6 +21,7 @@ import selectors
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -222,12 +223,13 @@ def serve(policy_path: Path, fd_in: int = 0, fd_out: int = 1) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
+def command(argv: list[str], module: str, serve_one: Callable[[Path], int]) -> int:
+    """A per-connection program's command line: its one argument, the policy file."""
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m sand.egress.proxy POLICY_FILE\n")
+        sys.stderr.write(f"usage: python -m {module} POLICY_FILE\n")
         return 2
-    return serve(Path(argv[1]))
+    return serve_one(Path(argv[1]))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(command(sys.argv, "sand.egress.proxy", serve))

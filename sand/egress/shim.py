@@ -5,8 +5,9 @@ NIC is ``-netdev user,id=net0,net=192.168.5.0/24,dhcpstart=...,hostfwd=tcp:...-:
 and runs the binary ``$QEMU_SYSTEM_<ARCH>`` names (``Exe()``). sand starts such a VM
 with that variable pointing at a script that runs this module, which adds to net0
 ``restrict=on`` (the guest then reaches nothing but the hostfwds, Lima's SSH, and the
-guestfwds) and one ``guestfwd``: the egress proxy, run on the host for each connection
-the guest opens to :data:`PROXY_ADDRESS` (``sand.egress.proxy``), then execs the QEMU
+guestfwds) and two ``guestfwd``s, each run on the host for every connection the guest
+opens to its address: the egress proxy at :data:`PROXY_ADDRESS` (``sand.egress.proxy``)
+and the credential broker's relay (``sand.egress.relay``), then execs the QEMU
 the environment would have run otherwise. Every other QEMU call Lima makes (``-version``,
 ``-netdev help``, ``-machine help``...) passes through untouched.
 
@@ -24,22 +25,25 @@ import shutil
 import sys
 from collections.abc import Sequence
 
+from sand.broker.access import RESTRICTED_LIMA_ADDRESS, RESTRICTED_LIMA_PORT
+
 # Lima's user-mode network (192.168.5.0/24): .2 is the host, .3 slirp's DNS, .15 the
 # guest (``pkg/networks``). The proxy takes a free address of it.
 PROXY_ADDRESS = "192.168.5.4"
 PROXY_PORT = 3128
 PROXY_URL = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
 PROXY_MODULE = "sand.egress.proxy"
+RELAY_MODULE = "sand.egress.relay"
 
 
 class NotEnforceable(Exception):
     """The launch would give the guest a way out the proxy does not see."""
 
 
-def proxy_command(python: str, policy_file: str) -> str:
-    """The guestfwd's ``cmd:``: split by libslirp as a shell would (no shell runs), its
+def forward_command(python: str, module: str, policy_file: str) -> str:
+    """A guestfwd's ``cmd:``: split by libslirp as a shell would (no shell runs), its
     commas doubled because QEMU's option parser splits on single ones."""
-    return shlex.join([python, "-m", PROXY_MODULE, policy_file]).replace(",", ",,")
+    return shlex.join([python, "-m", module, policy_file]).replace(",", ",,")
 
 
 def _netdevs(argv: Sequence[str]) -> list[int]:
@@ -66,8 +70,13 @@ def rewrite(argv: Sequence[str], python: str, policy_file: str) -> list[str]:
             raise NotEnforceable("net0 already has restrict or guestfwd options")
     if len(launches) != 1:
         raise NotEnforceable("more than one network device")
-    forward = f"guestfwd=tcp:{PROXY_ADDRESS}:{PROXY_PORT}-cmd:{proxy_command(python, policy_file)}"
-    out[launches[0]] = f"{argv[launches[0]]},restrict=on,{forward}"
+    proxy = forward_command(python, PROXY_MODULE, policy_file)
+    broker = forward_command(python, RELAY_MODULE, policy_file)
+    out[launches[0]] = (
+        f"{argv[launches[0]]},restrict=on,"
+        f"guestfwd=tcp:{RESTRICTED_LIMA_ADDRESS}:{RESTRICTED_LIMA_PORT}-cmd:{broker},"
+        f"guestfwd=tcp:{PROXY_ADDRESS}:{PROXY_PORT}-cmd:{proxy}"
+    )
     return out
 
 

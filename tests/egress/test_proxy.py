@@ -6,10 +6,7 @@ the VM's denial log and the host's audit trail."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ import pytest
 from sand.audit.entries import entries
 from sand.audit.log import LOG_FILE
 from sand.egress.policy import PolicyFile, decide, name_allowed
+from tests.egress.helpers import on_a_connection
 
 
 class Listener:
@@ -77,30 +75,8 @@ def write_policy(tmp_path: Path, **lists: object) -> Path:
 
 
 def through_proxy(policy: Path, request: bytes, then: bytes = b"") -> bytes:
-    """Run the proxy on one connection as slirp does; send ``request`` (and ``then``
-    once it answers), return everything it sent back."""
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sand.egress.proxy", str(policy)],
-            stdin=theirs.fileno(),
-            stdout=theirs.fileno(),
-            env=os.environ.copy(),
-        )
-        theirs.close()
-        ours.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = ours.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        if then:
-            ours.sendall(then)
-        ours.shutdown(socket.SHUT_WR)
-        while chunk := ours.recv(65536):
-            answer += chunk
-        assert proc.wait(timeout=30) == 0
+    status, answer = on_a_connection("sand.egress.proxy", policy, request, then)
+    assert status == 0
     return answer
 
 

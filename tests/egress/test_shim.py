@@ -35,8 +35,9 @@ def test_net0_is_restricted_and_forwards_the_proxy_with_the_policy():
     netdev = out[3]
     assert netdev.startswith(NET0 + ",restrict=on,")
     assert netdev.endswith(
-        f",guestfwd=tcp:{PROXY_ADDRESS}:{PROXY_PORT}-cmd:/usr/bin/python3 -m sand.egress.proxy "
-        "/lima/a/sand-egress.json"
+        ",guestfwd=tcp:192.168.5.5:80-cmd:/usr/bin/python3 -m sand.egress.relay "
+        f"/lima/a/sand-egress.json,guestfwd=tcp:{PROXY_ADDRESS}:{PROXY_PORT}-cmd:"
+        "/usr/bin/python3 -m sand.egress.proxy /lima/a/sand-egress.json"
     )
     assert out[:3] + out[4:] == LIMA_ARGV[:3] + LIMA_ARGV[4:]
     assert enforced(out, "/lima/a/sand-egress.json")
@@ -120,7 +121,7 @@ def test_the_guestfwd_command_runs_the_proxy_as_libslirp_would(tmp_path, monkeyp
         PolicyFile("p", "b", "a", "s", (), (), (443,), str(tmp_path / "d.jsonl")).to_bytes()
     )
     netdev = rewrite(LIMA_ARGV, sys.executable, str(policy))[3]
-    command = netdev.split("-cmd:", 1)[1].replace(",,", ",")
+    command = netdev.rsplit("-cmd:", 1)[1].replace(",,", ",")
     ours, theirs = socket.socketpair()
     with ours, theirs:
         proc = subprocess.Popen(shlex.split(command), stdin=theirs.fileno(), stdout=theirs.fileno())
