@@ -73,8 +73,26 @@ def prepare(ctx: Ctx, vm: DesiredVM, name: str) -> None:
     assert vm.egress is not None
     summary = str(vm.infra()["egress"])
     policy = PolicyFile.of(
-        ctx.project, ctx.name, vm.name, summary, vm.egress, denial_log(ctx, name)
+        ctx.project, ctx.name, vm.name, summary, vm.egress, denial_log(ctx, vm.name)
     )
+    _write_policy(path, policy)
+
+
+def renamed(ctx: Ctx, name: str) -> None:
+    """After ``limactl rename`` to ``name`` (a replacement made under a temporary name):
+    its policy file names the VM, and its denial log, by the final name."""
+    where = instance_dir(ctx, name)
+    if where is None:
+        return
+    try:
+        policy = read_policy(where / POLICY_FILE)
+    except ValueError:
+        return  # none: an open VM
+    denials = str(denial_log(ctx, name))
+    _write_policy(where / POLICY_FILE, replace(policy, vm=name, denials=denials))
+
+
+def _write_policy(path: Path, policy: PolicyFile) -> None:
     temp = path.with_name(path.name + ".tmp")
     temp.write_bytes(policy.to_bytes())
     temp.chmod(0o600)

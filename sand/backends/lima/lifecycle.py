@@ -185,6 +185,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
             ctx, "rename", old, name, *vmops.set_flags(sets), timeout=ctx.timeouts.clone
         )
         journal.step(entry, "renamed")
+        egress.renamed(ctx, name)  # its proxy's log under its final name
         await vmops.write_sidecar(ctx, name, scripts.MARKER_FILE, renamed.to_bytes())
         journal.step(entry, "marked")
         if current.protect:

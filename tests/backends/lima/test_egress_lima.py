@@ -141,3 +141,17 @@ def test_an_allow_policy_is_made_as_any_vm(rig: Rig):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert rig.vms() == ["a"]
     assert "restrict=on" not in net0(rig, "a")
+
+
+def test_a_replacement_is_made_closed_and_keeps_the_vms_denial_log(rig: Rig):
+    """A replacement is made under a temporary instance name, then renamed: closed from
+    its first start, restarted after the rename through the shim, its denials the VM's."""
+    rig.write(CLOSED)
+    assert rig.sand("apply", "--auto-approve").returncode == 0
+    rig.write(CLOSED.replace("  - name: a\n", "  - name: a\n    image: debian-13\n"))
+    proc = rig.sand("apply", "--auto-approve", "--allow-data-loss")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    policy_path = rig.standin.lima_home / "a" / "sand-egress.json"
+    assert Path(read_policy(policy_path).denials).name == "laptop.a.denied.jsonl"
+    assert f"-m {PROXY_MODULE} {policy_path}" in net0(rig, "a")
+    assert rig.sand("plan", "--detailed-exitcode").returncode == 0
