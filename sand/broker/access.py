@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Where a Lima guest whose network is restricted by its egress policy (QEMU's
+# ``restrict=on``: it cannot reach the host's loopback at 192.168.5.2) reaches the
+# broker: a forward of its own in Lima's user-mode network, relayed on the host to the
+# broker's loopback listener (``sand.egress.shim``, ``sand.egress.relay``).
+RESTRICTED_LIMA_ADDRESS = "192.168.5.5"
+RESTRICTED_LIMA_PORT = 80
+
 
 @dataclass(frozen=True)
 class BrokerAccess:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sand.broker.access import BrokerAccess
+from sand.broker.access import RESTRICTED_LIMA_ADDRESS, RESTRICTED_LIMA_PORT, BrokerAccess
 from sand.broker.store import (
     VMGrants,
     broker_dir,
@@ -41,6 +41,7 @@ from sand.broker.store import (
 from sand.desired.brokered import BrokerGrant
 from sand.desired.spec import DesiredVM
 from sand.errors import SecretError
+from sand.manifest.egress import DENY
 from sand.secrets.files import locked
 from sand.state.paths import project_dir
 
@@ -88,7 +89,8 @@ def grant_vm(
             f"VM {vm.name!r} uses brokered secrets, but its guest runs on a remote Lima host, "
             "which cannot reach the broker on this one (docs/credentials.md)"
         )
-    return grant(project, vm.name, guest_host, vm.brokered, values)
+    closed = vm.egress is not None and vm.egress.policy == DENY
+    return grant(project, vm.name, guest_host, vm.brokered, values, restricted=closed)
 
 
 def grant(
@@ -97,7 +99,11 @@ def grant(
     guest_host: str,
     grants: tuple[BrokerGrant, ...],
     tokens: Mapping[str, str],
+    *,
+    restricted: bool = False,
 ) -> BrokerAccess:
+    """``restricted``: the VM has a deny egress policy; a Lima guest's network then
+    reaches the host only through sand's forwards, the broker's among them."""
     directory = broker_dir(project)
     listen, reach, source = where(guest_host)
     _ensure_running(project, directory)
@@ -106,6 +112,8 @@ def grant(
     update_grants(directory, vm, VMGrants(credential_hash(credential), source, grants))
     wanted = {g.secret: tokens[g.secret] for g in grants}
     _ask(directory, {"tokens": wanted, "reload": True})
+    if restricted and reach == LIMA_HOST:
+        return BrokerAccess(f"http://{RESTRICTED_LIMA_ADDRESS}:{RESTRICTED_LIMA_PORT}", credential)
     return BrokerAccess(f"http://{reach}:{port}", credential)
 
 

@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
-from sand.broker.access import BrokerAccess
+from sand.broker.access import RESTRICTED_LIMA_ADDRESS, BrokerAccess
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
+from sand.egress.shim import PROXY_ADDRESS as EGRESS_PROXY_ADDRESS
+from sand.egress.shim import PROXY_PORT as EGRESS_PROXY_PORT
+from sand.manifest.egress import DENY
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
 from sand.manifest.values import package_problem
@@ -165,6 +168,18 @@ def _checked_packages(packages: Sequence[str]) -> list[str]:
     return sorted(set(packages))
 
 
+def egress_step(vm: DesiredVM) -> list[Step]:
+    """On Lima, where the VM's network is restricted to sand's forwards (docs/egress.md),
+    its software told the egress proxy (its broker reached directly); without a deny
+    policy, what an earlier run told it removed. Other backends: no step."""
+    if vm.backend_type != "lima":
+        return []
+    if vm.egress is None or vm.egress.policy != DENY:
+        return [Step("egress", script("egress.sh", "-"), True)]
+    proxy = f"http://{EGRESS_PROXY_ADDRESS}:{EGRESS_PROXY_PORT}"
+    return [Step("egress", script("egress.sh", proxy, RESTRICTED_LIMA_ADDRESS), True)]
+
+
 def user_step(user: str) -> Step:
     """The login user with passwordless sudo: each VM's own (a base has one too, for
     its machine steps; a clone runs it again)."""
@@ -268,6 +283,8 @@ def provision_steps(
     )
     return [
         user_step(vm.user),
+        # Before anything the guest fetches (packages): where its requests go.
+        *egress_step(vm),
         # A spare, and the VM that claimed one: its own machine-id and host keys (made
         # at the spare's first boot, or by this step when the spare is provisioned),
         # and its name.

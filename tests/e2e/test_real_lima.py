@@ -216,9 +216,9 @@ class Tier:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture
-def tier(lima_reaped: LimaRig) -> Iterator[Tier]:
-    lima = lima_reaped
+def new_tier(lima: LimaRig) -> Tier:
+    """A tier on the rig; the test is skipped (or fails, where the rig is required) when
+    the rig or its image is not there."""
     try:
         site = limapy.site_dir()
     except RigError as exc:
@@ -226,7 +226,12 @@ def tier(lima_reaped: LimaRig) -> Iterator[Tier]:
     image = limaimage.built()
     if image is None:
         missing("the Lima image is not built: python -m tests.rig.limaimage build")
-    t = Tier(lima, image, site)
+    return Tier(lima, image, site)
+
+
+@pytest.fixture
+def tier(lima_reaped: LimaRig) -> Iterator[Tier]:
+    t = new_tier(lima_reaped)
     try:
         yield t
     finally:

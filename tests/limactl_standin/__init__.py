@@ -18,6 +18,7 @@ over SSH finds them without environment variables.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -56,6 +57,7 @@ class Invocation:
     pid: int
     cwd: str
     tty: bool | None
+    qemu_env: dict[str, str] | None = None  # the QEMU_SYSTEM_* variables it ran with
 
     @property
     def command(self) -> str:
@@ -107,6 +109,21 @@ def write_shim(bin_dir: Path, python: str = sys.executable) -> Path:
     return shim
 
 
+# A QEMU for the stand-in to run (``"qemu": true``): it writes its ``-pidfile`` and lives
+# until it is sent SIGTERM, so its /proc/PID/cmdline is what Lima's QEMU would show.
+FAKE_QEMU = """
+import os, signal, sys
+args = sys.argv[1:]
+path = args[args.index("-pidfile") + 1]
+with open(path + ".tmp", "w") as fh:
+    fh.write(f"{os.getpid()}\\n")
+os.replace(path + ".tmp", path)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    signal.pause()
+"""
+
+
 class StandIn:
     """One stand-in installation: a bin dir with ``limactl`` and a LIMA_HOME."""
 
@@ -129,6 +146,21 @@ class StandIn:
     def path(self) -> str:
         """PATH with the stand-in first."""
         return f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    def run_qemu(self) -> Path:
+        """Make each start run a QEMU (``bin/qemu-system-x86_64``, a fake that only holds
+        its command line): the stand-in then has a ``qemu.pid`` per running instance."""
+        qemu = self.bin_dir / "qemu-system-x86_64"
+        qemu.write_text(f"#!{sys.executable} -S\n{FAKE_QEMU}", encoding="utf-8")
+        qemu.chmod(0o755)
+        self.configure(qemu=True)
+        return qemu
+
+    def stop_qemus(self) -> None:
+        """Every fake QEMU still running (a test's teardown)."""
+        for pid_file in self.lima_home.glob("*/qemu.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid_file.read_text().strip()), 15)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PATH": self.path, "LIMA_HOME": str(self.lima_home)}
@@ -214,6 +246,7 @@ class StandIn:
                     pid=rec["pid"],
                     cwd=rec["cwd"],
                     tty=rec.get("tty"),
+                    qemu_env=rec.get("qemu_env"),
                 )
             )
         return out

@@ -104,7 +104,13 @@ this and the real limactl and compares them.
 
 Every invocation is appended to ``$LIMACTL_STANDIN_LOG`` or
 ``<LIMA_HOME>/_standin/invocations.jsonl`` as ``{"time", "argv", "lima_home", "pid",
-"cwd", "tty"}`` before anything else happens.
+"cwd", "tty", "qemu_env"}`` before anything else happens (``qemu_env``: the
+``QEMU_SYSTEM_*`` variables, which name the QEMU a start runs).
+
+With ``"qemu": true`` in the config, ``start`` also runs a QEMU as Lima's qemu driver
+does (``$QEMU_SYSTEM_X86_64``, else ``qemu-system-x86_64`` on PATH; the ``-netdev user``
+line of ``pkg/driver/qemu/qemu.go``; ``-pidfile <dir>/qemu.pid``) and waits for its pid
+file; ``stop`` and ``delete`` end it.
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -134,6 +141,7 @@ SIZE = re.compile(r"^(\d+(?:\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?$")
 SKIP_ON_CLONE = ("protected", "swtpm")
 TMP_SUFFIXES = (".pid", ".sock", ".tmp")
 STATE_FILE = "standin.pid"
+QEMU_PID = "qemu.pid"  # written by QEMU itself (Lima passes -pidfile)
 
 
 class Fatal(Exception):
@@ -219,6 +227,8 @@ def log_invocation(argv: list[str], tty: bool | None) -> None:
         "pid": os.getpid(),
         "cwd": os.getcwd(),
         "tty": tty,
+        # What Lima's qemu driver reads (``Exe()``): which QEMU a start would run.
+        "qemu_env": {k: v for k, v in os.environ.items() if k.startswith("QEMU_SYSTEM_")},
     }
     with contextlib.suppress(OSError):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -1211,6 +1221,8 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         encoding="utf-8",
     )
     (d / "ssh.config").chmod(0o600)
+    if cfg.get("qemu"):
+        run_qemu(name, d, port)
     (d / STATE_FILE).write_text(
         json.dumps({"status": "Running", "sshLocalPort": port, "pid": os.getpid()}),
         encoding="utf-8",
@@ -1220,6 +1232,55 @@ def do_start(name: str, cfg: dict[str, Any]) -> None:
         fh.write(json.dumps({"status": {"running": True, "sshLocalPort": port}, "time": _ts()}))
         fh.write("\n")
     info("READY. Run `limactl shell " + name + "` to open the shell.")
+
+
+def run_qemu(name: str, d: Path, port: int) -> None:
+    """With ``"qemu": true``: run the QEMU Lima's driver would (``$QEMU_SYSTEM_X86_64``,
+    else ``qemu-system-x86_64`` on PATH), with the user-mode network line of
+    ``pkg/driver/qemu/qemu.go`` and ``-pidfile``, and wait for its pid file."""
+    words = shlex.split(os.environ.get("QEMU_SYSTEM_X86_64") or "qemu-system-x86_64")
+    exe = shutil.which(words[0])
+    if exe is None:
+        fatal(f'exec: "{words[0]}": executable file not found in $PATH')
+    netdev = (
+        f"user,id=net0,net=192.168.5.0/24,dhcpstart=192.168.5.15,hostfwd=tcp:127.0.0.1:{port}-:22"
+    )
+    argv = [exe, *words[1:], "-name", f"lima-{name}", "-netdev", netdev]
+    argv += ["-device", "virtio-net-pci,netdev=net0", "-pidfile", str(d / QEMU_PID)]
+    (d / QEMU_PID).unlink(missing_ok=True)
+    with open(d / "qemu.stderr.log", "wb") as err:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 30
+    while not (d / QEMU_PID).exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            text = (d / "qemu.stderr.log").read_text(errors="replace").strip()
+            fatal(f"failed to start qemu (exit {proc.returncode}): {text}")
+        time.sleep(0.02)
+
+
+def stop_qemu(d: Path) -> None:
+    """End the instance's QEMU (as the host agent does at stop) and wait for it."""
+    try:
+        pid = int((d / QEMU_PID).read_text().strip())
+        os.kill(pid, 15)
+    except (OSError, ValueError):
+        pid = 0
+    deadline = time.monotonic() + 10
+    while pid and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            break  # gone
+        if state == "Z":
+            break  # ended; its parent (not this process) reaps it
+        time.sleep(0.02)
+    (d / QEMU_PID).unlink(missing_ok=True)
 
 
 def cmd_start(args: Args, cfg: dict[str, Any], tty: bool) -> int:
@@ -1262,6 +1323,7 @@ def cmd_stop(args: Args, cfg: dict[str, Any]) -> int:
             continue
         if (delay := float(cfg.get("stop_delay") or 0)) and not force:
             time.sleep(delay)
+        stop_qemu(d)
         (d / STATE_FILE).unlink(missing_ok=True)
         (d / "ha.pid").unlink(missing_ok=True)
         info(f"Sending SIGINT to hostagent process of {name!r}" if not force else "Killing")
@@ -1299,6 +1361,7 @@ def cmd_delete(args: Args, cfg: dict[str, Any]) -> int:
                 f"failed to delete instance {name!r}: "
                 f'expected status "Stopped", got "{status_of(d)}"'
             )
+        stop_qemu(d)
         (d / "lima.yaml").unlink()
         if delay := float(cfg.get("delete_delay") or 0):
             time.sleep(delay)

@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 
 from sand.backends.capabilities import Capabilities, Mutability
+from sand.backends.lima.egress import REMOTE_GAP
 from sand.plan import make_plan
 from sand.plan.egress import EGRESS_BLOCKER
 from sand.plan.model import Action
@@ -35,17 +36,23 @@ def test_a_new_vm_with_a_deny_policy_is_refused_where_it_cannot_be_enforced():
     state = desired(
         with_vm_a(DENY).replace("    ports:", "    egress: {cidrs: [10.0.0.0/8]}\n    ports:")
     )
-    plan = make_plan(state, {"pve": _empty("pve"), "laptop": _empty("laptop")}, POLICIES)
-    a, c = change_of(plan, "a"), change_of(plan, "c")
-    for change, gap in ((a, PVE_POLICY.egress_names_gap), (c, LIMA_POLICY.egress_gap)):
-        assert change.action is Action.BLOCKED and change.blocked_action is Action.CREATE
-        (blocker,) = change.blockers
-        assert blocker.kind == EGRESS_BLOCKER
-        assert blocker.reason.endswith(gap)
-    assert "egress: deny except 1 domain, 0 cidrs on port 443 cannot be enforced on " in (
-        a.blockers[0].reason
-    )
-    assert change_of(plan, "b").action is Action.CREATE  # no policy: made as before
+    # Local Lima enforces it (in the VM's QEMU); a remote Lima host says why it cannot.
+    remote = replace(_empty("laptop"), egress_gap=REMOTE_GAP)
+    for laptop, lima_gap in ((_empty("laptop"), None), (remote, REMOTE_GAP)):
+        plan = make_plan(state, {"pve": _empty("pve"), "laptop": laptop}, POLICIES)
+        a, c = change_of(plan, "a"), change_of(plan, "c")
+        for change, gap in ((a, PVE_POLICY.egress_names_gap), (c, lima_gap)):
+            if gap is None:
+                assert change.action is Action.CREATE
+                continue
+            assert change.action is Action.BLOCKED and change.blocked_action is Action.CREATE
+            (blocker,) = change.blockers
+            assert blocker.kind == EGRESS_BLOCKER
+            assert blocker.reason.endswith(gap)
+        assert "egress: deny except 1 domain, 0 cidrs on port 443 cannot be enforced on " in (
+            a.blockers[0].reason
+        )
+        assert change_of(plan, "b").action is Action.CREATE  # no policy: made as before
 
 
 def test_an_allow_policy_needs_no_enforcement_and_is_not_refused():

@@ -117,7 +117,7 @@ def test_a_golden_vm_runs_its_own_steps_only_and_a_base_its_machine_steps():
     base = DesiredBase("demo", "laptop", "wb", True, "debian-12", content)
     vm = _vm(base=base, packages=("ripgrep",), agents=("claude",))
     names = [s.name for s in provision_steps(vm, {"API": VALUE})]
-    assert names == ["user", "locale", "vm-packages", "home", "secrets", "repos"]
+    assert names == ["user", "egress", "locale", "vm-packages", "home", "secrets", "repos"]
     built = base_build_steps(base)
     assert [s.name for s in built] == [
         "user", "packages", "toolchain", "agents", "memory", "image-x", "generalize",

@@ -61,8 +61,8 @@ def test_commands_run_fixed_bundle_scripts_as_root_or_as_the_user(tmp_path):
     ]  # fmt: skip
     assert shlex.split(by_name["user"].command("root", "claude"))[0] == "/bin/bash"
     assert [s.name for s in _all_steps(_vm(), tmp_path)] == [
-        "user", "packages", "toolchain", "agents", "memory", "locale", "home", "secrets",
-        "repos",
+        "user", "egress", "packages", "toolchain", "agents", "memory", "locale", "home",
+        "secrets", "repos",
     ]  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from sand.backends.fence import Fence
 from sand.backends.lease import LeaseBusy, LeaseGrant, LeaseHolder, LeaseRecord, keep
 from sand.backends.lima import claims, golden, guest, lifecycle
 from sand.backends.lima import create as create_mod
+from sand.backends.lima import egress as egress_mod
 from sand.backends.lima import fork as fork_mod
 from sand.backends.lima import observe as observe_mod
 from sand.backends.lima import recover as recover_mod
@@ -30,7 +31,7 @@ from sand.backends.lima.doctor import doctor as run_doctor
 from sand.backends.lima.lease import LimaLease, read_lease
 from sand.backends.lima.limayaml import BundleMount
 from sand.backends.lima.preflight import preflight as run_preflight
-from sand.backends.lima.runner import FencedRunner, HostRunner
+from sand.backends.lima.runner import FencedRunner, HostRunner, LocalRunner
 from sand.backends.protocol import (
     BaseProvisioner,
     PreflightItem,
@@ -43,19 +44,14 @@ from sand.guest.endpoint import GuestEndpoint, JumpHost
 from sand.observed import Observation, ObservedBase, ObservedVM, RecordedVM, SecretsRecord
 from sand.state.journal import Journal, PendingEntry
 
-# A Lima guest's traffic leaves through QEMU's user-mode network (or a vmnet/socket_vmnet
-# daemon) on the host, where sand has no enforcement point yet (docs/egress.md#lima).
-EGRESS_GAP = (
-    "Lima gives sand no place outside the guest to enforce it yet (the guest's traffic "
-    "leaves through the host's own network stack); docs/egress.md#lima"
-)
-# Instance names are unique on a Lima host (a directory each).
+# Instance names are unique on a Lima host (a directory each). Egress is enforced in
+# the VM's QEMU on this host (``egress.py``, a field of FIELD_POLICY); on a remote Lima
+# host the observation says why not (``egress.REMOTE_GAP``).
 CAPABILITIES = Capabilities(
     field_policy=lifecycle.FIELD_POLICY,
     unique_names=True,
     fork=True,
     fork_stops_source=True,
-    egress_gap=EGRESS_GAP,
 )
 
 
@@ -82,6 +78,7 @@ class LimaBackend:
             project=project,
             runner=FencedRunner(runner, self.fence),
             limactl=limactl,
+            lima_home=runner.lima_home if isinstance(runner, LocalRunner) else None,
             clone_parallelism=clone_parallelism,
             jump=jump,
             key_dir=key_dir,
@@ -100,7 +97,7 @@ class LimaBackend:
         return self._runner
 
     async def observe(self, desired: Sequence[DesiredVM]) -> Observation:
-        return await observe_mod.observe(self.ctx)
+        return egress_mod.observe(self.ctx, await observe_mod.observe(self.ctx), desired)
 
     async def preflight(self, items: Sequence[PreflightItem]) -> PreflightReport:
         return await run_preflight(self.ctx, items)

@@ -46,6 +46,8 @@ class Ctx:
     project: str
     runner: HostRunner
     limactl: str = "limactl"
+    # The LIMA_HOME a local runner sets (None: the environment's, or ~/.lima).
+    lima_home: str | None = None
     clone_parallelism: int = 2
     jump: JumpHost | None = None  # the remote Lima host, as the guests' SSH jump
     key_dir: Path | None = None  # where local copies of remote identities go (None: state)

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import time
 
+from sand.backends.lima import egress, golden, limayaml, observe, scripts, vmops
 from sand.backends.lima import fork as fork_mod
-from sand.backends.lima import golden, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
@@ -125,6 +125,7 @@ async def _finish(
         if vm.protect:
             await vmops.limactl(ctx, "protect", name)
             journal.step(entry, "protected")
+        egress.prepare(ctx, vm, name)  # its first start is through the shim already
         await vmops.start(ctx, name)
         journal.step(entry, "started")
         if made is not None:

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from sand.backends.capabilities import Mutability, fields_with
-from sand.backends.lima import guest, limayaml, observe, scripts, vmops
+from sand.backends.lima import egress, guest, limayaml, observe, scripts, vmops
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.marker import Sidecar, new_uid
 from sand.desired import DesiredVM
@@ -27,11 +27,15 @@ FIELD_POLICY: Mapping[str, Mutability] = {
     "ports": Mutability.RESTART,
     "state": Mutability.IN_PLACE,
     "protect": Mutability.IN_PLACE,
+    # Enforced by the QEMU it runs in (egress.py): a new policy takes a start through the shim.
+    "egress": Mutability.RESTART,
 }
 
 # Changed by ``limactl edit`` (the instance must be stopped for it): what needs a
 # restart, and the disk, which grows only.
-CONFIG_FIELDS = frozenset(fields_with(FIELD_POLICY, Mutability.RESTART, Mutability.GROW_ONLY))
+CONFIG_FIELDS = frozenset(fields_with(FIELD_POLICY, Mutability.RESTART, Mutability.GROW_ONLY)) - {
+    "egress"
+}
 
 
 async def update(
@@ -57,6 +61,7 @@ async def update(
             backend=ctx.name,
         )
     config_change = bool(wanted & CONFIG_FIELDS)
+    egress_change = "egress" in wanted
     name = current.identity
     power = current.power
     target = vm.state if "state" in wanted else power
@@ -68,11 +73,14 @@ async def update(
         fields=sorted(wanted),
         uid=current.details.get("uid", ""),
     ) as entry:
+        if (config_change or egress_change) and power == "running":
+            await vmops.stop(ctx, name)
+            journal.step(entry, "stopped")
+            power = "stopped"
+        if egress_change:  # the next start goes through the shim, or not (egress.py)
+            egress.prepare(ctx, vm, name)
+            journal.step(entry, "egress written")
         if config_change:
-            if power == "running":
-                await vmops.stop(ctx, name)
-                journal.step(entry, "stopped")
-                power = "stopped"
             settings = limayaml.vm_edit_settings(vm, ctx.bundle)
             await vmops.limactl(
                 ctx, "edit", name, *vmops.set_flags(limayaml.set_expressions(settings))
@@ -177,6 +185,7 @@ async def rename(ctx: Ctx, current: ObservedVM, name: str, journal: Journal) -> 
             ctx, "rename", old, name, *vmops.set_flags(sets), timeout=ctx.timeouts.clone
         )
         journal.step(entry, "renamed")
+        egress.renamed(ctx, name)  # its proxy's log under its final name
         await vmops.write_sidecar(ctx, name, scripts.MARKER_FILE, renamed.to_bytes())
         journal.step(entry, "marked")
         if current.protect:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 
 from sand import activity
-from sand.backends.lima import scripts
+from sand.backends.lima import egress, scripts
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.runner import Completed
 from sand.errors import BackendError
@@ -94,7 +94,9 @@ async def _create(ctx: Ctx, name: str, body: str, sets: Sequence[str]) -> None:
 
 async def start(ctx: Ctx, name: str) -> None:
     activity.step(f"limactl start {name}", limit=ctx.timeouts.start)
-    res = await ctx.runner.run(argv(ctx, "start", name), timeout=ctx.timeouts.start)
+    # A VM with an egress policy starts through sand's QEMU shim, whoever asks for the start.
+    env = egress.start_env(ctx, name)
+    res = await ctx.runner.run(argv(ctx, "start", name), env=env, timeout=ctx.timeouts.start)
     if res.ok:
         return
     log = ""

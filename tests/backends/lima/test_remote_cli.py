@@ -77,3 +77,18 @@ def test_remote_host_key_change_refuses_and_changes_nothing(sshd: Sshd, tmp_path
     assert str(sshd.known_hosts) in res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     assert vm_names(sshd) == []
+
+
+def test_remote_lima_refuses_a_deny_policy_and_creates_nothing(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The VM's QEMU would run on the remote host, where sand's egress proxy does not."""
+    manifest = tmp_path / "sand.yaml"
+    write_manifest(sshd, manifest, [{"name": "r-1", "egress": {"cidrs": ["10.0.0.0/8"]}}])
+    res = run(manifest, "apply", "--auto-approve")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "cannot be enforced on backend 'buildbox': the VM's QEMU runs on the remote" in (
+        res.stdout
+    ), res.stdout
+    assert vm_names(sshd) == []

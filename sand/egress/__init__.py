@@ -1,0 +1,11 @@
+"""Egress enforced on the host, outside the guest (docs/egress.md#lima).
+
+- ``policy``: a VM's policy file as the proxy reads it, and the proxy's one decision
+  (which names and addresses, on which ports).
+- ``proxy``: the egress proxy, one process per guest connection (``python -m
+  sand.egress.proxy``), logging each denial on the host.
+- ``relay``: the credential broker's forward for a restricted guest (``python -m
+  sand.egress.relay``), one process per connection.
+- ``shim``: the QEMU shim a Lima VM with a deny policy is started through: net0
+  restricted, the proxy forwarded (``python -m sand.egress.shim``).
+"""
