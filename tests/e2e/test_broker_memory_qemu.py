@@ -6,9 +6,9 @@ each delivery as apply draws it) and scrub (``scrub_memory``, what sleep runs be
 RAM is saved). It clones, fetches and pushes through the broker from the rig's
 token-protected HTTPS git server; after each step QEMU dumps its whole RAM, and the dump,
 the state a hibernation saves, the disk image a fork copies (overlay and backing read as
-one raw image), every guest process's environment and argv, its files and its journal
-are grepped for the token in each form it travels in (as is, base64 alone and in the
-basic-auth pair the broker sends, URL-encoded): 0 hits.
+one raw image), every guest process's environment and argv and its journal (its files
+at the end: they persist) are grepped for the token in each form it travels in (as is,
+base64 alone and in the basic-auth pair the broker sends, URL-encoded): 0 hits.
 
 The positive controls: the guest's broker credential, the tmpfs secret and the cloned
 file's text are found where the guest holds them, so a dump that misses what the guest
@@ -41,7 +41,7 @@ from sand.broker.server import BrokerServer
 from sand.broker.store import VMGrants, credential_hash, update_grants
 from sand.desired.brokered import BrokerGrant
 from sand.provision import deliver_secrets, scrub_memory
-from tests.e2e.test_broker_guests import _guest_holding
+from tests.e2e.test_broker_guests import GUEST_PLACES
 from tests.provision.e2e_helpers import endpoint, scoped_env
 from tests.provision.helpers import make_vm, repo, secret
 from tests.rig.brokerrig import start_broker
@@ -142,14 +142,18 @@ def refused(guest: QemuGuest, credential: str) -> bool:
     return done.returncode != 0 and b"Authentication failed" in done.stderr
 
 
-def in_guest(guest: QemuGuest, text: str) -> list[str]:
-    """Guest files, processes' environments and argv, and the journal holding ``text``."""
-    journal = guest.run_root(
-        ["sh", "-c", 'read -r p; journalctl -b -o export --no-pager | grep -caF -e "$p"; true'],
-        input=(text + "\n").encode(),
+def in_guest(guest: QemuGuest, text: str, *, files: bool = False) -> list[str]:
+    """What in the guest holds ``text``: its journal, each process's environment and argv
+    and, with ``files``, its files (tmpfs included). The text on stdin, never in argv."""
+    script = (
+        'read -r p; journalctl -b -o export --no-pager | grep -qaF -e "$p" && echo journal; '
+        + (f'grep -rlsF -e "$p" {GUEST_PLACES}; ' if files else "")
+        + 'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -lsF -e "$p" "$f"; done'
+        + "; true"
     )
-    held = ["journal"] if int(journal.stdout.decode().strip() or 0) else []
-    return held + _guest_holding(guest, text)
+    done = guest.run_root(["sh", "-c", script], input=(text + "\n").encode(), timeout=600)
+    assert done.returncode == 0, done.stderr
+    return [p for p in done.stdout.decode().split() if not p.startswith("/proc/self/")]
 
 
 async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_lifecycle(
@@ -214,6 +218,7 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     push(guest, "review/reprovision")
     assert refused(guest, CREATED)
     assert found(ram("reprovision"), REPROVISIONED) == {REPROVISIONED}
+    assert in_guest(guest, TOKEN) == []
 
     # Hibernate: the scrub, then the RAM saved as PVE saves it to the vmstate volume:
     # the process's value is in it (the control), neither the credential nor the secret.
@@ -229,6 +234,7 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     push(guest, "agent/woken")
     assert refused(guest, REPROVISIONED)
     assert found(ram("wake"), WOKEN, CANARY) == {WOKEN, CANARY}
+    assert in_guest(guest, TOKEN) == []
 
     # A ``--memory`` fork: the source scrubbed, its RAM saved in the snapshot's vmstate.
     assert (await scrub_memory(target, vm)).left == ()
@@ -247,6 +253,6 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     assert found(disk, TEXT, FORKED, CANARY) == {TEXT}
 
     assert {"agent/create", "review/reprovision", "agent/woken"} <= set(server.branches("project"))
-    assert in_guest(guest, TOKEN) == []
+    assert in_guest(guest, TOKEN, files=True) == []
     for path in broker.state.directory.iterdir():
         assert held(path, token) == set(), path
