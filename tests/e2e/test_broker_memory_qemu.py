@@ -1,9 +1,10 @@
 """A brokered token in none of a guest's RAM, saved state or disk, read from the host,
-across the lifecycle (issue 38): one qemu TCG guest, booted once, is walked through what
-sand does to a VM -- create, reprovision, hibernate, wake, fork -- with sand's own
-delivery (``deliver_secrets``: the tmpfs secret and the broker credential, drawn anew at
-each delivery as apply draws it) and scrub (``scrub_memory``, what sleep runs before the
-RAM is saved). It clones, fetches and pushes through the broker from the rig's
+across the lifecycle (issue 38): one qemu TCG guest is walked through what sand does to
+a VM -- create, reprovision, hibernate, wake, a ``--memory`` fork, and a fork of its disk
+booted as a VM of its own (the second and last boot) -- with sand's own delivery
+(``deliver_secrets``: the tmpfs secret and the broker credential, drawn anew at each
+delivery as apply draws it) and scrub (``scrub_memory``, what sleep runs before the RAM
+is saved). It clones, fetches and pushes through the broker from the rig's
 token-protected HTTPS git server; after each step QEMU dumps its whole RAM, and the dump,
 the state a hibernation saves, the disk image a fork copies (overlay and backing read as
 one raw image), every guest process's environment and argv and its journal (its files
@@ -61,6 +62,7 @@ VM = "q-1"
 # The VM's broker credential as each delivery draws it anew.
 CREATED, REPROVISIONED = "vm-credential-create-6b2e90f4a1c7", "vm-credential-reprovision-1f8a"
 WOKEN, FORKED = "vm-credential-wake-92c7d0", "vm-credential-forked-source-3b"
+FORK = "vm-credential-the-fork-own-c4e8"
 
 
 def forms(token: str) -> set[str]:
@@ -142,6 +144,14 @@ def refused(guest: QemuGuest, credential: str) -> bool:
     return done.returncode != 0 and b"Authentication failed" in done.stderr
 
 
+def copy(guest: QemuGuest, dest: Path, fmt: str) -> Path:
+    """The guest's disk, overlay and backing as one image (shared: the guest still runs,
+    as a PVE source does while it is cloned)."""
+    convert = ["qemu-img", "convert", "-U", "-O", fmt, str(guest.disk_path), str(dest)]
+    subprocess.run(convert, check=True, timeout=600)
+    return dest
+
+
 def in_guest(guest: QemuGuest, text: str, *, files: bool = False) -> list[str]:
     """What in the guest holds ``text``: its journal, each process's environment and argv
     and, with ``files``, its files (tmpfs included). The text on stdin, never in argv."""
@@ -171,17 +181,18 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     )
     token = forms(TOKEN)
 
-    async def deliver(credential: str) -> None:
+    async def deliver(credential: str, to: QemuGuest = guest, name: str = VM) -> None:
         """What apply does at a create, a reprovision, a wake: a new broker credential
         granted (the one before it dies), then the VM's secrets delivered."""
         entry = VMGrants(credential_hash(credential), "", vm.brokered)
-        update_grants(broker.state.directory, VM, entry)
+        update_grants(broker.state.directory, name, entry)
         broker.state.reload()
         access = BrokerAccess(f"http://{GUESTFWD_ADDRESS}:{BROKER_PORT}", credential)
-        await deliver_secrets(target, vm, {"API": CANARY, "GH_TOKEN": TOKEN}, broker=access)
+        where = endpoint(to, alias=f"qemu-{to.id}")
+        await deliver_secrets(where, vm, {"API": CANARY, "GH_TOKEN": TOKEN}, broker=access)
 
-    def ram(step: str) -> Path:
-        return guest.dump_memory(tmp_path / f"ram-{step}.elf")
+    def ram(step: str, of: QemuGuest = guest) -> Path:
+        return of.dump_memory(tmp_path / f"ram-{step}.elf")
 
     def found(path: Path, *also: str) -> set[str]:
         """What of the token's forms and of ``also`` the file holds; then it goes."""
@@ -243,16 +254,41 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     guest.resume()
     await deliver(FORKED)
 
-    # And the disk a fork's clone copies, overlay and backing read as one raw image
-    # (shared: the guest still runs, as a PVE source does while it is cloned). The
-    # checkout is on it (the control), the tmpfs's credential and secret are not.
+    # And the disk a fork's clone copies, read raw: the checkout is on it (the control),
+    # the tmpfs's credential and secret are not.
     guest.run_root(["sync"], check=True)
     disk = tmp_path / "fork-disk.raw"
-    convert = ["qemu-img", "convert", "-U", "-O", "raw", str(guest.disk_path), str(disk)]
-    subprocess.run(convert, check=True, timeout=600)
+    copy(guest, disk, "raw")
     assert found(disk, TEXT, FORKED, CANARY) == {TEXT}
-
-    assert {"agent/create", "review/reprovision", "agent/woken"} <= set(server.branches("project"))
     assert in_guest(guest, TOKEN, files=True) == []
+
+    # The fork: a clone of that disk booted as a VM of its own, delivered by its own
+    # entry (the repo, no tmpfs secret) with its own credential. Its RAM holds that
+    # credential and the checkout it reads, none of the source's, nor the token.
+    clone = copy(guest, tmp_path / "fork-disk.qcow2", "qcow2")
+    guest.stop()  # one TCG guest at a time on the test machine
+    fork = QemuGuest(
+        memory_mb=768,
+        guestfwds=[(BROKER_PORT, "127.0.0.1", broker.server_address[1])],
+        kernel_args=("init_on_free=1",),
+        backing=clone,
+    )
+    try:
+        fork.start(ready_timeout=900)
+        vm = replace(vm, name="try-1", secrets=())
+        await deliver(FORK, fork, "try-1")
+        assert not scoped_env(fork, "~/work", "API_KEY")
+        fetched = as_user(fork, "cd ~/p && GIT_TERMINAL_PROMPT=0 git fetch -q && cat README.md")
+        assert fetched.returncode == 0, fetched.stderr
+        assert fetched.stdout.decode().strip() == TEXT
+        push(fork, "agent/from-the-fork")
+        source = {CREATED, REPROVISIONED, WOKEN, FORKED, CANARY}
+        assert found(ram("fork", fork), FORK, TEXT, *source) == {FORK, TEXT}
+        assert in_guest(fork, TOKEN, files=True) == []
+    finally:
+        fork.stop()
+
+    branches = {"agent/create", "review/reprovision", "agent/woken", "agent/from-the-fork"}
+    assert branches <= set(server.branches("project"))
     for path in broker.state.directory.iterdir():
         assert held(path, token) == set(), path
