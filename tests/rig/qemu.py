@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -414,14 +414,39 @@ class QemuGuest:
         """The guest's whole RAM written to ``dest`` by QEMU (QMP ``dump-guest-memory``,
         an ELF core; the guest paused meanwhile): what a hibernation or a memory
         snapshot saves of it, read from the host, outside anything the guest controls."""
+        with self._monitor(timeout) as stream:
+            _qmp(stream, "dump-guest-memory", {"paging": False, "protocol": f"file:{dest}"})
+        return dest
+
+    def save_state(self, dest: Path, timeout: float = 600.0) -> Path:
+        """The guest's RAM and device state written to ``dest`` by QEMU's migration to a
+        file, the stream a hibernation writes to a Proxmox VM's ``vmstate`` volume (and a
+        ``--memory`` snapshot to its own); the guest is left paused: ``resume()``."""
+        uri = f"exec:cat > {shlex.quote(os.fspath(dest))}"
+        with self._monitor(timeout) as stream:
+            _qmp(stream, "migrate", {"uri": uri})
+            deadline = time.monotonic() + timeout
+            while (status := _qmp(stream, "query-migrate", {}).get("status")) != "completed":
+                if status in ("failed", "cancelled") or time.monotonic() > deadline:
+                    raise RigError(f"QMP: saving the guest's state: {status}")
+                time.sleep(0.2)  # polling the migration's status
+        return dest
+
+    def resume(self) -> None:
+        """Run a guest paused by ``save_state`` again (as the wake of a saved VM does)."""
+        with self._monitor(60.0) as stream:
+            _qmp(stream, "cont", {})
+
+    @contextlib.contextmanager
+    def _monitor(self, timeout: float) -> Iterator[Any]:
+        """A QMP stream on the guest's monitor, capabilities negotiated."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(os.fspath(self.qmp_path))
             stream = sock.makefile("rwb")
             _qmp_reply(stream)  # the greeting
             _qmp(stream, "qmp_capabilities", {})
-            _qmp(stream, "dump-guest-memory", {"paging": False, "protocol": f"file:{dest}"})
-        return dest
+            yield stream
 
     def _prepare(self, image: QemuImage) -> None:
         fmt, backing = ("raw", image.disk) if self.backing is None else ("qcow2", self.backing)
