@@ -29,6 +29,7 @@ MACHINE = {"packages", "toolchain", "agents"}
 ALL = [
     "bundle",
     "user",
+    "egress",  # a Lima VM's: without a policy, it removes what an earlier one told the guest
     "packages",
     "toolchain",
     "agents",

@@ -18,7 +18,9 @@ from tests.rig._util import RigError, missing_tools, run
 from tests.rig.pvefirewall import HostFirewall, Nic
 from tests.rig.witness import Witness
 
-pytestmark = pytest.mark.e2e
+# One worker for the module: each test's bridge takes the same host addresses, which two
+# tests at once on two workers (--dist loadgroup) could not both hold.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("pvefirewall")]
 
 HOST, ALLOWED, GUEST = "10.251.0.1", "10.251.0.3", "10.251.0.50"
 CONNECT = (
