@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,7 +41,11 @@ def identity(guest: NetnsGuest) -> tuple[str, str]:
     return root(guest, "cat", "/etc/machine-id").strip(), f"{key[0]} {key[1]}"
 
 
-def test_a_claimed_spare_keeps_its_own_host_key_and_its_pin(tmp_path: Path, netns_guest) -> None:
+def _spare_behind_the_standin(
+    tmp_path: Path, netns_guest: Any, **extra: str
+) -> tuple[Any, StandIn, dict[str, str]]:
+    """A netns guest behind the limactl stand-in as the pool's first spare, and the
+    environment sand runs in against it (``extra`` added)."""
     guest = netns_guest()
     standin = StandIn.create(tmp_path, lima_home=tmp_path / "lima")
     standin.back_with_guest("agents-spare-1", guest)
@@ -51,8 +55,14 @@ def test_a_claimed_spare_keeps_its_own_host_key_and_its_pin(tmp_path: Path, netn
         "SAND_STATE_DIR": str(tmp_path / "state"),
         "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
         "NO_COLOR": "1",
+        **extra,
     }
     env.pop("LIMA_HOME")
+    return guest, standin, env
+
+
+def test_a_claimed_spare_keeps_its_own_host_key_and_its_pin(tmp_path: Path, netns_guest) -> None:
+    guest, standin, env = _spare_behind_the_standin(tmp_path, netns_guest)
     manifest = tmp_path / "sand.yaml"
 
     def sand(*args: str) -> subprocess.CompletedProcess[str]:
@@ -115,19 +125,12 @@ def test_a_claimed_spare_gets_its_own_broker_credential_and_never_the_token(
     cert, key = self_signed(tmp_path, ensure_bridge())
     server = GitServer(f"rig-lima-claim-{os.urandom(12).hex()}", tls=(cert, key)).start()
     url = server.create_repo("project", {"README.md": "claimed through the broker\n"})
-    guest = netns_guest()
-    standin = StandIn.create(tmp_path, lima_home=tmp_path / "lima")
-    standin.back_with_guest("agents-spare-1", guest)
-    env = {
-        **os.environ,
-        **standin.env(),
-        "SAND_STATE_DIR": str(tmp_path / "state"),
-        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
-        "SAND_TEST_GH": server.token,
-        "SSL_CERT_FILE": cert,  # the broker checks the rig server's certificate
-        "NO_COLOR": "1",
-    }
-    env.pop("LIMA_HOME")
+    guest, standin, env = _spare_behind_the_standin(
+        tmp_path,
+        netns_guest,
+        SAND_TEST_GH=server.token,
+        SSL_CERT_FILE=cert,  # the broker checks the rig server's certificate
+    )
     manifest = tmp_path / "sand.yaml"
     output = ""
     grants = tmp_path / "state" / "projects" / "poolbroker" / "broker" / "grants.json"
