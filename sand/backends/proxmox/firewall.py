@@ -22,6 +22,7 @@ and ipset and turns the VM's firewall off (``enable=0``).
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Any
 
 from sand.backends.proxmox.context import Ctx
@@ -56,22 +57,18 @@ async def write(
     holds none of sand's rules yet (nothing to read or remove first)."""
     fw = f"nodes/{node}/qemu/{vmid}/firewall"
     if not denies(policy):
-        if not fresh:
-            await _remove_own(ctx, fw)
+        await _remove_own(ctx, fw, _NOTHING if fresh else await _read(ctx, fw))
         await ctx.client.put(f"{fw}/options", enable=0)
         return
     assert policy is not None
     # Written whatever they were: one request, as a read of them would be, and it puts
     # back what a hand may have changed.
     await ctx.client.put(f"{fw}/options", **OPTIONS)
-    if fresh:
-        if policy.cidrs:
-            await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
-            for cidr in policy.cidrs:
-                await ctx.client.post(f"{fw}/ipset/{IPSET}", cidr=cidr)
-            await ctx.client.post(f"{fw}/rules", **_rule(policy), pos=0)
+    held = _NOTHING if fresh else await _read(ctx, fw)
+    if not policy.cidrs:  # only domains, refused on PVE: nothing is allowed out
+        await _remove_own(ctx, fw, held)
         return
-    await _converge(ctx, fw, policy)
+    await _converge(ctx, fw, policy, held)
 
 
 OPTIONS = {
@@ -81,6 +78,24 @@ OPTIONS = {
     "dhcp": 1,
     "log_level_out": "info",
 }
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What of sand's a VM's firewall holds: its rules (with their positions), and
+    whether its ipset is there."""
+
+    rules: tuple[dict[str, Any], ...]
+    ipset: bool
+
+
+_NOTHING = _Held((), False)  # a clone sand just made
+
+
+async def _read(ctx: Ctx, fw: str) -> _Held:
+    rules = await ctx.client.get(f"{fw}/rules") or []
+    names = {s.get("name") for s in await ctx.client.get(f"{fw}/ipset") or []}
+    return _Held(tuple(r for r in rules if r.get("comment") == RULE_COMMENT), IPSET in names)
 
 
 def _rule(policy: EgressPolicy) -> dict[str, Any]:
@@ -106,22 +121,17 @@ def _same_network(a: object, b: object) -> bool:
         return str(a) == str(b)
 
 
-async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy) -> None:
+async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> None:
     """Change only what differs from what the VM's firewall holds: the ipset's entries
     added or removed one by one and sand's rule updated where it stands, so a policy
     that gains a CIDR costs its entry, not a rewrite of the whole (PVE takes one entry
     or rule per request). Anything else of sand's (a second rule of its own, the rule
-    removed by hand) is removed and written anew; an operator's rules stay."""
-    rules: list[dict[str, Any]] = list(await ctx.client.get(f"{fw}/rules") or [])
-    own = [r for r in rules if r.get("comment") == RULE_COMMENT]
-    names = {s.get("name") for s in await ctx.client.get(f"{fw}/ipset") or []}
-    entries: list[dict[str, Any]] = (
-        list(await ctx.client.get(f"{fw}/ipset/{IPSET}") or []) if IPSET in names else []
-    )
-    if not policy.cidrs:  # only domains, refused on PVE: nothing is allowed out
-        await _remove_own(ctx, fw, rules=rules, has_ipset=IPSET in names)
-        return
-    if IPSET not in names:
+    removed by hand) is removed and written anew; an operator's rules stay. A fresh
+    clone holds nothing: everything is written."""
+    entries: list[dict[str, Any]] = []
+    if held.ipset:
+        entries = list(await ctx.client.get(f"{fw}/ipset/{IPSET}") or [])
+    else:
         await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
     for cidr in policy.cidrs:
         if not any(_same_network(cidr, e.get("cidr")) for e in entries):
@@ -130,33 +140,26 @@ async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy) -> None:
         if not any(_same_network(cidr, entry.get("cidr")) for cidr in policy.cidrs):
             await ctx.client.delete(f"{fw}/ipset/{IPSET}/{entry['cidr']}")
     want = _rule(policy)
-    if len(own) == 1:
-        held = own[0]
-        if any(str(held.get(k, "")) != str(v) for k, v in want.items()):
-            await ctx.client.put(f"{fw}/rules/{int(held['pos'])}", **want)
+    if len(held.rules) == 1:
+        (rule,) = held.rules
+        if any(str(rule.get(k, "")) != str(v) for k, v in want.items()):
+            await ctx.client.put(f"{fw}/rules/{int(rule['pos'])}", **want)
         return
-    await _remove_rules(ctx, fw, own)
+    await _remove_rules(ctx, fw, held.rules)
     await ctx.client.post(f"{fw}/rules", **want, pos=0)
 
 
-async def _remove_rules(ctx: Ctx, fw: str, rules: list[dict[str, Any]]) -> None:
+async def _remove_rules(ctx: Ctx, fw: str, rules: tuple[dict[str, Any], ...]) -> None:
     """sand's ``rules``, highest position first: each removal shifts those below."""
     for rule in sorted(rules, key=lambda r: int(r.get("pos", 0)), reverse=True):
-        if rule.get("comment") == RULE_COMMENT:
-            await ctx.client.delete(f"{fw}/rules/{int(rule['pos'])}")
+        await ctx.client.delete(f"{fw}/rules/{int(rule['pos'])}")
 
 
-async def _remove_own(
-    ctx: Ctx, fw: str, *, rules: list[dict[str, Any]] | None = None, has_ipset: bool | None = None
-) -> None:
+async def _remove_own(ctx: Ctx, fw: str, held: _Held) -> None:
     """sand's rules and its ipset (the rules first: they refer to it); an operator's
-    stay. ``rules``/``has_ipset``: what a caller read already."""
-    if rules is None:
-        rules = list(await ctx.client.get(f"{fw}/rules") or [])
-    await _remove_rules(ctx, fw, rules)
-    if has_ipset is None:
-        has_ipset = any(s.get("name") == IPSET for s in await ctx.client.get(f"{fw}/ipset") or [])
-    if has_ipset:
+    stay."""
+    await _remove_rules(ctx, fw, held.rules)
+    if held.ipset:
         await ctx.client.delete(f"{fw}/ipset/{IPSET}", force=1)
 
 
