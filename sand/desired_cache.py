@@ -16,7 +16,6 @@ run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from sand.desired.stored import vm_data, vm_of
 from sand.manifest import LoadedManifest, Manifest
 from sand.manifest.backends import CONFIGS, BackendConfig
 from sand.manifest_key import manifest_key
-from sand.state.cache import cache_file, read_cached, write_cached
+from sand.state.cache import manifest_cache_file, read_cached, write_cached
 
 # Bumped when the file's layout changes meaning.
 CACHE_FORMAT = 2
@@ -41,8 +40,7 @@ def _key(file: Path, raw: bytes, inputs: tuple[str, ...]) -> str:
 
 def cache_path(file: Path) -> Path:
     """Where the desired state of the manifest at ``file`` is cached."""
-    name = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:32]
-    return cache_file("desired", f"{name}.json")
+    return manifest_cache_file("desired", file)
 
 
 def cached_desired(

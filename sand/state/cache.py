@@ -8,6 +8,7 @@ what it finds (format, key) and treats anything else as a miss.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -27,6 +28,13 @@ def cache_root() -> Path:
 def cache_file(kind: str, name: str) -> Path:
     """Where the cached ``name`` of ``kind`` ("desired", ...) is kept."""
     return cache_root() / kind / name
+
+
+def manifest_cache_file(kind: str, manifest: Path) -> Path:
+    """Where what of ``kind`` is kept about the manifest at ``manifest``: one file per
+    manifest, named by a digest of its resolved path."""
+    name = hashlib.sha256(str(manifest.resolve()).encode()).hexdigest()[:32]
+    return cache_file(kind, f"{name}.json")
 
 
 def read_cached(path: Path) -> bytes | None:

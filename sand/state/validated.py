@@ -13,14 +13,13 @@ a miss.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zoneinfo
 from pathlib import Path
 
 from sand.manifest_key import manifest_key
-from sand.state.cache import cache_file, read_cached, write_cached
+from sand.state.cache import manifest_cache_file, read_cached, write_cached
 
 # Bumped when the file's layout changes meaning.
 FORMAT = 1
@@ -39,8 +38,7 @@ def _tz_stamp() -> str:
 
 
 def _path(file: Path) -> Path:
-    name = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:32]
-    return cache_file("validated", f"{name}.json")
+    return manifest_cache_file("validated", file)
 
 
 def validated_before(file: Path, raw: bytes) -> tuple[int, int] | None:
