@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sand.backends.protocol import Backend
+from sand.defaults import GUEST_SSH_TRY
 from sand.plan.idle import Asleep
 from sand.plan.model import Plan
 from sand.state.asleep import load_asleep
@@ -20,7 +21,10 @@ from sand.state.asleep import load_asleep
 if TYPE_CHECKING:
     from sand.survey.health import Findings
 
-READ_TIMEOUT = 10.0
+# One SSH try's patience (every path's, sand.defaults) and a few seconds for the check:
+# a loaded host's guest that takes 11 s to log in is still asked, not taken for one
+# that does not answer (then the run's own read of its agents would ask it again).
+READ_TIMEOUT = GUEST_SSH_TRY + 5.0
 
 
 def asleep_records(project: str) -> dict[str, Asleep]:

@@ -65,6 +65,8 @@ async def test_a_run_asks_each_guest_once_who_uses_it_and_what_its_agents_do(
         before = sessions_accepted(guest)
         result = await reconciler.run(tmp_path / "sand.yaml", "periodic")
         assert result.ok and result.plan is not None and not result.plan.has_changes
+        # The plan's own exchange answered (else the read after it asks again).
+        assert "dev-1" in result.plan.agents, result.problems()
         assert result.agents is not None
         assert [s.state for s in result.agents["dev-1"].sessions] == ["working"]
         assert sessions_accepted(guest) == before + 1  # one exchange per run, not two
