@@ -8,7 +8,9 @@ result. The allowed way is an HTTPS git clone, through the proxy, from the rig's
 server at one of this host's non-loopback addresses (the policy's one CIDR). Each way
 out has a listener on the host where one would arrive, so "blocked" means nothing came,
 not only that the guest saw an error; and each denial the proxy saw is in the host's
-denial log.
+denial log. The closed guest is provisioned as any VM is: its repository is cloned through
+the broker's relay (the token stays on the host), a brokered push lands on an allowed
+branch only, and a declared port still reaches it from the host's loopback.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from pathlib import Path
 import pytest
 
 from sand.egress.shim import PROXY_ADDRESS, PROXY_PORT
-from tests.e2e.test_real_lima import TEMPLATE, Tier, _host_addresses, new_tier
+from tests.e2e.test_real_lima import (
+    GUEST_PORT,
+    TEMPLATE,
+    Tier,
+    _brokered_push,
+    _guest_listener_reached_on_loopback_only,
+    _host_addresses,
+    new_tier,
+)
 from tests.rig import limapy
 from tests.rig.gitserver import GitServer
 from tests.rig.lima import LimaRig
@@ -39,10 +49,19 @@ apiVersion: sand/v1
 project: reallimaegress
 backends:
   laptop: {{type: lima, lima_home: ./lima}}
-defaults: {{image: "template:{template}", cpus: 1, memory: 2GiB, disk: 8GiB, provision: false}}
+defaults: {{image: "template:{template}", cpus: 1, memory: 2GiB, disk: 8GiB}}
+secrets:
+  GH_TOKEN:
+    from: {{env: SAND_TEST_GH}}
+    deliver: broker
+    broker: {{repositories: ["{repo}"], push: ["agent/*"]}}
+repos:
+  project: {{url: "{repo}", token: GH_TOKEN}}
 vms:
   - name: dev-1
     egress: {{domains: [allowed.invalid], cidrs: ["{ip}/32"], ports: [{port}]}}
+    ports: [{{guest: {guest}, host: {host}}}]
+    repos: [project]
 """
 
 # Run as root in the guest: every way out, each reported as "connected"/"answered" or
@@ -205,7 +224,13 @@ def closed(lima_reaped: LimaRig) -> Iterator[Closed]:
     try:
         server.create_repo("project", {"README.md": "through the proxy\n"})
         port = int(server.url_for("project").rsplit(":", 1)[1].split("/")[0])
-        tier.write("sand.yaml", MANIFEST.format(template=TEMPLATE, ip=ip, port=port))
+        manifest = MANIFEST.format(
+            template=TEMPLATE, ip=ip, port=port, repo=server.url_for("project"),
+            guest=GUEST_PORT, host=tier.host_port,
+        )  # fmt: skip
+        tier.write("sand.yaml", manifest)
+        tier.env |= {"SAND_TEST_GH": server.token, "SSL_CERT_FILE": str(cert)}
+        # Provisioned in the closed guest: its repo cloned through the broker's relay.
         tier.ok("apply", "--auto-approve", timeout=1500, step="apply-create")
         tier.ok("plan", "--detailed-exitcode", step="plan-after")
         url = server.url_for("project").replace("https://", f"https://x:{server.token}@")
@@ -309,6 +334,35 @@ def test_the_proxy_refuses_and_logs_it_on_the_host(closed: Closed, probe: str) -
     logged = [d for d in closed.denials if d["destination"] == destination]
     assert logged and logged[0]["vm"] == "dev-1" and logged[0]["time"], closed.denials
     assert closed.catchers["other"].came == [] and closed.catchers["loopback"].came == []
+
+
+def test_provisioning_cloned_the_repo_through_the_broker_and_left_no_token(
+    closed: Closed,
+) -> None:
+    """The closed guest was provisioned: its repo came through the broker's relay (the
+    one address besides the proxy the guest reaches), and the token is nowhere in it."""
+    readme = closed.tier.ok("shell", "dev-1", "--", "sh", "-c", "cat ~/src/project/README.md")
+    assert readme == "through the proxy\n"
+    token = closed.server.token
+    # The fixture's own clone through the proxy put the token in its URL: not sand's.
+    closed.tier.ok("shell", "dev-1", "--", "rm", "-rf", "/tmp/project")
+    hits = closed.tier.run(
+        limapy.SYSTEM_PYTHON, "-m", "sand", "shell", "dev-1", "--", "sudo", "grep", "-rlF",
+        "--", token, "/home", "/etc", "/run", "/tmp", "/var/lib/sand",
+    )  # fmt: skip
+    assert hits.returncode == 1 and hits.stdout == "", hits.stdout + hits.stderr
+
+
+def test_a_brokered_push_from_the_closed_guest_lands_on_an_allowed_branch_only(
+    closed: Closed,
+) -> None:
+    _brokered_push(closed.tier, closed.server)
+
+
+def test_a_declared_port_reaches_the_closed_guest_from_the_host_loopback(closed: Closed) -> None:
+    """restrict=on closes the guest's way out, not the host's way in: Lima forwards the
+    declared port from the host's loopback (and nowhere else) as for an open guest."""
+    _guest_listener_reached_on_loopback_only(closed.tier)
 
 
 def test_a_start_by_hand_boots_it_open_and_apply_closes_it_again(closed: Closed) -> None:
