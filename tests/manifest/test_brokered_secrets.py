@@ -4,6 +4,7 @@ and a VM that uses one planned with those rules, never the value."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,8 @@ from sand.provision.checks import slug
 from sand.provision.secretcheck import secret_files
 from sand.provision.steps import secrets_step
 from sand.secrets import secret_names
-from tests.plan.helpers import MANIFEST, POLICIES, desired
+from sand.survey.guest_secrets import needs_guest_check
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 BROKERED = """\
 secrets:
@@ -287,3 +289,16 @@ def test_forks_and_claimed_spares_are_granted_by_their_own_entry_only():
     assert [g.secret for g in vms["q"].brokered] == ["API_KEY"]
     (spare,) = [vm for vm in vms.values() if vm.spare]
     assert spare.brokered == () and not spare.delivers_secrets
+
+
+def test_a_vm_whose_only_secret_is_a_brokered_grant_is_looked_at_after_a_blind_reboot():
+    # Its broker credential is on the tmpfs a reboot empties: a backend that cannot see
+    # reboots has sand look, as for any VM sand delivered a secret to.
+    text = brokered(HOSTS_ONLY, "    secrets: [{name: API_KEY, scope: ~/src}]\n")
+    state = desired(text)
+    observations = {
+        name: replace(obs, reboots_visible=False) for name, obs in converged(state).items()
+    }
+    plan = make_plan(state, observations, POLICIES)
+    looked = {c.vm for c in plan.changes if needs_guest_check(c, observations)}
+    assert looked == {"a"}
