@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_apply_lima_guests import Cli
-from tests.e2e.test_broker_guests import _guest_holding, _host_holding
+from tests.e2e.test_broker_guests import CREDENTIAL, _guest_holding, _host_holding
 from tests.provision.e2e_helpers import as_user, scoped_env
 from tests.rig.httpsupstream import HttpsUpstream
 from tests.rig.tlscert import self_signed
@@ -37,7 +37,9 @@ CURL = (
 
 
 @pytest.fixture
-def rig(tmp_path: Path, netns_guest, monkeypatch) -> Iterator[tuple[Cli, object, HttpsUpstream]]:
+def rig(
+    tmp_path: Path, netns_guest, monkeypatch
+) -> Iterator[tuple[Cli, object, HttpsUpstream, object]]:
     from tests.rig.guest import ensure_bridge
 
     bridge = ensure_bridge()
@@ -74,14 +76,14 @@ def rig(tmp_path: Path, netns_guest, monkeypatch) -> Iterator[tuple[Cli, object,
     }
     cli.manifest.write_text(json.dumps(manifest))
     try:
-        yield cli, guest, upstream
+        yield cli, guest, upstream, netns_guest
     finally:
         cli.sand("destroy", "--auto-approve")
         upstream.stop()
 
 
 def test_a_vm_reaches_a_declared_host_with_a_secret_its_secrets_alone_grant(rig) -> None:
-    cli, guest, upstream = rig
+    cli, guest, upstream, _ = rig
     token, plain = os.environ["SAND_TEST_API"], os.environ["SAND_TEST_PLAIN"]
     plan = cli.sand("plan")
     said = f"API_KEY: https {upstream.host} (X-Api-Key); API_KEY_BROKER_URL at ~/work"
@@ -107,3 +109,30 @@ def test_a_vm_reaches_a_declared_host_with_a_secret_its_secrets_alone_grant(rig)
     assert _guest_holding(guest, plain) != []  # the search finds what the guest holds
     assert _guest_holding(guest, token) == []
     assert token not in output and _host_holding(cli.root, token) == []
+
+
+def test_a_fork_is_granted_by_its_own_entry_its_own_credential_or_nothing(rig) -> None:
+    cli, source, _, netns_guest = rig
+    applied = cli.sand("apply", "--auto-approve")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    inherits, names_none = netns_guest(), netns_guest()
+    cli.standin.back_with_guest("try-1", inherits)  # what each clone boots as
+    cli.standin.back_with_guest("try-2", names_none)
+    manifest = json.loads(cli.manifest.read_text())
+    manifest["vms"] += [
+        {"name": "try-1", "from": {"vm": "dev-1"}},  # its source's secrets: by inheritance
+        {"name": "try-2", "from": {"vm": "dev-1"}, "secrets": []},  # none of its own
+    ]
+    cli.manifest.write_text(json.dumps(manifest))
+    forked = cli.sand("apply", "--auto-approve")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+
+    grants = cli.root / "state" / "projects" / "brokersecrets" / "broker" / "grants.json"
+    assert set(json.loads(grants.read_text())) == {"dev-1", "try-1"}
+    mine, its = (g.run_root(["sh", "-c", CREDENTIAL]).stdout.strip() for g in (source, inherits))
+    assert mine and its and mine != its  # its own, drawn at its own delivery
+    assert scoped_env(inherits, "~/work", "API_KEY_BROKER_URL") is not None
+    assert names_none.run_root(["sh", "-c", CREDENTIAL]).stdout.strip() == b""
+    assert scoped_env(names_none, "~/work", "API_KEY_BROKER_URL") is None
+    token = os.environ["SAND_TEST_API"]
+    assert all(_guest_holding(g, token) == [] for g in (source, inherits, names_none))
