@@ -21,6 +21,7 @@ from sand.provision.secretcheck import secret_files
 from sand.provision.steps import secrets_step
 from sand.secrets import secret_names
 from sand.survey.guest_secrets import needs_guest_check
+from tests.machine_schemas import validate
 from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 BROKERED = """\
@@ -253,6 +254,7 @@ def test_a_vm_grants_itself_a_brokered_secret_in_its_secrets_never_its_value(mon
             "env": [{"scope": "~/src", "env": "API_KEY"}],
         }
     ]
+    validate("plan", plan_to_json(plan))  # the published schema knows the field
     assert "apikeyBrokerCanary" not in text + json.dumps(plan_to_json(plan))
 
 
