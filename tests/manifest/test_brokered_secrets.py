@@ -16,6 +16,7 @@ from sand.observed import Observation
 from sand.plan import Plan, make_plan
 from sand.plan.plan_json import plan_to_json
 from sand.plan.render import render_text
+from sand.plan.saved import delivered, fork_copy
 from sand.provision.checks import slug
 from sand.provision.secretcheck import secret_files
 from sand.provision.steps import secrets_step
@@ -304,3 +305,13 @@ def test_a_vm_whose_only_secret_is_a_brokered_grant_is_looked_at_after_a_blind_r
     plan = make_plan(state, observations, POLICIES)
     looked = {c.vm for c in plan.changes if needs_guest_check(c, observations)}
     assert looked == {"a"}
+
+
+def test_a_memory_fork_says_its_source_is_scrubbed_of_a_secrets_grant():
+    # The source's broker credential is on its tmpfs: the memory a fork snapshots is
+    # taken after the scrub, and the plan says what the fork is delivered of its own.
+    text = brokered(HOSTS_ONLY, "    secrets: [{name: API_KEY, scope: ~/src}]\n")
+    text += "  - name: f\n    from: {vm: a, snapshot: memory}\n"
+    vms = {vm.name: vm for vm in desired(text).vms}
+    assert delivered(vms["a"]) == ("API_KEY",)
+    assert "secrets: its own entry's, delivered to it: API_KEY" in fork_copy(vms["f"])
