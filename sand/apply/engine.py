@@ -23,7 +23,7 @@ from sand import activity
 from sand.apply.claims import ClaimsInRun
 from sand.apply.events import Hooks, NoHooks, Phase, Steps
 from sand.apply.forkguard import SourceLooks, announce_forks
-from sand.apply.forksource import SourceSecrets, deliver_again, uses_secrets
+from sand.apply.forksource import SourceSecrets, deliver_again
 from sand.apply.replace import Guard, ReplaceKit, replace_vm, restore_kept
 from sand.apply.sleeping import MemoryForkSources, how_to_sleep
 from sand.backends.abilities import Sleeps
@@ -284,7 +284,7 @@ async def _apply_one(
         say(Phase.UPDATING, f"waking {vm.name}, {asleep_words(change.asleep)}")
         await backend.wake(vm, current, journal)
         current = replace(current, power="running", lock=None)
-        if change.guest is GuestAction.NONE and uses_secrets(vm):
+        if change.guest is GuestAction.NONE and vm.delivers_secrets:
             # A stop emptied its tmpfs; the scrub before a hibernation did too.
             change = replace(change, guest=GuestAction.SECRETS)
     provisioned = marked = False
@@ -327,7 +327,7 @@ async def _apply_one(
         )
     assert current is not None
     if vm.provision and not provisioned:
-        if change.guest is GuestAction.NONE and _rebooted(change) and uses_secrets(vm):
+        if change.guest is GuestAction.NONE and _rebooted(change) and vm.delivers_secrets:
             # Secrets live on the guest's tmpfs, which a restart empties: deliver again.
             change = replace(change, guest=GuestAction.SECRETS)
         if change.guest is GuestAction.PROVISION:
@@ -354,7 +354,7 @@ def _guest_after_update(vm: DesiredVM, change: VMChange) -> bool:
     branch below the update in ``_apply_one``)."""
     if not vm.provision:
         return False
-    return change.guest is not GuestAction.NONE or (_rebooted(change) and uses_secrets(vm))
+    return change.guest is not GuestAction.NONE or (_rebooted(change) and vm.delivers_secrets)
 
 
 def _finishing(vm: DesiredVM) -> list[str]:

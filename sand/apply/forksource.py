@@ -33,10 +33,6 @@ class SourceSecretsLost(SandError):
     layer = ErrorLayer.PROVISION
 
 
-def uses_secrets(vm: DesiredVM) -> bool:
-    return bool(vm.secrets) or any(r.token_secret for r in vm.repos)
-
-
 def _restarted_source(plan: Plan, change: VMChange) -> VMChange | None:
     """The source's own change when ``change`` is a fork that stops (and starts again) a
     running source whose guest holds secrets; else None."""
@@ -50,7 +46,7 @@ def _restarted_source(plan: Plan, change: VMChange) -> VMChange | None:
         return None
     if source.observed.power != "running" or not source.desired.provision:
         return None
-    return source if uses_secrets(source.desired) else None
+    return source if source.desired.delivers_secrets else None
 
 
 class SourceSecrets:

@@ -18,7 +18,7 @@ from sand.desired.bases import DesiredBase as DesiredBase
 from sand.desired.bases import MachineContent as MachineContent
 from sand.desired.bases import derived_base as derived_base
 from sand.desired.bases import with_base_fingerprint as with_base_fingerprint
-from sand.desired.brokered import BrokerGrant, grants_for, with_grants
+from sand.desired.brokered import BrokerGrant, grants_for, tmpfs_uses, with_grants
 from sand.desired.digest import digest as digest  # re-exported: imported from here
 from sand.desired.fork import FORK_PREFIX, DesiredFork, desired_fork, with_inherited
 from sand.desired.generated import GeneratedFrom, WorkItems, generated, with_item_branch
@@ -99,7 +99,8 @@ class DesiredVM:
     pool: str | None = None
     spare: bool = False
     generated: GeneratedFrom | None = None  # made by a generator from a work item
-    # The brokered secrets its repos name: git reaches them through the host's broker.
+    # The brokered secrets its repos or its ``secrets:`` name (never in ``secrets``, which
+    # go to the guest's tmpfs): reached through the host's broker.
     brokered: tuple[BrokerGrant, ...] = ()
     guest_fingerprint: str = field(default="", compare=False)
     fingerprint: str = field(default="", compare=False)
@@ -108,6 +109,12 @@ class DesiredVM:
     def spare_of(self) -> str:
         """The pool this VM is a spare of ("" for a VM that is not a spare)."""
         return (self.pool or "") if self.spare else ""
+
+    @property
+    def delivers_secrets(self) -> bool:
+        """Whether its provisioning delivers anything secret: a value to its tmpfs, a
+        repo token, or a broker credential."""
+        return bool(self.secrets or self.brokered) or any(r.token_secret for r in self.repos)
 
     @property
     def golden(self) -> bool:
@@ -322,7 +329,7 @@ def _resolve(
     )
     secrets = tuple(
         DesiredSecret(name=s.name, scope=norm_path(s.scope), env=s.env or s.name)
-        for s in vm.secrets
+        for s in tmpfs_uses(m, vm.secrets)
     )
     spec = DesiredVM(
         project=m.project,
@@ -356,7 +363,7 @@ def _resolve(
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),
         pool=vm.pool,
-        brokered=grants_for(m, vm.repos),
+        brokered=grants_for(m, vm.repos, vm.secrets),
     )
     return _fingerprinted(spec)
 

@@ -114,5 +114,6 @@ def _grant(data: dict[str, Any]) -> BrokerGrant:
         {
             **data,
             **{k: tuple(data.get(k, ())) for k in ("repositories", "push", "api", "https_hosts")},
+            "env": tuple(tuple(place) for place in data.get("env", ())),
         },
     )

@@ -5,8 +5,9 @@ attaches it to the guest's git requests, and only to those its ``broker:`` rules
 allow (the repositories it may fetch from, the branch patterns it may push to).
 The guest holds a credential of its own that only the broker accepts. This module
 holds the rules' shape, the one way a repository URL is compared (``repo_key``),
-and the checks that need the whole manifest (a brokered secret placed in a guest's
-environment is refused: its value would be there).
+and the checks that need the whole manifest (a repo cloned with a brokered secret must
+be one its rules list; a VM's ``secrets:`` use of one sets the broker's variables in
+place of the value, which no other secret at that scope may set).
 """
 
 from __future__ import annotations
@@ -177,14 +178,41 @@ def check_brokered(data: Any) -> Iterator[Finding]:
                 f"{token}.broker.repositories",
             )
     for i, vm in enumerate(_list(data.get("vms"))):
-        for j, use in enumerate(_list(_dict(vm).get("secrets"))):
-            secret_name = _str(_dict(use).get("name"))
-            if secret_name in brokered:
+        yield from _broker_variables_clash(i, _list(_dict(vm).get("secrets")), set(brokered))
+
+
+def broker_variables(env: str) -> tuple[str, str]:
+    """The variables a VM's ``secrets:`` use of a brokered secret sets at its scope, in
+    place of the value: the broker's URL, and the file holding the VM's broker credential
+    (a file, not the credential: a new one is drawn at each delivery)."""
+    return f"{env}_BROKER_URL", f"{env}_BROKER_CREDENTIAL_FILE"
+
+
+def _broker_variables_clash(vm: int, uses: list[Any], brokered: set[str]) -> Iterator[Finding]:
+    """A brokered use whose variables another secret at its scope already sets."""
+    taken: dict[tuple[str, str], str] = {}
+    for use in uses:
+        use = _dict(use)
+        name, env = _str(use.get("name")), _str(use.get("env")) or _str(use.get("name"))
+        if name is not None and env is not None and name not in brokered:
+            taken[(_scope_key(use.get("scope")), env)] = name
+    for j, use in enumerate(uses):
+        use = _dict(use)
+        name, env = _str(use.get("name")), _str(use.get("env")) or _str(use.get("name"))
+        if name is None or env is None or name not in brokered:
+            continue
+        for variable in broker_variables(env):
+            other = taken.setdefault((_scope_key(use.get("scope")), variable), name)
+            if other != name:
                 yield (
-                    ("vms", i, "secrets", j, "name"),
-                    f"secret {secret_name!r} is brokered: its value never enters a guest, so it "
-                    "cannot be placed in one's environment; name it in a repo's 'token'",
+                    ("vms", vm, "secrets", j, "name"),
+                    f"secret {name!r} is brokered: it sets {variable} at its scope, which "
+                    f"secret {other!r} sets too; give one of them another 'env'",
                 )
+
+
+def _scope_key(scope: Any) -> str:
+    return (_str(scope) or "").rstrip("/") or "/"
 
 
 def brokered_names(secrets: Mapping[str, Any]) -> set[str]:

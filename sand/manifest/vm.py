@@ -54,7 +54,11 @@ class SecretUse(Strict):
     """A secret placed at a guest directory: visible to processes working under it."""
 
     name: str = Field(
-        description="A secret named under the top-level `secrets`.", examples=["GITHUB_TOKEN"]
+        description="A secret named under the top-level `secrets`. A brokered one "
+        "(`deliver: broker`) is granted, never placed: ENV_BROKER_URL and "
+        "ENV_BROKER_CREDENTIAL_FILE (the broker's URL, the file of the VM's broker "
+        "credential) are set at the scope instead (docs/credentials.md).",
+        examples=["GITHUB_TOKEN"],
     )
     scope: HomePath = Field(examples=["~/src/webapp"])
     env: EnvName | None = Field(

@@ -21,9 +21,11 @@ if TYPE_CHECKING:  # a plan reads what the guests told; it starts without their 
 
 
 def delivered(vm: DesiredVM) -> tuple[str, ...]:
-    """The secrets sand delivers to ``vm``'s tmpfs, by name: removed before its memory is
-    saved, delivered again when it wakes."""
+    """The secrets sand delivers to ``vm``'s tmpfs, by name (a brokered one: the VM's
+    broker credential for it): removed before its memory is saved, delivered again when
+    it wakes."""
     names = {s.name for s in vm.secrets} | {r.token_secret for r in vm.repos if r.token_secret}
+    names |= {g.secret for g in vm.brokered}  # one its secrets: grant leaves no repo token
     return tuple(sorted(names))
 
 

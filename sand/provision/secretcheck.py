@@ -43,6 +43,11 @@ def secret_files(vm: DesiredVM) -> list[str]:
     )
     if brokered:
         files.add(BROKER_FILE)
+    files.update(
+        f"env/{slug(guest_path(scope, f'scope of secret {env!r}'))}.sh"
+        for g in vm.brokered
+        for scope, env in g.env
+    )
     assert all(_SECRET_FILE.match(f) for f in files)  # slug() keeps to these characters
     return sorted(files)
 

@@ -30,6 +30,7 @@ from sand.broker.access import RESTRICTED_LIMA_ADDRESS, BrokerAccess
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
 from sand.egress.shim import PROXY_ADDRESS as EGRESS_PROXY_ADDRESS
 from sand.egress.shim import PROXY_PORT as EGRESS_PROXY_PORT
+from sand.manifest.broker import broker_variables
 from sand.manifest.egress import DENY
 from sand.manifest.fields import Agent
 from sand.manifest.locales import locale_problem, timezone_problem
@@ -319,8 +320,8 @@ def secrets_step(
     vm: DesiredVM, values: Mapping[str, str], broker: BrokerAccess | None = None
 ) -> Step:
     """Every scoped secret and repo token, in one payload (values only on stdin). A
-    repo whose token is brokered gets no value: git reaches it through ``broker``
-    with the VM's own broker credential (docs/credentials.md)."""
+    brokered secret gets no value: git and the guest's HTTP clients reach it through
+    ``broker`` with the VM's own broker credential (docs/credentials.md)."""
     records: list[tuple[str, ...]] = []
     seen: set[tuple[str, str]] = set()
     for s in sorted(vm.secrets, key=lambda s: (s.scope, s.env)):
@@ -345,6 +346,17 @@ def secrets_step(
             raise ProvisionSpecError(f"VM {vm.name!r} uses brokered secrets, but no broker runs")
         hosts = sorted({h for g in vm.brokered for h in g.hosts})
         records.append(("broker", broker.url, " ".join(hosts), broker.reveal()))
+    for scope, env in sorted({place for g in vm.brokered for place in g.env}):
+        # The broker's URL and the credential's file, set where the VM's ``secrets:``
+        # places a brokered secret: no value of it is in the guest's environment.
+        directory = guest_path(scope, f"scope of secret {env!r}")
+        if not _ENV.match(env):
+            raise ProvisionSpecError(f"brokered secret: {env!r} is not an env name")
+        for variable in broker_variables(env):
+            if (directory, variable) in seen:
+                raise ProvisionSpecError(f"two secrets set {variable} at {directory}")
+            seen.add((directory, variable))
+        records.append(("broker-env", directory, slug(directory), env))
     return Step(
         "secrets", script("secrets.sh"), False, stdin=fields(*records), timeout=120, ledger=TMPFS
     )

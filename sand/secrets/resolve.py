@@ -70,13 +70,14 @@ def reveal(value: str | SecretValue) -> str:
 
 
 def secret_names(vms: Iterable[DesiredVM]) -> set[str]:
-    """The manifest secrets these VMs use: scoped secrets and repo tokens."""
+    """The manifest secrets these VMs use: scoped secrets, repo tokens, brokered ones."""
     names: set[str] = set()
     for vm in vms:
         if not vm.provision:
             continue  # sand puts nothing in an unprovisioned guest
         names.update(s.name for s in vm.secrets)
         names.update(r.token_secret for r in vm.repos if r.token_secret)
+        names.update(g.secret for g in vm.brokered)  # the broker's, handed to it
     return names
 
 

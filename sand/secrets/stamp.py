@@ -74,6 +74,13 @@ class Stamper:
                 for r in vm.repos
                 if r.token_secret
             ]
+            # A brokered secret placed by ``secrets:`` (its value goes to the broker, at
+            # a delivery): a rotated one is a change, as a repo's token is.
+            + [
+                (f"broker:{env}", scope, self._key(reveal(values[g.secret])))
+                for g in vm.brokered
+                for scope, env in g.env
+            ]
         )
         if not triples:
             return ""

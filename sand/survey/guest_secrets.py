@@ -135,7 +135,7 @@ def needs_guest_check(change: VMChange, observations: Mapping[str, Observation])
         and not obs.reboots_visible
         and vm.provision
         and current.power == "running"
-        and (bool(vm.secrets) or any(r.token_secret for r in vm.repos))
+        and vm.delivers_secrets
     )
 
 

@@ -40,6 +40,7 @@ from sand.defaults import GUEST_SSH_PATIENCE, GUEST_SSH_TRY
 from sand.desired import DesiredVM
 from sand.errors import SandError
 from sand.guest.endpoint import GuestEndpoint
+from sand.manifest.broker import broker_variables
 from sand.observed import ObservedVM
 from sand.plan.model import Plan
 from sand.provision.checks import guest_path, slug
@@ -189,6 +190,16 @@ def guest_checks(vm: DesiredVM) -> list[Check]:
     if brokered:
         names = ", ".join(sorted(brokered))
         checks.append(Check(("file", "git/broker"), f"broker credential missing (for {names})"))
+    for g in vm.brokered:
+        for scope, env in g.env:
+            where = guest_path(scope, f"scope of secret {g.secret!r}")
+            checks.append(
+                Check(
+                    ("env", f"env/{slug(where)}.sh", broker_variables(env)[0]),
+                    f"broker variables of {g.secret} missing (not on the guest's tmpfs "
+                    f"for {where})",
+                )
+            )
     for r in vm.repos:
         if r.token_secret and r.token_secret not in brokered:
             checkout = guest_path(r.path, f"path of repo {r.name!r}")

@@ -124,7 +124,7 @@ async def _secrets_again(
     ``--memory`` fork's copy never held them). A delivery that cannot be made
     now (a secret this shell cannot read) does not stop the use: the person is told,
     and the next apply delivers them (it sees the boot after the last delivery)."""
-    if not vm.provision or not (vm.secrets or any(r.token_secret for r in vm.repos)):
+    if not vm.provision or not vm.delivers_secrets:
         return
     from sand.provision import deliver_secrets  # asyncssh: only when there are secrets
     from sand.survey.guest_secrets import GuestSecrets

@@ -218,7 +218,7 @@ vms:
   - name: a
     image: wb
     repos: [webapp, api]
-    secrets: [{name: GITHUB_TOKEN, scope: ~/src/webapp}]
+    secrets: [{name: GITHUB_TOKEN, scope: ~/src/webapp}, {name: GH_BROKERED, scope: ~/src}]
     expires: 8h
   - name: b
     backend: laptop

@@ -1,4 +1,4 @@
-"""The GitHub API and a declared host through the broker, from a real guest's curl.
+"""The GitHub API and a declared host through the broker, from a real guest's curl and gh.
 
 ``sand apply`` on the limactl stand-in, a netns guest behind the instance; the
 upstreams are HTTPS servers on the rig's bridge that record what they receive
@@ -6,8 +6,10 @@ upstreams are HTTPS servers on the rig's bridge that record what they receive
 curl reaches them only at the broker's URL with its VM's broker credential: an
 allowed API read and a declared host's call arrive with the real token attached;
 an operation the grant does not name is refused in words and never arrives; and
-the token's bytes are in no guest file or process (the guest has no ``gh``: the
-rootfs stays small; curl stands for any HTTP client).
+the token's bytes are in no guest file or process. The guest's curl stands for any
+HTTP client; the guest's own ``gh`` (Debian's, from the workbench) is driven the way
+docs/credentials.md tells an agent: ``gh api`` with the broker's full URL and the
+VM's broker credential as ``GH_ENTERPRISE_TOKEN``.
 """
 
 from __future__ import annotations
@@ -130,6 +132,40 @@ def test_a_guests_curl_reaches_the_api_and_a_declared_host_only_as_granted(rig) 
         ("api", "pull-request", False),
         ("https", None, True),
     ]
+    token = cli.server.token
+    assert _guest_holding(guest, token) == []
+    assert token not in cli.output and _host_holding(cli.root, token) == []
+
+
+# As docs/credentials.md tells an agent for gh: `gh api` with the broker's full URL, the
+# VM's broker credential as GH_ENTERPRISE_TOKEN (gh sends it as `Authorization: token
+# ...` to a host that is not github.com), never in an argv.
+GH = (
+    "b=$(sed -n 's/^\\[credential \"\\(.*\\)\"\\]$/\\1/p' ~/.config/sand/git/broker.gitconfig); "
+    "f=$(sed -n 's/^\\thelper = [^ ]* //p' ~/.config/sand/git/broker.gitconfig); "
+    'GH_ENTERPRISE_TOKEN=$(cat "$f") gh api {args} "$b/{path}"'
+)
+
+
+def test_the_guests_gh_api_reaches_the_api_through_the_broker(rig) -> None:
+    cli, guest, github, _ = rig
+    proc = cli.sand("apply", "--auto-approve")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pulls = f"{github.host}/api/v3/repos/acme/webapp/pulls"
+
+    # Debian's gh (the workbench's): a REST read through the broker, the token attached there.
+    read = as_user(guest, GH.format(args="", path=pulls))
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == {"method": "GET", "path": "/api/v3/repos/acme/webapp/pulls"}
+    (got,) = github.received
+    assert got.headers["authorization"] == f"Bearer {cli.server.token}"
+
+    # An operation the grant does not name: refused, the broker's words in gh's error.
+    opened = as_user(guest, GH.format(args="-f head=agent/x -f base=main", path=pulls))
+    assert opened.returncode != 0
+    said = opened.stderr.decode()
+    assert "sand broker: dev-1 may not pull-request on acme/webapp" in said, said
+    assert len(github.received) == 1  # the refused one never arrived
     token = cli.server.token
     assert _guest_holding(guest, token) == []
     assert token not in cli.output and _host_holding(cli.root, token) == []

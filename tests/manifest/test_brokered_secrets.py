@@ -4,9 +4,11 @@ and a VM that uses one planned with those rules, never the value."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from sand.broker.access import BrokerAccess
 from sand.errors import ManifestError
 from sand.manifest import parse_manifest
 from sand.manifest.broker import BrokerRules, push_allowed, repo_key
@@ -14,7 +16,14 @@ from sand.observed import Observation
 from sand.plan import Plan, make_plan
 from sand.plan.plan_json import plan_to_json
 from sand.plan.render import render_text
-from tests.plan.helpers import MANIFEST, POLICIES, desired
+from sand.plan.saved import delivered, fork_copy
+from sand.provision.checks import slug
+from sand.provision.secretcheck import secret_files
+from sand.provision.steps import secrets_step
+from sand.secrets import secret_names
+from sand.survey.guest_secrets import needs_guest_check
+from tests.machine_schemas import validate
+from tests.plan.helpers import MANIFEST, POLICIES, converged, desired
 
 BROKERED = """\
 secrets:
@@ -117,10 +126,11 @@ def test_the_plan_shows_a_brokered_secret_by_its_rules(monkeypatch):
             "'GH_TOKEN' allows; add its URL to secrets.GH_TOKEN.broker.repositories",
         ),
         (
-            BROKERED,
-            "    secrets: [{name: GH_TOKEN, scope: ~/src}]\n",
-            "m.yaml:29:22: secret 'GH_TOKEN' is brokered: its value never enters a guest, so it "
-            "cannot be placed in one's environment; name it in a repo's 'token'",
+            BROKERED.replace("repos:\n", "  GH_TOKEN_BROKER_URL: {from: {env: X}}\nrepos:\n"),
+            "    secrets:\n      - {name: GH_TOKEN_BROKER_URL, scope: ~/src}\n"
+            "      - {name: GH_TOKEN, scope: ~/src/}\n",
+            "m.yaml:32:16: secret 'GH_TOKEN' is brokered: it sets GH_TOKEN_BROKER_URL at its "
+            "scope, which secret 'GH_TOKEN_BROKER_URL' sets too; give one of them another 'env'",
         ),
     ],
 )
@@ -196,3 +206,112 @@ def test_a_pull_request_grant_needs_branches_to_open_it_from():
     text = BROKERED.replace('      push: ["agent/*"]\n', "      api: [pull-request]\n")
     errors = errors_of(brokered(text))
     assert any("'pull-request' opens one from a pushed branch" in e for e in errors), errors
+
+
+# A brokered secret for a plain HTTPS host alone: no repository, nothing to clone with it.
+HOSTS_ONLY = """\
+secrets:
+  API_KEY:
+    from: {env: SAND_TEST_API}
+    deliver: broker
+    broker:
+      hosts: [api.example.com]
+      header: "X-Api-Key: {token}"
+  PLAIN:
+    from: {env: SAND_TEST_PLAIN}
+"""
+GRANTING = (
+    "    secrets:\n      - {name: API_KEY, scope: ~/src/}\n      - {name: PLAIN, scope: ~/src}\n"
+)
+
+
+def test_a_vm_grants_itself_a_brokered_secret_in_its_secrets_never_its_value(monkeypatch):
+    monkeypatch.setenv("SAND_TEST_API", "apikeyBrokerCanary0123456789")
+    monkeypatch.setenv("SAND_TEST_PLAIN", "plainvalue")
+    vms = {vm.name: vm for vm in desired(brokered(HOSTS_ONLY, GRANTING)).vms}
+    (grant,) = vms["a"].brokered
+    assert (grant.secret, grant.https_hosts, grant.env) == (
+        "API_KEY",
+        ("api.example.com",),
+        (("~/src", "API_KEY"),),
+    )
+    # The plain secret still goes to the guest's tmpfs; the brokered one does not.
+    assert [(s.name, s.scope) for s in vms["a"].secrets] == [("PLAIN", "~/src")]
+    assert secret_names([vms["a"]]) == {"API_KEY", "PLAIN"}  # the broker needs its value
+
+    plan, text = planned(brokered(HOSTS_ONLY, GRANTING))
+    assert (
+        "#   brokered (the token stays on this host) API_KEY: https api.example.com "
+        "(X-Api-Key); API_KEY_BROKER_URL at ~/src" in text
+    ), text
+    change = next(c for c in plan_to_json(plan)["changes"] if c["vm"] == "a")
+    assert change["brokered"] == [
+        {
+            "secret": "API_KEY",
+            "repositories": [],
+            "push": [],
+            "hosts": ["api.example.com"],
+            "header": "X-Api-Key",
+            "env": [{"scope": "~/src", "env": "API_KEY"}],
+        }
+    ]
+    validate("plan", plan_to_json(plan))  # the published schema knows the field
+    assert "apikeyBrokerCanary" not in text + json.dumps(plan_to_json(plan))
+
+
+def test_the_guest_is_sent_the_brokers_place_for_it_and_the_credential_never_the_token():
+    (vm,) = [v for v in desired(brokered(HOSTS_ONLY, GRANTING)).vms if v.name == "a"]
+    values = {"API_KEY": "apikeyBrokerCanary0123456789", "PLAIN": "plainvalue"}
+    access = BrokerAccess("http://192.168.5.2:40123", "per-vm-credential")
+    step = secrets_step(vm, values, access)
+    payload = step.stdin.split(b"\0")
+    assert b"apikeyBrokerCanary0123456789" not in step.stdin
+    start = payload.index(b"broker-env")
+    assert payload[start : start + 4] == [
+        b"broker-env",
+        b"~/src",
+        slug("~/src").encode(),
+        b"API_KEY",
+    ]
+    assert b"per-vm-credential" in payload and b"plainvalue" in payload
+    assert "env/" + slug("~/src") + ".sh" in secret_files(vm)
+    assert "git/broker" in secret_files(vm)
+
+
+def test_forks_and_claimed_spares_are_granted_by_their_own_entry_only():
+    text = brokered(HOSTS_ONLY, GRANTING) + (
+        "  - name: f\n    from: {vm: a}\n"  # leaves out secrets: its source's entry's
+        "  - name: g\n    from: {vm: a}\n    secrets: []\n"  # names none: none
+        "  - name: p\n    pool: agents\n"  # a claim with no secrets of its own: none
+        "  - name: q\n    pool: agents\n" + GRANTING
+    )
+    text = text.replace("defaults:\n", "pools:\n  agents: {warm: 1}\ndefaults:\n")
+    vms = {vm.name: vm for vm in desired(text).vms}
+    assert [g.secret for g in vms["f"].brokered] == ["API_KEY"]
+    assert vms["g"].brokered == () and vms["p"].brokered == ()
+    assert [g.secret for g in vms["q"].brokered] == ["API_KEY"]
+    (spare,) = [vm for vm in vms.values() if vm.spare]
+    assert spare.brokered == () and not spare.delivers_secrets
+
+
+def test_a_vm_whose_only_secret_is_a_brokered_grant_is_looked_at_after_a_blind_reboot():
+    # Its broker credential is on the tmpfs a reboot empties: a backend that cannot see
+    # reboots has sand look, as for any VM sand delivered a secret to.
+    text = brokered(HOSTS_ONLY, "    secrets: [{name: API_KEY, scope: ~/src}]\n")
+    state = desired(text)
+    observations = {
+        name: replace(obs, reboots_visible=False) for name, obs in converged(state).items()
+    }
+    plan = make_plan(state, observations, POLICIES)
+    looked = {c.vm for c in plan.changes if needs_guest_check(c, observations)}
+    assert looked == {"a"}
+
+
+def test_a_memory_fork_says_its_source_is_scrubbed_of_a_secrets_grant():
+    # The source's broker credential is on its tmpfs: the memory a fork snapshots is
+    # taken after the scrub, and the plan says what the fork is delivered of its own.
+    text = brokered(HOSTS_ONLY, "    secrets: [{name: API_KEY, scope: ~/src}]\n")
+    text += "  - name: f\n    from: {vm: a, snapshot: memory}\n"
+    vms = {vm.name: vm for vm in desired(text).vms}
+    assert delivered(vms["a"]) == ("API_KEY",)
+    assert "secrets: its own entry's, delivered to it: API_KEY" in fork_copy(vms["f"])

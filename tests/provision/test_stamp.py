@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+from sand.desired.brokered import BrokerGrant
 from sand.provision.secretcheck import secret_files
 from sand.secrets import SecretValue, Stamper
 from sand.secrets.stamp import is_stamp, project_salt
@@ -78,3 +79,12 @@ def test_the_guest_check_looks_for_exactly_the_files_secrets_sh_writes():
     assert len(files) == 2
     assert files[0].startswith("env/work-") and files[0].endswith(".sh")
     assert files[1].startswith("git/src-app-")
+
+
+def test_a_rotated_brokered_secret_granted_by_secrets_changes_the_stamp():
+    # Its value goes to the broker at a delivery: a new one must be delivered again.
+    grant = BrokerGrant("API", (), (), https_hosts=("api.test",), env=(("~/work", "API"),))
+    vm = make_vm(brokered=(grant,))
+    stamper = Stamper("demo")
+    assert stamper.stamp(vm, {"API": CANARY}) != stamper.stamp(vm, {"API": CANARY + "x"})
+    assert stamper.stamp(vm, {"API": CANARY}) != ""

@@ -101,3 +101,26 @@ def test_timeout_is_for_deep_and_must_be_positive(capsys: pytest.CaptureFixture[
         main(["status", "nope.yaml", "--deep", "--timeout", "0"])
     assert info.value.code == 1  # a usage error: 2 is "changes pending"
     assert "'0' is not a number of seconds above 0" in capsys.readouterr().err
+
+
+BROKERED = MANIFEST.replace(
+    "  GH: {from: {env: Y}}\n",
+    "  GH: {from: {env: Y}}\n"
+    "  API: {from: {env: Z}, deliver: broker, broker: {hosts: [api.example.test]}}\n",
+).replace(
+    "    repos: [app]\n", "    repos: [app]\n  - name: c\n    secrets: [{name: API, scope: ~/w}]\n"
+)
+
+
+def test_a_vm_granted_a_brokered_secret_by_its_secrets_is_checked_for_its_variables() -> None:
+    c = next(v for v in desired(BROKERED).vms if v.name == "c")
+    checks = guest_checks(c)
+    assert [(c.words, c.missing) for c in checks if c.words[0] != "agent"] == [
+        (("file", "git/broker"), "broker credential missing (for API)"),
+        (
+            ("env", checks[-1].words[1], "API_BROKER_URL"),
+            "broker variables of API missing (not on the guest's tmpfs for ~/w)",
+        ),
+    ]
+    files = {c.words[1] for c in checks if c.words[0] in ("env", "file")}
+    assert files == set(secret_files(c))  # the very files the secrets step writes

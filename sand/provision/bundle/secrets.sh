@@ -6,6 +6,8 @@
 #   git CHECKOUT SLUG CONTEXT TOKEN   a token git uses for that checkout only
 #   broker URL HOSTS CREDENTIAL   git reaches HOSTS (space-separated) through the
 #                                 host's broker at URL with this VM's credential
+#   broker-env SCOPE SLUG NAME    at SCOPE, NAME_BROKER_URL is the broker's URL and
+#                                 NAME_BROKER_CREDENTIAL_FILE the credential's file
 # Values stay on stdin and tmpfs: they are never in argv, never on disk.
 . "$(dirname -- "$0")/lib.sh"
 
@@ -31,7 +33,7 @@ private_dir "$root/env"
 private_dir "$root/git"
 
 declare -A env_text=() scope_dir=() git_dir=() git_context=() git_token=()
-kind="" broker_url="" broker_hosts=""
+kind="" broker_url="" broker_hosts="" broker_env=()
 while read_field kind; do
 	case $kind in
 	env)
@@ -58,10 +60,27 @@ while read_field kind; do
 		done
 		git_token[broker]=$token # no checkout's slug is "broker": they end in a hash
 		;;
+	broker-env)
+		read_field scope && read_field slug && read_field name ||
+			die "the payload from the host was truncated"
+		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "not an environment variable name: $name"
+		home_path "scope_dir[$slug]" "$scope"
+		broker_env+=("$slug" "$name")
+		;;
 	*) break ;;
 	esac
 done
 expect_end "$kind"
+# A brokered secret's place in the environment: where the broker is and the file of the
+# credential (renewed at each delivery, so a running process always reads the current one).
+for ((i = 0; i < ${#broker_env[@]}; i += 2)); do
+	[ -n "$broker_url" ] || die "a brokered secret's variables without the broker's URL"
+	slug=${broker_env[i]} name=${broker_env[i + 1]}
+	printf -v quoted '%q' "$broker_url"
+	env_text[$slug]+="export ${name}_BROKER_URL=$quoted"$'\n'
+	printf -v quoted '%q' "$root/git/broker"
+	env_text[$slug]+="export ${name}_BROKER_CREDENTIAL_FILE=$quoted"$'\n'
+done
 
 # What an earlier provision put on the other tmpfs (e.g. before linger made
 # /run/user/UID permanent) goes: one place holds a VM's secrets.
