@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 
 from sand.manifest import values as v
-from sand.manifest.fields import Strict, rule
+from sand.manifest.fields import Strict, empty_list, rule
 from sand.manifest.rawdata import Finding
 from sand.manifest.rawdata import as_dict as _dict
 from sand.manifest.rawdata import as_list as _list
@@ -82,20 +82,20 @@ class BrokerRules(Strict):
     """What the broker lets a guest do with a brokered secret; everything else is refused."""
 
     repositories: list[BrokerRepo] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="The repositories (https:// clone URLs) the guest may fetch from and "
         "push to, and ask the GitHub API about ('api'); any other is refused.",
         examples=[["https://github.com/acme/webapp.git"]],
     )
     push: list[PushPattern] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Branch patterns the guest may push to ('*' stands for any text, "
         "slashes included); none: fetch only. A repository's default branch is refused "
         "unless named here exactly, never by a pattern.",
         examples=[["agent/*"]],
     )
     api: list[ApiOperation] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="What the GitHub REST API may be asked of the repositories, through the "
         "broker: 'read' (GET under /repos/OWNER/REPO), 'issue' (open an issue), 'comment' "
         "(on an issue or pull request), 'pull-request' (open one whose head is a branch "
@@ -103,7 +103,7 @@ class BrokerRules(Strict):
         examples=[["read", "pull-request"]],
     )
     hosts: list[HttpsHost] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Hosts (name or name:port) any HTTP client in the guest may reach "
         "through the broker (http://BROKER/HOST/PATH), forwarded over HTTPS with the "
         "secret in 'header'; any other host is refused.",

@@ -20,6 +20,7 @@ from sand.manifest.fields import (
     PackageName,
     RepoUrl,
     Strict,
+    empty_list,
     rule,
 )
 
@@ -154,7 +155,7 @@ class GoldenImage(Strict):
         examples=["debian-12"],
     )
     packages: list[PackageName] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Debian packages the base holds beyond the workbench's own.",
         examples=[["postgresql-client", "jq"]],
     )
@@ -170,7 +171,7 @@ class GoldenImage(Strict):
         examples=[True],
     )
     steps: list[ImageStep] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Steps of your own, run in order after the packages, the toolchain "
         "and the agents.",
         examples=[[{"name": "rust", "run": "curl -fsSL https://sh.rustup.rs | sh -s -- -y"}]],

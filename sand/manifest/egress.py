@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from sand.manifest.fields import Strict
+from sand.manifest.fields import Strict, empty_list
 
 DENY = "deny"
 ALLOW = "allow"
@@ -124,13 +124,13 @@ class Egress(Strict):
         examples=["allow"],
     )
     domains: list[EgressDomain] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Names the VM may reach: exact, or '*.example.org' for every name "
         "under example.org (not example.org itself).",
         examples=[["github.com", "*.githubusercontent.com"]],
     )
     cidrs: list[EgressCidr] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Networks or addresses the VM may reach.",
         examples=[["10.20.0.0/16"]],
     )

@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from sand.manifest.content import SecretSource
-from sand.manifest.fields import EnvName, Strict
+from sand.manifest.fields import EnvName, Strict, empty_dict
 from sand.manifest.hostfiles import host_file_error, read_host_file
 from sand.manifest.loader import validation_problems
 
@@ -38,7 +38,7 @@ class HostSecret(Strict):
 
 
 class HostSecrets(Strict):
-    secrets: dict[EnvName, HostSecret] = Field(default_factory=dict)
+    secrets: dict[EnvName, HostSecret] = Field(default_factory=empty_dict)
 
 
 @dataclass(frozen=True)

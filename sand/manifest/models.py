@@ -39,6 +39,8 @@ from sand.manifest.fields import (
     Strict,
     Timezone,
     UserName,
+    empty_dict,
+    empty_list,
 )
 from sand.manifest.generators import GENERATORS_DESCRIPTION, Generator, GeneratorName
 from sand.manifest.idle import IdleSetting
@@ -163,13 +165,13 @@ class Manifest(Strict):
         examples=[{"cpus": 2, "memory": "8GiB"}],
     )
     secrets: dict[EnvName, Secret] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Named secrets (the name is an environment variable name); values stay "
         "on the host.",
         examples=[{"GITHUB_TOKEN": {"from": {"env": "SAND_GITHUB_TOKEN"}}}],
     )
     images: dict[Identifier, GoldenImage] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Golden images, by a name of your choosing: each is provisioned once "
         "into a base per backend (a Proxmox template, a Lima instance) that the VMs naming "
         "it as their `image` are created from; each VM then runs only its own steps "
@@ -177,17 +179,17 @@ class Manifest(Strict):
         examples=[{"workbench": {"packages": ["jq"], "agents": ["claude", "codex"]}}],
     )
     pools: dict[PoolName, Pool] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description=POOLS_DESCRIPTION,
         examples=[{"agents": {"image": "workbench", "warm": 3}}],
     )
     repos: dict[str, Repo] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Repositories VMs may clone, by name.",
         examples=[{"webapp": {"url": "https://github.com/acme/webapp.git"}}],
     )
     generators: dict[GeneratorName, Generator] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description=GENERATORS_DESCRIPTION,
         examples=[
             {
@@ -201,7 +203,7 @@ class Manifest(Strict):
         ],
     )
     vms: list[VM] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="The VMs; a VM left out is deleted on the next apply.",
         examples=[[{"name": "agent-1"}]],
     )

@@ -33,7 +33,15 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, model_validator
 
 from sand.manifest.backends import LimaConfig, ProxmoxConfig, SshTarget
-from sand.manifest.fields import EnvName, HostName, LocalPath, PortNumber, SshUser, Strict
+from sand.manifest.fields import (
+    EnvName,
+    HostName,
+    LocalPath,
+    PortNumber,
+    SshUser,
+    Strict,
+    empty_dict,
+)
 from sand.manifest.hostfiles import host_file_error, read_host_file
 from sand.manifest.hosts import host as host_key
 from sand.manifest.loader import LoadedManifest, validation_problems
@@ -66,8 +74,8 @@ class BackendPin(Strict):
 
 
 class Pins(Strict):
-    backends: dict[str, BackendPin] = Field(default_factory=dict)
-    tokens: dict[EnvName, list[str]] = Field(default_factory=dict)
+    backends: dict[str, BackendPin] = Field(default_factory=empty_dict)
+    tokens: dict[EnvName, list[str]] = Field(default_factory=empty_dict)
 
 
 def pins_file(directory: Path) -> Path:

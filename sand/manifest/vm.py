@@ -34,6 +34,7 @@ from sand.manifest.fields import (
     Strict,
     Timezone,
     UserName,
+    empty_list,
 )
 from sand.manifest.idle import IdleSetting
 from sand.manifest.pools import POOL_DESCRIPTION
@@ -131,7 +132,7 @@ class ForkSource(Strict):
         examples=[True],
     )
     logins: list[Agent] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="The agents whose login this fork keeps from its source's disk "
         "(default none: each agent's login file in the copy is overwritten and removed, "
         "and you log in inside the fork; its secrets are its own entry's, delivered to "
@@ -170,17 +171,17 @@ class VM(Strict):
     )
     user: UserName | None = Field(default=None, description=USER_DESCRIPTION, examples=["claude"])
     repos: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Names under the top-level `repos` to clone into this VM.",
         examples=[["webapp"]],
     )
     secrets: list[SecretUse] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Secrets placed at guest directories.",
         examples=[[{"name": "GITHUB_TOKEN", "scope": "~/src/webapp"}]],
     )
     ports: list[Port] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Lima only: forwards from the guest to the host's 127.0.0.1.",
         examples=[[{"guest": 3000, "host": 3000}]],
     )
