@@ -7,7 +7,7 @@ carries its rule (``values.py``) and the pattern editors see in the schema.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,8 @@ from sand.manifest.locales import LOCALE, TIMEZONE, locale_problem, timezone_pro
 from sand.manifest.names import ENV_NAME, IDENTIFIER
 from sand.manifest.sizes import DISK_RANGE, MEMORY_RANGE, SIZE_PATTERN, bounded, format_size
 from sand.refname import branch_problem
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def rule(check: Callable[[Any], str | None], prefix: str = "") -> AfterValidator:
@@ -49,6 +51,19 @@ def empty_list() -> list[Any]:
 
 def empty_dict() -> dict[Any, Any]:
     return {}
+
+
+def all_defaults(model: type[_M]) -> Callable[[], _M]:
+    """The default factory of a block left out (``defaults:``, a generator's ``vm:``):
+    ``model`` with every field at its default, made without validating it (there is
+    nothing to check). ``model()`` would build a validator of its own for it alone,
+    though the manifest's holds the block's already: ~3 ms of the check of a manifest
+    without the block."""
+
+    def make() -> _M:
+        return model.model_construct()
+
+    return make
 
 
 def _size_schema(bounds: tuple[int, int]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from sand.manifest.fields import Strict
+from sand.manifest.fields import Strict, all_defaults
 from sand.manifest.rawdata import Finding, as_dict, as_list, as_str
 from sand.manifest.vm import VM
 
@@ -133,7 +133,7 @@ class Generator(Strict):
         examples=[True],
     )
     vm: VMTemplate = Field(
-        default_factory=VMTemplate,
+        default_factory=all_defaults(VMTemplate),
         description="The template of each VM: a VM entry without `name` and `from`.",
         examples=[{"pool": "agents", "secrets": [{"name": "GITHUB_TOKEN", "scope": "~/src"}]}],
     )

@@ -39,6 +39,7 @@ from sand.manifest.fields import (
     Strict,
     Timezone,
     UserName,
+    all_defaults,
     empty_dict,
     empty_list,
 )
@@ -160,7 +161,7 @@ class Manifest(Strict):
         examples=[{"laptop": {"type": "lima"}}],
     )
     defaults: Defaults = Field(
-        default_factory=Defaults,
+        default_factory=all_defaults(Defaults),
         description="Values every VM takes unless it sets its own.",
         examples=[{"cpus": 2, "memory": "8GiB"}],
     )

@@ -62,14 +62,15 @@ _PROBE = (
 )
 
 
-def _validate(tmp_path, *words, env=None):
+def _validate(tmp_path, *words, env=None, probe=_PROBE):
+    """``sand validate WORDS`` in a fresh process, ``probe`` printing after it."""
     import os
     import subprocess
     import sys
 
     full = {**os.environ, "SAND_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", _PROBE, "validate", *words],
+        [sys.executable, "-c", probe, "validate", *words],
         cwd=tmp_path,
         env=full,
         capture_output=True,
@@ -136,3 +137,29 @@ def test_a_zone_gone_from_the_tz_database_is_seen_by_the_next_check(tmp_path):
     (zones / "Europe").rmdir()
     gone = _validate(tmp_path, "a.yaml", env=env)
     assert gone.returncode == 1 and "Europe/Testland" in gone.stderr, gone.stderr
+
+
+# Which of the manifest's models had a validator built by a first check (the manifest's
+# holds every block's).
+_BUILT_PROBE = (
+    "import sys\n"
+    "from sand.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "from sand.manifest.schema import models\n"
+    "print('built:', *sorted(n for n, m in models().items() if m.__pydantic_complete__))\n"
+    "raise SystemExit(code)\n"
+)
+
+
+def test_a_first_check_builds_one_validator(tmp_path):
+    """GOOD leaves ``defaults:`` out: its default is made without a validator of its own."""
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(BAD)
+    good = _validate(tmp_path, "a.yaml", probe=_BUILT_PROBE)
+    assert (good.returncode, good.stdout) == (
+        0,
+        "a.yaml: valid (1 VM on 1 backend)\nbuilt: Manifest\n",
+    )
+    bad = _validate(tmp_path, "b.yaml", probe=_BUILT_PROBE)
+    assert (bad.returncode, bad.stdout) == (1, "built: Manifest\n")
+    assert bad.stderr.startswith("b.yaml:9:5: unknown key 'memroy'")
