@@ -56,8 +56,13 @@ def _medians_wall_cpu_ms(
 ) -> list[tuple[float, float]]:
     """Per tree: the median wall time and the median CPU time (user + system: the
     steadier figure on a shared machine) of ``argv``; ``fresh_cache``: each run with an
-    empty cache directory of its own (a manifest sand has not seen)."""
+    empty cache directory of its own (a manifest sand has not seen). Otherwise each tree
+    keeps a cache directory of its own across its runs: in one shared by the trees, each
+    tree's run found the other's reading of the manifest (another key) and read it again,
+    so "a manifest checked again unchanged" measured a first check on both sides."""
     envs = [installed_env(tree) for tree in trees]
+    for env in envs:
+        env["SAND_CACHE_DIR"] = tempfile.mkdtemp(prefix="sand-bench-cache-")
     for tree, env in zip(trees, envs, strict=True):  # warm-up: it writes the bytecode
         run_in(tree, argv, env)
     walls: list[list[float]] = [[] for _ in envs]
@@ -122,6 +127,9 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
         "sand validate (1 VM)": "≤ 150 ms",
         "sand validate (1 VM, not seen before)": "≤ 150 ms",
     }
+    # Goals of the CPU time itself (user + system), the figure a loaded machine leaves
+    # steady: a first check of a manifest is judged by it (issue 41).
+    cpu_goals = {"sand validate (1 VM, not seen before)": "≤ 150 ms CPU"}
     rows = [("python -c pass", f"{bare:.0f} ms")]
     for key, ms in now.items():
         said = f"{ms:.0f} ms (+{ms - bare:.0f} ms over bare)"
@@ -140,7 +148,13 @@ def startup(runs: int = 15) -> list[tuple[str, str]]:
                 before=then.get(key),
                 goal=goals[key],
             )
-            record("  its CPU time (user + system)", cpu_now[key], "ms", before=cpu_then.get(key))
+            record(
+                "  its CPU time (user + system)",
+                cpu_now[key],
+                "ms",
+                before=cpu_then.get(key),
+                goal=cpu_goals.get(key, ""),
+            )
     return rows
 
 

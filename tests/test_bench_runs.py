@@ -82,3 +82,25 @@ def test_a_command_is_run_by_the_measured_tree_own_sand(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failed:
         run_in(tree, [sys.executable, "-m", "sand", "--version"], installed_env(tree))
     assert failed.value.returncode == 7
+
+
+def test_each_measured_tree_keeps_its_own_cache_across_its_runs(tmp_path):
+    # One cache shared by this tree and the tree before: each run found the other
+    # tree's reading of the manifest under another key, and "checked again unchanged"
+    # measured a first check on both sides.
+    from bench.core import _medians_wall_cpu_ms
+
+    trees = []
+    for name in ("now", "before"):
+        tree = tmp_path / name
+        (tree / "sand").mkdir(parents=True)
+        (tree / "sand" / "__init__.py").write_text("")
+        (tree / "sand" / "__main__.py").write_text(
+            "import os\n"
+            f"with open({str(tmp_path / name)!r} + '.log', 'a') as log:\n"
+            "    print(os.environ['SAND_CACHE_DIR'], file=log)\n"
+        )
+        trees.append(tree)
+    _medians_wall_cpu_ms([sys.executable, "-m", "sand"], 2, trees)
+    now, before = (set((tmp_path / f"{n}.log").read_text().split()) for n in ("now", "before"))
+    assert len(now) == len(before) == 1 and now != before
