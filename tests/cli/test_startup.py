@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,10 +132,14 @@ print("SCANNED=%s" % (_loader._plugins is not None))
 """
 
 
-def test_no_pydantic_plugin_is_looked_for():
+def test_no_pydantic_plugin_is_looked_for(tmp_path):
+    # A cache of its own: the manifest is read and its models built, not answered from
+    # a check before (then no model is built, and the test could not fail).
+    env = {**os.environ, "SAND_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-c", PLUGIN_PROBE], capture_output=True, text=True, check=True, cwd=ROOT
-    )
+        [sys.executable, "-c", PLUGIN_PROBE],
+        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
+    )  # fmt: skip
     assert "SCANNED=False" in proc.stdout, proc.stderr
 
 
