@@ -5,9 +5,11 @@
 Each figure is one real ``sand`` process against a fresh fakepve (time scale 0),
 counted on the fake's side:
 
-- a no-op ``sand plan`` of N converged VMs, every one with a deny policy: the listing
-  and the one read of the datacenter's firewall switch (the policies enforced are
-  recorded in the VMs' markers, so no VM's firewall is read);
+- a no-op ``sand plan`` of N converged VMs, every one with a deny policy: the listing,
+  the one read of the datacenter's firewall switch, and per VM the four reads that show
+  whether a hand changed its firewall (options, rules, ``sand-egress``'s entries, config:
+  docs/egress.md#drift), with the plan's wall and CPU time; with ``bench/run.py --before
+  REF`` the same plan of the tree at REF beside it (before the drift read: 2 requests);
 - a create with a policy of ``--cidrs`` CIDRs: the requests that write its firewall
   (PVE takes one rule or one ipset entry per request), all before its first start;
 - one VM's policy changed (a CIDR added and a port): the requests about that VM, reads
@@ -21,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.core import installed_env  # noqa: E402
+from bench.core import _children_cpu, before_tree, installed_env  # noqa: E402
 from bench.summary import record  # noqa: E402
 from tests.fakepve_rig.rig import FakePveRig  # noqa: E402
 
@@ -50,14 +53,17 @@ def _fresh_rig(work: Path) -> FakePveRig:
     return rig
 
 
-def _sand(work: Path, rig: FakePveRig, vms: list[dict[str, Any]], *words: str) -> None:
+def _sand(
+    work: Path, rig: FakePveRig, vms: list[dict[str, Any]], *words: str, tree: Path | str = ROOT
+) -> None:
     (work / "sand.yaml").write_text(yaml.safe_dump(rig.manifest(vms)))
     env = installed_env(
+        tree,
         env={
             **os.environ,
             "SAND_STATE_DIR": str(work / "state"),
             "SAND_CACHE_DIR": str(work / "cache"),
-        }
+        },
     )
     argv = [sys.executable, "-m", "sand", *words]
     done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, check=False)
@@ -65,8 +71,9 @@ def _sand(work: Path, rig: FakePveRig, vms: list[dict[str, Any]], *words: str) -
         raise RuntimeError(done.stdout[-1000:] + done.stderr[-2000:])
 
 
-def no_op_plan(vms: int, cidrs: int) -> list[str]:
-    """The requests of a no-op plan of ``vms`` converged VMs with deny policies."""
+def no_op_plan(vms: int, cidrs: int, tree: Path | str = ROOT) -> tuple[list[str], float, float]:
+    """The requests, wall and CPU seconds of a no-op plan of ``vms`` converged VMs with
+    deny policies (their firewalls as sand writes them), by ``tree``'s sand."""
     with tempfile.TemporaryDirectory(prefix="sand-bench-") as tmp:
         work = Path(tmp)
         rig = _fresh_rig(work)
@@ -74,12 +81,25 @@ def no_op_plan(vms: int, cidrs: int) -> list[str]:
             entries = [{"name": f"vm-{i:04d}", "egress": _policy(cidrs)} for i in range(vms)]
             for i, vm in enumerate(rig.desired(entries)):
                 rig.seed_managed(vm, 1000 + i)
-            _sand(work, rig, entries, "plan", "--detailed-exitcode")  # writes the cache
+            # The first writes the cache (and the bytecode): the second is measured.
+            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree)
             rig.clear_log()
-            _sand(work, rig, entries, "plan", "--detailed-exitcode")
-            return [str(r) for r in rig.log]
+            used, started = _children_cpu(), time.perf_counter()
+            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree)
+            wall, cpu = time.perf_counter() - started, _children_cpu() - used
+            return [str(r) for r in rig.log], wall, cpu
         finally:
             rig.stop()
+
+
+def _kinds(requests: list[str]) -> str:
+    """The requests counted by what they ask (a path's vmid left out)."""
+    counts: dict[str, int] = {}
+    for request in requests:
+        method, path = request.split(" ")[:2]
+        key = f"{method} " + "/".join("{vmid}" if p.isdigit() else p for p in path.split("/"))
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def create_and_change(vms: int, cidrs: int) -> tuple[int, int, int]:
@@ -106,13 +126,38 @@ def create_and_change(vms: int, cidrs: int) -> tuple[int, int, int]:
 
 
 def rows(vms: int = 1000, change_vms: int = 10, cidrs: int = 2) -> list[tuple[str, str]]:
-    plan = no_op_plan(vms, cidrs)
-    out = [(f"N={vms} with deny policies: no-op plan, requests", f"{len(plan)}: {', '.join(plan)}")]
+    plan, wall, cpu = no_op_plan(vms, cidrs)
+    before = before_tree()
+    was = no_op_plan(vms, cidrs, before) if before else None
+    out = [
+        (f"N={vms} with deny policies: no-op plan, requests", f"{len(plan)}: {_kinds(plan)}"),
+        (f"N={vms}: no-op plan, wall / CPU (the sand process)", f"{wall:.2f} s / {cpu:.2f} s"),
+    ]
+    if was is not None:
+        out.append(
+            (
+                f"N={vms}: the tree before, requests, wall / CPU",
+                f"{len(was[0])}: {_kinds(was[0])}; {was[1]:.2f} s / {was[2]:.2f} s",
+            )
+        )
     record(
         f"Proxmox no-op plan, {vms} VMs with egress policies: requests",
         len(plan),
         "requests",
-        goal="the listing (+ 1 read of the datacenter switch)",
+        before=len(was[0]) if was else None,
+        goal="the listing + the datacenter switch + 4 firewall reads a VM (drift)",
+    )
+    record(
+        f"Proxmox no-op plan, {vms} VMs with egress policies: wall",
+        wall,
+        "s",
+        before=was[1] if was else None,
+    )
+    record(
+        f"Proxmox no-op plan, {vms} VMs with egress policies: CPU",
+        cpu,
+        "s",
+        before=was[2] if was else None,
     )
     create, on_vm, total = create_and_change(change_vms, cidrs)
     out.append(

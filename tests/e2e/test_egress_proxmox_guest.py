@@ -379,3 +379,24 @@ def test_a_changed_policy_is_in_force_as_soon_as_sand_writes_it(egress: Egress) 
     assert done.returncode == 0 and "egress" in done.stdout, done.stdout + done.stderr
     assert "CONNECTED" in egress.connect(egress.allowed, 8443)
     assert egress.witness.at(egress.allowed, 8443) == [egress.guest]
+
+
+def test_a_firewall_opened_by_hand_is_closed_again_by_the_next_apply(egress: Egress) -> None:
+    """A person sets ``policy_out=ACCEPT`` on the VM's firewall (the GUI's API call): the
+    rig applies it as pve-firewall's update loop would, and the guest gets out; the next
+    plan shows it as drift, and apply closes the VM again (docs/egress.md#drift). (Last:
+    it opens the VM for a while.)"""
+    dst, port = egress.host, 443
+    assert "BLOCKED TimeoutError" in egress.connect(dst, port)
+    (vm,) = egress.rig.vms_named("eg-1")
+    options = f"nodes/{vm.node}/qemu/{vm.vmid}/firewall/options"
+    assert Api(egress.rig).call("PUT", options, policy_out="ACCEPT")[0] == 200
+    assert "CONNECTED" in egress.connect(dst, port)
+    assert egress.witness.at(dst, port) == [egress.guest]  # it got out
+    plan = egress.sand.run("plan")
+    assert "changed outside sand: policy_out=ACCEPT" in plan.stdout, plan.stdout + plan.stderr
+    done = egress.sand.run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "BLOCKED TimeoutError" in egress.connect(dst, port)
+    assert egress.witness.at(dst, port) == [egress.guest]  # nothing more arrived
+    assert f"DST={dst}" in egress.denied(dst, port)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import threading
 import time
@@ -286,7 +287,7 @@ class FakePveRig:
         from sand.backends.proxmox import description as desc
         from sand.backends.proxmox import marker as mk
         from sand.backends.proxmox import units
-        from sand.backends.proxmox.firewall import MARKER_KEY
+        from sand.backends.proxmox.firewall import MARKER_KEY, denies, with_firewall
         from sand.observed import Marker
 
         marker = Marker(
@@ -312,7 +313,28 @@ class FakePveRig:
         kwargs["description"] = desc.merge_description(
             note, marker, protect=vm.protect or None, **egress
         )
-        return self.seed_vm(vmid, vm.name, **kwargs)
+        if denies(vm.egress):
+            net0 = f"virtio={_mac(vmid)},bridge={self.bridge}"
+            kwargs["config"] = {"net0": with_firewall(net0), **kwargs.get("config", {})}
+        seeded = self.seed_vm(vmid, vm.name, **kwargs)
+        if denies(vm.egress):
+            self.run(self._seed_firewall, seeded, vm)
+        return seeded
+
+    def _seed_firewall(self, seeded: FakeVm, vm: DesiredVM) -> None:
+        """The VM's firewall as ``firewall.write`` leaves it for ``vm``'s deny policy (the
+        next plan reads it back: docs/egress.md#drift)."""
+        from sand.backends.proxmox.firewall import IPSET, OPTIONS, RULE_COMMENT, rule_of
+
+        assert vm.egress is not None
+        conf = self.pve.firewall_config("vm", seeded.node, seeded.vmid)
+        conf["options"].update(OPTIONS)
+        if vm.egress.cidrs:
+            # PVE stores a single address without its /32 (or /128).
+            kept = [re.sub(r"/(32|128)$", "", c) for c in vm.egress.cidrs]
+            conf["ipset"][IPSET] = [{"cidr": c} for c in reversed(kept)]
+            conf["ipset_comments"][IPSET] = RULE_COMMENT
+            conf["rules"].insert(0, rule_of(vm.egress))
 
     def add_token(self, token_id: str, *, acl: str = "pool") -> Path:
         """Register an API token and write its 0600 file. acl: "pool" (least privilege),

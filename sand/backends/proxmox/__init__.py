@@ -5,7 +5,8 @@ into ``errors.ErrorKind``), ``marker`` (tags and description, read as ownership
 claims), ``observe`` (one listing, deep reads on mismatch), ``create`` (adopt or
 ``clone`` into an id ``vmids`` counts, then configure), ``lifecycle`` (update, delete,
 mark), ``recover`` (journal replay: decide, then act; VMs a listing left out), ``guest`` (the
-guest agent address), ``firewall`` (a VM's egress, in the PVE firewall), ``doctor`` and
+guest agent address), ``firewall`` (a VM's egress, in the PVE firewall), ``firewall_drift`` (that
+firewall read back each plan: a hand's change is drift), ``doctor`` and
 ``backend``.
 proxmoxer and requests load only when a backend is built.
 """

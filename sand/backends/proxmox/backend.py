@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sand.backends.capabilities import Capabilities
-from sand.backends.proxmox import claims, firewall, lifecycle
+from sand.backends.proxmox import claims, firewall, firewall_drift, lifecycle
 from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import update as update_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
@@ -81,7 +81,11 @@ class ProxmoxBackend:
         start = self.ctx.client.requests
         gap = await firewall.datacenter_gap(self.ctx)
         spent = seen.requests + self.ctx.client.requests - start
-        return dataclasses.replace(seen, egress_gap=gap, requests=spent)
+        seen = dataclasses.replace(seen, egress_gap=gap, requests=spent)
+        if gap:
+            return seen  # every deny policy is refused: nothing to compare it with
+        # A policy the marker vouches for is read back: a hand may have opened it since.
+        return await firewall_drift.read_drift(self.ctx, seen, desired)
 
     def send_listing(self) -> None:
         observe_mod.send_listing(self.ctx)

@@ -51,7 +51,8 @@ NO_QUORUM = re.compile(r"no quorum", re.IGNORECASE)
 # "modified": "detected modified configuration - file changed by other user? Try again."
 # (a stale digest on a config PUT); "checksum mismatch (file change by other user?)".
 MESSAGE_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
-    (ErrorKind.NOT_FOUND, re.compile(r"does not exist")),
+    # pve-firewall: "no such IPSet 'NAME'" (API2/Firewall/IPSet.pm, load_config).
+    (ErrorKind.NOT_FOUND, re.compile(r"does not exist|no such IPSet")),
     (ErrorKind.EXISTS, re.compile(r"already exists")),
     (ErrorKind.CONFLICT, re.compile(r"checksum mismatch|modified")),
     (ErrorKind.LOCKED, re.compile(r"is locked")),

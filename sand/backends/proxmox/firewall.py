@@ -98,7 +98,7 @@ async def _read(ctx: Ctx, fw: str) -> _Held:
     return _Held(tuple(r for r in rules if r.get("comment") == RULE_COMMENT), IPSET in names)
 
 
-def _rule(policy: EgressPolicy) -> dict[str, Any]:
+def rule_of(policy: EgressPolicy) -> dict[str, Any]:
     """sand's one rule: out to the ipset, on the policy's TCP ports."""
     return {
         "type": "out",
@@ -111,7 +111,7 @@ def _rule(policy: EgressPolicy) -> dict[str, Any]:
     }
 
 
-def _same_network(a: object, b: object) -> bool:
+def same_network(a: object, b: object) -> bool:
     # PVE stores a single address without its /32 (or /128).
     try:
         return ipaddress.ip_network(str(a), strict=False) == ipaddress.ip_network(
@@ -134,12 +134,12 @@ async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> Non
     else:
         await ctx.client.post(f"{fw}/ipset", name=IPSET, comment=RULE_COMMENT)
     for cidr in policy.cidrs:
-        if not any(_same_network(cidr, e.get("cidr")) for e in entries):
+        if not any(same_network(cidr, e.get("cidr")) for e in entries):
             await ctx.client.post(f"{fw}/ipset/{IPSET}", cidr=cidr)
     for entry in entries:
-        if not any(_same_network(cidr, entry.get("cidr")) for cidr in policy.cidrs):
+        if not any(same_network(cidr, entry.get("cidr")) for cidr in policy.cidrs):
             await ctx.client.delete(f"{fw}/ipset/{IPSET}/{entry['cidr']}")
-    want = _rule(policy)
+    want = rule_of(policy)
     if len(held.rules) == 1:
         (rule,) = held.rules
         if any(str(rule.get(k, "")) != str(v) for k, v in want.items()):

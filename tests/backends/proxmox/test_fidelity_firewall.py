@@ -109,3 +109,25 @@ def test_a_rule_sent_without_enable_is_stored_disabled_and_first(fakepve_factory
         (0, "22", 0),
         (1, "443", 0),
     ]
+
+
+@BOTH
+def test_each_firewall_read_has_a_digest_of_its_own_answer_only(fakepve_factory, major):
+    """P17: no digest covers the whole ``<vmid>.fw`` (``copy_list_with_digest`` of the
+    rules, ``copy_opject_with_digest`` of the options, in pve-firewall's Firewall.pm), so
+    the rules' digest stays when the options or an ipset change: one read cannot show a
+    hand's change to the others (sand reads each: docs/egress.md#drift)."""
+    _, api = made(fakepve_factory, major)
+    assert api.call("POST", f"{FW}/ipset", name="sand-egress")[0] == 200
+    assert api.call("POST", f"{FW}/rules", type="out", action="ACCEPT", enable=1)[0] == 200
+
+    def digests() -> tuple[str, str]:
+        (rule,) = api.call("GET", f"{FW}/rules")[1]
+        return rule["digest"], api.call("GET", f"{FW}/options")[1]["digest"]
+
+    rules, options = digests()
+    assert api.call("PUT", f"{FW}/options", enable=1, policy_out="ACCEPT")[0] == 200
+    assert api.call("POST", f"{FW}/ipset/sand-egress", cidr="10.20.0.0/16")[0] == 200
+    after_rules, after_options = digests()
+    assert after_rules == rules
+    assert after_options != options
