@@ -85,6 +85,11 @@ class DesiredVM:
     # guest; None: no policy. In the fingerprint only when set (as ``cpu``), so the
     # fleets that write none keep theirs.
     egress: EgressPolicy | None = None
+    # Where sand's egress proxy for the VM's guest listens on this host (ADDRESS:PORT),
+    # when its backend's owner declared one (Proxmox's ``egress_proxy``): the firewall
+    # lets the VM reach it, and it serves the policy's ``domains``. In no fingerprint:
+    # it moves with this host, not with the VM.
+    egress_proxy: str | None = None
     # The golden base this VM is made from (an image under ``images``: ``declared``), or
     # the one sand may derive for VMs sharing its machine-level content (None: neither,
     # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
@@ -352,6 +357,7 @@ def _resolve(
         expires=expiry_of(vm.expires or d.expires),
         idle=policy_of(vm.idle, d.idle),
         egress=egress_of(vm.egress, d.egress),
+        egress_proxy=getattr(backend, "egress_proxy", None),
         base=base,
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),
