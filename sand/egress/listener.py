@@ -99,6 +99,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
 def main(project: str, backend: str, address: str, port: int) -> int:
     directory = proxy_dir(project, backend)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     server = _Server((address, port), _Handler)
     server.directory = directory
     run = directory / "run.json"
