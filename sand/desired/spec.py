@@ -39,7 +39,7 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
-from sand.manifest.egress import EgressPolicy, egress_of
+from sand.manifest.egress import DENY, EgressPolicy, egress_of
 from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
@@ -124,6 +124,10 @@ class DesiredVM:
         content = with_grants(self._content(), self.brokered)
         if self.generated is not None and self.generated.text:  # only where there is one
             content["item"] = self.generated.text
+        policy = self.egress
+        if self.egress_proxy and policy is not None and policy.policy == DENY and policy.domains:
+            # The guest is told its proxy: gaining, moving or losing one reprovisions it.
+            content["egress_proxy"] = self.egress_proxy
         return content
 
     def _content(self) -> dict[str, object]:

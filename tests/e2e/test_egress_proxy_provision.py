@@ -87,6 +87,24 @@ def test_apply_points_the_guest_at_its_proxy_which_vouches_for_it_alone(
         (entry,) = [json.loads(line) for line in log]
         assert (entry["vm"], entry["destination"]) == ("agent-1", "exfil.test:443")
 
+        # The host's owner moves the proxy: the guest is provisioned again and told the
+        # new address; the proxy listens there and no longer at the old one.
+        moved = f"{BRIDGE_ADDRESS}:{free_port(BRIDGE_ADDRESS)}"
+        manifest["backends"]["pve"]["egress_proxy"] = moved
+        sand.write(manifest)
+        with AnswersOnceRunning(rig, {"agent-1": guest}):
+            again = sand.run("apply", "--auto-approve", env=env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        told = root(guest, "cat", "/etc/environment").splitlines()
+        assert f"https_proxy=http://agent-1:{credential}@{moved}" in told
+        refused = guest.run_root(["bash", "-c", script])
+        assert refused.returncode != 0 and b"403" in refused.stderr, refused.stderr
+        assert len(registry.denial_log("demo", "pve", "agent-1").read_text().splitlines()) == 2
+        address, _, port = listen.rpartition(":")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, int(port)), timeout=5).close()
+        listen = moved
+
         gone = sand.run("destroy", "--auto-approve", env=env)
         assert gone.returncode == 0, gone.stdout + gone.stderr
         assert not (directory / "run.json").exists()  # the last VM took the proxy with it
