@@ -14,6 +14,7 @@ from sand.backends.protocol import Backend, BaseProvisioner
 from sand.broker.client import grant_vm
 from sand.desired import DesiredVM
 from sand.desired.spec import DesiredBase
+from sand.egress.registry import access as egress_access
 from sand.errors import SandError
 from sand.observed import ObservedVM, SecretsRecord
 from sand.plan.model import GuestAction, VMChange
@@ -56,10 +57,12 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
             # A new broker credential for each delivery: the one before it dies here.
             jump = endpoint.jump is not None
             broker = grant_vm(session.project, vm, endpoint.host, jump, values)
+            # The proxy vouches for the VM from the address it is reached at now.
+            proxy = egress_access(session.project, vm, endpoint.host)
             if only_secrets:
                 report = await deliver_secrets(endpoint, vm, values, broker=broker)
             else:
-                report = await provision(endpoint, vm, values, broker=broker)
+                report = await provision(endpoint, vm, values, broker=broker, egress_proxy=proxy)
         except SandError as exc:
             # The error already carries the failing step's tail, redacted (provisioner).
             failed = f"[{exc.layer}] {exc}".splitlines()

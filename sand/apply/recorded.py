@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sand.broker.client import revoke
 from sand.desired import DesiredState
+from sand.egress.registry import forget as forget_egress
 from sand.observed import STOPPED, Ownership, RecordedVM
 from sand.plan.model import Action, Plan
 from sand.state.asleep import SleepRecord, load_asleep, save_asleep
@@ -89,9 +90,9 @@ def record_expired(project: str, desired: DesiredState, plan: Plan, result: Appl
 def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
     """A VM this run deleted leaves nothing of its own on this host (the security
     model's promise; the list is in docs/security.md): its last result, provisioning
-    log, sleep record and broker grant go here; the inventory drops it as it records the run, the
-    journal's entries go with its compaction, the backend's delete took its host-key
-    pins."""
+    log, sleep record, broker grant and egress proxy entry go here; the inventory drops
+    it as it records the run, the journal's entries go with its compaction, the
+    backend's delete took its host-key pins."""
     done = {(r.backend, r.vm) for r in result.results if r.ok}
     gone = {
         (c.backend, c.vm)
@@ -102,8 +103,9 @@ def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
         return
     forget_records(project, gone)
     forget_provision_logs(project, {vm for _, vm in gone})
-    for _, vm in gone:
+    for backend, vm in gone:
         revoke(project, vm)  # its broker credential dies with it
+        forget_egress(project, backend, vm)  # and its place at the egress proxy
     asleep = load_asleep(project)
     if any(key in asleep for key in gone):
         save_asleep(project, {k: r for k, r in asleep.items() if k not in gone})

@@ -97,5 +97,7 @@ def capabilities_of(backend: Backend | type[Backend]) -> Capabilities:
     implements (sleeps, claims): one declaration, the method, so the plan never promises
     what the engine would refuse."""
     kind = backend if isinstance(backend, type) else type(backend)
-    declared = kind.capabilities
+    # An instance's own (what its configuration allows, e.g. a declared egress proxy)
+    # before its type's.
+    declared = backend.capabilities
     return replace(declared, sleeps=issubclass(kind, Sleeps), claims=issubclass(kind, ClaimsSpares))

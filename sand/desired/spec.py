@@ -39,7 +39,7 @@ from sand.manifest.builtin import (
     DEFAULT_STATE,
     DEFAULT_USER,
 )
-from sand.manifest.egress import EgressPolicy, egress_of
+from sand.manifest.egress import DENY, EgressPolicy, egress_of
 from sand.manifest.expiry import Expiry
 from sand.manifest.idle import IdlePolicy, policy_of
 from sand.manifest.loader import LoadedManifest
@@ -85,6 +85,11 @@ class DesiredVM:
     # guest; None: no policy. In the fingerprint only when set (as ``cpu``), so the
     # fleets that write none keep theirs.
     egress: EgressPolicy | None = None
+    # Where sand's egress proxy for the VM's guest listens on this host (ADDRESS:PORT),
+    # when its backend's owner declared one (Proxmox's ``egress_proxy``): the firewall
+    # lets the VM reach it, and it serves the policy's ``domains``. In no fingerprint:
+    # it moves with this host, not with the VM.
+    egress_proxy: str | None = None
     # The golden base this VM is made from (an image under ``images``: ``declared``), or
     # the one sand may derive for VMs sharing its machine-level content (None: neither,
     # e.g. a VM sand does not provision). Not in the fingerprints: a VM made from a
@@ -126,6 +131,10 @@ class DesiredVM:
         content = with_grants(self._content(), self.brokered)
         if self.generated is not None and self.generated.text:  # only where there is one
             content["item"] = self.generated.text
+        policy = self.egress
+        if self.egress_proxy and policy is not None and policy.policy == DENY and policy.domains:
+            # The guest is told its proxy: gaining, moving or losing one reprovisions it.
+            content["egress_proxy"] = self.egress_proxy
         return content
 
     def _content(self) -> dict[str, object]:
@@ -359,6 +368,7 @@ def _resolve(
         expires=expiry_of(vm.expires or d.expires),
         idle=policy_of(vm.idle, d.idle),
         egress=egress_of(vm.egress, d.egress),
+        egress_proxy=getattr(backend, "egress_proxy", None),
         base=base,
         rebuild=vm.rebuild or d.rebuild or DEFAULT_REBUILD,
         fork=desired_fork(vm),

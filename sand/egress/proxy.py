@@ -195,6 +195,16 @@ def serve(policy_path: Path, fd_in: int = 0, fd_out: int = 1) -> int:
         return 0
     try:
         head = read_head(fd_in)
+    except Refused as exc:
+        answer(fd_in, fd_out, "400 Bad Request", f"sand egress proxy: {exc}")
+        return 0
+    return serve_request(policy, head, fd_in, fd_out)
+
+
+def serve_request(policy: PolicyFile, head: bytes, fd_in: int, fd_out: int) -> int:
+    """One request whose head (and what followed it) was read, for a VM whose policy is
+    ``policy``: decide, then relay or refuse."""
+    try:
         header_end = head.index(b"\r\n\r\n") + 4
         host, port, request = parse_target(head[:header_end])
     except Refused as exc:

@@ -107,6 +107,42 @@ EgressCidr = Annotated[
     ),
 ]
 
+
+def canonical_proxy(value: Any) -> str:
+    """A declared egress proxy as sand compares it: ``ADDRESS:PORT``, an IPv4 address of
+    this host (the PVE firewall rule that lets the VM reach it names an address, never a
+    name, which the guest's side could not pin)."""
+    hint = "write this host's IPv4 address and a port, such as '10.20.0.1:3128'"
+    if not isinstance(value, str):
+        raise ValueError(hint)
+    address, sep, port = value.strip().rpartition(":")
+    try:
+        parsed = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise ValueError(f"{value[:60]!r} is not ADDRESS:PORT: {hint}") from None
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value[:60]!r} has no port from 1 to 65535: {hint}")
+    if parsed.is_unspecified or parsed.is_multicast or parsed.is_loopback:
+        raise ValueError(f"{value[:60]!r}: a guest cannot reach this host there; {hint}")
+    return f"{parsed}:{int(port)}"
+
+
+EgressProxyEndpoint = Annotated[
+    str,
+    BeforeValidator(canonical_proxy),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^[0-9.]+:[0-9]{1,5}$",
+            "examples": ["10.20.0.1:3128"],
+            "description": "Where sand's egress proxy for this backend's guests listens, "
+            "on this host: an IPv4 address of the host on the guests' route, and a port. "
+            "Declared by whoever runs sand on this host (under sand sync, pinned in "
+            "pins.yaml); with it a deny policy may list domains (docs/egress.md#proxmox).",
+        }
+    ),
+]
+
 DESCRIPTION = (
     "Where the VM may send packets, to be enforced outside the guest, where root in it "
     "cannot lift it; a VM whose backend cannot enforce it is refused in the plan (`!`), "

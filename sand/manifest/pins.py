@@ -10,6 +10,7 @@ may go::
       pve:                              # the backend's name in the manifest
         host: pve.example.org
         port: 8006                      # default 8006
+        egress_proxy: 10.20.0.1:3128    # where sand's egress proxy may listen; default none
         ca_file: .sand/pve-root-ca.pem  # default: none (the system's CA store)
         verify_tls: true                # default true
       build:
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, model_validator
 
 from sand.manifest.backends import LimaConfig, ProxmoxConfig, SshTarget
+from sand.manifest.egress import EgressProxyEndpoint
 from sand.manifest.fields import (
     EnvName,
     HostName,
@@ -64,6 +66,9 @@ class BackendPin(Strict):
     port: PortNumber = 8006
     ca_file: LocalPath | None = None
     verify_tls: bool = True
+    # Where the manifest may have this host listen as its guests' egress proxy: an
+    # address the host's owner chose, never the repository's author.
+    egress_proxy: EgressProxyEndpoint | None = None
     ssh: SshPin | None = None
 
     @model_validator(mode="after")
@@ -112,6 +117,7 @@ def pin_findings(loaded: LoadedManifest, host_dir: Path) -> list[Finding]:
                 "port": config.port,
                 "ca_file": _path(config.ca_file),
                 "verify_tls": config.verify_tls,
+                "egress_proxy": config.egress_proxy,
             }
             if pin is None or pin.host is None:
                 found.append((at, _unpinned(name, "its API token", file)))
@@ -121,6 +127,7 @@ def pin_findings(loaded: LoadedManifest, host_dir: Path) -> list[Finding]:
                 "port": pin.port,
                 "ca_file": _path(pin.ca_file),
                 "verify_tls": pin.verify_tls,
+                "egress_proxy": pin.egress_proxy,
             }
             found += _differ(at, name, said, pinned, file)
         elif isinstance(config, LimaConfig) and config.ssh is not None:
@@ -165,12 +172,17 @@ def _differ(
     return [
         (
             (*at, key),
-            f"{_shown(value)} is not where the host sends backend {name}'s credentials: "
-            f"{file} pins {key} {_shown(pinned[key])}",
+            f"{_shown(value)} is not {_what(key, name)}: {file} pins {key} {_shown(pinned[key])}",
         )
         for key, value in said.items()
         if value != pinned[key]
     ]
+
+
+def _what(key: str, name: str) -> str:
+    if key == "egress_proxy":  # the host listens there: its owner says where, if at all
+        return f"where the host lets backend {name}'s guests reach its egress proxy"
+    return f"where the host sends backend {name}'s credentials"
 
 
 def _shown(value: object) -> str:

@@ -53,13 +53,7 @@ from sand.provision.driver import (
 from sand.provision.item import item_steps
 from sand.provision.output import CHANGED, scrub, tail_of
 from sand.provision.secretcheck import SECRETS_MISSING, check_secrets_step
-from sand.provision.steps import (
-    MACHINE,
-    Step,
-    base_build_steps,
-    provision_steps,
-    secrets_step,
-)
+from sand.provision.steps import MACHINE, Step, base_build_steps, provision_steps, secrets_step
 from sand.secrets.resolve import SecretValue, values_for
 from sand.terminal import inert
 
@@ -116,20 +110,24 @@ async def provision(
     connect_deadline: float = CONNECT_DEADLINE,
     heavy: asyncio.Semaphore | None = None,
     broker: BrokerAccess | None = None,
+    egress_proxy: str | None = None,
 ) -> ProvisionReport:
     """Bring the guest to ``vm``'s guest spec; safe to repeat, runs only what changed.
 
     ``secret_values`` maps secret names to values (``resolve_secrets`` output);
     ``agent_source`` overrides SAND_AGENT_SOURCE (a host dir of stand-in agent
     executables to upload instead of installing from the registry); ``heavy``
-    limits how many runs download at once (one backend host's apt mirror).
+    limits how many runs download at once (one backend host's apt mirror);
+    ``egress_proxy``: the VM's proxy URL, credential included (Proxmox).
     """
     if not vm.provision:
         return _skipped(vm, log)
     values = values_for(vm, secret_values)
     # Built before connecting: a spec that cannot be provisioned fails before any SSH.
     steps = [
-        *provision_steps(vm, values, agent_source=agent_source, broker=broker),
+        *provision_steps(
+            vm, values, agent_source=agent_source, broker=broker, egress_proxy=egress_proxy
+        ),
         *item_steps(vm),
     ]
     return await _run(

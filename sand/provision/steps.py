@@ -169,16 +169,28 @@ def _checked_packages(packages: Sequence[str]) -> list[str]:
     return sorted(set(packages))
 
 
-def egress_step(vm: DesiredVM) -> list[Step]:
-    """On Lima, where the VM's network is restricted to sand's forwards (docs/egress.md),
-    its software told the egress proxy (its broker reached directly); without a deny
-    policy, what an earlier run told it removed. Other backends: no step."""
-    if vm.backend_type != "lima":
+def egress_step(vm: DesiredVM, proxy: str | None = None, direct: str = "") -> list[Step]:
+    """Where the VM's egress goes through sand's proxy (docs/egress.md), its software
+    told it: on Lima, where the VM's network is restricted to sand's forwards (its broker
+    reached directly); on Proxmox, ``proxy`` (the backend's declared proxy, with the VM's
+    credential: sent on stdin, never in an argv; ``direct`` the addresses not proxied).
+    Without it, what an earlier run told the guest removed. A VM of another backend, or a
+    Proxmox VM that never had a policy: no step."""
+    if vm.backend_type == "lima":
+        if vm.egress is None or vm.egress.policy != DENY:
+            return [Step("egress", script("egress.sh", "-"), True)]
+        url = f"http://{EGRESS_PROXY_ADDRESS}:{EGRESS_PROXY_PORT}"
+        return [Step("egress", script("egress.sh", url, RESTRICTED_LIMA_ADDRESS), True)]
+    if vm.backend_type != "proxmox" or vm.egress is None:
         return []
-    if vm.egress is None or vm.egress.policy != DENY:
+    if proxy is None:
         return [Step("egress", script("egress.sh", "-"), True)]
-    proxy = f"http://{EGRESS_PROXY_ADDRESS}:{EGRESS_PROXY_PORT}"
-    return [Step("egress", script("egress.sh", proxy, RESTRICTED_LIMA_ADDRESS), True)]
+    return [Step("egress", script("egress.sh", "stdin", direct), True, stdin=proxy.encode())]
+
+
+def _host_of(broker: BrokerAccess | None) -> str:
+    """The broker's address, which the guest reaches directly, not through the proxy."""
+    return "" if broker is None else broker.url.removeprefix("http://").rpartition(":")[0]
 
 
 def user_step(user: str) -> Step:
@@ -274,6 +286,7 @@ def provision_steps(
     *,
     agent_source: str | None = None,
     broker: BrokerAccess | None = None,
+    egress_proxy: str | None = None,
 ) -> list[Step]:
     """Every step of a provision, in order: user, the machine's steps (not for a VM made
     from a golden image: its image holds them), the VM's own, secrets, repos."""
@@ -285,7 +298,7 @@ def provision_steps(
     return [
         user_step(vm.user),
         # Before anything the guest fetches (packages): where its requests go.
-        *egress_step(vm),
+        *egress_step(vm, egress_proxy, _host_of(broker)),
         # A spare, and the VM that claimed one: its own machine-id and host keys (made
         # at the spare's first boot, or by this step when the spare is provisioned),
         # and its name.

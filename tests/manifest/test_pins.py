@@ -46,3 +46,39 @@ def test_a_broken_pin_is_refused_at_its_line_in_the_hosts_file(tmp_path) -> None
     told = str(err.value)
     assert f"{file}:4:5: unknown key 'prot'" in told
     assert f"{file}:5:9: backends.lima: pin exactly one of 'host' (Proxmox) or 'ssh'" in told
+
+
+PVE_MANIFEST = """\
+apiVersion: sand/v1
+project: demo
+backends:
+  pve:
+    type: proxmox
+    host: pve.example.org
+    node: pve1
+    pool: sand
+    storage: local-lvm
+    template: debian-12-cloud
+    token_file: pve.token
+    identity: id_ed25519
+    egress_proxy: 10.20.0.1:3128
+vms:
+  - name: a
+    backend: pve
+"""
+
+
+def test_the_egress_proxy_listens_only_where_the_host_pins_it(tmp_path) -> None:
+    # The manifest's author must not choose where the sync host listens.
+    from sand.manifest.loader import load_manifest
+    from sand.manifest.pins import pin_findings
+
+    (tmp_path / "sand.yaml").write_text(PVE_MANIFEST)
+    loaded = load_manifest(tmp_path / "sand.yaml")
+    pins = tmp_path / "pins.yaml"
+    pins.write_text("backends:\n  pve: {host: pve.example.org}\n")
+    ((at, told),) = pin_findings(loaded, tmp_path)
+    assert at == ("backends", "pve", "egress_proxy")
+    assert told.startswith("10.20.0.1:3128 is not where the host lets backend pve's guests")
+    pins.write_text("backends:\n  pve: {host: pve.example.org, egress_proxy: '10.20.0.1:3128'}\n")
+    assert pin_findings(loaded, tmp_path) == []

@@ -45,7 +45,12 @@ def run(guest: Path, step: Step) -> list[str]:
     argv = ["unshare", "--mount", "--propagation", "private", "bash", "-c", SANDBOX, "-"]
     env = {**os.environ, "GUEST": str(guest), "SCRIPT": str(SCRIPT)}
     proc = subprocess.run(
-        [*argv, *step.argv[2:]], env=env, capture_output=True, text=True, timeout=60
+        [*argv, *step.argv[2:]],
+        env=env,
+        input=step.stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return [line for line in proc.stdout.splitlines() if line.startswith("sand:changed")]
@@ -78,3 +83,23 @@ def test_the_step_comes_before_anything_the_guest_fetches_and_on_lima_only() -> 
     names = [s.name for s in provision_steps(make_vm(egress=CLOSED), {})]
     assert names.index("egress") == 1 and names.index("egress") < names.index("packages")
     assert egress_step(replace(make_vm(), backend_type="proxmox")) == []
+
+
+def test_a_proxmox_vm_is_told_its_proxy_with_its_credential_kept_out_of_the_argv(
+    tmp_path: Path,
+) -> None:
+    guest = tmp_path / "etc"
+    guest.mkdir()
+    (guest / "environment").write_text("LANG=C.UTF-8\n")
+    vm = replace(make_vm(egress=CLOSED), backend_type="proxmox", egress_proxy="192.0.2.1:3128")
+    url = "http://agent-1:c2VjcmV0LWNyZWQ@192.0.2.1:3128"
+    (told,) = egress_step(vm, url, "192.0.2.1")
+    assert "c2VjcmV0LWNyZWQ" not in " ".join(told.argv)
+    assert run(guest, told) == ["sand:changed /etc/environment", f"sand:changed /etc/{APT}"]
+    lines = (guest / "environment").read_text().splitlines()
+    assert f"https_proxy={url}" in lines and "no_proxy=192.0.2.1" in lines
+    assert f'Acquire::https::Proxy "{url}";' in (guest / APT).read_text()
+    # The policy gone (or its domains): the step takes back what it wrote.
+    (untold,) = egress_step(replace(vm, egress=EgressPolicy("deny", (), ("10.0.0.0/8",), (443,))))
+    assert run(guest, untold) == ["sand:changed /etc/environment", f"sand:changed /etc/{APT}"]
+    assert (guest / "environment").read_text() == "LANG=C.UTF-8\n"

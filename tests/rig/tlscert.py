@@ -11,8 +11,9 @@ from pathlib import Path
 from tests.rig._util import run
 
 
-def self_signed(directory: Path, address: str) -> tuple[str, str]:
-    """(certificate, key) files for ``address`` (an IP) in ``directory``."""
+def self_signed(directory: Path, address: str, names: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(certificate, key) files for ``address`` (an IP) and ``names`` in ``directory``."""
+    alt = ",".join([f"IP:{address}", *(f"DNS:{name}" for name in names)])
     cert, key = directory / "rig-cert.pem", directory / "rig-key.pem"
     run(
         [
@@ -29,7 +30,7 @@ def self_signed(directory: Path, address: str) -> tuple[str, str]:
             "-subj",
             "/CN=sand-rig",
             "-addext",
-            f"subjectAltName=IP:{address}",
+            f"subjectAltName={alt}",
             "-keyout",
             str(key),
             "-out",

@@ -16,6 +16,7 @@ class Witness:
     def __init__(self) -> None:
         self.arrived: list[tuple[str, str, int, str]] = []  # (proto, address, port, peer)
         self._socks: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
     def listen(self, proto: str, address: str, port: int, scope: int = 0) -> None:
@@ -32,7 +33,9 @@ class Witness:
         sock.settimeout(0.2)
         self._socks.append(sock)
         loop = self._accept if kind == socket.SOCK_STREAM else self._read
-        threading.Thread(target=loop, args=(sock, proto, address, port), daemon=True).start()
+        thread = threading.Thread(target=loop, args=(sock, proto, address, port), daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept(self, sock: socket.socket, proto: str, address: str, port: int) -> None:
         while not self._stop.is_set():
@@ -60,6 +63,11 @@ class Witness:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        # Each thread out of its accept or read first: a socket closed while a thread
+        # still waits in one stays bound until it returns, and the next test's witness
+        # at the same address then fails to bind (EADDRINUSE).
+        for thread in self._threads:
+            thread.join()
         for sock in self._socks:
             with contextlib.suppress(OSError):
                 sock.close()

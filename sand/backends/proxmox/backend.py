@@ -35,10 +35,13 @@ if TYPE_CHECKING:
 
 # PVE names need not be unique: vmids are, so sand's VM stands beside a namesake.
 # A VM's egress is enforced by the PVE firewall (sand.backends.proxmox.firewall), which
-# matches addresses, never names: a deny policy with domains is refused (docs/egress.md).
+# matches addresses, never names: a deny policy with domains needs sand's egress proxy
+# on this host, where the backend's owner declares it (``egress_proxy``); refused
+# without one (docs/egress.md).
 EGRESS_NAMES_GAP = (
-    "the PVE firewall matches addresses, not names, and sand has no resolver or proxy "
-    "for the VM yet: list cidrs only; docs/egress.md#proxmox"
+    "the PVE firewall matches addresses, not names, and no egress proxy is declared for "
+    "this backend's guests: set egress_proxy (this host's address:port on the guests' "
+    "route) on the backend, or list cidrs only; docs/egress.md#proxmox"
 )
 CAPABILITIES = Capabilities(
     field_policy=FIELD_POLICY, suspends=True, fork=True, egress_names_gap=EGRESS_NAMES_GAP
@@ -52,6 +55,9 @@ class ProxmoxBackend:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.name = ctx.name
+        if ctx.config.egress_proxy is not None:
+            # The declared proxy serves the names the firewall cannot match.
+            self.capabilities = dataclasses.replace(CAPABILITIES, egress_names_gap="")
 
     @property
     def clone_parallelism(self) -> int:

@@ -261,7 +261,7 @@ async def _setup(
         # vouches for it. A clone of a template holds none of sand's rules; a fork or an
         # adopted VM may.
         fresh = cloned is not None and vm.fork is None
-        await firewall.write(ctx, node, vmid, vm.egress, fresh=fresh)
+        await firewall.write(ctx, node, vmid, vm, fresh=fresh)
         journal.step(entry, "egress")
     # A VM configured by a sand that set no CPU type (adopted after an upgrade) gets it too;
     # a VM whose egress is denied gets firewall=1 on its NIC in that same write.

@@ -12,6 +12,10 @@ guest does not reach. For a deny policy sand writes, before the VM's first start
 - one ``out`` rule ``ACCEPT`` to ``+sand-egress`` on the declared TCP ports (``dport``
   takes a comma list), sent with ``enable=1``: ``create_rule`` stores a rule sent
   without it disabled;
+- for a policy with ``domains`` (refused in the plan unless the backend declares
+  ``egress_proxy``): one ``out`` rule ``ACCEPT`` to the proxy's address and port, the
+  VM's only way to a name, and the VM's policy file on this host, where the proxy reads
+  it (``sand.egress.registry``);
 - ``firewall=1`` on ``net0``, in the config write the create already sends.
 
 A changed policy changes only what differs (the ipset's entries one by one, sand's rule
@@ -27,6 +31,8 @@ from typing import Any
 
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.desired import DesiredVM
+from sand.egress import registry
 from sand.manifest.egress import DENY, EgressPolicy
 
 IPSET = "sand-egress"
@@ -50,25 +56,26 @@ def nic_filtered(net: object) -> bool:
     return "firewall=1" in str(net or "").split(",")
 
 
-async def write(
-    ctx: Ctx, node: str, vmid: str | int, policy: EgressPolicy | None, *, fresh: bool
-) -> None:
-    """The VM's firewall as ``policy`` says; ``fresh``: a clone sand just made, which
-    holds none of sand's rules yet (nothing to read or remove first)."""
+async def write(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM, *, fresh: bool) -> None:
+    """The VM's firewall as ``vm``'s policy says; ``fresh``: a clone sand just made,
+    which holds none of sand's rules yet (nothing to read or remove first)."""
     fw = f"nodes/{node}/qemu/{vmid}/firewall"
+    policy = vm.egress
     if not denies(policy):
         await _remove_own(ctx, fw, _NOTHING if fresh else await _read(ctx, fw))
         await ctx.client.put(f"{fw}/options", enable=0)
         return
     assert policy is not None
+    proxy = ctx.config.egress_proxy if policy.domains else None
+    if proxy is not None:
+        # Where the proxy reads it, before the rule that lets the VM reach the proxy.
+        summary = str(vm.infra()["egress"])
+        registry.write_policy(ctx.project, ctx.name, vm.name, summary, policy)
     # Written whatever they were: one request, as a read of them would be, and it puts
     # back what a hand may have changed.
     await ctx.client.put(f"{fw}/options", **OPTIONS)
     held = _NOTHING if fresh else await _read(ctx, fw)
-    if not policy.cidrs:  # only domains, refused on PVE: nothing is allowed out
-        await _remove_own(ctx, fw, held)
-        return
-    await _converge(ctx, fw, policy, held)
+    await _converge(ctx, fw, policy, proxy, held)
 
 
 OPTIONS = {
@@ -98,17 +105,36 @@ async def _read(ctx: Ctx, fw: str) -> _Held:
     return _Held(tuple(r for r in rules if r.get("comment") == RULE_COMMENT), IPSET in names)
 
 
-def rule_of(policy: EgressPolicy) -> dict[str, Any]:
-    """sand's one rule: out to the ipset, on the policy's TCP ports."""
-    return {
-        "type": "out",
-        "action": "ACCEPT",
-        "dest": f"+{IPSET}",
-        "proto": "tcp",
-        "dport": ",".join(str(p) for p in policy.ports),
-        "enable": 1,
-        "comment": RULE_COMMENT,
-    }
+def rules_of(policy: EgressPolicy, proxy: str | None) -> list[dict[str, Any]]:
+    """sand's rules, in order: out to the ipset on the policy's TCP ports (when it lists
+    cidrs), out to the egress proxy (when it lists domains and one is declared)."""
+    rules = []
+    if policy.cidrs:
+        rules.append(
+            {
+                "type": "out",
+                "action": "ACCEPT",
+                "dest": f"+{IPSET}",
+                "proto": "tcp",
+                "dport": ",".join(str(p) for p in policy.ports),
+                "enable": 1,
+                "comment": RULE_COMMENT,
+            }
+        )
+    if proxy is not None:
+        address, _, port = proxy.rpartition(":")
+        rules.append(
+            {
+                "type": "out",
+                "action": "ACCEPT",
+                "dest": address,
+                "proto": "tcp",
+                "dport": port,
+                "enable": 1,
+                "comment": RULE_COMMENT,
+            }
+        )
+    return rules
 
 
 def same_network(a: object, b: object) -> bool:
@@ -121,13 +147,34 @@ def same_network(a: object, b: object) -> bool:
         return str(a) == str(b)
 
 
-async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> None:
+async def _converge(
+    ctx: Ctx, fw: str, policy: EgressPolicy, proxy: str | None, held: _Held
+) -> None:
     """Change only what differs from what the VM's firewall holds: the ipset's entries
-    added or removed one by one and sand's rule updated where it stands, so a policy
+    added or removed one by one and sand's rules updated where they stand, so a policy
     that gains a CIDR costs its entry, not a rewrite of the whole (PVE takes one entry
-    or rule per request). Anything else of sand's (a second rule of its own, the rule
-    removed by hand) is removed and written anew; an operator's rules stay. A fresh
-    clone holds nothing: everything is written."""
+    or rule per request). sand's rules in another number than wanted (one removed by
+    hand, a policy that gained or lost its proxy) are removed and written anew; an
+    operator's rules stay. A fresh clone holds nothing: everything is written."""
+    if policy.cidrs:
+        await _converge_ipset(ctx, fw, policy, held)
+    want = rules_of(policy, proxy)
+    if len(held.rules) == len(want):
+        ordered = sorted(held.rules, key=lambda r: int(r.get("pos", 0)))
+        for rule, wanted in zip(ordered, want, strict=True):
+            if any(str(rule.get(k, "")) != str(v) for k, v in wanted.items()):
+                await ctx.client.put(f"{fw}/rules/{int(rule['pos'])}", **wanted)
+    else:
+        await _remove_rules(ctx, fw, held.rules)
+        # PVE puts each new rule at the top (``create_rule``'s ``unshift``): the last
+        # one first, so they stand in their order.
+        for wanted in reversed(want):
+            await ctx.client.post(f"{fw}/rules", **wanted, pos=0)
+    if not policy.cidrs and held.ipset:
+        await ctx.client.delete(f"{fw}/ipset/{IPSET}", force=1)
+
+
+async def _converge_ipset(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> None:
     entries: list[dict[str, Any]] = []
     if held.ipset:
         entries = list(await ctx.client.get(f"{fw}/ipset/{IPSET}") or [])
@@ -139,14 +186,6 @@ async def _converge(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> Non
     for entry in entries:
         if not any(same_network(cidr, entry.get("cidr")) for cidr in policy.cidrs):
             await ctx.client.delete(f"{fw}/ipset/{IPSET}/{entry['cidr']}")
-    want = rule_of(policy)
-    if len(held.rules) == 1:
-        (rule,) = held.rules
-        if any(str(rule.get(k, "")) != str(v) for k, v in want.items()):
-            await ctx.client.put(f"{fw}/rules/{int(rule['pos'])}", **want)
-        return
-    await _remove_rules(ctx, fw, held.rules)
-    await ctx.client.post(f"{fw}/rules", **want, pos=0)
 
 
 async def _remove_rules(ctx: Ctx, fw: str, rules: tuple[dict[str, Any], ...]) -> None:

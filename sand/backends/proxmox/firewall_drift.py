@@ -103,7 +103,7 @@ async def difference(
     found = [
         *_options_differ(options or {}),
         *_nics_differ(config or {}),
-        *_rules_differ(rules or [], policy),
+        *_rules_differ(rules or [], policy, ctx.config.egress_proxy if policy.domains else None),
         *_entries_differ(entries, policy),
     ]
     return "; ".join(found) or None
@@ -135,16 +135,22 @@ def _nics_differ(config: Mapping[str, Any]) -> list[str]:
     return [] if firewall.nic_filtered(config.get("net0")) else ["net0 without firewall=1"]
 
 
-def _rules_differ(rules: Sequence[Mapping[str, Any]], policy: EgressPolicy) -> list[str]:
-    if not policy.cidrs:
-        return []  # only domains: refused on PVE, never written
-    mine = [r for r in rules if r.get("comment") == firewall.RULE_COMMENT]
-    if not mine:
+def _rules_differ(
+    rules: Sequence[Mapping[str, Any]], policy: EgressPolicy, proxy: str | None
+) -> list[str]:
+    want = firewall.rules_of(policy, proxy)
+    mine = sorted(
+        (r for r in rules if r.get("comment") == firewall.RULE_COMMENT),
+        key=lambda r: int(r.get("pos", 0)),
+    )
+    if not mine and want:
         return ["sand's rule removed"]
-    if len(mine) > 1:
-        return [f"{len(mine)} rules marked {firewall.RULE_COMMENT!r}"]
-    want = firewall.rule_of(policy)
-    changed = sorted(k for k, v in want.items() if str(mine[0].get(k, "")) != str(v))
+    if len(mine) != len(want):
+        return [f"{len(mine)} rules marked {firewall.RULE_COMMENT!r}, sand writes {len(want)}"]
+    changed = sorted(
+        {k for rule, wanted in zip(mine, want, strict=True) for k, v in wanted.items()
+         if str(rule.get(k, "")) != str(v)}
+    )  # fmt: skip
     return [f"sand's rule changed ({', '.join(changed)})"] if changed else []
 
 

@@ -128,7 +128,7 @@ async def update(
         if "egress" in fields:
             # Before the write whose marker vouches for it: a run cut between the two
             # leaves a VM the next plan still sees with its old egress.
-            await firewall.write(ctx, node, vmid, vm.egress, fresh=False)
+            await firewall.write(ctx, node, vmid, vm, fresh=False)
             journal.step(entry, "egress")
         marker = _marker(ctx, vm, fresh, config) if converged else None
         params = _params(ctx, vm, fresh, fields, config, marker)

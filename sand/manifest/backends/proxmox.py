@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sand.manifest.backends.proxmox_cpu import DEFAULT_CPU, PveCpuType
+from sand.manifest.egress import EgressProxyEndpoint
 from sand.manifest.fields import (
     DERIVE_BASES_DESCRIPTION,
     HostName,
@@ -116,6 +117,13 @@ class ProxmoxConfig(Strict):
         examples=[4],
     )
     derive_bases: bool = Field(default=True, description=DERIVE_BASES_DESCRIPTION, examples=[False])
+    egress_proxy: EgressProxyEndpoint | None = Field(
+        default=None,
+        description="Where sand's egress proxy for this backend's guests listens on this "
+        "host (ADDRESS:PORT); a VM whose deny egress policy lists domains is refused "
+        "without it. docs/egress.md#proxmox.",
+        examples=["10.20.0.1:3128"],
+    )
 
     @model_validator(mode="after")
     def _one_placement(self) -> ProxmoxConfig:

@@ -1,12 +1,17 @@
 #!/bin/bash
 # Step "egress" (root): tell the guest's software where sand's egress proxy is, on a
-# Lima VM with a deny policy (docs/egress.md#lima). A convenience only: the guest's
-# network reaches nothing but the proxy whether or not its software is told.
-# argv: PROXY_URL NO_PROXY (a VM with a deny policy), or "-" (none: remove what an
-# earlier run wrote, or every proxied request would go to an address now gone).
+# Lima VM with a deny policy (docs/egress.md#lima), or a Proxmox VM whose policy lists
+# domains (docs/egress.md#proxmox). A convenience only: the guest's network reaches
+# nothing but the proxy (and its policy's cidrs) whether or not its software is told.
+# argv: PROXY_URL NO_PROXY (a VM with a deny policy), "stdin" NO_PROXY (the URL on
+# stdin: it holds the VM's proxy credential, kept out of every argv), or "-" (none:
+# remove what an earlier run wrote, or every proxied request would go to an address
+# now gone).
 . "$(dirname -- "$0")/lib.sh"
 url=$1 direct=${2:-}
-[[ $url = - || $url =~ ^http://[0-9.]+:[0-9]+$ ]] || die "not a proxy URL: $url"
+if [ "$url" = stdin ]; then IFS= read -r url || [ -n "$url" ] || die "no proxy URL on stdin"; fi
+[[ $url = - || $url =~ ^http://([A-Za-z0-9.-]+:[A-Za-z0-9_-]+@)?[0-9.]+:[0-9]+$ ]] ||
+	die "not a proxy URL"
 [[ $direct =~ ^[0-9.,]*$ ]] || die "not a list of addresses: $direct"
 
 keys='^(http_proxy|https_proxy|HTTP_PROXY|HTTPS_PROXY|no_proxy|NO_PROXY)='

@@ -5,6 +5,7 @@ a datacenter firewall off or unreadable) refused in the plan (``!``) with the fi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ CIDRS = {"cidrs": ["10.20.0.0/16", "192.0.2.7"], "ports": [443, 22]}
 NAMES = {"domains": ["github.com"], "cidrs": ["10.20.0.0/16"]}
 LISTING = "GET /cluster/resources?type=vm -> 200"
 DC_READ = "GET /cluster/firewall/options -> 200"
+PROXY = "192.0.2.1:3128"  # where this host's owner declared the proxy
 
 
 @pytest.fixture
@@ -127,15 +129,72 @@ def test_an_existing_vm_given_a_policy_gets_its_firewall(run: Sand, rig: FakePve
     assert run("plan", "--detailed-exitcode").returncode == 0
 
 
-def test_a_policy_with_domains_is_refused_and_nothing_is_sent(run: Sand, rig: FakePveRig):
+def test_a_policy_with_domains_is_refused_without_a_declared_proxy(run: Sand, rig: FakePveRig):
     audit_and_switch_on(rig)
     run.write([{"name": "a", "egress": NAMES}])
     plan = run("plan")
     assert plan.returncode == 1, plan.stdout + plan.stderr
     assert "# a (pve) is blocked: it would be created" in plan.stdout
-    assert "the PVE firewall matches addresses, not names" in plan.stdout
+    told = " ".join(plan.stdout.replace("#", " ").split())
+    assert "the PVE firewall matches addresses, not names, and no egress proxy is" in told
+    assert "set egress_proxy (this host's address:port on the guests' route)" in told
     assert run("apply", "--auto-approve").returncode == 1
     assert rig.vms() == []
+
+
+def test_with_a_declared_proxy_domains_are_created_with_a_rule_to_it_before_the_first_start(
+    run: Sand, rig: FakePveRig, tmp_path: Path
+):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": NAMES}], egress_proxy=PROXY)
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (vm,) = rig.vms()
+    fw = firewall_of(rig, vm.vmid)
+    cidrs, proxy = fw["rules"]  # in their order: PVE numbers them by it
+    assert (cidrs["dest"], cidrs["dport"]) == (f"+{IPSET}", "443")
+    assert (proxy["type"], proxy["action"], proxy["dest"], proxy["proto"], proxy["dport"]) == (
+        "out", "ACCEPT", "192.0.2.1", "tcp", "3128",
+    )  # fmt: skip
+    assert proxy["enable"] == 1
+    log = [str(r) for r in rig.log]
+    start = next(i for i, r in enumerate(log) if r.startswith("POST") and "/status/start" in r)
+    written = [i for i, r in enumerate(log) if "/firewall/rules" in r and r.startswith("POST")]
+    assert len(written) == 2 and max(written) < start  # never started open
+    # The policy where the proxy reads it, on this host.
+    policy = json.loads((tmp_path / "state/projects/demo/egress/pve.a.policy.json").read_text())
+    assert (policy["vm"], policy["domains"], policy["ports"]) == ("a", ["github.com"], [443])
+
+
+def test_a_proxy_alone_is_the_only_way_out_of_a_policy_of_domains(run: Sand, rig: FakePveRig):
+    audit_and_switch_on(rig)
+    run.write([{"name": "a", "egress": {"domains": ["github.com"]}}], egress_proxy=PROXY)
+    done = run("apply", "--auto-approve")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (vm,) = rig.vms()
+    fw = firewall_of(rig, vm.vmid)
+    ((rule),) = fw["rules"]
+    assert (rule["dest"], rule["dport"]) == ("192.0.2.1", "3128")
+    assert not fw.get("ipset")
+    # Gaining a CIDR later: the ipset and its rule, the proxy's kept.
+    run.write(
+        [{"name": "a", "egress": {"domains": ["github.com"], "cidrs": ["10.9.0.0/16"]}}],
+        egress_proxy=PROXY,
+    )
+    again = run("apply", "--auto-approve")
+    assert again.returncode == 0, again.stdout + again.stderr
+    fw = firewall_of(rig, vm.vmid)
+    assert sorted(r["dest"] for r in fw["rules"]) == [f"+{IPSET}", "192.0.2.1"]
+
+
+def test_a_declared_proxy_that_is_not_an_address_and_port_is_refused_where_written(
+    run: Sand, rig: FakePveRig
+):
+    run.write([{"name": "a"}], egress_proxy="pve-host.lan:3128")
+    told = run("validate")
+    assert told.returncode == 1
+    assert f"{run.manifest}:" in told.stderr and "egress_proxy" in told.stderr
+    assert "is not ADDRESS:PORT" in told.stderr and "Traceback" not in told.stderr
 
 
 def test_a_token_without_sys_audit_on_root_is_refused_with_the_grant_to_make(
