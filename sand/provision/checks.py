@@ -1,5 +1,6 @@
 """What a guest spec must be before anything is run on a guest: the user name, paths
-inside the home, repository URLs; each refused with :class:`ProvisionSpecError`.
+inside the home, repository URLs, agents, packages, the clock and language; each
+refused with :class:`ProvisionSpecError`.
 
 The manifest refuses the same at validate time; these are the same rules again for
 specs that reach provisioning another way."""
@@ -8,10 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, get_args
 from urllib.parse import urlsplit
 
 from sand.errors import ErrorLayer, SandError
-from sand.manifest.values import home_path_problem, normalise_home_path, repo_url_problem
+from sand.manifest.fields import Agent
+from sand.manifest.locales import locale_problem, timezone_problem
+from sand.manifest.values import (
+    home_path_problem,
+    normalise_home_path,
+    package_problem,
+    repo_url_problem,
+)
+
+if TYPE_CHECKING:
+    from sand.desired.spec import DesiredVM
+
+# The manifest's closed set, again for specs that reach provisioning another way.
+AGENTS: tuple[str, ...] = get_args(Agent)
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -72,3 +88,26 @@ def check_url(url: str, repo: str) -> str:
         # The problem never quotes a URL that carries credentials.
         raise ProvisionSpecError(f"repo {repo!r}: {problem}")
     return url
+
+
+def check_timezone_and_locale(vm: DesiredVM) -> tuple[str, str]:
+    """The VM's timezone and locale, by the manifest's rules (names fit for argv)."""
+    problem = timezone_problem(vm.timezone) or locale_problem(vm.locale)
+    if problem:
+        raise ProvisionSpecError(problem)
+    return vm.timezone, vm.locale
+
+
+def checked_agents(agents: Sequence[str]) -> list[str]:
+    wanted = sorted(set(agents))
+    unknown = [a for a in wanted if a not in AGENTS]
+    if unknown:
+        raise ProvisionSpecError(f"unknown agents: {', '.join(unknown)}")
+    return wanted
+
+
+def checked_packages(packages: Sequence[str]) -> list[str]:
+    bad = [p for p in packages if package_problem(p)]
+    if bad:
+        raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
+    return sorted(set(packages))

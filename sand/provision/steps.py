@@ -24,7 +24,6 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import get_args
 
 from sand.broker.access import RESTRICTED_LIMA_ADDRESS, BrokerAccess
 from sand.desired.spec import DesiredBase, DesiredVM, ImageStep, MachineContent
@@ -32,23 +31,21 @@ from sand.egress.shim import PROXY_ADDRESS as EGRESS_PROXY_ADDRESS
 from sand.egress.shim import PROXY_PORT as EGRESS_PROXY_PORT
 from sand.manifest.broker import broker_variables
 from sand.manifest.egress import DENY
-from sand.manifest.fields import Agent
-from sand.manifest.locales import locale_problem, timezone_problem
-from sand.manifest.values import package_problem
 from sand.provision.agent_upload import AGENT_SOURCE_ENV, agent_tar
 from sand.provision.bundle import GUEST_DIR, Bundle
 from sand.provision.checks import (
     ProvisionSpecError,
+    check_timezone_and_locale,
     check_url,
     check_user,
+    checked_agents,
+    checked_packages,
     credential_context,
     guest_path,
     slug,
 )
 from sand.refname import branch_problem
 
-# The manifest's closed set, again for specs that reach provisioning another way.
-AGENTS: tuple[str, ...] = get_args(Agent)
 # Always present on a provisioned guest, whatever the VM lists: the workbench
 # an agent expects (git, tmux, a compiler and make), what sand's own steps use
 # (direnv for scoped secrets, curl and CA certificates for the upstream apt
@@ -146,29 +143,6 @@ def fields(*records: Sequence[str]) -> bytes:
 # --- the steps ----------------------------------------------------------------------
 
 
-def check_timezone_and_locale(vm: DesiredVM) -> tuple[str, str]:
-    """The VM's timezone and locale, by the manifest's rules (names fit for argv)."""
-    problem = timezone_problem(vm.timezone) or locale_problem(vm.locale)
-    if problem:
-        raise ProvisionSpecError(problem)
-    return vm.timezone, vm.locale
-
-
-def _checked_agents(agents: Sequence[str]) -> list[str]:
-    wanted = sorted(set(agents))
-    unknown = [a for a in wanted if a not in AGENTS]
-    if unknown:
-        raise ProvisionSpecError(f"unknown agents: {', '.join(unknown)}")
-    return wanted
-
-
-def _checked_packages(packages: Sequence[str]) -> list[str]:
-    bad = [p for p in packages if package_problem(p)]
-    if bad:
-        raise ProvisionSpecError(f"not Debian package names: {', '.join(bad)}")
-    return sorted(set(packages))
-
-
 def egress_step(vm: DesiredVM, proxy: str | None = None, direct: str = "") -> list[Step]:
     """Where the VM's egress goes through sand's proxy (docs/egress.md), its software
     told it: on Lima, where the VM's network is restricted to sand's forwards (its broker
@@ -202,8 +176,8 @@ def user_step(user: str) -> Step:
 def machine_steps(content: MachineContent, *, agent_source: str | None = None) -> list[Step]:
     """packages → toolchain → agents → the image's own steps: what a base holds."""
     user = check_user(content.user)
-    agents = _checked_agents(content.agents)
-    packages = _checked_packages([*content.packages, *BASE_PACKAGES])
+    agents = checked_agents(content.agents)
+    packages = checked_packages([*content.packages, *BASE_PACKAGES])
     source = agent_source if agent_source is not None else os.environ.get(AGENT_SOURCE_ENV)
     if source:
         agents_step = Step(
@@ -272,11 +246,11 @@ def vm_steps(vm: DesiredVM) -> list[Step]:
                 "vm-packages",
                 script("packages.sh"),
                 True,
-                stdin=fields(_checked_packages(vm.packages)),
+                stdin=fields(checked_packages(vm.packages)),
                 timeout=1800,
             )
         )
-    steps.append(Step("home", script("home.sh", *_checked_agents(vm.agents)), False))
+    steps.append(Step("home", script("home.sh", *checked_agents(vm.agents)), False))
     return steps
 
 
@@ -391,7 +365,7 @@ def fork_step(vm: DesiredVM) -> Step:
     if why := branch_problem(branch):
         raise ProvisionSpecError(f"VM {vm.name!r}: {branch!r} is not a branch name: {why}")
     records = [("repo", guest_path(r.path, f"path of repo {r.name!r}")) for r in vm.repos]
-    argv = script("fork.sh", branch, vm.name, *_checked_agents(vm.fork.logins if vm.fork else ()))
+    argv = script("fork.sh", branch, vm.name, *checked_agents(vm.fork.logins if vm.fork else ()))
     return Step("fork", argv, False, stdin=fields(*records), timeout=300)
 
 

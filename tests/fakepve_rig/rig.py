@@ -324,7 +324,7 @@ class FakePveRig:
     def _seed_firewall(self, seeded: FakeVm, vm: DesiredVM) -> None:
         """The VM's firewall as ``firewall.write`` leaves it for ``vm``'s deny policy (the
         next plan reads it back: docs/egress.md#drift)."""
-        from sand.backends.proxmox.firewall import IPSET, OPTIONS, RULE_COMMENT, rule_of
+        from sand.backends.proxmox.firewall import IPSET, OPTIONS, RULE_COMMENT, rules_of
 
         assert vm.egress is not None
         conf = self.pve.firewall_config("vm", seeded.node, seeded.vmid)
@@ -334,7 +334,7 @@ class FakePveRig:
             kept = [re.sub(r"/(32|128)$", "", c) for c in vm.egress.cidrs]
             conf["ipset"][IPSET] = [{"cidr": c} for c in reversed(kept)]
             conf["ipset_comments"][IPSET] = RULE_COMMENT
-            conf["rules"].insert(0, rule_of(vm.egress))
+            conf["rules"][0:0] = rules_of(vm.egress, None)  # the CIDRs' rule
 
     def add_token(self, token_id: str, *, acl: str = "pool") -> Path:
         """Register an API token and write its 0600 file. acl: "pool" (least privilege),
