@@ -1,22 +1,35 @@
 """A brokered token in none of a guest's RAM, saved state or disk, read from the host,
-across the lifecycle (issue 38): one qemu TCG guest is walked through what sand does to
-a VM -- create, reprovision, hibernate, wake, a ``--memory`` fork, and a fork of its disk
-booted as a VM of its own (the second and last boot) -- with sand's own delivery
-(``deliver_secrets``: the tmpfs secret and the broker credential, drawn anew at each
-delivery as apply draws it) and scrub (``scrub_memory``, what sleep runs before the RAM
-is saved). It clones, fetches and pushes through the broker from the rig's
-token-protected HTTPS git server; after each step QEMU dumps its whole RAM, and the dump,
-the state a hibernation saves, the disk image a fork copies (overlay and backing read as
-one raw image), every guest process's environment and argv and its journal (its files
-at the end: they persist) are grepped for the token in each form it travels in (as is,
-base64 alone and in the basic-auth pair the broker sends, URL-encoded): 0 hits.
+across the lifecycle (issue 38): one qemu TCG guest is walked through what sand does to a
+VM -- a warm pool's spare provisioned, a VM's claim of it (the walk's create),
+reprovision, hibernate, wake, a ``--memory`` fork, and a fork of its disk booted as a VM
+of its own (the second and last boot) -- with sand's own provision (``provision``: the
+spare's and the claiming VM's steps), delivery (``deliver_secrets``: the tmpfs secret and
+the broker credential, drawn anew at each delivery as apply draws it) and scrub
+(``scrub_memory``, what sleep runs before the RAM is saved). It clones, fetches and
+pushes through the broker from the rig's token-protected HTTPS git server; after each
+step QEMU dumps its whole RAM, and the dump, the state a hibernation saves, the disk
+image a fork copies (overlay and backing read as one raw image), every guest process's
+environment and argv and its journal (its files at the end: they persist) are grepped for
+the token in each form it travels in (as is, base64 alone and in the basic-auth pair the
+broker sends, URL-encoded): 0 hits.
 
-The positive controls: the guest's broker credential, the tmpfs secret and the cloned
-file's text are found where the guest holds them, so a dump that misses what the guest
-holds cannot pass for clean. The guest is restricted (QEMU user-mode ``restrict=on``): it
-reaches nothing but its sshd's forward and one ``guestfwd`` to the broker, as a guest
-reaches the broker on the host's address. It boots with ``init_on_free=1``, as the
-``memory`` step configures a provisioned guest's next boot.
+The positive controls: the spare's machine-id and host key, the guest's broker
+credential, the tmpfs secret and the cloned file's text are found where the guest holds
+them, so a dump that misses what the guest holds cannot pass for clean. The guest is
+restricted (QEMU user-mode ``restrict=on``): it reaches nothing but its sshd's forward
+and one ``guestfwd`` to the broker, as a guest reaches the broker on the host's address.
+It boots with ``init_on_free=1``, as the ``memory`` step configures a provisioned guest's
+next boot.
+
+The claim is modelled as the claiming VM's provision on the spare, which is what apply
+runs once the backend renamed it: the spare is provisioned by its pool entry (the
+``pool-identity`` step, no secret, no repo, no grant) from a declared golden base (the
+rig's image stands for it: no machine step runs), then claimed by a VM of that pool with
+its own secrets, grant and repo (the step keeps the spare's machine-id and host keys and
+writes only the hostname). Not modelled here: the rename itself (PVE's config write,
+``limactl rename``), the marker, the refill, a spare cloned from a base sand generalized
+(the rig's image has no record of a base's keys, so the spare's step makes its own, as
+on a template of one's own), and the spare's own boot (one guest plays both).
 
 What sand's CLI adds around these steps (the plan, its output, its state, the broker's
 grants per VM, a fork's or a claimed spare's own credential) is proven on netns guests:
@@ -40,8 +53,9 @@ import pytest
 from sand.broker.access import BrokerAccess
 from sand.broker.server import BrokerServer
 from sand.broker.store import VMGrants, credential_hash, update_grants
+from sand.desired.bases import DesiredBase, MachineContent
 from sand.desired.brokered import BrokerGrant
-from sand.provision import deliver_secrets, scrub_memory
+from sand.provision import deliver_secrets, provision, scrub_memory
 from tests.e2e.test_broker_guests import GUEST_PLACES
 from tests.provision.e2e_helpers import endpoint, scoped_env
 from tests.provision.helpers import make_vm, repo, secret
@@ -59,6 +73,7 @@ MARK = "held-by-a-process-qemu-58e1c3"  # no secret: what a saved RAM must hold
 TEXT = "cloned through the broker 7f3e21"
 BROKER_PORT = 8080  # where the guest's guestfwd is, at GUESTFWD_ADDRESS
 VM = "q-1"
+SPARE = "agents-spare-1"  # the warm pool's spare the VM claims
 # The VM's broker credential as each delivery draws it anew.
 CREATED, REPROVISIONED = "vm-credential-create-6b2e90f4a1c7", "vm-credential-reprovision-1f8a"
 WOKEN, FORKED = "vm-credential-wake-92c7d0", "vm-credential-forked-source-3b"
@@ -152,6 +167,14 @@ def copy(guest: QemuGuest, dest: Path, fmt: str) -> Path:
     return dest
 
 
+def secret_files(guest: QemuGuest) -> list[str]:
+    """The files of the tmpfs places a VM's secrets and broker credential are delivered to
+    (not the ledger's digest of what was delivered there: no value)."""
+    find = "find /run/user /dev/shm -path '*sand*' -type f ! -path '*/.ledger/*'; true"
+    done = guest.run_root(["sh", "-c", find])
+    return done.stdout.decode().split()
+
+
 def in_guest(guest: QemuGuest, text: str, *, files: bool = False) -> list[str]:
     """What in the guest holds ``text``: its journal, each process's environment and argv
     and, with ``files``, its files (tmpfs included). The text on stdin, never in argv."""
@@ -173,23 +196,34 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     target = endpoint(guest, alias=f"qemu-{guest.id}")
     upstream = server.url_for("project")
     (grant,) = broker.state.grants[VM].grants
+    # A golden base: the rig's image holds what the machine steps would install, so a
+    # pool VM runs its own steps only, as a spare cloned from a pool's golden image does.
+    golden = MachineContent(guest.user, (), ("claude",), False)
+    base = DesiredBase("demo", "laptop", "rig", True, "rig", golden)
     vm = make_vm(
+        name=VM,
+        pool="agents",
+        base=base,
         user=guest.user,
         secrets=(secret("API", "~/work", "API_KEY"),),
         repos=(repo("project", upstream, "~/p", "GH_TOKEN"),),
         brokered=(grant,),
     )
+    values = {"API": CANARY, "GH_TOKEN": TOKEN}
     token = forms(TOKEN)
 
-    async def deliver(credential: str, to: QemuGuest = guest, name: str = VM) -> None:
-        """What apply does at a create, a reprovision, a wake: a new broker credential
-        granted (the one before it dies), then the VM's secrets delivered."""
+    def granted(credential: str, name: str) -> BrokerAccess:
+        """A new broker credential granted to ``name`` (the one before it dies)."""
         entry = VMGrants(credential_hash(credential), "", vm.brokered)
         update_grants(broker.state.directory, name, entry)
         broker.state.reload()
-        access = BrokerAccess(f"http://{GUESTFWD_ADDRESS}:{BROKER_PORT}", credential)
+        return BrokerAccess(f"http://{GUESTFWD_ADDRESS}:{BROKER_PORT}", credential)
+
+    async def deliver(credential: str, to: QemuGuest = guest, name: str = VM) -> None:
+        """What apply does at a reprovision, a wake: a new broker credential granted,
+        then the VM's secrets delivered."""
         where = endpoint(to, alias=f"qemu-{to.id}")
-        await deliver_secrets(where, vm, {"API": CANARY, "GH_TOKEN": TOKEN}, broker=access)
+        await deliver_secrets(where, vm, values, broker=granted(credential, name))
 
     def ram(step: str, of: QemuGuest = guest) -> Path:
         return of.dump_memory(tmp_path / f"ram-{step}.elf")
@@ -201,15 +235,36 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
         finally:
             path.unlink()
 
-    # Create: delivered, cloned, fetched, pushed through the broker.
-    await deliver(CREATED)
-    work = (
-        f"GIT_TERMINAL_PROMPT=0 git clone -q {shlex.quote(upstream)} ~/p"
-        " && cd ~/p && GIT_TERMINAL_PROMPT=0 git fetch -q origin && cat README.md"
-    )
-    cloned = as_user(guest, work)
-    assert cloned.returncode == 0, cloned.stderr
-    assert cloned.stdout.decode().strip() == TEXT
+    # The spare: provisioned for its pool role as apply fills a warm pool (the spare's
+    # entry: the pool-identity step, no secret, no repo, no grant). The rig's image has
+    # no record of a base's keys, so the step makes its machine-id and host keys.
+    spare = make_vm(name=SPARE, pool="agents", spare=True, base=base, user=guest.user)
+    filled = await provision(target, spare, {})
+    assert "pool-identity" in filled.ran, filled.ran
+    guest.pin_new_host_key()
+    machine_id = guest.run_root(["cat", "/etc/machine-id"], check=True).stdout.decode().strip()
+    host_key = guest.host_public_key.split()[1]
+    assert SPARE not in broker.state.grants
+    assert secret_files(guest) == []
+    # The control: the identity the spare's step made is in the dump; the token is not.
+    assert found(ram("spare"), machine_id, host_key) == {machine_id, host_key}
+    assert in_guest(guest, TOKEN) == []
+
+    # The claim, the walk's create: the claiming VM's own provision on the spare (apply
+    # runs it once the backend renamed the spare): its identity kept, its hostname
+    # written, its secrets, its own broker credential, its repo cloned through the broker.
+    claim = await provision(target, vm, values, broker=granted(CREATED, VM))
+    assert [c for c in claim.changes if c.startswith("pool-identity")] == [
+        f"pool-identity: hostname {VM}"
+    ]
+    # run_root still answers: the host key the rig pinned for the spare is unchanged.
+    assert guest.run_root(["cat", "/etc/machine-id"]).stdout.decode().strip() == machine_id
+    assert guest.run_root(["hostname"]).stdout.decode().strip() == VM
+    assert any(f.endswith("/git/broker") for f in secret_files(guest))  # its credential
+    work = "cd ~/p && GIT_TERMINAL_PROMPT=0 git fetch -q origin && cat README.md"
+    fetched = as_user(guest, work)
+    assert fetched.returncode == 0, fetched.stderr
+    assert fetched.stdout.decode().strip() == TEXT
     push(guest, "agent/create")
     # A process of the user's holds a value that is no secret: the saved state's control.
     hold = f"MARK={MARK} setsid sleep 3600 </dev/null >/dev/null 2>&1 &"
@@ -219,7 +274,7 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     assert done == {(VM, "git-upload-pack", True), (VM, "git-receive-pack", True)}
     assert server.request_log and all(ok for _path, ok in server.request_log)
     # The controls: what the guest holds is in the dump; the token in no form.
-    assert found(ram("create"), CREATED, CANARY, TEXT) == {CREATED, CANARY, TEXT}
+    assert found(ram("claim"), CREATED, CANARY, TEXT) == {CREATED, CANARY, TEXT}
     assert in_guest(guest, TOKEN) == []
     assert in_guest(guest, MARK) != []  # the control: a process's environment is read
 
@@ -275,7 +330,7 @@ async def test_a_brokered_token_is_in_no_ram_saved_state_or_disk_across_the_life
     )
     try:
         fork.start(ready_timeout=900)
-        vm = replace(vm, name="try-1", secrets=())
+        vm = replace(vm, name="try-1", pool=None, secrets=())
         await deliver(FORK, fork, "try-1")
         assert not scoped_env(fork, "~/work", "API_KEY")
         fetched = as_user(fork, "cd ~/p && GIT_TERMINAL_PROMPT=0 git fetch -q && cat README.md")
