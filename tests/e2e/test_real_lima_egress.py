@@ -29,6 +29,7 @@ import pytest
 
 from sand.egress.shim import PROXY_ADDRESS, PROXY_PORT
 from tests.e2e.test_real_lima import (
+    BROKERED,
     GUEST_PORT,
     TEMPLATE,
     Tier,
@@ -44,25 +45,25 @@ from tests.rig.tlscert import self_signed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_lima, pytest.mark.timeout(2400)]
 
-MANIFEST = """\
+# The brokered secret and its repo are test_real_lima's (BROKERED).
+MANIFEST = (
+    """\
 apiVersion: sand/v1
 project: reallimaegress
 backends:
   laptop: {{type: lima, lima_home: ./lima}}
 defaults: {{image: "template:{template}", cpus: 1, memory: 2GiB, disk: 8GiB}}
 secrets:
-  GH_TOKEN:
-    from: {{env: SAND_TEST_GH}}
-    deliver: broker
-    broker: {{repositories: ["{repo}"], push: ["agent/*"]}}
-repos:
-  project: {{url: "{repo}", token: GH_TOKEN}}
+"""
+    + BROKERED
+    + """\
 vms:
   - name: dev-1
     egress: {{domains: [allowed.invalid], cidrs: ["{ip}/32"], ports: [{port}]}}
     ports: [{{guest: {guest}, host: {host}}}]
     repos: [project]
 """
+)
 
 # Run as root in the guest: every way out, each reported as "connected"/"answered" or
 # "blocked: why". Python, because it is in every guest image (curl, dig, ping are not).
