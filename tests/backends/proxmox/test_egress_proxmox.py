@@ -164,6 +164,9 @@ def test_with_a_declared_proxy_domains_are_created_with_a_rule_to_it_before_the_
     # The policy where the proxy reads it, on this host.
     policy = json.loads((tmp_path / "state/projects/demo/egress/pve.a.policy.json").read_text())
     assert (policy["vm"], policy["domains"], policy["ports"]) == ("a", ["github.com"], [443])
+    # Read back by the next plan (docs/egress.md#drift): both rules are sand's, no drift.
+    quiet = run("plan", "--detailed-exitcode")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
 
 
 def test_a_proxy_alone_is_the_only_way_out_of_a_policy_of_domains(run: Sand, rig: FakePveRig):
@@ -185,6 +188,19 @@ def test_a_proxy_alone_is_the_only_way_out_of_a_policy_of_domains(run: Sand, rig
     assert again.returncode == 0, again.stdout + again.stderr
     fw = firewall_of(rig, vm.vmid)
     assert sorted(r["dest"] for r in fw["rules"]) == [f"+{IPSET}", "192.0.2.1"]
+    assert run("plan", "--detailed-exitcode").returncode == 0
+
+    # The proxy's rule changed by hand (another port) is drift, and apply puts it back.
+    def by_hand() -> None:
+        held = rig.pve.firewall_config("vm", "pve1", vm.vmid)["rules"]
+        next(r for r in held if r["dest"] == "192.0.2.1")["dport"] = "8080"
+
+    rig.run(by_hand)
+    drift = run("plan", "--detailed-exitcode")
+    assert drift.returncode == 2 and "sand's rule changed (dport)" in drift.stdout, drift.stdout
+    assert run("apply", "--auto-approve").returncode == 0
+    fw = firewall_of(rig, vm.vmid)
+    assert {r["dest"]: str(r["dport"]) for r in fw["rules"]}["192.0.2.1"] == "3128"
 
 
 def test_a_declared_proxy_that_is_not_an_address_and_port_is_refused_where_written(
