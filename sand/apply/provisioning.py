@@ -57,6 +57,9 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
             # A new broker credential for each delivery: the one before it dies here.
             jump = endpoint.jump is not None
             broker = grant_vm(session.project, vm, endpoint.host, jump, values)
+            # Before the steps that use it: a deny policy's firewall lets the guest
+            # reach the broker where it listens for it now (or no more, without grants).
+            await backend.open_to_broker(vm, current)
             # The proxy vouches for the VM from the address it is reached at now.
             proxy = egress_access(session.project, vm, endpoint.host)
             if only_secrets:

@@ -211,6 +211,14 @@ class Lifecycle(Protocol):
         MUST refuse a VM that is not MANAGED: a marker is never written on another's."""
         ...
 
+    async def open_to_broker(self, vm: DesiredVM, current: ObservedVM) -> None:
+        """Let ``current``'s guest reach the broker where its egress policy would stop it
+        (called after the apply granted the VM, before the delivery that uses the
+        broker): the way there follows the broker where it listens for the VM now, and
+        goes with the VM's last brokered grant. A backend whose guests reach the broker
+        whatever their policy (Lima's forward) does nothing."""
+        ...
+
     async def endpoint(
         self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
     ) -> GuestEndpoint:

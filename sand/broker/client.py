@@ -109,7 +109,7 @@ def grant(
     _ensure_running(project, directory)
     port = int(str(_ask(directory, {"listen": listen})["port"]))
     credential = secrets.token_urlsafe(32)
-    update_grants(directory, vm, VMGrants(credential_hash(credential), source, grants))
+    update_grants(directory, vm, VMGrants(credential_hash(credential), source, grants, listen))
     wanted = {g.secret: tokens[g.secret] for g in grants}
     _ask(directory, {"tokens": wanted, "reload": True})
     if restricted and reach == LIMA_HOST:

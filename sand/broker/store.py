@@ -4,8 +4,9 @@ All of it sits in the project's private state directory, under ``broker/``:
 
 - ``grants.json``: per VM, the sha-256 of its broker credential (never the
   credential), the address its requests must come from ("" when the backend's
-  guests reach the host through a loopback forward: Lima), and its grants (the
-  brokered secrets' rules, never a value). A VM's entry goes with the VM.
+  guests reach the host through a loopback forward: Lima), the address the broker
+  listens on for it, and its grants (the brokered secrets' rules, never a value). A
+  VM's entry goes with the VM.
 - ``run.json``: the running broker's pid and its listening addresses' ports.
 - ``control.sock``: where an apply hands the broker the token values (they live in
   its memory only) and tells it the grants changed.
@@ -38,6 +39,10 @@ class VMGrants:
     credential: str  # sha-256 (hex) of the VM's broker credential
     source: str  # the only address its requests may come from; "" for a loopback forward
     grants: tuple[BrokerGrant, ...]
+    # The broker's listening address for this VM (its port is in run.json): where a
+    # Proxmox VM's firewall lets it through (docs/egress.md#proxmox). "" in an entry
+    # written before it was recorded.
+    listen: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def read_grants(directory: Path) -> dict[str, VMGrants]:
                 )
                 for g in e["grants"]
             ),
+            e.get("listen", ""),
         )
         for vm, e in data.items()
     }
@@ -103,6 +109,20 @@ def read_running(directory: Path) -> Running | None:
 
 def write_running(directory: Path, running: Running) -> None:
     write_private(directory / "run.json", json.dumps(asdict(running)).encode())
+
+
+def reached_at(project: str, vm: str) -> tuple[str, int] | None:
+    """Where ``vm``'s guest reaches the broker now: the address its entry names and that
+    listener's port in ``run.json`` (a restarted broker listens on a new one), or None:
+    the VM has no entry, or no broker has listened there. Reads only; makes nothing."""
+    directory = project_dir(project) / "broker"
+    if not directory.is_dir():
+        return None
+    entry = read_grants(directory).get(vm)
+    running = read_running(directory)
+    if entry is None or running is None or entry.listen not in running.ports:
+        return None
+    return entry.listen, running.ports[entry.listen]
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ held is refused by the broker.
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,34 @@ pytestmark = pytest.mark.e2e
 CREDENTIAL = "cat /run/user/*/sand/git/broker /dev/shm/sand-*/git/broker 2>/dev/null; true"
 # git asked for a password gets the credential the guest saved before its sleep.
 STALE = "!f() { echo username=x; printf 'password=%s\\n' \"$(cat ~/stale)\"; }; f"
+
+
+def brokered_app(rig, guest, url: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """A manifest of one provisioned VM ``entry`` on the fake, with repo ``app`` at ``url``
+    checked out at ~/src/app through the broker (GH, from $SAND_TEST_GH: fetch it, push
+    ``agent/*``)."""
+    manifest: dict[str, Any] = rig.manifest(
+        [{**entry, "repos": ["app"]}],
+        defaults={"provision": True},
+        identity=str(guest.client_key_path),
+        derive_bases=False,
+    )
+    broker = {"repositories": [url], "push": ["agent/*"]}
+    manifest["secrets"] = {
+        "GH": {"from": {"env": "SAND_TEST_GH"}, "deliver": "broker", "broker": broker}
+    }
+    manifest["repos"] = {"app": {"url": url, "token": "GH", "path": "~/src/app"}}
+    return manifest
+
+
+def brokered_env(tmp_path, token: str, cert: str) -> dict[str, str]:
+    """What sand's apply is run with for :func:`brokered_app`: the token's source, the
+    git server's CA, the stand-in agents."""
+    return {
+        "SAND_TEST_GH": token,
+        "SSL_CERT_FILE": cert,
+        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
+    }
 
 
 def _push(guest, branch: str) -> None:
@@ -46,27 +75,13 @@ def test_a_brokered_vm_sleeps_without_its_credential_and_wakes_with_a_new_one(
     cert, key = self_signed(tmp_path, ensure_bridge())
     server = GitServer("rig-sleep-brokered-8e2d41c07a", tls=(cert, key)).start()
     sand = Sand(tmp_path)
-    env = {
-        "SAND_TEST_GH": server.token,
-        "SSL_CERT_FILE": cert,
-        "SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents")),
-    }
+    env = brokered_env(tmp_path, server.token, cert)
     try:
         url = server.create_repo("app", {"README.md": "brokered sleep\n"})
-        manifest = rig.manifest(
-            # keepMemory: a netns guest cannot zero its freed pages (no kernel of its own
-            # to boot with init_on_free=1): without it the sleep would be a stop.
-            [{"name": "agent-1", "repos": ["app"], "idle": {"after": "2h", "keepMemory": True}}],
-            defaults={"provision": True},
-            identity=str(guest.client_key_path),
-            derive_bases=False,
-        )
-        broker = {"repositories": [url], "push": ["agent/*"]}
-        manifest["secrets"] = {
-            "GH": {"from": {"env": "SAND_TEST_GH"}, "deliver": "broker", "broker": broker}
-        }
-        manifest["repos"] = {"app": {"url": url, "token": "GH", "path": "~/src/app"}}
-        sand.write(manifest)
+        # keepMemory: a netns guest cannot zero its freed pages (no kernel of its own
+        # to boot with init_on_free=1): without it the sleep would be a stop.
+        idle = {"idle": {"after": "2h", "keepMemory": True}}
+        sand.write(brokered_app(rig, guest, url, {"name": "agent-1", **idle}))
         with AgentAnswers(rig, {"agent-1": guest}):
             proc = sand.run("apply", "--auto-approve", env=env)
             assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -227,6 +227,9 @@ class MemoryBackend:
             secrets_at=at if stamp else 0,
         )
 
+    async def open_to_broker(self, vm: DesiredVM, current: ObservedVM) -> None:
+        return None  # no firewall here: nothing stands between a guest and the broker
+
     async def mark_converged(
         self, vm: DesiredVM, current: ObservedVM, secrets: SecretsRecord | None = None
     ) -> None:

@@ -157,6 +157,9 @@ class LimaBackend:
     ) -> None:
         await lifecycle.mark_converged(self.ctx, vm, current, secrets)
 
+    async def open_to_broker(self, vm: DesiredVM, current: ObservedVM) -> None:
+        return None  # a restricted guest reaches the broker through its own forward
+
     async def endpoint(
         self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
     ) -> GuestEndpoint:

@@ -159,6 +159,11 @@ class ProxmoxBackend:
     ) -> None:
         await lifecycle.mark_converged(self.ctx, vm, current, secrets)
 
+    async def open_to_broker(self, vm: DesiredVM, current: ObservedVM) -> None:
+        # Not journalled: a write cut short leaves a rule the next plan's drift read
+        # shows and its apply puts right; there is nothing half made to undo.
+        await firewall.open_to_broker(self.ctx, current.node or "", current.identity, vm)
+
     async def endpoint(
         self, vm: DesiredVM | None, current: ObservedVM, *, wait: float | None = None
     ) -> GuestEndpoint:

@@ -18,6 +18,13 @@ guest does not reach. For a deny policy sand writes, before the VM's first start
   it (``sand.egress.registry``);
 - ``firewall=1`` on ``net0``, in the config write the create already sends.
 
+For a VM with brokered secrets, one more ``out`` rule ``ACCEPT`` to the broker's address
+and port (tcp), where :func:`open_to_broker` puts it once the apply has granted the VM,
+before the delivery that uses the broker: none before the first start (the broker is
+not asked for the VM until then), and its destination the VM's entry in the broker's
+state (``sand.broker.store.reached_at``), so the drift read and a policy rewrite expect
+the very rule the apply wrote.
+
 A changed policy changes only what differs (the ipset's entries one by one, sand's rule
 where it stands; the operator's rules are kept); an ``allow`` policy removes sand's rule
 and ipset and turns the VM's firewall off (``enable=0``).
@@ -31,6 +38,7 @@ from typing import Any
 
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.broker.store import reached_at
 from sand.desired import DesiredVM
 from sand.egress import registry
 from sand.manifest.egress import DENY, EgressPolicy
@@ -75,7 +83,30 @@ async def write(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM, *, fresh: b
     # back what a hand may have changed.
     await ctx.client.put(f"{fw}/options", **OPTIONS)
     held = _NOTHING if fresh else await _read(ctx, fw)
-    await _converge(ctx, fw, policy, proxy, held)
+    # A fresh clone has not started: no broker rule before its first start.
+    broker = None if fresh else broker_of(ctx, vm.name)
+    await _converge(ctx, fw, policy, rules_of(policy, proxy, broker), held)
+
+
+def broker_of(ctx: Ctx, name: str) -> tuple[str, int] | None:
+    """The broker's address and port for VM ``name``, while it has an entry there."""
+    return reached_at(ctx.project, name)
+
+
+async def open_to_broker(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM) -> None:
+    """sand's rules of a deny-policy VM with its rule to the broker where the broker is
+    for it now (added, moved after a broker's restart, or removed with its last
+    brokered grant): one read of the rules, then only what differs. The VM's options
+    and ipset are the policy's write's, untouched here."""
+    policy = vm.egress
+    if not denies(policy):
+        return
+    assert policy is not None
+    fw = f"nodes/{node}/qemu/{vmid}/firewall"
+    rules = await ctx.client.get(f"{fw}/rules") or []
+    mine = tuple(r for r in rules if r.get("comment") == RULE_COMMENT)
+    proxy = ctx.config.egress_proxy if policy.domains else None
+    await _converge_rules(ctx, fw, rules_of(policy, proxy, broker_of(ctx, vm.name)), mine)
 
 
 OPTIONS = {
@@ -105,9 +136,12 @@ async def _read(ctx: Ctx, fw: str) -> _Held:
     return _Held(tuple(r for r in rules if r.get("comment") == RULE_COMMENT), IPSET in names)
 
 
-def rules_of(policy: EgressPolicy, proxy: str | None) -> list[dict[str, Any]]:
+def rules_of(
+    policy: EgressPolicy, proxy: str | None, broker: tuple[str, int] | None = None
+) -> list[dict[str, Any]]:
     """sand's rules, in order: out to the ipset on the policy's TCP ports (when it lists
-    cidrs), out to the egress proxy (when it lists domains and one is declared)."""
+    cidrs), out to the egress proxy (when it lists domains and one is declared), out to
+    the broker (when the VM has brokered grants and the broker is known for it)."""
     rules = []
     if policy.cidrs:
         rules.append(
@@ -123,18 +157,22 @@ def rules_of(policy: EgressPolicy, proxy: str | None) -> list[dict[str, Any]]:
         )
     if proxy is not None:
         address, _, port = proxy.rpartition(":")
-        rules.append(
-            {
-                "type": "out",
-                "action": "ACCEPT",
-                "dest": address,
-                "proto": "tcp",
-                "dport": port,
-                "enable": 1,
-                "comment": RULE_COMMENT,
-            }
-        )
+        rules.append(_accept_to(address, port))
+    if broker is not None:
+        rules.append(_accept_to(broker[0], str(broker[1])))
     return rules
+
+
+def _accept_to(address: str, port: str) -> dict[str, Any]:
+    return {
+        "type": "out",
+        "action": "ACCEPT",
+        "dest": address,
+        "proto": "tcp",
+        "dport": port,
+        "enable": 1,
+        "comment": RULE_COMMENT,
+    }
 
 
 def same_network(a: object, b: object) -> bool:
@@ -148,7 +186,7 @@ def same_network(a: object, b: object) -> bool:
 
 
 async def _converge(
-    ctx: Ctx, fw: str, policy: EgressPolicy, proxy: str | None, held: _Held
+    ctx: Ctx, fw: str, policy: EgressPolicy, want: list[dict[str, Any]], held: _Held
 ) -> None:
     """Change only what differs from what the VM's firewall holds: the ipset's entries
     added or removed one by one and sand's rules updated where they stand, so a policy
@@ -158,20 +196,25 @@ async def _converge(
     operator's rules stay. A fresh clone holds nothing: everything is written."""
     if policy.cidrs:
         await _converge_ipset(ctx, fw, policy, held)
-    want = rules_of(policy, proxy)
-    if len(held.rules) == len(want):
-        ordered = sorted(held.rules, key=lambda r: int(r.get("pos", 0)))
+    await _converge_rules(ctx, fw, want, held.rules)
+    if not policy.cidrs and held.ipset:
+        await ctx.client.delete(f"{fw}/ipset/{IPSET}", force=1)
+
+
+async def _converge_rules(
+    ctx: Ctx, fw: str, want: list[dict[str, Any]], held: tuple[dict[str, Any], ...]
+) -> None:
+    if len(held) == len(want):
+        ordered = sorted(held, key=lambda r: int(r.get("pos", 0)))
         for rule, wanted in zip(ordered, want, strict=True):
             if any(str(rule.get(k, "")) != str(v) for k, v in wanted.items()):
                 await ctx.client.put(f"{fw}/rules/{int(rule['pos'])}", **wanted)
-    else:
-        await _remove_rules(ctx, fw, held.rules)
-        # PVE puts each new rule at the top (``create_rule``'s ``unshift``): the last
-        # one first, so they stand in their order.
-        for wanted in reversed(want):
-            await ctx.client.post(f"{fw}/rules", **wanted, pos=0)
-    if not policy.cidrs and held.ipset:
-        await ctx.client.delete(f"{fw}/ipset/{IPSET}", force=1)
+        return
+    await _remove_rules(ctx, fw, held)
+    # PVE puts each new rule at the top (``create_rule``'s ``unshift``): the last
+    # one first, so they stand in their order.
+    for wanted in reversed(want):
+        await ctx.client.post(f"{fw}/rules", **wanted, pos=0)
 
 
 async def _converge_ipset(ctx: Ctx, fw: str, policy: EgressPolicy, held: _Held) -> None:

@@ -69,7 +69,7 @@ async def read_drift(
         policy = policies[vm.name]
         assert policy is not None
         try:
-            why = await difference(ctx, slots, str(vm.node), vm.identity, policy)
+            why = await difference(ctx, slots, str(vm.node), vm.identity, policy, vm.name)
         except ProxmoxError as e:
             return f"cannot read VM {vm.identity}'s firewall: {e.detail}"
         return dataclasses.replace(vm, egress=f"{CHANGED}: {why}") if why else vm
@@ -84,7 +84,7 @@ async def read_drift(
 
 
 async def difference(
-    ctx: Ctx, slots: asyncio.Semaphore, node: str, vmid: str, policy: EgressPolicy
+    ctx: Ctx, slots: asyncio.Semaphore, node: str, vmid: str, policy: EgressPolicy, name: str
 ) -> str | None:
     """What of ``policy`` the VM's firewall does not hold, in words, or None."""
 
@@ -100,10 +100,13 @@ async def difference(
         held(_entries(ctx, fw)),
         held(ctx.client.get(f"{base}/config")),
     )
+    proxy = ctx.config.egress_proxy if policy.domains else None
+    # The rule to the broker is sand's while it goes where the broker is for this VM now.
+    want = firewall.rules_of(policy, proxy, firewall.broker_of(ctx, name))
     found = [
         *_options_differ(options or {}),
         *_nics_differ(config or {}),
-        *_rules_differ(rules or [], policy, ctx.config.egress_proxy if policy.domains else None),
+        *_rules_differ(rules or [], want),
         *_entries_differ(entries, policy),
     ]
     return "; ".join(found) or None
@@ -135,10 +138,7 @@ def _nics_differ(config: Mapping[str, Any]) -> list[str]:
     return [] if firewall.nic_filtered(config.get("net0")) else ["net0 without firewall=1"]
 
 
-def _rules_differ(
-    rules: Sequence[Mapping[str, Any]], policy: EgressPolicy, proxy: str | None
-) -> list[str]:
-    want = firewall.rules_of(policy, proxy)
+def _rules_differ(rules: Sequence[Mapping[str, Any]], want: list[dict[str, Any]]) -> list[str]:
     mine = sorted(
         (r for r in rules if r.get("comment") == firewall.RULE_COMMENT),
         key=lambda r: int(r.get("pos", 0)),

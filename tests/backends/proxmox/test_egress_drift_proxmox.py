@@ -31,10 +31,10 @@ def run(rig: FakePveRig, tmp_path: Path) -> Sand:
     return Sand(rig, tmp_path)
 
 
-def _applied(run: Sand, rig: FakePveRig) -> int:
-    """One VM ``a`` with the CIDRS policy, applied; its vmid."""
+def _applied(run: Sand, rig: FakePveRig, policy: dict[str, Any] = CIDRS) -> int:
+    """One VM ``a`` with ``policy``, applied; its vmid."""
     audit_and_switch_on(rig)
-    run.write([{"name": "a", "egress": CIDRS}])
+    run.write([{"name": "a", "egress": policy}])
     done = run("apply", "--auto-approve")
     assert done.returncode == 0, done.stdout + done.stderr
     (vm,) = rig.vms()

@@ -1,0 +1,136 @@
+"""A Proxmox VM with a deny `egress:` policy clones through the broker (issues 38/39): a
+real `sand apply` on fakepve with a netns guest behind the rig's PVE firewall
+(``tests/rig/pvefirewall.py``), compiled at the guest's tap from what sand wrote to
+fakepve each time it changes, as pve-firewall's update loop does (at a faster cycle).
+
+The policy allows one address that is not the git server; the repository is cloned
+through the broker during the apply (the rule to the broker written before the delivery
+that uses it), a push to an allowed branch lands, and the git server reached directly
+from the guest, as root, is still dropped by the firewall."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import threading
+from typing import Any
+
+import pytest
+
+from tests.backends.proxmox.test_egress_proxmox import audit_and_switch_on
+from tests.cli.helpers import Sand
+from tests.e2e.test_broker_sleep import brokered_app, brokered_env
+from tests.e2e.test_rig_pvefirewall import CONNECT
+from tests.provision.e2e_helpers import as_user
+from tests.required import missing
+from tests.rig._util import missing_tools, run
+from tests.rig.gitserver import GitServer
+from tests.rig.guest import BRIDGE, ensure_bridge
+from tests.rig.pvefirewall import HostFirewall, Nic
+from tests.rig.tlscert import self_signed
+
+pytestmark = pytest.mark.e2e
+
+
+class FirewallFollower:
+    """The VM's firewall config in fakepve compiled at the netns guest's tap whenever it
+    changes: what pve-firewall's update loop does on a node. It also plays the guest
+    agent, reporting the netns guest's address on net0's MAC as it is now (the create
+    rewrites net0 with ``firewall=1``)."""
+
+    def __init__(
+        self, rig: Any, firewall: HostFirewall, name: str, nic_of: Any, address: str
+    ) -> None:
+        self.rig, self.firewall, self.name, self.nic_of = rig, firewall, name, nic_of
+        self.address = address
+        self.net0 = ""
+        self.applied: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.05):  # the loop's cycle, as pve-firewall's 10 s
+            try:
+                vms = self.rig.vms_named(self.name)
+                if not vms:
+                    continue
+                vmid = vms[0].vmid
+                net0 = str(vms[0].config.get("net0", ""))
+                if net0 and net0 != self.net0:
+                    self.rig.set_agent_ip(vmid, self.address)
+                    self.net0 = net0
+                state = self.rig.run(self.rig.pve.guest_firewall, vmid)
+                if state != self.applied:
+                    self.firewall.apply(vmid, [self.nic_of(vmid)], state)
+                    self.applied = state
+            except BaseException as e:  # shown by the test
+                self.error = e
+                return
+
+    def __enter__(self) -> FirewallFollower:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_a_deny_vm_clones_through_the_broker_and_reaches_nothing_else(
+    tmp_path, fakepve_server, netns_guest
+) -> None:
+    absent = missing_tools(("nft", "ip"))
+    if absent:
+        missing(f"the rig's PVE firewall needs {', '.join(absent)} (run .ci/rig-setup.sh)")
+    rig = fakepve_server
+    guest = netns_guest()
+    host = ensure_bridge()
+    mac = run(["ip", "netns", "exec", guest.netns, "cat", "/sys/class/net/eth0/address"])
+    cert, key = self_signed(tmp_path, host)
+    server = GitServer("rig-broker-egress-5c1e9a7d20", tls=(cert, key)).start()
+    audit_and_switch_on(rig)
+    sand = Sand(tmp_path)
+    env = brokered_env(tmp_path, server.token, cert)
+    try:
+        url = server.create_repo("app", {"README.md": "through a deny policy\n"})
+        policy = {"cidrs": ["192.0.2.7"], "ports": [443]}  # not the git server
+        sand.write(brokered_app(rig, guest, url, {"name": "agent-1", "egress": policy}))
+
+        def nic_of(vmid: int) -> Nic:
+            return Nic(vmid, 0, guest.veth, mac.stdout.decode().strip())
+
+        ident = secrets.token_hex(2)
+        with (
+            HostFirewall(ident, BRIDGE, tmp_path) as firewall,
+            FirewallFollower(rig, firewall, "agent-1", nic_of, guest.address) as follower,
+        ):
+            proc = sand.run("apply", "--auto-approve", env=env)
+            assert follower.error is None, follower.error
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            # The clone ran behind the policy, the broker's rule in it.
+            assert follower.applied is not None
+            assert follower.applied["vm"]["options"]["policy_out"] == "DROP"
+            assert any(r["dest"] == host for r in follower.applied["vm"]["rules"])
+            assert as_user(guest, "cat ~/src/app/README.md").stdout == b"through a deny policy\n"
+
+            script = (
+                "cd ~/src/app && git checkout -qB agent/deny && date > w.txt && git add w.txt "
+                "&& git -c user.name=a -c user.email=a@b commit -qm w && "
+                "GIT_TERMINAL_PROMPT=0 git push -q origin agent/deny"
+            )
+            pushed = as_user(guest, script)
+            assert pushed.returncode == 0, pushed.stderr
+            assert "agent/deny" in server.branches("app")
+
+            # The git server itself, past the broker: dropped, as root.
+            port = url.split("://", 1)[1].split("/", 1)[0].rpartition(":")[2] or "443"
+            argv = ["ip", "netns", "exec", guest.netns, "python3", "-c", CONNECT, host, port]
+            direct = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+            assert "BLOCKED TimeoutError" in direct, direct
+            fetched = as_user(guest, "cd ~/src/app && GIT_TERMINAL_PROMPT=0 git fetch -q origin")
+            assert fetched.returncode == 0, fetched.stderr  # the broker still answers
+            assert server.token not in proc.stdout + proc.stderr
+    finally:
+        server.stop()
+        sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)
