@@ -105,6 +105,9 @@ def main(project: str, backend: str, address: str, port: int) -> int:
     run = directory / "run.json"
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        # The port closed before the record goes: whoever waits for the record to go
+        # (registry.stop) may bind the port again, or count on it refusing, at once.
+        server.socket.close()
         with contextlib.suppress(FileNotFoundError):
             run.unlink()
         os._exit(0)  # the threads relaying bytes end with the process
