@@ -33,8 +33,9 @@ and ipset and turns the VM's firewall off (``enable=0``).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
@@ -74,7 +75,7 @@ async def write(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM, *, fresh: b
         await ctx.client.put(f"{fw}/options", enable=0)
         return
     assert policy is not None
-    proxy = ctx.config.egress_proxy if policy.domains else None
+    proxy = proxy_of(ctx, policy)
     if proxy is not None:
         # Where the proxy reads it, before the rule that lets the VM reach the proxy.
         summary = str(vm.infra()["egress"])
@@ -86,6 +87,19 @@ async def write(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM, *, fresh: b
     # A fresh clone has not started: no broker rule before its first start.
     broker = None if fresh else broker_of(ctx, vm.name)
     await _converge(ctx, fw, policy, rules_of(policy, proxy, broker), held)
+
+
+def proxy_of(ctx: Ctx, policy: EgressPolicy) -> str | None:
+    """The egress proxy ``policy``'s names go through: the backend's, when it has domains."""
+    return ctx.config.egress_proxy if policy.domains else None
+
+
+Rule = TypeVar("Rule", bound=Mapping[str, Any])
+
+
+def own_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """sand's rules among a VM's firewall rules (an operator's are not)."""
+    return tuple(r for r in rules if r.get("comment") == RULE_COMMENT)
 
 
 def broker_of(ctx: Ctx, name: str) -> tuple[str, int] | None:
@@ -104,9 +118,8 @@ async def open_to_broker(ctx: Ctx, node: str, vmid: str | int, vm: DesiredVM) ->
     assert policy is not None
     fw = f"nodes/{node}/qemu/{vmid}/firewall"
     rules = await ctx.client.get(f"{fw}/rules") or []
-    mine = tuple(r for r in rules if r.get("comment") == RULE_COMMENT)
-    proxy = ctx.config.egress_proxy if policy.domains else None
-    await _converge_rules(ctx, fw, rules_of(policy, proxy, broker_of(ctx, vm.name)), mine)
+    want = rules_of(policy, proxy_of(ctx, policy), broker_of(ctx, vm.name))
+    await _converge_rules(ctx, fw, want, own_rules(rules))
 
 
 OPTIONS = {
@@ -133,7 +146,7 @@ _NOTHING = _Held((), False)  # a clone sand just made
 async def _read(ctx: Ctx, fw: str) -> _Held:
     rules = await ctx.client.get(f"{fw}/rules") or []
     names = {s.get("name") for s in await ctx.client.get(f"{fw}/ipset") or []}
-    return _Held(tuple(r for r in rules if r.get("comment") == RULE_COMMENT), IPSET in names)
+    return _Held(own_rules(rules), IPSET in names)
 
 
 def rules_of(

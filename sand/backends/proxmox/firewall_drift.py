@@ -100,9 +100,8 @@ async def difference(
         held(_entries(ctx, fw)),
         held(ctx.client.get(f"{base}/config")),
     )
-    proxy = ctx.config.egress_proxy if policy.domains else None
     # The rule to the broker is sand's while it goes where the broker is for this VM now.
-    want = firewall.rules_of(policy, proxy, firewall.broker_of(ctx, name))
+    want = firewall.rules_of(policy, firewall.proxy_of(ctx, policy), firewall.broker_of(ctx, name))
     found = [
         *_options_differ(options or {}),
         *_nics_differ(config or {}),
@@ -139,10 +138,7 @@ def _nics_differ(config: Mapping[str, Any]) -> list[str]:
 
 
 def _rules_differ(rules: Sequence[Mapping[str, Any]], want: list[dict[str, Any]]) -> list[str]:
-    mine = sorted(
-        (r for r in rules if r.get("comment") == firewall.RULE_COMMENT),
-        key=lambda r: int(r.get("pos", 0)),
-    )
+    mine = sorted(firewall.own_rules(rules), key=lambda r: int(r.get("pos", 0)))
     if not mine and want:
         return ["sand's rule removed"]
     if len(mine) != len(want):
