@@ -105,11 +105,13 @@ async def execute(
     guard: Guard | None = None,
     archives: Path | None = None,
     base_provisioner: BaseProvisioner | None = None,
+    released: Callable[[str, str], None] | None = None,
 ) -> ApplyResult:
     """Carry out ``plan``. ``guard`` is the last look for unpushed work before anything
     is destroyed (the CLI always passes one unless --allow-data-loss); ``archives`` is
     where ``preserve:`` paths are held while they move between guests;
-    ``base_provisioner`` provisions the golden bases the plan builds."""
+    ``base_provisioner`` provisions the golden bases the plan builds; ``released`` is
+    told each spare a claim renamed (:class:`ClaimsInRun`)."""
     gate = asyncio.Semaphore(max(1, parallelism))
     log = get_logger()
     kit = ReplaceKit(provisioner, guard, archives)
@@ -130,7 +132,7 @@ async def execute(
                 )
             )
 
-    claims = ClaimsInRun(plan)
+    claims = ClaimsInRun(plan, released)
     looks = SourceLooks(plan)
     memory_forks = MemoryForkSources(plan, kit)
     todo = plan.actionable()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sand.apply.audited import audit_apply
 from sand.apply.events import Hooks
 from sand.apply.provisioning import make_base_provisioner, make_provisioner
 from sand.apply.recorded import (
+    forget_claimed_spare,
     forget_deleted,
     forget_waking,
     record_asleep,
@@ -154,6 +156,7 @@ async def carry_out(
         guard=None if allow_data_loss else refuse_if_holding,
         archives=project_dir(session.project) / "preserve",
         base_provisioner=make_base_provisioner(session),
+        released=partial(forget_claimed_spare, session.project),
     )
     record_results(session.project, result.results)
     audit_apply(session, plan, result)

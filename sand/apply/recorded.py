@@ -111,6 +111,17 @@ def forget_deleted(project: str, plan: Plan, result: ApplyResult) -> None:
         save_asleep(project, {k: r for k, r in asleep.items() if k not in gone})
 
 
+def forget_claimed_spare(project: str, backend: str, spare: str) -> None:
+    """A claim renamed ``spare``: the name is no VM's until its slot is refilled, so
+    what this host let it reach goes now. Its broker credential dies (the claimed
+    guest, which held it, is given its own) and its entry at the egress proxy goes
+    (else the proxy would still vouch for the spare's credential from the claimed
+    guest's address, until a refill's spare took the name, or forever when none
+    does: a ``--target``ed apply, a pool made smaller)."""
+    revoke(project, spare)
+    forget_egress(project, backend, spare)
+
+
 def forget_waking(project: str, plan: Plan) -> None:
     """Before the run: forget the VMs it will wake (any change acting on an asleep VM
     wakes it first). The backend takes the VM's own mark off before it starts it, so a

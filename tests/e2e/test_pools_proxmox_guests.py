@@ -8,6 +8,7 @@ vmid and incarnation (``tests/rig/clones.py``): a claimed spare keeps its guest.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -186,3 +187,54 @@ def test_a_claimed_spare_pushes_through_the_broker_and_never_holds_the_token(
     finally:
         server.stop()
         sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)
+
+
+def test_a_claim_takes_the_spares_place_at_the_egress_proxy(
+    tmp_path, fakepve_server, guests, monkeypatch
+):
+    """A spare whose deny policy lists domains was registered at the backend's egress
+    proxy under its own name; the claim renames it, and the proxy vouches for the
+    claimed VM's credential from that guest, no longer for the spare's (a ``--target``ed
+    apply claims without refilling, so nothing else takes the spare's name back)."""
+    from sand.egress import registry
+    from tests.backends.proxmox.test_egress_proxmox import audit_and_switch_on
+    from tests.e2e.test_egress_proxy_provision import free_port
+    from tests.rig.guest import BRIDGE_ADDRESS, ensure_bridge
+
+    rig = fakepve_server
+    audit_and_switch_on(rig)
+    ensure_bridge()
+    sand = Sand(tmp_path)
+    egress = {"domains": ["allowed.test"], "ports": [443]}
+    data = rig.manifest(
+        [],
+        defaults={"provision": True, "timezone": "Etc/UTC", "image": "wb", "egress": egress},
+        egress_proxy=f"{BRIDGE_ADDRESS}:{free_port(BRIDGE_ADDRESS)}",
+    )
+    data["images"] = {"wb": {"agents": ["claude"]}}
+    data["pools"] = {"agents": {"warm": 1}}
+    env = {"SAND_AGENT_SOURCE": str(stand_in_agents(tmp_path / "agents"))}
+    monkeypatch.setenv("SAND_STATE_DIR", str(sand.state_dir))
+    directory = registry.proxy_dir("demo", "pve")
+    sand.write(data)
+    try:
+        with guests:
+            proc = sand.run("apply", "--auto-approve", env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(guests.errors)
+            spare = guests.guest_of("agents-spare-1")
+            vms = json.loads((directory / "vms.json").read_text())
+            assert vms == {"agents-spare-1": {"source": spare.address}}
+
+            data["vms"] = [{"name": "agent-a", "pool": "agents"}]
+            sand.write(data)
+            proc = sand.run("apply", "--auto-approve", "--target", "agent-a", env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr + "\n".join(guests.errors)
+            assert guests.guest_of("agent-a") is spare
+        vms = json.loads((directory / "vms.json").read_text())
+        assert vms == {"agent-a": {"source": spare.address}}
+        credential = registry.credential("demo", "pve", "agent-a")
+        told = root(spare, "cat", "/etc/environment")
+        assert f"http://agent-a:{credential}@" in told
+        assert "agents-spare-1" not in told
+    finally:
+        registry.stop(directory)
