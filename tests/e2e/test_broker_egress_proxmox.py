@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -39,12 +40,23 @@ class FirewallFollower:
     rewrites net0 with ``firewall=1``)."""
 
     def __init__(
-        self, rig: Any, firewall: HostFirewall, name: str, nic_of: Any, address: str
+        self,
+        rig: Any,
+        firewall: HostFirewall,
+        name: str,
+        nic_of: Any,
+        address: str,
+        lag: float = 0.0,
     ) -> None:
         self.rig, self.firewall, self.name, self.nic_of = rig, firewall, name, nic_of
         self.address = address
+        # How long after a change is written it reaches the tap: pve-firewall reads the
+        # config every $updatetime (10 s), so a change waits up to that on a node.
+        self.lag = lag
         self.net0 = ""
         self.applied: dict[str, Any] | None = None
+        self.applied_at = 0.0
+        self.seen: tuple[dict[str, Any], float] | None = None
         self.error: BaseException | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -61,12 +73,26 @@ class FirewallFollower:
                     self.rig.set_agent_ip(vmid, self.address)
                     self.net0 = net0
                 state = self.rig.run(self.rig.pve.guest_firewall, vmid)
-                if state != self.applied:
+                if state == self.applied:
+                    continue
+                if self.seen is None or self.seen[0] != state:
+                    self.seen = (state, time.monotonic())
+                if time.monotonic() - self.seen[1] >= self.lag:
                     self.firewall.apply(vmid, [self.nic_of(vmid)], state)
-                    self.applied = state
+                    self.applied, self.applied_at = state, time.monotonic()
             except BaseException as e:  # shown by the test
                 self.error = e
                 return
+
+    def settled(self, timeout: float) -> bool:
+        """Whether what fakepve holds reached the tap within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.error is None:
+            vms = self.rig.vms_named(self.name)
+            if vms and self.applied == self.rig.run(self.rig.pve.guest_firewall, vms[0].vmid):
+                return True
+            self.stop.wait(0.1)
+        return False
 
     def __enter__(self) -> FirewallFollower:
         self.thread.start()
@@ -131,6 +157,64 @@ def test_a_deny_vm_clones_through_the_broker_and_reaches_nothing_else(
             fetched = as_user(guest, "cd ~/src/app && GIT_TERMINAL_PROMPT=0 git fetch -q origin")
             assert fetched.returncode == 0, fetched.stderr  # the broker still answers
             assert server.token not in proc.stdout + proc.stderr
+    finally:
+        server.stop()
+        sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)
+
+
+def test_a_brokered_clone_right_after_its_rule_waits_for_pve_firewalls_update(
+    tmp_path, fakepve_server, netns_guest
+) -> None:
+    """pve-firewall applies what the API wrote at its next update, up to 10 s later
+    (``$updatetime``). A reprovision whose only change is a repository writes the broker's
+    rule and clones at once: under ``policy_out=DROP`` the clone's first SYNs are dropped,
+    not refused, and the kernel sends them again (1, 3, 7, 15 s), so the clone waits for
+    the rule instead of failing. Here each change reaches the tap 10 s after it is
+    written, and the apply succeeds at its first try."""
+    absent = missing_tools(("nft", "ip"))
+    if absent:
+        missing(f"the rig's PVE firewall needs {', '.join(absent)} (run .ci/rig-setup.sh)")
+    rig = fakepve_server
+    guest = netns_guest()
+    host = ensure_bridge()
+    mac = run(["ip", "netns", "exec", guest.netns, "cat", "/sys/class/net/eth0/address"])
+    cert, key = self_signed(tmp_path, host)
+    server = GitServer("rig-broker-lag-3b7e0c5a19", tls=(cert, key)).start()
+    audit_and_switch_on(rig)
+    sand = Sand(tmp_path)
+    env = brokered_env(tmp_path, server.token, cert)
+    try:
+        url = server.create_repo("app", {"README.md": "after the update\n"})
+        policy = {"cidrs": ["192.0.2.7"], "ports": [443]}
+        data = brokered_app(rig, guest, url, {"name": "agent-1", "egress": policy})
+        data["vms"][0]["repos"] = []  # first without the repository: no broker, no rule
+        sand.write(data)
+
+        def nic_of(vmid: int) -> Nic:
+            return Nic(vmid, 0, guest.veth, mac.stdout.decode().strip())
+
+        with (
+            HostFirewall(secrets.token_hex(2), BRIDGE, tmp_path) as firewall,
+            FirewallFollower(rig, firewall, "agent-1", nic_of, guest.address, 10.0) as slow,
+        ):
+            first = sand.run("apply", "--auto-approve", env=env)
+            assert first.returncode == 0, first.stdout + first.stderr
+            assert slow.settled(30), slow.error
+            assert not any(r["dest"] == host for r in slow.applied["vm"].get("rules", []))
+
+            data["vms"][0]["repos"] = ["app"]
+            sand.write(data)
+            started = time.monotonic()
+            second = sand.run("apply", "--auto-approve", env=env)
+            ended = time.monotonic()
+            assert slow.error is None, slow.error
+            assert second.returncode == 0, second.stdout + second.stderr
+            assert as_user(guest, "cat ~/src/app/README.md").stdout == b"after the update\n"
+            # The rule sand wrote in this apply reached the tap only 10 s later, while the
+            # apply, whose clone needed it, was still running: the clone waited for it.
+            assert slow.applied is not None
+            assert any(r["dest"] == host for r in slow.applied["vm"]["rules"])
+            assert started + 10 <= slow.applied_at <= ended
     finally:
         server.stop()
         sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)
