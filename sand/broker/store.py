@@ -55,6 +55,12 @@ def broker_dir(project: str) -> Path:
     return ensure_private_dir(project_dir(project) / "broker")
 
 
+def broker_dir_if_any(project: str) -> Path | None:
+    """The project's broker directory when a broker was ever started here; makes nothing."""
+    directory = project_dir(project) / "broker"
+    return directory if directory.is_dir() else None
+
+
 def credential_hash(credential: str) -> str:
     return hashlib.sha256(credential.encode()).hexdigest()
 
@@ -105,6 +111,36 @@ def read_running(directory: Path) -> Running | None:
     except (FileNotFoundError, ValueError):
         return None
     return Running(int(data["pid"]), {str(a): int(p) for a, p in data["ports"].items()})
+
+
+def serving(project: str) -> bool:
+    """Whether the project's broker runs on this host: its ``run.json`` names a live
+    broker process (not one that a restart of this host or a kill left behind). Reads
+    only; makes nothing."""
+    try:
+        running = read_running(project_dir(project) / "broker")
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return running is not None and process_runs(running.pid, b"sand.broker")
+
+
+def process_runs(pid: int, module: bytes) -> bool:
+    """Whether ``pid`` is a live process running ``python -m <module>``; where there is no
+    /proc to tell (macOS), whether ``pid`` lives at all."""
+    try:
+        return module in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return False  # gone
+    except OSError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except OSError:
+        return False
+    return True
 
 
 def write_running(directory: Path, running: Running) -> None:

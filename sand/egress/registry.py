@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from sand.broker.store import process_runs
 from sand.desired import DesiredVM
 from sand.egress.policy import PolicyFile, read_policy
 from sand.errors import StateError
@@ -208,10 +209,19 @@ def _running(directory: Path) -> tuple[int, str] | None:
     try:
         run = json.loads((directory / "run.json").read_bytes())
         pid, listen = int(run["pid"]), str(run["listen"])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return (pid, listen) if LISTENER.encode() in cmdline else None
+    return (pid, listen) if process_runs(pid, LISTENER.encode()) else None
+
+
+def listener_of(project: str, backend: str) -> tuple[int, str] | None:
+    """(pid, address:port) of the backend's listener when it runs."""
+    return _running(proxy_dir(project, backend))
+
+
+def registered(project: str, backend: str) -> dict[str, dict[str, str]]:
+    """The VMs the backend's proxy vouches for: per VM, its source address."""
+    return _read_vms(proxy_dir(project, backend))
 
 
 def ensure_running(project: str, backend: str, listen: str) -> None:

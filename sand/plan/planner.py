@@ -92,7 +92,11 @@ def make_plan(
     for vm in desired.vms:
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
-        secrets = (stamps[vm.name], lost.get(vm.name)) if vm.name in stamps else None
+        secrets: tuple[str | None, str | None] | None = None
+        if vm.name in stamps:
+            secrets = (stamps[vm.name], lost.get(vm.name))
+        elif vm.name in lost:  # no values to compare, but what it was told is gone
+            secrets = (None, lost[vm.name])
         lapsed, note = expiry_change(vm, obs, now, expired or {})
         if note:
             notes.append(note)
@@ -147,7 +151,7 @@ def _plan_vm(
     vm: DesiredVM,
     obs: Observation | None,
     can: Capabilities,
-    secrets: tuple[str, str | None] | None,
+    secrets: tuple[str | None, str | None] | None,
     recorded: Asleep | None = None,
 ) -> VMChange:
     base = partial(VMChange, vm=vm.name, backend=vm.backend, desired=vm)
@@ -298,12 +302,16 @@ def _guest_action(guest_changed: bool, deliver: str | None) -> GuestAction:
     return GuestAction.SECRETS if deliver else GuestAction.NONE
 
 
-def _secrets_reason(current: ObservedVM, stamp: str, lost: str | None) -> str | None:
-    """Why ``current`` needs its secrets delivered (values ``stamp`` now), or None."""
+def _secrets_reason(current: ObservedVM, stamp: str | None, lost: str | None) -> str | None:
+    """Why ``current`` needs its secrets delivered (values ``stamp`` now; None for a VM
+    with no values, delivered to only for what it lost: the broker or the egress proxy
+    on this host), or None."""
     if current.power != "running":
         # A stopped guest holds no secrets; sand delivers them when it starts one (see
         # the engine), and one started elsewhere shows as booted after the delivery.
         return None
+    if stamp is None:
+        return lost
     recorded = current.marker.secrets if current.marker else ""
     if recorded != stamp:
         if not recorded:

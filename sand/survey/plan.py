@@ -23,6 +23,7 @@ from sand.plan.targeting import steer
 from sand.project import Session, observe_all
 from sand.state.expired import load_expired
 from sand.survey.guest_secrets import GuestSecrets, check_guests
+from sand.survey.host_services import services_lost
 from sand.survey.idle import asleep_records, read_guests
 from sand.survey.recovered import recovered_view
 
@@ -87,12 +88,14 @@ async def compute_plan(
     sleepy = guest_checks and not refresh_only
     told = await read_guests(plan, session.backends) if sleepy else {}
     presence = {vm: f.presence for vm, f in told.items() if f.presence is not None}
-    lost: dict[str, str] = {}
+    # What this host serves its VMs (the broker, the egress proxy) and no longer runs.
+    lost = {} if refresh_only else services_lost(session.project, desired)
     warnings: tuple[str, ...] = ()
     if stamps and guest_checks:
         # Where a listing cannot show a reboot inside the guest (Lima), ask the guests
         # of otherwise no-op VMs whether their tmpfs still holds what was delivered.
-        lost, warnings = await check_guests(plan, observations, session.backends)
+        found, warnings = await check_guests(plan, observations, session.backends)
+        lost = found | lost
     if lost or warnings or presence:
         # Planned again with what the guests told: secrets gone, and who used them
         # (which idle VMs sleep).

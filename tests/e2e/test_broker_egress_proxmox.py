@@ -10,7 +10,9 @@ from the guest, as root, is still dropped by the firewall."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sand.broker.store import read_running
 from tests.backends.proxmox.test_egress_proxmox import audit_and_switch_on
 from tests.cli.helpers import Sand
 from tests.e2e.test_broker_sleep import brokered_app, brokered_env
@@ -157,6 +160,24 @@ def test_a_deny_vm_clones_through_the_broker_and_reaches_nothing_else(
             fetched = as_user(guest, "cd ~/src/app && GIT_TERMINAL_PROMPT=0 git fetch -q origin")
             assert fetched.returncode == 0, fetched.stderr  # the broker still answers
             assert server.token not in proc.stdout + proc.stderr
+
+            # A restart of this host (here a kill) takes the broker and the token it held,
+            # while the VM runs on. The next plan delivers to the VM again, which starts
+            # the broker (the VM's firewall rule follows its new port) with the token.
+            running = read_running(sand.state_dir / "projects" / "demo" / "broker")
+            assert running is not None
+            os.kill(running.pid, signal.SIGKILL)
+            fetch = "cd ~/src/app && GIT_TERMINAL_PROMPT=0 timeout 20 git fetch -q origin"
+            assert as_user(guest, fetch).returncode != 0
+            plan = sand.run("plan", "--detailed-exitcode", env=env)
+            assert plan.returncode == 2, plan.stdout + plan.stderr
+            assert "the broker on this host is not running" in " ".join(plan.stdout.split())
+            again = sand.run("apply", "--auto-approve", env=env)
+            assert again.returncode == 0, again.stdout + again.stderr
+            fetched = as_user(guest, fetch)
+            assert fetched.returncode == 0, fetched.stderr
+            settled = sand.run("plan", "--detailed-exitcode", env=env)
+            assert settled.returncode == 0, settled.stdout + settled.stderr
     finally:
         server.stop()
         sand.run("destroy", "--auto-approve", "--allow-data-loss", env=env)

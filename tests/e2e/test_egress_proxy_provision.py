@@ -9,6 +9,8 @@ refused by the proxy and logged on the host; ``sand destroy`` stops the proxy.""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 
 import pytest
@@ -17,6 +19,7 @@ from sand.egress import registry
 from tests.backends.proxmox.test_egress_proxmox import audit_and_switch_on
 from tests.cli.helpers import Sand
 from tests.e2e.test_apply_proxmox_guests import AgentAnswers
+from tests.egress.test_checkup import port_closes
 from tests.provision.e2e_helpers import root, stand_in_agents
 from tests.rig.argv import ArgvWatch
 from tests.rig.guest import BRIDGE_ADDRESS
@@ -87,6 +90,25 @@ def test_apply_points_the_guest_at_its_proxy_which_vouches_for_it_alone(
         (entry,) = [json.loads(line) for line in log]
         assert (entry["vm"], entry["destination"]) == ("agent-1", "exfil.test:443")
 
+        # A restart of this host (here a kill) takes the proxy while the VM runs on: it
+        # fails closed. The next plan delivers to the VM again, which starts the proxy.
+        running = registry.listener_of("demo", "pve")
+        assert running is not None
+        os.kill(running[0], signal.SIGKILL)
+        assert port_closes(int(listen.rpartition(":")[2]))
+        plan = sand.run("plan", "--detailed-exitcode", env=env)
+        assert plan.returncode == 2, plan.stdout + plan.stderr
+        assert "the egress proxy on this host is not running" in " ".join(plan.stdout.split())
+        with AnswersOnceRunning(rig, {"agent-1": guest}):
+            again = sand.run("apply", "--auto-approve", env=env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert (registry.listener_of("demo", "pve") or (0, ""))[1] == listen
+        refused = guest.run_root(["bash", "-c", script])
+        assert refused.returncode != 0 and b"403" in refused.stderr, refused.stderr
+        assert len(registry.denial_log("demo", "pve", "agent-1").read_text().splitlines()) == 2
+        settled = sand.run("plan", "--detailed-exitcode", env=env)
+        assert settled.returncode == 0, settled.stdout + settled.stderr
+
         # The host's owner moves the proxy: the guest is provisioned again and told the
         # new address; the proxy listens there and no longer at the old one.
         moved = f"{BRIDGE_ADDRESS}:{free_port(BRIDGE_ADDRESS)}"
@@ -99,7 +121,7 @@ def test_apply_points_the_guest_at_its_proxy_which_vouches_for_it_alone(
         assert f"https_proxy=http://agent-1:{credential}@{moved}" in told
         refused = guest.run_root(["bash", "-c", script])
         assert refused.returncode != 0 and b"403" in refused.stderr, refused.stderr
-        assert len(registry.denial_log("demo", "pve", "agent-1").read_text().splitlines()) == 2
+        assert len(registry.denial_log("demo", "pve", "agent-1").read_text().splitlines()) == 3
         address, _, port = listen.rpartition(":")
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((address, int(port)), timeout=5).close()

@@ -13,6 +13,7 @@ from sand.backends.proxmox import observe as observe_mod
 from sand.backends.proxmox import update as update_mod
 from sand.backends.proxmox.context import Ctx, clones_at_once
 from sand.backends.proxmox.lifecycle import FIELD_POLICY
+from sand.egress.registry import proxied
 
 if TYPE_CHECKING:
     from sand.backends.doctor import DoctorReport
@@ -246,6 +247,7 @@ class ProxmoxBackend:
             self.ctx,
             forks=any(vm.fork is not None for vm in desired),
             egress=any(firewall.denies(vm.egress) for vm in desired),
+            proxied=any(proxied(vm) for vm in desired),
         )
 
     async def build_template(

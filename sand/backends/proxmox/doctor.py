@@ -20,6 +20,7 @@ from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
 from sand.backends.proxmox.observe import listing
 from sand.backends.proxmox.refusals import Permissions, holds
 from sand.backends.proxmox.sources import parse_image, read_pubkey
+from sand.egress.checkup import proxy_findings
 
 # On the pool (projected onto the VMs sand creates).
 VM_PRIVILEGES = (
@@ -152,9 +153,16 @@ def _datacenter_audit(perms: Permissions, egress: bool) -> list[Finding]:
     return []
 
 
-async def doctor(ctx: Ctx, *, forks: bool = False, egress: bool = False) -> DoctorReport:
-    """``forks``: a VM of the manifest forks another here (then VM.Snapshot is needed)."""
+async def doctor(
+    ctx: Ctx, *, forks: bool = False, egress: bool = False, proxied: bool = False
+) -> DoctorReport:
+    """``forks``: a VM of the manifest forks another here (then VM.Snapshot is needed);
+    ``proxied``: a VM's egress goes through the backend's egress proxy on this host."""
     findings: list[Finding] = []
+    if proxied and ctx.config.egress_proxy is not None:
+        # This host's side first: it needs no API, and answers when the API does not.
+        proxy = proxy_findings(ctx.project, ctx.name, str(ctx.config.egress_proxy))
+        findings.extend(Finding(level, text) for level, text in proxy)
 
     def done() -> DoctorReport:
         return DoctorReport(ctx.name, tuple(findings), "proxmox")
