@@ -54,9 +54,14 @@ def _fresh_rig(work: Path) -> FakePveRig:
 
 
 def _sand(
-    work: Path, rig: FakePveRig, vms: list[dict[str, Any]], *words: str, tree: Path | str = ROOT
+    work: Path,
+    rig: FakePveRig,
+    vms: list[dict[str, Any]],
+    *words: str,
+    tree: Path | str = ROOT,
+    **backend: Any,
 ) -> None:
-    (work / "sand.yaml").write_text(yaml.safe_dump(rig.manifest(vms)))
+    (work / "sand.yaml").write_text(yaml.safe_dump(rig.manifest(vms, **backend)))
     env = installed_env(
         tree,
         env={
@@ -71,9 +76,12 @@ def _sand(
         raise RuntimeError(done.stdout[-1000:] + done.stderr[-2000:])
 
 
-def no_op_plan(vms: int, cidrs: int, tree: Path | str = ROOT) -> tuple[list[str], float, float]:
+def no_op_plan(
+    vms: int, cidrs: int, tree: Path | str = ROOT, *, drift: bool = True
+) -> tuple[list[str], float, float]:
     """The requests, wall and CPU seconds of a no-op plan of ``vms`` converged VMs with
-    deny policies (their firewalls as sand writes them), by ``tree``'s sand."""
+    deny policies (their firewalls as sand writes them), by ``tree``'s sand; ``drift``
+    False: with the backend's ``egress_drift: false``."""
     with tempfile.TemporaryDirectory(prefix="sand-bench-") as tmp:
         work = Path(tmp)
         rig = _fresh_rig(work)
@@ -81,11 +89,12 @@ def no_op_plan(vms: int, cidrs: int, tree: Path | str = ROOT) -> tuple[list[str]
             entries = [{"name": f"vm-{i:04d}", "egress": _policy(cidrs)} for i in range(vms)]
             for i, vm in enumerate(rig.desired(entries)):
                 rig.seed_managed(vm, 1000 + i)
+            backend = {} if drift else {"egress_drift": False}
             # The first writes the cache (and the bytecode): the second is measured.
-            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree)
+            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree, **backend)
             rig.clear_log()
             used, started = _children_cpu(), time.perf_counter()
-            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree)
+            _sand(work, rig, entries, "plan", "--detailed-exitcode", tree=tree, **backend)
             wall, cpu = time.perf_counter() - started, _children_cpu() - used
             return [str(r) for r in rig.log], wall, cpu
         finally:
@@ -158,6 +167,19 @@ def rows(vms: int = 1000, change_vms: int = 10, cidrs: int = 2) -> list[tuple[st
         cpu,
         "s",
         before=was[2] if was else None,
+    )
+    quick, quick_wall, quick_cpu = no_op_plan(vms, cidrs, drift=False)
+    out.append(
+        (
+            f"N={vms}, egress_drift: false: no-op plan, requests, wall / CPU",
+            f"{len(quick)}: {_kinds(quick)}; {quick_wall:.2f} s / {quick_cpu:.2f} s",
+        )
+    )
+    record(
+        f"Proxmox no-op plan, {vms} VMs with egress policies, egress_drift false: requests",
+        len(quick),
+        "requests",
+        goal="the listing + the datacenter switch, at any N",
     )
     create, on_vm, total = create_and_change(change_vms, cidrs)
     out.append(

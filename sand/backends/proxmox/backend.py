@@ -89,8 +89,10 @@ class ProxmoxBackend:
         gap = await firewall.datacenter_gap(self.ctx)
         spent = seen.requests + self.ctx.client.requests - start
         seen = dataclasses.replace(seen, egress_gap=gap, requests=spent)
-        if gap:
-            return seen  # every deny policy is refused: nothing to compare it with
+        if gap or not self.ctx.config.egress_drift:
+            # A gap: every deny policy is refused, nothing to compare it with. No drift
+            # read: the owner chose a plan of constant cost over seeing hands' changes.
+            return seen
         # A policy the marker vouches for is read back: a hand may have opened it since.
         return await firewall_drift.read_drift(self.ctx, seen, desired)
 

@@ -125,6 +125,15 @@ class ProxmoxConfig(Strict):
         examples=["10.20.0.1:3128"],
     )
 
+    egress_drift: bool = Field(
+        default=True,
+        description="Whether each plan reads back the PVE firewall of every VM with a deny "
+        "egress policy (four requests a VM), to show and undo what a hand changed there. "
+        "false: a no-op plan is the listing and one read at any fleet size, and a firewall "
+        "opened by hand stays open until the VM's policy changes. docs/egress.md#drift.",
+        examples=[False],
+    )
+
     @model_validator(mode="after")
     def _one_placement(self) -> ProxmoxConfig:
         if (self.node is None) == (self.nodes is None):

@@ -176,3 +176,23 @@ def test_a_no_op_plan_reads_the_firewall_of_policy_vms_only(run: Sand, rig: Fake
         )
     ]
     assert sorted(str(r) for r in rig.log) == sorted([LISTING, DC_READ, *reads])
+
+
+def test_without_the_drift_read_a_no_op_plan_costs_the_same_at_any_size(run: Sand, rig: FakePveRig):
+    """``egress_drift: false``: the listing and the datacenter switch, whatever the fleet;
+    a firewall opened by hand then goes unseen (the price, docs/egress.md#drift), while a
+    policy the manifest changes is still written whole."""
+    audit_and_switch_on(rig)
+    fleet = [{"name": f"vm-{i}", "egress": CIDRS} for i in range(3)]
+    run.write(fleet, egress_drift=False)
+    assert run("apply", "--auto-approve").returncode == 0
+    vmid = next(vm.vmid for vm in rig.vms() if vm.name == "vm-0")
+    rig.run(lambda: _open_policy(rig.pve.firewall_config("vm", "pve1", vmid)))
+    rig.clear_log()
+    plan = run("plan", "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert sorted(str(r) for r in rig.log) == sorted([LISTING, DC_READ])
+
+    run.write([{**fleet[0], "egress": {**CIDRS, "ports": [443]}}, *fleet[1:]], egress_drift=False)
+    assert run("apply", "--auto-approve").returncode == 0
+    assert firewall_of(rig, vmid)["options"]["policy_out"] == "DROP"
