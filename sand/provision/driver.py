@@ -53,7 +53,18 @@ umask 022
 export LC_ALL=C
 fail() { printf 'sand: %s\n' "$*"; exit 90; }
 field() { IFS= read -r -d '' "$1" || fail "the run's header was cut off"; }
-now() { if [ -n "${EPOCHREALTIME:-}" ]; then printf '%s' "$EPOCHREALTIME"; else date +%s.%N; fi; }
+now() {  # now VAR: the time, to the microsecond where bash tells it
+  if [ -n "${EPOCHREALTIME:-}" ]; then printf -v "$1" '%s' "$EPOCHREALTIME"; else
+    printf -v "$1" '%s' "$(date +%s.%N)"; fi
+}
+# What bash can read or write itself starts no process: under emulation (a TCG guest)
+# each one costs tens of milliseconds, and a warm claim's run is a few short steps.
+slurp() {  # slurp VAR FILE: FILE's text without its trailing newlines
+  local -n into=$1
+  into=""
+  IFS= read -r -d '' into <"$2" || true
+  while [[ $into == *$'\n' ]]; do into=${into%$'\n'}; done
+}
 field magic; [ "$magic" = "$MAGIC" ] || fail "not a sand run header"
 field nonce; [[ $nonce =~ ^[0-9a-f]{16,64}$ ]] || fail "bad nonce"
 field label; [[ $label =~ ^[A-Za-z0-9:._@-]{1,100}$ ]] || fail "bad label"
@@ -79,17 +90,23 @@ done
 field end; [ "$end" = end ] || fail "the run's header has no end"
 
 # A tmpfs record sits beside the user's secrets, where secrets.sh keeps them.
-uid=$(id -u "$user" 2>/dev/null) || uid=""
+uid=""
+while IFS=: read -r n _ u _; do
+  if [ "$n" = "$user" ]; then uid=$u; break; fi
+done </etc/passwd
+[ -n "$uid" ] || uid=$(id -u "$user" 2>/dev/null) || uid=""
 volatile=()
 [ -z "$uid" ] || volatile=("/run/user/$uid/sand/.ledger" "/dev/shm/sand-$uid/.ledger")
 recorded() {  # recorded STORE NAME DIGEST: the guest holds this digest for the step
-  local d
+  local d got
   if [ "$1" = disk ]; then
-    [ -f "$L/$2" ] && [ "$(cat "$L/$2")" = "$3" ]
+    [ -f "$L/$2" ] && slurp got "$L/$2" && [ "$got" = "$3" ]
     return
   fi
   for d in "${volatile[@]}"; do
-    if [ -f "$d/$2" ] && [ ! -L "$d/$2" ] && [ "$(cat "$d/$2")" = "$3" ]; then return 0; fi
+    if [ -f "$d/$2" ] && [ ! -L "$d/$2" ] && slurp got "$d/$2" && [ "$got" = "$3" ]; then
+      return 0
+    fi
   done
   return 1
 }
@@ -100,13 +117,16 @@ record() {  # record STORE NAME DIGEST, once the step succeeded
     [ -z "$uid" ] || [ ! -d "/run/user/$uid/sand" ] || d=/run/user/$uid/sand/.ledger
     [ -n "$d" ] || [ -z "$uid" ] || [ ! -d "/dev/shm/sand-$uid" ] || d=/dev/shm/sand-$uid/.ledger
     [ -n "$d" ] || return 0
-    for o in "${volatile[@]}"; do [ "$o" = "$d" ] || rm -f -- "$o/$2"; done
-    mkdir -p -m 700 "$d"
+    for o in "${volatile[@]}"; do
+      if [ "$o" != "$d" ] && { [ -e "$o/$2" ] || [ -L "$o/$2" ]; }; then rm -f -- "$o/$2"; fi
+    done
+    [ -d "$d" ] || mkdir -p -m 700 "$d"
   fi
-  printf '%s\n' "$3" >"$d/.$2.tmp" && mv -f "$d/.$2.tmp" "$d/$2"
+  # In place: a record cut short holds no whole digest, so its step only runs again.
+  printf '%s\n' "$3" >"$d/$2"
 }
 have_bundle=""
-if [ -f "$B/DIGEST" ] && [ "$(cat "$B/DIGEST")" = "$bundle" ]; then have_bundle=1; fi
+if [ -f "$B/DIGEST" ] && slurp got "$B/DIGEST" && [ "$got" = "$bundle" ]; then have_bundle=1; fi
 need=() answer=""
 [ -n "$have_bundle" ] || answer=" bundle"
 for ((i = 0; i < count; i++)); do
@@ -120,18 +140,20 @@ printf 'sand:need:%s%s\n' "$nonce" "$answer"
 [ -n "$answer" ] || exit 0
 
 # What the step log shows of a digest: never one kept on tmpfs (it covers secret values).
-shown() {
-  if [ "${stores[$1]}" = disk ]; then printf '%s' "${digests[$1]:0:16}"; else printf -; fi
+shown() {  # shown I VAR
+  if [ "${stores[$1]}" = disk ]; then printf -v "$2" '%s' "${digests[$1]:0:16}"; else
+    printf -v "$2" -; fi
 }
 length() { field n; [[ $n =~ ^[0-9]{1,10}$ ]] || fail "bad payload length"; }
-mkdir -p -m 755 "$L" "${LOG%/*}"
+[ -d "$L" ] || mkdir -p -m 755 "$L" "${LOG%/*}"
 logline() {
-  printf '%s %s %s %s %s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$label" "$1" "$2" "$3" "$4" \
-    >>"$LOG"
+  local at
+  TZ=UTC0 printf -v at '%(%Y-%m-%dT%H:%M:%SZ)T' -1
+  printf '%s %s %s %s %s %s\n' "$at" "$label" "$1" "$2" "$3" "$4" >>"$LOG"
 }
 if [ -z "$have_bundle" ]; then
   printf 'sand:step:%s run bundle\n' "$nonce"
-  t0=$(now)
+  now t0
   length
   mkdir -p "${B%/*}"
   t=$(mktemp -d "${B%/*}/.bundle.XXXXXXXX")
@@ -145,14 +167,16 @@ if [ -z "$have_bundle" ]; then
   else
     rm -rf "$t"; printf 'sand: the bundle arrived damaged\n'; rc=1
   fi
-  printf 'sand:step:%s done bundle %s %s %s\n' "$nonce" "$rc" "$t0" "$(now)"
+  now t1
+  printf 'sand:step:%s done bundle %s %s %s\n' "$nonce" "$rc" "$t0" "$t1"
   [ "$rc" = 0 ] || exit 1
 fi
 for ((i = 0; i < count; i++)); do
   name=${names[i]}
   if [ -z "${need[i]}" ]; then
     printf 'sand:step:%s skip %s\n' "$nonce" "$name"
-    logline "$name" skipped - "$(shown "$i")"
+    shown "$i" digest
+    logline "$name" skipped - "$digest"
     continue
   fi
   printf 'sand:step:%s run %s\n' "$nonce" "$name"
@@ -161,23 +185,33 @@ for ((i = 0; i < count; i++)); do
   [ "${modes[i]}" = root ] || cmd+=(sudo -n -H -u "$user" --)
   cmd+=("${av[@]}")
   unset -n av
-  t0=$(now)
+  now t0
   if [ "${payloads[i]}" = 1 ]; then
     length
-    head -c "$n" | { "${cmd[@]}" 2>&1; rc=$?; cat >/dev/null; exit "$rc"; }
+    # What the step left unread is drained, so that head takes exactly its n bytes off
+    # stdin. A step that succeeded read its payload to its "end" record, which closes
+    # it: with a payload that head writes at once (at most PIPE_BUF) there is nothing
+    # to drain, and no process is started for it.
+    head -c "$n" | {
+      "${cmd[@]}" 2>&1
+      rc=$?
+      [ "$rc" = 0 ] && ((n <= 4096)) || cat >/dev/null
+      exit "$rc"
+    }
     rc=$?
   else
     "${cmd[@]}" </dev/null 2>&1
     rc=$?
   fi
-  t1=$(now)
+  now t1
   printf 'sand:step:%s done %s %s %s %s\n' "$nonce" "$name" "$rc" "$t0" "$t1"
+  shown "$i" digest
   if [ "$rc" != 0 ]; then
-    logline "$name" failed "$rc" "$(shown "$i")"
+    logline "$name" failed "$rc" "$digest"
     exit 1
   fi
   if [ "${digests[i]}" != - ]; then record "${stores[i]}" "$name" "${digests[i]}"; fi
-  logline "$name" ran 0 "$(shown "$i")"
+  logline "$name" ran 0 "$digest"
 done
 exit 0
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from sand.provision.bundle import Bundle
 from sand.provision.steps import fields, repos_step
 from tests.provision.helpers import make_vm
 from tests.required import require
+from tests.rig.gitserver import GitServer
 
 GIT = shutil.which("git")
 
@@ -194,3 +196,77 @@ def test_a_symlink_that_leaves_home_is_refused(guest: Guest) -> None:
     proc = guest.run(("repo", "~/src/app", guest.url, "main"))
     assert proc.returncode == 0, proc.stderr
     assert (guest.home / "work" / "app" / "README").exists()
+
+
+@pytest.fixture
+def forge(guest: Guest) -> Iterator[tuple[GitServer, str]]:
+    """The rig's token-protected HTTP git server with one repository (default branch
+    ``trunk``), and the guest's git given its token as the secrets step gives it: an
+    ``includeIf gitdir`` for the checkout only, a credential helper reading a file."""
+    server = GitServer(token="repos-step-token-not-secret", host="127.0.0.1").start()
+    try:
+        url = server.create_repo("app", {"README": "from the forge\n"}, branch="trunk")
+        token = guest.root / "token"
+        token.write_text(server.token + "\n")
+        token.chmod(0o600)
+        helper = Bundle().root / "git-credential-sand"
+        conf = guest.root / "app.gitconfig"
+        conf.write_text(
+            f'[credential "{url.rsplit("/", 1)[0]}"]\n\thelper =\n\thelper = {helper} {token}\n'
+            "\tusername = x-access-token\n"
+        )
+        (guest.home / ".gitconfig").write_text(
+            f'[includeIf "gitdir:{guest.home}/src/app/"]\n\tpath = {conf}\n'
+        )
+        yield server, url
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("scope_first", [False, True], ids=["new-path", "path-with-envrc"])
+def test_a_new_checkout_of_the_default_branch_asks_the_forge_once(
+    guest: Guest, forge: tuple[GitServer, str], scope_first: bool
+) -> None:
+    """One connection, one listing of the refs: the clone's own says the remote's default
+    branch, where a second connection (`git ls-remote`) asked for it before, at a TLS
+    handshake's and a TCG guest's process starts' cost; also when the checkout's
+    directory already holds a secret scope's .envrc."""
+    server, url = forge
+    app = guest.home / "src" / "app"
+    if scope_first:
+        app.mkdir(parents=True)
+        (app / ".envrc").write_text("# sand's scope\n")
+    proc = guest.run(("repo", "~/src/app", url, ""))
+    assert proc.returncode == 0, proc.stderr
+    assert (app / "README").read_text() == "from the forge\n"
+    head = subprocess.run(
+        [GIT or "git", "-C", str(app), "symbolic-ref", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert head.stdout.strip() == "trunk"
+    assert not any("ls-remote" in call for call in guest.argvs())
+    listings = [path for path, ok in server.request_log if path.endswith("/info/refs") and ok]
+    assert listings == ["/app.git/info/refs"], server.request_log
+    assert server.connections == 1
+    if scope_first:
+        assert (app / ".envrc").read_text() == "# sand's scope\n"
+        assert not (app / ".sand-clone").exists()
+        status = subprocess.run(
+            [GIT or "git", "-C", str(app), "status", "--porcelain"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert status.stdout == "?? .envrc\n"  # only the scope's file; the clone is whole
+    # The token went by the helper only: not in the URL or the checkout's config.
+    assert server.token not in (app / ".git" / "config").read_text()
+
+
+def test_a_hostile_default_branch_leaves_no_checkout_to_keep(guest: Guest) -> None:
+    """The clone a refused default branch came with is removed, so the next run refuses
+    it again rather than keeping it as the agent's checkout."""
+    guest._git("-C", str(guest.origin), "update-ref", "refs/heads/-f", "refs/heads/main")
+    guest._git("-C", str(guest.origin), "symbolic-ref", "HEAD", "refs/heads/-f")
+    for _ in range(2):
+        proc = guest.run(("repo", "~/src/app", guest.url, ""))
+        assert proc.returncode != 0
+        assert "not a usable branch name: -f" in proc.stderr
+        assert not (guest.home / "src" / "app" / ".git").exists()

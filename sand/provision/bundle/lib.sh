@@ -9,13 +9,16 @@
 # - Files are written through a temp file in the destination's directory,
 #   compared first, renamed into place; the EXIT trap removes any temp file a
 #   failure leaves behind (for secrets: a partial file on tmpfs).
+# - What bash can tell or write itself is not asked of another program: in a guest
+#   under emulation (a TCG VM) each process started costs tens of milliseconds, and a
+#   warm claim's own steps are little else.
 set -euo pipefail
 umask 077
 export LC_ALL=C
 
 SAND_LIB=/usr/local/lib/sand/bundle
-_sand_tmp=()
-trap 'rm -f -- "${_sand_tmp[@]}"' EXIT
+_sand_tmp=() # temp files not yet renamed into place
+trap '[ "${#_sand_tmp[@]}" = 0 ] || rm -f -- "${_sand_tmp[@]}"' EXIT
 
 changed() { printf 'sand:changed %s\n' "$*"; }
 die() { printf 'sand: %s\n' "$*" >&2; exit 1; }
@@ -34,13 +37,48 @@ mode_of() { stat -c %a -- "$1"; }
 # Returns 0 when it wrote, 1 when DEST already held exactly that -- and then
 # it has touched nothing, not even DEST's directory.
 put_file() {
-	local dest=$1 mode=$2 text=""
+	local text=""
 	IFS= read -r -d '' text || true # all of stdin, byte for byte (text has no NUL)
-	if [ -f "$dest" ] && [ ! -L "$dest" ] && [ "$(mode_of "$dest")" = "$mode" ] &&
-		cmp -s -- "$dest" <(printf '%s' "$text"); then
+	put_text "$1" "$2" "$text"
+}
+
+# put_text DEST MODE TEXT: put_file with the text as an argument (no pipe to feed).
+put_text() {
+	local dest=$1 mode=$2 text=$3 tmp
+	if [ -f "$dest" ] && [ ! -L "$dest" ] && holds "$dest" "$text" &&
+		[ "$(mode_of "$dest")" = "$mode" ]; then
 		return 1
 	fi
-	_put "$dest" "$mode" < <(printf '%s' "$text")
+	_new_tmp tmp "$dest" "$mode" "$text"
+	mv -f -- "$tmp" "$dest"
+	_sand_tmp=("${_sand_tmp[@]:0:${#_sand_tmp[@]}-1}") # renamed: nothing left to remove
+}
+
+# holds FILE TEXT: FILE's bytes are exactly TEXT (which has no NUL).
+holds() {
+	local current=""
+	[ -r "$1" ] || return 1
+	if IFS= read -r -d '' current <"$1"; then return 1; fi # stopped at a NUL: not TEXT
+	[ "$current" = "$2" ]
+}
+
+# _new_tmp VAR DEST MODE TEXT: a new file holding TEXT, with MODE (no execute bit),
+# beside DEST (so on DEST's filesystem: a secret's partial file is on tmpfs too), made
+# by bash itself: created exclusively (noclobber: never over an existing file),
+# under a name no other process chose, its mode from the umask it is created with.
+_new_tmp() {
+	local name mask try
+	[[ $3 =~ ^[0-6][0246][0246]$ ]] || die "not a mode for a text file: $3"
+	printf -v mask '%o' $((8#777 & ~8#$3))
+	for try in 1 2 3 4 5 6 7 8; do
+		name=${2%/*}/.sand.${SRANDOM:-$RANDOM$RANDOM}$$
+		if (umask "$mask" && set -C && printf '%s' "$4" >"$name") 2>/dev/null; then
+			_sand_tmp+=("$name")
+			printf -v "$1" '%s' "$name"
+			return 0
+		fi
+	done
+	die "cannot write a file beside $2"
 }
 
 # put_copy SRC DEST MODE: the same for a file's bytes (binaries included).
@@ -60,25 +98,34 @@ _put() {
 	cat >"$tmp"
 	chmod "$2" -- "$tmp"
 	mv -f -- "$tmp" "$1"
+	_sand_tmp=("${_sand_tmp[@]:0:${#_sand_tmp[@]}-1}")
 }
 
 # put_block FILE NAME < content: keep one "# BEGIN NAME" .. "# END NAME" block
 # in FILE holding content (empty content removes the block). The rest of the
 # file is left as the user has it.
 put_block() {
-	local file=$1 name=$2 body current="" mode=644
-	body=$(cat)
+	local file=$1 name=$2 body="" current="" mode=644 line skip="" text=""
+	IFS= read -r -d '' body || true
+	while [[ $body == *$'\n' ]]; do body=${body%$'\n'}; done
 	if [ -f "$file" ]; then
 		mode=$(mode_of "$file")
-		current=$(awk -v b="# BEGIN $name" -v e="# END $name" \
-			'$0 == b { skip = 1; next } $0 == e { skip = 0; next } !skip' "$file")
+		while IFS= read -r line || [ -n "$line" ]; do # the last line too, newline or not
+			if [ "$line" = "# BEGIN $name" ]; then
+				skip=1
+			elif [ "$line" = "# END $name" ]; then
+				skip=""
+			elif [ -z "$skip" ]; then
+				current+=$line$'\n'
+			fi
+		done <"$file"
+		while [[ $current == *$'\n' ]]; do current=${current%$'\n'}; done
 	elif [ -z "$body" ]; then
 		return 1
 	fi
-	put_file "$file" "$mode" < <(
-		if [ -n "$current" ]; then printf '%s\n' "$current"; fi
-		if [ -n "$body" ]; then printf '# BEGIN %s\n%s\n# END %s\n' "$name" "$body" "$name"; fi
-	)
+	if [ -n "$current" ]; then text=$current$'\n'; fi
+	if [ -n "$body" ]; then text+="# BEGIN $name"$'\n'"$body"$'\n'"# END $name"$'\n'; fi
+	put_text "$file" "$mode" "$text"
 }
 
 # home_of USER
@@ -109,14 +156,35 @@ home_path() {
 	esac
 	[[ $2 != *[[:cntrl:]]* ]] || die "a guest path contains a control character"
 	case /$rel/ in */../* | */./*) die "a guest path has a '.' or '..' segment: $2" ;; esac
-	home=$(realpath -e -- "$HOME") || die "the home directory $HOME does not exist"
-	resolved=$(realpath -m -- "$home/$rel") || die "cannot resolve $2"
-	case $resolved in "$home" | "$home"/*) ;; *) die "$2 resolves outside $HOME" ;; esac
+	[ -d "$HOME" ] || die "the home directory $HOME does not exist"
+	if linked_below "$HOME" "$rel"; then # else it is the path it says, inside home
+		home=$(realpath -e -- "$HOME") || die "the home directory $HOME does not exist"
+		resolved=$(realpath -m -- "$home/$rel") || die "cannot resolve $2"
+		case $resolved in "$home" | "$home"/*) ;; *) die "$2 resolves outside $HOME" ;; esac
+	fi
 	printf -v "$1" '%s' "$HOME${rel:+/$rel}"
+}
+
+# linked_below DIR REL: a symbolic link is on the way from DIR down to DIR/REL (REL has
+# no '.' or '..' segment), up to the first part that does not exist yet.
+linked_below() {
+	local walk=$1 rest=$2 part
+	while [ -n "$rest" ]; do
+		part=${rest%%/*}
+		if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
+		[ -n "$part" ] || continue
+		walk+=/$part
+		[ ! -L "$walk" ] || return 0
+		[ -e "$walk" ] || return 1
+	done
+	return 1
 }
 
 # check_branch NAME: git's own rule for a branch name, and never an option.
 check_branch() {
+	# A plain one-word name (main, trunk, release-2) is one by every rule git has;
+	# anything else is asked of git itself.
+	[[ $1 =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$ && $1 != HEAD ]] && return 0
 	[[ $1 != -* ]] && git check-ref-format --branch "$1" >/dev/null 2>&1 ||
 		die "not a usable branch name: $1"
 }
@@ -125,7 +193,10 @@ check_branch() {
 # out of `git status` (and so out of an agent's `git add -A`) through the
 # checkout's own .git/info/exclude. Prints the change it makes, if any.
 exclude_envrc() {
-	local top gitdir rel
+	local top gitdir rel up=$1
+	# No .git in DIR or above it: no checkout to ask git about.
+	while [ -n "$up" ] && [ ! -e "$up/.git" ]; do up=${up%/*}; done
+	[ -n "$up" ] || [ -e /.git ] || return 0
 	top=$(git -C "$1" rev-parse --show-toplevel 2>/dev/null) || return 0
 	gitdir=$(git -C "$top" rev-parse --absolute-git-dir) || return 0
 	rel=${1#"$top"}

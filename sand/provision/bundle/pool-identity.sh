@@ -18,24 +18,47 @@
 # A copied disk carries $own, but only with the very id and keys it vouches for: a
 # fork of this machine makes all of them anew (fork-identity) and so no longer matches.
 # argv: the VM's name (validated by the host). stdin: unused.
-. "$(dirname -- "$0")/lib.sh"
+. "${0%/*}/lib.sh"
 name=${1:-}
 [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9-]{0,62}$ ]] || die "not a VM name: $name"
 base=/var/lib/sand/base-host-keys # generalize.sh: the host keys the base kept
 own=/var/lib/sand/own-identity    # this step: the machine-id and keys it found or made
+# What a claim finds is read by bash itself, no other program started: a claim's own
+# steps are what a warm pool is measured by, and a process start is not cheap in a guest
+# under emulation.
 
-host_keys() { # the public host keys' key fields, one a line
-	local pub
+# text_of VAR FILE: FILE's text without its trailing newlines ("" when unreadable).
+text_of() {
+	local -n into=$1
+	into=""
+	[ -r "$2" ] || return 0
+	IFS= read -r -d '' into <"$2" || true
+	while [[ $into == *$'\n' ]]; do into=${into%$'\n'}; done
+}
+host_keys() { # the public host keys' key fields, one a line, into $keys
+	local pub line type key rest
+	keys=""
 	for pub in /etc/ssh/ssh_host_*_key.pub; do
-		[ -f "$pub" ] && awk 'NF >= 2 { print $2 }' "$pub"
+		[ -f "$pub" ] || continue
+		while read -r type key rest || [ -n "$type" ]; do
+			[ -z "$key" ] || keys+=$key$'\n'
+			type="" key=""
+		done <"$pub"
 	done
-	return 0
+	keys=${keys%$'\n'}
 }
-vouched() { # vouched WORD: WORD is a line of $own
-	[ -f "$own" ] && grep -qxF -- "$1" "$own"
+own_lines=() base_lines=()
+[ ! -f "$own" ] || mapfile -t own_lines <"$own"
+[ ! -f "$base" ] || mapfile -t base_lines <"$base"
+listed() { # listed WORD LINE...: WORD is one of the LINEs
+	local word=$1 line
+	shift
+	for line do [ "$line" != "$word" ] || return 0; done
+	return 1
 }
+vouched() { listed "$1" ${own_lines[@]+"${own_lines[@]}"}; } # WORD is a line of $own
 
-id=$(cat /etc/machine-id 2>/dev/null || true)
+text_of id /etc/machine-id
 if ! [[ $id =~ ^[0-9a-f]{32}$ ]] || ! { vouched "$id" || [ -f "$base" ]; }; then
 	id=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	[[ $id =~ ^[0-9a-f]{32}$ ]] || die "could not make a machine-id"
@@ -44,12 +67,13 @@ if ! [[ $id =~ ^[0-9a-f]{32}$ ]] || ! { vouched "$id" || [ -f "$base" ]; }; then
 	changed "/etc/machine-id made anew"
 fi
 
-keys=$(host_keys)
-mine=$([ -n "$keys" ] && echo yes || echo no)
+host_keys
+mine=no
+[ -z "$keys" ] || mine=yes
 while IFS= read -r key; do
 	[ -n "$key" ] || continue
 	vouched "$key" && continue
-	[ -f "$base" ] && ! grep -qxF -- "$key" "$base" && continue
+	[ -f "$base" ] && ! listed "$key" ${base_lines[@]+"${base_lines[@]}"} && continue
 	mine=no
 done <<<"$keys"
 if [ "$mine" != yes ]; then
@@ -59,17 +83,23 @@ if [ "$mine" != yes ]; then
 		systemctl try-reload-or-restart ssh.service sshd.service >&2 2>&1 || true
 	fi
 	changed "SSH host keys made anew"
-	keys=$(host_keys)
+	host_keys
 fi
 
-mkdir -p /var/lib/sand
-record=$(printf '%s\n%s\n' "$id" "$keys")
-if [ "$(cat -- "$own" 2>/dev/null || true)" != "$record" ]; then
+[ -d /var/lib/sand ] || mkdir -p /var/lib/sand
+record=$id$'\n'$keys
+text_of recorded "$own"
+if [ "$recorded" != "$record" ]; then
 	printf '%s\n' "$record" >"$own.new" && mv -f -- "$own.new" "$own"
 fi
 
-if [ "$(cat /etc/hostname 2>/dev/null || true)" != "$name" ]; then
+text_of current /etc/hostname
+if [ "$current" != "$name" ]; then
 	printf '%s\n' "$name" >/etc/hostname
 	changed "hostname $name"
 fi
-[ "$(hostname)" = "$name" ] || hostname "$name"
+text_of current /proc/sys/kernel/hostname
+if [ "$current" != "$name" ]; then
+	# The kernel's, written as hostname(1) would set it.
+	{ printf '%s' "$name" >/proc/sys/kernel/hostname; } 2>/dev/null || hostname "$name"
+fi

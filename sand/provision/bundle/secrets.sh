@@ -9,28 +9,43 @@
 #   broker-env SCOPE SLUG NAME    at SCOPE, NAME_BROKER_URL is the broker's URL and
 #                                 NAME_BROKER_CREDENTIAL_FILE the credential's file
 # Values stay on stdin and tmpfs: they are never in argv, never on disk.
-. "$(dirname -- "$0")/lib.sh"
+. "${0%/*}/lib.sh"
 
-uid=$(id -u)
-fstype() { stat -f -c %T -- "$1" 2>/dev/null || true; }
+uid=$UID
+# on_tmpfs DIR: DIR's filesystem (that of the last mount over its longest mount point
+# in /proc/self/mounts; stat's answer where DIR is a link or there is no /proc) is tmpfs.
+on_tmpfs() {
+	local dev mnt type rest best=-1 found=""
+	if [ -L "$1" ] || [ ! -r /proc/self/mounts ]; then
+		[ "$(stat -f -c %T -- "$1" 2>/dev/null || true)" = tmpfs ]
+		return
+	fi
+	while read -r dev mnt type rest; do
+		mnt=${mnt//\\040/ }
+		case $1/ in "${mnt%/}"/*) if ((${#mnt} >= best)); then best=${#mnt} found=$type; fi ;; esac
+	done </proc/self/mounts
+	[ "$found" = tmpfs ]
+}
 runtime=/run/user/$uid
-if [ -d "$runtime" ] && [ -O "$runtime" ] && [ "$(fstype "$runtime")" = tmpfs ]; then
+if [ -d "$runtime" ] && [ -O "$runtime" ] && on_tmpfs "$runtime"; then
 	root=$runtime/sand other=/dev/shm/sand-$uid
-elif [ "$(fstype /dev/shm)" = tmpfs ]; then
+elif on_tmpfs /dev/shm; then
 	root=/dev/shm/sand-$uid other=$runtime/sand
 else
 	die "neither $runtime nor /dev/shm is a tmpfs: refusing to put secrets on disk"
 fi
 
-private_dir() {  # a 0700 directory that is ours: never a symlink or someone else's
-	if [ -L "$1" ] || { [ -e "$1" ] && [ ! -d "$1" ]; }; then die "$1 is not a directory"; fi
-	mkdir -p -- "$1"
-	[ -O "$1" ] || die "$1 is not owned by $(id -un)"
-	[ "$(mode_of "$1")" = 700 ] || chmod 700 -- "$1"
-}
-private_dir "$root"
-private_dir "$root/env"
-private_dir "$root/git"
+# Three 0700 directories that are ours: never a symlink or someone else's.
+missing=()
+for dir in "$root" "$root/env" "$root/git"; do
+	if [ -L "$dir" ] || { [ -e "$dir" ] && [ ! -d "$dir" ]; }; then die "$dir is not a directory"; fi
+	[ -d "$dir" ] || missing+=("$dir")
+done
+[ "${#missing[@]}" = 0 ] || mkdir -p -- "${missing[@]}"
+for dir in "$root" "$root/env" "$root/git"; do
+	[ -O "$dir" ] || die "$dir is not owned by $(id -un)"
+done
+chmod 700 -- "$root" "$root/env" "$root/git" # one process, where a look at each was three
 
 declare -A env_text=() scope_dir=() git_dir=() git_context=() git_token=()
 kind="" broker_url="" broker_hosts="" broker_env=()
@@ -91,14 +106,12 @@ fi
 
 # --- values on tmpfs -----------------------------------------------------------
 for slug in "${!env_text[@]}"; do
-	if put_file "$root/env/$slug.sh" 600 < <(
-		printf '# sand: secrets for %s (tmpfs; gone at reboot until sand delivers them again)\n' \
-			"${scope_dir[$slug]}"
-		printf '%s' "${env_text[$slug]}"
-	); then changed "secrets for ${scope_dir[$slug]}"; fi
+	printf -v text '# sand: secrets for %s (tmpfs; gone at reboot until sand delivers them again)\n%s' \
+		"${scope_dir[$slug]}" "${env_text[$slug]}"
+	if put_text "$root/env/$slug.sh" 600 "$text"; then changed "secrets for ${scope_dir[$slug]}"; fi
 done
 for slug in "${!git_token[@]}"; do
-	if put_file "$root/git/$slug" 600 < <(printf '%s\n' "${git_token[$slug]}"); then
+	if put_text "$root/git/$slug" 600 "${git_token[$slug]}"$'\n'; then
 		changed "git token for ${git_dir[$slug]:-the broker}"
 	fi
 done
@@ -118,19 +131,36 @@ done
 # ~/.gitconfig includes a per-checkout file only for repositories under that
 # checkout (includeIf gitdir); that file points git's credential helper at the
 # token on tmpfs. The token is not in the remote URL, .git/config or argv.
+# sorted VAR WORD...: the words in byte order (LC_ALL=C), into the array VAR.
+sorted() {
+	local -n into=$1
+	local word i
+	into=()
+	shift
+	for word do
+		for ((i = ${#into[@]}; i > 0; i--)); do
+			[[ ${into[i - 1]} > $word ]] || break
+			into[i]=${into[i - 1]}
+		done
+		into[i]=$word
+	done
+}
+
 conf=$HOME/.config/sand/git
-mkdir -p -- "$conf"
+[ -d "$conf" ] || mkdir -p -- "$conf"
 includes=""
-for slug in $(printf '%s\n' "${!git_dir[@]}" | sort); do
+sorted git_slugs "${!git_dir[@]}"
+for slug in "${git_slugs[@]}"; do
 	dir=${git_dir[$slug]}
-	if put_file "$conf/$slug.gitconfig" 644 < <(
-		printf '# Managed by sand: credentials for %s only (the token is on tmpfs).\n' "$dir"
-		printf '[credential "%s"]\n' "${git_context[$slug]}"
-		printf '\thelper =\n'
-		printf '\thelper = %s %s\n' "$SAND_LIB/git-credential-sand" "$root/git/$slug"
-		printf '\tusername = x-access-token\n'
-	); then changed "git credentials for $dir"; fi
-	includes+=$(printf '[includeIf "gitdir:%s/"]\n\tpath = %s' "$dir" "$conf/$slug.gitconfig")$'\n'
+	printf -v text '%s\n' \
+		"# Managed by sand: credentials for $dir only (the token is on tmpfs)." \
+		"[credential \"${git_context[$slug]}\"]" \
+		$'\thelper =' \
+		$'\thelper = '"$SAND_LIB/git-credential-sand $root/git/$slug" \
+		$'\tusername = x-access-token'
+	if put_text "$conf/$slug.gitconfig" 644 "$text"; then changed "git credentials for $dir"; fi
+	printf -v text '[includeIf "gitdir:%s/"]\n\tpath = %s\n' "$dir" "$conf/$slug.gitconfig"
+	includes+=$text
 done
 for file in "$conf"/*.gitconfig; do
 	[ -e "$file" ] || continue
@@ -150,15 +180,18 @@ if [ -n "$broker_url" ]; then
 			printf '[url "%s/%s/"]\n\tinsteadOf = https://%s/\n' "$broker_url" "$host" "$host"
 		done
 	); then changed "git through the broker at $broker_url"; fi
-	includes+=$(printf '[include]\n\tpath = %s' "$conf/broker.gitconfig")$'\n'
+	includes+="[include]"$'\n\t'"path = $conf/broker.gitconfig"$'\n'
 fi
-if put_block "$HOME/.gitconfig" "sand git-credentials" < <(printf '%s' "$includes"); then
+if put_block "$HOME/.gitconfig" "sand git-credentials" <<<"$includes"; then
 	changed "$HOME/.gitconfig"
 fi
 
 # --- direnv: each scope's .envrc loads its secrets (and enclosing scopes') -------
 header='# Managed by sand: loads the secrets placed at this directory from tmpfs.'
-ours() { [ -f "$1" ] && [ "$(head -n 1 -- "$1")" = "$header" ]; }
+ours() {
+	local first=""
+	[ -f "$1" ] && { IFS= read -r first <"$1" || true; } && [ "$first" = "$header" ]
+}
 allow_dir=${XDG_DATA_HOME:-$HOME/.local/share}/direnv/allow
 allowed() {  # direnv's own key: sha256 of "<abs path>\n<content>"
 	local hash
@@ -169,25 +202,28 @@ command -v direnv >/dev/null 2>&1 || die "direnv is not installed"
 
 # Scopes, shortest path first, so an enclosing scope's file is sourced before
 # (and so is overridden by) a nested one's.
-mapfile -t slugs < <(for s in "${!scope_dir[@]}"; do printf '%s %s\n' "${#scope_dir[$s]}" "$s"; done |
-	sort -n | cut -d' ' -f2)
+# (sorted as "<length, 5 digits> <slug>": a path is far shorter than 100000 bytes)
+keys=()
+for s in "${!scope_dir[@]}"; do printf -v key '%05d %s' "${#scope_dir[$s]}" "$s" && keys+=("$key"); done
+sorted keys "${keys[@]}"
+slugs=("${keys[@]#* }")
 for slug in "${slugs[@]}"; do
 	dir=${scope_dir[$slug]}
 	envrc=$dir/.envrc
-	(umask 022 && mkdir -p -- "$dir") # an ordinary directory: only .envrc goes in it
+	[ -d "$dir" ] || (umask 022 && mkdir -p -- "$dir") # an ordinary directory: only .envrc goes in it
 	if [ -e "$envrc" ] && ! ours "$envrc"; then
 		die "$envrc exists and was not written by sand; move it away or choose another scope"
 	fi
-	if put_file "$envrc" 644 < <(
-		printf '%s\n# No value is stored here; sand rewrites this file when it provisions.\n' "$header"
-		for outer in "${slugs[@]}"; do
-			o=${scope_dir[$outer]}
-			if [ "$o" = "$dir" ] || [ "${dir#"$o"/}" != "$dir" ]; then
-				f=$root/env/$outer.sh
-				printf 'watch_file %s\n[ ! -r %s ] || . %s\n' "$f" "$f" "$f"
-			fi
-		done
-	); then
+	text="$header"$'\n# No value is stored here; sand rewrites this file when it provisions.\n'
+	for outer in "${slugs[@]}"; do
+		o=${scope_dir[$outer]}
+		if [ "$o" = "$dir" ] || [ "${dir#"$o"/}" != "$dir" ]; then
+			f=$root/env/$outer.sh
+			printf -v line 'watch_file %s\n[ ! -r %s ] || . %s\n' "$f" "$f" "$f"
+			text+=$line
+		fi
+	done
+	if put_text "$envrc" 644 "$text"; then
 		direnv allow "$dir" >&2
 		changed "direnv scope $dir"
 	elif ! allowed "$envrc"; then
@@ -206,4 +242,6 @@ if [ -f "$record" ]; then
 		if ours "$dir/.envrc"; then rm -f -- "$dir/.envrc" && changed "direnv scope $dir removed"; fi
 	done <"$record"
 fi
-put_file "$record" 600 < <(for slug in "${slugs[@]}"; do printf '%s\n' "${scope_dir[$slug]}"; done) || true
+text=""
+for slug in "${slugs[@]}"; do text+=${scope_dir[$slug]}$'\n'; done
+put_text "$record" 600 "$text" || true
