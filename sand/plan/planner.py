@@ -92,11 +92,9 @@ def make_plan(
     for vm in desired.vms:
         wanted.add((vm.backend, vm.name))
         obs = observations.get(vm.backend)
-        secrets: tuple[str | None, str | None] | None = None
-        if vm.name in stamps:
-            secrets = (stamps[vm.name], lost.get(vm.name))
-        elif vm.name in lost:  # no values to compare, but what it was told is gone
-            secrets = (None, lost[vm.name])
+        # A VM without values may have lost what it was told too (the broker, the proxy).
+        told = vm.name in stamps or vm.name in lost
+        secrets = (stamps.get(vm.name), lost.get(vm.name)) if told else None
         lapsed, note = expiry_change(vm, obs, now, expired or {})
         if note:
             notes.append(note)
@@ -303,9 +301,8 @@ def _guest_action(guest_changed: bool, deliver: str | None) -> GuestAction:
 
 
 def _secrets_reason(current: ObservedVM, stamp: str | None, lost: str | None) -> str | None:
-    """Why ``current`` needs its secrets delivered (values ``stamp`` now; None for a VM
-    with no values, delivered to only for what it lost: the broker or the egress proxy
-    on this host), or None."""
+    """Why ``current`` needs its secrets delivered (values ``stamp`` now, None for none:
+    then only for what it ``lost``), or None."""
     if current.power != "running":
         # A stopped guest holds no secrets; sand delivers them when it starts one (see
         # the engine), and one started elsewhere shows as booted after the delivery.
