@@ -16,6 +16,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,28 +108,39 @@ class FirewallFollower:
         self.thread.join()
 
 
-def test_a_deny_vm_clones_through_the_broker_and_reaches_nothing_else(
-    tmp_path, fakepve_server, netns_guest
-) -> None:
+def _behind_firewall(
+    tmp_path: Path, rig: Any, guest: Any, name: str
+) -> tuple[str, Callable[[int], Nic], GitServer, Sand, dict[str, str]]:
+    """The rig for a deny VM on the netns ``guest``: (the bridge's address, the guest's
+    NIC as the VM's net0, a git server over TLS named ``name``, sand, its environment);
+    the datacenter's firewall on and read-only granted."""
     absent = missing_tools(("nft", "ip"))
     if absent:
         missing(f"the rig's PVE firewall needs {', '.join(absent)} (run .ci/rig-setup.sh)")
-    rig = fakepve_server
-    guest = netns_guest()
     host = ensure_bridge()
     mac = run(["ip", "netns", "exec", guest.netns, "cat", "/sys/class/net/eth0/address"])
     cert, key = self_signed(tmp_path, host)
-    server = GitServer("rig-broker-egress-5c1e9a7d20", tls=(cert, key)).start()
+    server = GitServer(name, tls=(cert, key)).start()
     audit_and_switch_on(rig)
-    sand = Sand(tmp_path)
-    env = brokered_env(tmp_path, server.token, cert)
+
+    def nic_of(vmid: int) -> Nic:
+        return Nic(vmid, 0, guest.veth, mac.stdout.decode().strip())
+
+    return host, nic_of, server, Sand(tmp_path), brokered_env(tmp_path, server.token, cert)
+
+
+def test_a_deny_vm_clones_through_the_broker_and_reaches_nothing_else(
+    tmp_path, fakepve_server, netns_guest
+) -> None:
+    rig = fakepve_server
+    guest = netns_guest()
+    host, nic_of, server, sand, env = _behind_firewall(
+        tmp_path, rig, guest, "rig-broker-egress-5c1e9a7d20"
+    )
     try:
         url = server.create_repo("app", {"README.md": "through a deny policy\n"})
         policy = {"cidrs": ["192.0.2.7"], "ports": [443]}  # not the git server
         sand.write(brokered_app(rig, guest, url, {"name": "agent-1", "egress": policy}))
-
-        def nic_of(vmid: int) -> Nic:
-            return Nic(vmid, 0, guest.veth, mac.stdout.decode().strip())
 
         ident = secrets.token_hex(2)
         with (
@@ -192,27 +205,17 @@ def test_a_brokered_clone_right_after_its_rule_waits_for_pve_firewalls_update(
     not refused, and the kernel sends them again (1, 3, 7, 15 s), so the clone waits for
     the rule instead of failing. Here each change reaches the tap 10 s after it is
     written, and the apply succeeds at its first try."""
-    absent = missing_tools(("nft", "ip"))
-    if absent:
-        missing(f"the rig's PVE firewall needs {', '.join(absent)} (run .ci/rig-setup.sh)")
     rig = fakepve_server
     guest = netns_guest()
-    host = ensure_bridge()
-    mac = run(["ip", "netns", "exec", guest.netns, "cat", "/sys/class/net/eth0/address"])
-    cert, key = self_signed(tmp_path, host)
-    server = GitServer("rig-broker-lag-3b7e0c5a19", tls=(cert, key)).start()
-    audit_and_switch_on(rig)
-    sand = Sand(tmp_path)
-    env = brokered_env(tmp_path, server.token, cert)
+    host, nic_of, server, sand, env = _behind_firewall(
+        tmp_path, rig, guest, "rig-broker-lag-3b7e0c5a19"
+    )
     try:
         url = server.create_repo("app", {"README.md": "after the update\n"})
         policy = {"cidrs": ["192.0.2.7"], "ports": [443]}
         data = brokered_app(rig, guest, url, {"name": "agent-1", "egress": policy})
         data["vms"][0]["repos"] = []  # first without the repository: no broker, no rule
         sand.write(data)
-
-        def nic_of(vmid: int) -> Nic:
-            return Nic(vmid, 0, guest.veth, mac.stdout.decode().strip())
 
         with (
             HostFirewall(secrets.token_hex(2), BRIDGE, tmp_path) as firewall,
