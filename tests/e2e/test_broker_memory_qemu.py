@@ -65,7 +65,10 @@ from tests.rig.gitserver import GitServer
 from tests.rig.qemu import GUESTFWD_ADDRESS, QemuGuest, build_image
 from tests.rig.tlscert import self_signed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tcg]
+# Two TCG boots (the VM's and its fork's, each given up to 900 s on a loaded machine),
+# a reprovision, a hibernation and a wake, with a RAM walk after each: the suite's
+# 600-s default, shorter than one of its own boots may take, cut it short under load.
+pytestmark = [pytest.mark.e2e, pytest.mark.tcg, pytest.mark.timeout(2400)]
 
 TOKEN = "rig-qemu-brokered-token-3c9a51e7d2b8"
 CANARY = "canary-tmpfs-secret-qemu-0d4f7a92"  # a secret delivered to tmpfs, not brokered
