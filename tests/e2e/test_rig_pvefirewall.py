@@ -124,3 +124,22 @@ def test_what_the_rig_does_not_model_fails_rather_than_running_open(plugged: Plu
     for options in ({"policy_in": "DROP"}, {"ipfilter": 1}):
         with pytest.raises(RigError, match="VM 100: the rig"):
             plugged.firewall.apply(100, [plugged.nic], deny(**options))
+
+
+def test_two_hypervisors_numbering_their_vms_alike_keep_to_their_own(
+    plugged: Plugged, tmp_path: Path
+) -> None:
+    """Two tests' fakepves both call their first VM 101, and every hypervisor's table
+    sees every bridged packet: another hypervisor's VM of the same vmid, whose policy
+    allows nothing, must not drop this one's allowed traffic (it did, with marks made of
+    the vmid alone, when two such tests ran at once)."""
+    plugged.firewall.apply(100, [plugged.nic], deny())
+    other = HostFirewall(secrets.token_hex(2), plugged.firewall.bridge, tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    closed = deny()
+    closed["vm"]["rules"], closed["vm"]["ipset"] = [], {}
+    with other:
+        assert other.slot != plugged.firewall.slot
+        other.apply(100, [Nic(100, 0, "sfwnone", "02:00:00:00:00:01")], closed)
+        assert "CONNECTED" in plugged.connect(ALLOWED, 443)
+        assert "BLOCKED TimeoutError" in plugged.connect(HOST, 443)

@@ -41,8 +41,10 @@ ipset entries, ``icmp-type``, ``ipfilter``.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +53,14 @@ from typing import Any
 from tests.rig._util import RigError, run
 from tests.rig.nflog import NflogReader
 
-MARK_BASE = 0x5A000000  # the NIC marks: base | vmid << 4 | n (below pve-firewall's accept bit)
-MARK_MASK = 0xFF000000
+# The NIC marks: base | slot << 16 | vmid << 4 | n (below pve-firewall's accept bit). The
+# slot is the hypervisor's own: two tests' fakepves both number their first VM 101, and
+# every table's hook sees every bridged packet, so one hypervisor's rules must never match
+# another's marks (found when two such tests ran at once and each dropped the other's).
+MARK_BASE = 0x5A000000
+HOST_MASK = 0xFFFF0000
+SLOTS = 256
+SLOT_LOCKS = Path("/run/sand-rig/pvefw-slots")
 LOG_LEVELS = {
     "emerg": 0,
     "alert": 1,
@@ -97,11 +105,11 @@ class Nic:
     def chain(self) -> str:
         return f"tap{self.vmid}i{self.n}-OUT"  # pve-firewall's name for it
 
-    @property
-    def mark(self) -> int:
-        if self.vmid >= 1 << 20 or self.n >= 16:
+    def mark(self, slot: int) -> int:
+        """The mark of this NIC's packets on the hypervisor holding ``slot``."""
+        if self.vmid >= 1 << 12 or self.n >= 16:
             raise RigError(f"VM {self.vmid} net{self.n}: beyond the rig's packet marks")
-        return MARK_BASE | self.vmid << 4 | self.n
+        return MARK_BASE | slot << 16 | self.vmid << 4 | self.n
 
 
 def _ports(text: str) -> str:
@@ -228,12 +236,15 @@ class HostFirewall:
         self.script = directory / "pve-firewall.nft"
         self.vms: dict[int, tuple[list[Nic], dict[str, Any]]] = {}
         self.reader = NflogReader(self.group)
+        self.slot = -1
+        self._slot_lock: int | None = None
 
     def __enter__(self) -> HostFirewall:
         for name in BRIDGE_NF:  # br_netfilter: bridged packets pass the IP hooks
             path = Path("/proc/sys/net/bridge") / name
             if path.read_text().strip() != "1":
                 path.write_text("1\n")
+        self._take_slot()
         self.reader.__enter__()
         self._load()
         return self
@@ -241,6 +252,24 @@ class HostFirewall:
     def __exit__(self, *exc: object) -> None:
         self.drop_tables(self.table.removeprefix("sandpvefw"))
         self.reader.__exit__()
+        if self._slot_lock is not None:
+            os.close(self._slot_lock)  # the lock goes with it (as with a process that died)
+            self._slot_lock = None
+
+    def _take_slot(self) -> None:
+        """A mark slot no other live hypervisor of the rig holds, in any process: the
+        first of SLOTS lock files this one can lock."""
+        SLOT_LOCKS.mkdir(parents=True, exist_ok=True)
+        for slot in range(SLOTS):
+            fd = os.open(SLOT_LOCKS / str(slot), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.slot, self._slot_lock = slot, fd
+            return
+        raise RigError(f"all {SLOTS} of the rig's firewall mark slots are held")
 
     def apply(self, vmid: int, nics: list[Nic], state: dict[str, Any]) -> None:
         """The VM's rules from ``state`` (``cluster``: the datacenter's options, ``vm``:
@@ -284,16 +313,17 @@ class HostFirewall:
             for nic in nics:
                 # counted: PVE logs no ebtables drop, the rig's tests count them
                 l2.append(f'    iifname "{nic.tap}" ether saddr != {nic.mac} counter drop')
-                l2.append(f'    iifname "{nic.tap}" meta mark set {nic.mark:#x}')
-                dispatch.append(f"    meta mark {nic.mark:#x} jump {nic.chain}")
+                mark = nic.mark(self.slot)
+                l2.append(f'    iifname "{nic.tap}" meta mark set {mark:#x}')
+                dispatch.append(f"    meta mark {mark:#x} jump {nic.chain}")
                 body = "".join(f"    {line}\n" for line in vm_chain(nic, vm))
                 chains.append(
                     f"  chain {nic.chain} {{\n{body}  }}".replace("{group}", str(self.group))
                 )
         nl = "\n"
         hook = (
-            f'    iifname "{self.bridge}" meta mark & {MARK_MASK:#x} == {MARK_BASE:#x} '
-            "jump PVEFW-FORWARD"
+            f'    iifname "{self.bridge}" meta mark & {HOST_MASK:#x} == '
+            f"{MARK_BASE | self.slot << 16:#x} jump PVEFW-FORWARD"
         )
         return f"""table bridge {self.table} {{}}
 delete table bridge {self.table}
