@@ -10,6 +10,7 @@ still runs, so the refusals are not a broken step.
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING
 
 import pytest
@@ -60,12 +61,16 @@ async def test_the_guest_repos_step_refuses_hostile_records_and_keeps_argv_clean
     )
     assert root(guest, "cat", f"{HOME}/src/app/README.md") == "# app\n"
 
+    # The watch sees every process on the host, other tests' too (a git
+    # server's own `git upload-pack --http-backend-info-refs`), so what it
+    # looks for carries a mark no other test's process can have.
+    pwned = f"pwned{secrets.token_hex(4)}"
     hostile = [
-        ("repo", "~/src/a", "--upload-pack=touch /tmp/pwned-a", ""),
-        ("repo", "~/src/b", "ext::sh -c touch% /tmp/pwned-b", ""),
-        ("repo", "~/../../tmp/pwned-c", url, ""),
-        ("repo", "/tmp/pwned-d", url, ""),
-        ("repo", "~/src/e", url, "--orphan=pwned-e"),
+        ("repo", "~/src/a", f"--upload-pack=touch /tmp/{pwned}-a", ""),
+        ("repo", "~/src/b", f"ext::sh -c touch% /tmp/{pwned}-b", ""),
+        ("repo", f"~/../../tmp/{pwned}-c", url, ""),
+        ("repo", f"/tmp/{pwned}-d", url, ""),
+        ("repo", "~/src/e", url, f"--orphan={pwned}-e"),
     ]
     with ArgvWatch(guest) as watch:
         for record in hostile:
@@ -73,10 +78,10 @@ async def test_the_guest_repos_step_refuses_hostile_records_and_keeps_argv_clean
                 await _step(guest, vm, _repos_step(record))
             assert "sand: " in str(info.value), str(info.value)
     assert watch.samples > 0
-    for marker in ("pwned", "upload-pack", "ext::"):
+    for marker in (pwned, "--upload-pack=touch", "ext::sh"):
         assert watch.containing(marker) == [], marker
     for name in ("a", "b", "c", "d"):
-        assert not _exists(guest, f"/tmp/pwned-{name}")
+        assert not _exists(guest, f"/tmp/{pwned}-{name}")
     for name in ("a", "b", "e"):
         assert not _exists(guest, f"{HOME}/src/{name}")
     # The same step with a clean record still runs: the refusals are the script's.
