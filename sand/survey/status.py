@@ -249,6 +249,8 @@ def _row(
             "image": d.image,
             # names only: which secrets sit at which scope, never values
             "secret_scopes": [{"name": s.name, "scope": s.scope} for s in d.secrets],
+            # and those the broker holds for it, by their rules (as plan --json shows them)
+            "brokered": [g.as_data() for g in d.brokered],
         },
         observed=observed,
         conditions=conditions,

@@ -220,6 +220,15 @@ secrets:
   PLAIN:
     from: {env: SAND_TEST_PLAIN}
 """
+# The grant GRANTING makes, as plan --json and status --json show it.
+API_KEY_GRANT = {
+    "secret": "API_KEY",
+    "repositories": [],
+    "push": [],
+    "hosts": ["api.example.com"],
+    "header": "X-Api-Key",
+    "env": [{"scope": "~/src", "env": "API_KEY"}],
+}
 GRANTING = (
     "    secrets:\n      - {name: API_KEY, scope: ~/src/}\n      - {name: PLAIN, scope: ~/src}\n"
 )
@@ -245,16 +254,7 @@ def test_a_vm_grants_itself_a_brokered_secret_in_its_secrets_never_its_value(mon
         "(X-Api-Key); API_KEY_BROKER_URL at ~/src" in text
     ), text
     change = next(c for c in plan_to_json(plan)["changes"] if c["vm"] == "a")
-    assert change["brokered"] == [
-        {
-            "secret": "API_KEY",
-            "repositories": [],
-            "push": [],
-            "hosts": ["api.example.com"],
-            "header": "X-Api-Key",
-            "env": [{"scope": "~/src", "env": "API_KEY"}],
-        }
-    ]
+    assert change["brokered"] == [API_KEY_GRANT]
     validate("plan", plan_to_json(plan))  # the published schema knows the field
     assert "apikeyBrokerCanary" not in text + json.dumps(plan_to_json(plan))
 
@@ -315,3 +315,21 @@ def test_a_memory_fork_says_its_source_is_scrubbed_of_a_secrets_grant():
     vms = {vm.name: vm for vm in desired(text).vms}
     assert delivered(vms["a"]) == ("API_KEY",)
     assert "secrets: its own entry's, delivered to it: API_KEY" in fork_copy(vms["f"])
+
+
+def test_status_json_shows_a_vms_brokered_grants_by_their_rules(monkeypatch):
+    """`status --json` lists what the broker holds for a VM beside its tmpfs secrets: a
+    grant made by a VM's ``secrets:`` entry is not in ``secret_scopes`` (it never enters
+    the guest), so without this field the grant was invisible there."""
+    from sand.survey.status import StatusReport, _row
+
+    monkeypatch.setenv("SAND_TEST_API", "apikeyBrokerCanary0123456789")
+    monkeypatch.setenv("SAND_TEST_PLAIN", "plainvalue")
+    plan, _ = planned(brokered(HOSTS_ONLY, GRANTING))
+    report = StatusReport([_row(c, {}, None) for c in plan.changes], {}, []).to_json()
+    validate("status", report)  # the published schema knows the field
+    rows = {row["vm"]: row["desired"] for row in report["vms"]}
+    assert rows["a"]["secret_scopes"] == [{"name": "PLAIN", "scope": "~/src"}]
+    assert rows["a"]["brokered"] == [API_KEY_GRANT]
+    assert rows["b"]["brokered"] == []
+    assert "apikeyBrokerCanary" not in json.dumps(report)
