@@ -19,13 +19,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from sand.apply.events import Hooks
 from sand.apply.reconcile import ApplyOutcome
-from sand.apply.run import QuietView
+from sand.apply.run import ApplyRun, QuietView
 from sand.cli.guests import UsageError, fork_views, land_vm, pinned_endpoint
 from sand.cli.ui.model import BoardRow, Cell, board_rows, painted
 from sand.errors import SandError
+from sand.manifest import load_manifest
 from sand.plan.model import Plan
+from sand.project import open_session
+from sand.state.records import load_records
 from sand.survey.agentread import AgentReader
-from sand.survey.status import StatusReport
+from sand.survey.guest_secrets import GuestSecrets
+from sand.survey.plan import compute_plan
+from sand.survey.status import StatusReport, status_from, status_plan
 from sand.verbs.compare import ForkView
 
 if TYPE_CHECKING:
@@ -75,8 +80,6 @@ class Fleet:
 
     def loaded(self) -> LoadedManifest | None:
         """The manifest, loaded again only when the file changed (None: load it)."""
-        from sand.manifest import load_manifest
-
         try:
             st = self.manifest.stat()
         except OSError:
@@ -101,8 +104,6 @@ class Fleet:
         loaded = self.loaded()
         if loaded is None or loaded is self._primed:
             return
-        from sand.project import open_session
-        from sand.survey.guest_secrets import GuestSecrets
 
         session = open_session(self.manifest, lock=False, loaded=loaded)
         try:
@@ -114,10 +115,6 @@ class Fleet:
         self._primed = loaded
 
     async def observe_async(self) -> Snapshot:
-        from sand.project import open_session
-        from sand.state.records import load_records
-        from sand.survey.status import status_from, status_plan
-
         started = time.monotonic()
         session = open_session(self.manifest, lock=False, loaded=self.loaded())
         try:
@@ -138,9 +135,6 @@ class Fleet:
         return asyncio.run(self.plan_async())
 
     async def plan_async(self) -> Plan:
-        from sand.project import open_session
-        from sand.survey.plan import compute_plan
-
         session = open_session(self.manifest, lock=False)
         try:
             return await compute_plan(session)
@@ -154,9 +148,6 @@ class Fleet:
         approved with ``yes`` (``ask``), the mass-delete and unpushed-work guards in
         force (the board has no --allow-mass-delete or --allow-data-loss), the engine's
         events to ``hooks``. None: nothing ran (not approved, or refused)."""
-        from sand.apply.run import ApplyRun
-        from sand.project import open_session
-
         session = open_session(self.manifest, lock=True)
         try:
             # One writer per project, as `sand apply`: the lease is taken before the

@@ -9,6 +9,7 @@ this process resolved), a safety net behind the rule that nothing puts a value t
 
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -301,8 +302,6 @@ def _why(r: StatusRow, unknown: bool) -> str:
 
 def _epoch(stamp: object) -> float | None:
     """A records timestamp ("2026-01-02T03:04:05Z", UTC) as epoch seconds."""
-    import calendar
-
     try:
         return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sand.apply.reconcile import ApplyOutcome
 from sand.cli.outcome import outcome_text
+from sand.cli.ui.work import BoardHooks
 from sand.errors import ManifestError, SandError
 from sand.loops.watch import Watcher
 from sand.manifest import load_manifest
@@ -54,9 +55,6 @@ class BoardWatch(Watcher):
 
     def start(self, board: Board) -> None:
         """Watch on a thread of its own until the board stops it."""
-        # here, not at the top: importing it loads rich and textual
-        from sand.cli.ui.work import BoardHooks
-
         self.board = board
         self.report = BoardReport(board)
         self.hooks = BoardHooks(board.jobs)

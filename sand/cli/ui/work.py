@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from textual.app import SuspendNotSupported
 from textual.geometry import Size
 from textual.message import Message
 
@@ -29,17 +30,18 @@ from sand.cli.guests import run_ssh
 from sand.cli.inflight import track
 from sand.cli.outcome import outcome_text
 from sand.cli.ui.model import shown
+from sand.cli.ui.screens import CompareScreen, ConfirmScreen, TextScreen
 from sand.cli.waits import StepClock, watched
 from sand.errors import SandError
 from sand.plan.model import Plan
 from sand.plan.render import render_text
 from sand.state.journal import Journal, journal_path
 from sand.state.provlog import load_provision_log
+from sand.verbs.compare import render
 from sand.verbs.shell import tmux_command
 
 if TYPE_CHECKING:
     from sand.cli.ui.fleet import Fleet, Snapshot
-    from sand.cli.ui.screens import CompareScreen
     from sand.cli.ui.state import BoardState
     from sand.verbs.compare import ForkView
 
@@ -179,9 +181,6 @@ class Jobs:
         self.spawn("plan", run)
 
     def _planned(self, plan: Plan) -> None:
-        # here, not at the top: importing it loads platformdirs
-        from sand.cli.ui.screens import TextScreen
-
         self.board.show_plan(plan)
         self.board.say("planned; the detail pane shows the selected VM's change")
         self.board.push_screen(TextScreen("plan", render_text(plan)))
@@ -233,9 +232,6 @@ class Jobs:
     def _confirm(
         self, plan: Plan, refusal: str | None, answer: concurrent.futures.Future[bool]
     ) -> None:
-        # here, not at the top: importing it loads platformdirs
-        from sand.cli.ui.screens import ConfirmScreen
-
         def done(approved: bool | None) -> None:
             if not answer.done():
                 answer.set_result(bool(approved))
@@ -296,9 +292,6 @@ class Jobs:
         self.spawn("shell", run)
 
     def _attach(self, vm: str, endpoint: Any) -> None:
-        # here, not at the top: importing it loads platformdirs
-        from textual.app import SuspendNotSupported
-
         try:
             with self.board.suspend():
                 code = run_ssh(endpoint, command=tmux_command(vm), tty=True)
@@ -315,9 +308,6 @@ class Jobs:
 
     def compare(self, source: str, forks: list[str]) -> None:
         """The compare view of ``source``'s forks, read now and on each ``r`` in it."""
-        # here, not at the top: importing it loads platformdirs
-        from sand.cli.ui.screens import CompareScreen
-
         screen = CompareScreen(source, forks, lambda: self._compare(screen))
         self.board.push_screen(screen)
         self._compare(screen)
@@ -378,9 +368,6 @@ def compare_head(forks: Sequence[str], said: str) -> str:
 
 def render_compare(views: Sequence[ForkView], now: float) -> str:
     """``sand land --compare``'s table, each line fit for the board."""
-    # here, not at the top: the board starts without the guest's reader
-    from sand.verbs.compare import render
-
     return "".join(shown(line, 400) + "\n" for line in render(views, now).splitlines())
 
 
