@@ -21,10 +21,12 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from sand.agentstate import AgentReport
+from sand.errors import SecretError
 from sand.loops.notice import Transition
 from sand.loops.outbox import CLOSE_GRACE, Outbox
 from sand.manifest.loader import LoadedManifest
-from sand.manifest.notify import Notify
+from sand.manifest.notify import Notify, webhook_url_problem
+from sand.secrets import resolve_secrets
 
 __all__ = ["Announcer", "Notifier", "Transition", "webhook_url"]
 
@@ -94,10 +96,6 @@ class Notifier:
 def webhook_url(loaded: LoadedManifest) -> str | None:
     """The webhook's URL: as written, or the value of the secret it names (resolved as
     every secret is, and so redacted wherever sand prints or logs)."""
-    from sand.errors import SecretError
-    from sand.manifest.notify import webhook_url_problem
-    from sand.secrets import resolve_secrets
-
     notify = loaded.manifest.notify
     hook = notify.webhook if notify is not None else None
     if hook is None or hook.secret is None:

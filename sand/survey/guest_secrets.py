@@ -18,11 +18,12 @@ from sand.desired import DesiredState, DesiredVM
 from sand.errors import SandError, SecretError
 from sand.observed import Observation, SecretsRecord
 from sand.plan.model import Action, GuestAction, Plan, VMChange
+from sand.secrets import SecretValue, resolve_secrets, secret_names
+from sand.secrets.resolve import values_for
+from sand.secrets.stamp import Stamper
 
 if TYPE_CHECKING:
     from sand.project import Session
-    from sand.secrets import SecretValue
-    from sand.secrets.stamp import Stamper
 
 
 # Guest checks run at plan time, one SSH session each: keep a big fleet's plan short
@@ -49,9 +50,6 @@ class GuestSecrets:
 
     def _resolved(self) -> dict[str, SecretValue]:
         if self._values is None:
-            # here, not at the top: sand plan starts without it
-            from sand.secrets import resolve_secrets, secret_names
-
             names = sorted(secret_names(self.session.desired.vms))
             loaded = self.session.loaded
 
@@ -76,9 +74,6 @@ class GuestSecrets:
 
     def not_compared(self, desired: DesiredState) -> list[str]:
         """Per VM whose secrets could not be read (lenient), why they were not compared."""
-        # here, not at the top: sand plan starts without it
-        from sand.secrets import secret_names
-
         self._resolved()
         out = []
         for vm in desired.vms:
@@ -88,34 +83,21 @@ class GuestSecrets:
         return out
 
     def for_vm(self, vm: DesiredVM) -> dict[str, str]:
-        # here, not at the top: sand plan starts without it
-        from sand.secrets.resolve import values_for
-
         return values_for(vm, self._resolved())
 
     def stamp(self, vm: DesiredVM) -> str:
         """The stamp of ``vm``'s secret values now; "" when it is given none."""
-        # here, not at the top: sand plan starts without it
-        from sand.secrets import secret_names
-
         return self._stamp(vm, secret_names([vm]))
 
     def _stamp(self, vm: DesiredVM, names: set[str]) -> str:
         if not names or (self.lenient and names & self._resolved().keys() != names):
             return ""  # none, or (lenient) not all of them readable: not compared
         if self._stamper is None:
-            # here, not at the top: only for a VM that uses secrets
-            from sand.secrets.stamp import Stamper
-
             self._stamper = Stamper(self.session.project)
         return self._stamper.stamp(vm, self.for_vm(vm))
 
     def stamps(self, desired: DesiredState) -> Mapping[str, str]:
         """VM name → the stamp of its values now, for the VMs that use secrets."""
-        # here, not at the top: sand plan starts without it (and once, not per VM: the
-        # import statement alone was most of a fleet's stamps without secrets)
-        from sand.secrets import secret_names
-
         stamped = ((vm.name, self._stamp(vm, secret_names([vm]))) for vm in desired.vms)
         return {name: s for name, s in stamped if s}
 

@@ -25,6 +25,7 @@ from sand.errors import SandError
 from sand.plan.model import Action, Plan, VMChange
 from sand.project import Session, open_session
 from sand.state.records import load_records
+from sand.survey.guest_secrets import GuestSecrets
 from sand.survey.health import DEEP_TIMEOUT, Findings, check_health, targets
 from sand.survey.plan import compute_plan
 
@@ -134,8 +135,6 @@ async def status_plan(session: Session) -> Plan:
     """The plan a status is read from: one listing per backend, as ``sand plan``'s no-op,
     with no preflight, no unpushed-work sweep and no guest contacted (read-only views:
     ``sand status``, the board of ``sand ui``)."""
-    from sand.survey.guest_secrets import GuestSecrets
-
     # A secret that cannot be read now must not hide the fleet: its VMs are shown with
     # their secrets not compared, and the plan's warnings say which and why.
     secrets = GuestSecrets(session, lenient=True)

@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from sand.errors import StateError
+from sand.state.paths import project_dir
 
 LEDGER_FILE = "landing.jsonl"
 SCHEMA = 1
 
 
 def ledger_path(project: str) -> Path:
-    # here, not at the top: importing it loads pydantic and yaml
-    from sand.state.paths import project_dir
-
     return project_dir(project) / LEDGER_FILE
 
 

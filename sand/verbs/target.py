@@ -9,17 +9,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sand.defaults import GUEST_SSH_PATIENCE
 from sand.desired import DesiredVM
 from sand.errors import ErrorLayer, SandError
 from sand.guest.endpoint import GuestEndpoint
+from sand.guest.ssh import Connection
+from sand.guest.ssh import connect as guest_connect
 from sand.project import open_session
-
-if TYPE_CHECKING:
-    from sand.guest.ssh import Connection
-    from sand.verbs.power import Note
+from sand.verbs.power import Note, PowerRefused, find_vm, wake_if_asleep
 
 
 class VMNotReachable(SandError):
@@ -36,8 +34,6 @@ class Target:
 @contextlib.asynccontextmanager
 async def resolve(manifest: str, name: str, note: Note | None = None) -> AsyncIterator[Target]:
     """The VM's guest, ready to use: a VM asleep is woken first (``note`` says so)."""
-    from sand.verbs.power import PowerRefused, find_vm, wake_if_asleep
-
     session = open_session(manifest, lock=False)
     try:
         try:
@@ -57,8 +53,5 @@ async def resolve(manifest: str, name: str, note: Note | None = None) -> AsyncIt
 @contextlib.asynccontextmanager
 async def connect(endpoint: GuestEndpoint) -> AsyncIterator[Connection]:
     """The guest connection for a verb: sand's transport, with a person's deadline."""
-    # here, not at the top: importing it loads asyncssh, cryptography, rich, structlog and tenacity
-    from sand.guest.ssh import connect as guest_connect
-
     async with guest_connect(endpoint, deadline=GUEST_SSH_PATIENCE) as conn:
         yield conn
