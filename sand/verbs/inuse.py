@@ -21,6 +21,8 @@ from sand.agentstate import AgentReport, GuestPresence, parse_state
 from sand.backends.protocol import Backend
 from sand.desired import DesiredVM
 from sand.errors import SandError
+from sand.guest.runner import SshRunner
+from sand.guest.ssh import connect, where
 from sand.observed import STOPPED, ObservedVM
 from sand.provision.steps import Step
 from sand.survey.health import AGENTS_MARK, DEEP_TIMEOUT, HEALTH_SCRIPT, split_presence
@@ -77,9 +79,6 @@ def at_work(report: AgentReport, how: str) -> list[str]:
 async def in_use(vm: DesiredVM, current: ObservedVM, backend: Backend, how: str) -> list[str]:
     """Who and what uses ``vm``'s guest now that a sleep ``how`` would end or freeze
     (empty: nobody); raises :class:`Unknown` when the guest cannot tell."""
-    from sand.guest.runner import SshRunner  # asyncssh: only when a guest is asked
-    from sand.guest.ssh import connect, where
-
     script = WHO_SCRIPT + HEALTH_SCRIPT
     step = Step("who", ("/bin/sh", "-c", script, "sand-who", "agents"), False)
     start = time.monotonic()
