@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sand.backends.abilities import ListsEarly, capabilities_of
 from sand.backends.capabilities import Capabilities
+from sand.backends.factory import make_backends
 from sand.backends.protocol import Backend
 from sand.desired import DesiredState, build_desired
 from sand.desired.host import HostLocale
@@ -26,6 +27,7 @@ from sand.manifest import LoadedManifest, load_manifest, load_manifest_bytes
 from sand.manifest.backends import BackendConfig
 from sand.manifest.repository import repository_problems
 from sand.observed import Observation
+from sand.provision.bundle import bundle_digest, machine_digest
 from sand.state.journal import Journal, journal_path
 from sand.state.lock import ProjectLock
 from sand.state.paths import project_dir
@@ -69,9 +71,6 @@ class Session:
 
 
 def desired_from(loaded: LoadedManifest, host: HostLocale | None = None) -> DesiredState:
-    # here, not at the top: sand plan starts without it
-    from sand.provision.bundle import bundle_digest, machine_digest
-
     # Read from the world like a listing, before the pure expansion (sand.workitems).
     items, notes = gather_items(
         loaded.manifest, loaded.directory, from_repository=loaded.from_repository
@@ -101,9 +100,6 @@ def _read(path: str | Path) -> Read:
     """The manifest at ``path`` through the desired-state cache (``sand.desired_cache``):
     a hit reads neither YAML nor a model; a miss loads it as always and keeps what it
     built for the next run."""
-    # here, not at the top: sand plan starts without it
-    from sand.provision.bundle import bundle_digest, machine_digest
-
     file = Path(path)
     try:
         raw = file.read_bytes()
@@ -139,9 +135,6 @@ def open_session(
     file has not changed since); ``host_dir``: where the manifest's relative host paths
     point (default: beside it); ``send_listings``: each backend that can sends its
     listing at once, answered while the desired state is built (``sand plan``)."""
-    # here, not at the top: sand plan starts without it
-    from sand.backends.factory import make_backends
-
     if loaded is None and host_dir is None:
         read = _read(path)
     else:
