@@ -28,6 +28,7 @@ from sand.backends.proxmox.bases import ready_base
 from sand.backends.proxmox.clone import clone
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
+from sand.backends.proxmox.lifecycle import mark_converged
 from sand.backends.proxmox.observe import (
     DEEP,
     Row,
@@ -225,8 +226,6 @@ async def _adopt(
     )
     made = await _setup(ctx, vm, node, int(own.identity), entry, journal, pubkey)
     if converged:
-        from sand.backends.proxmox.lifecycle import mark_converged
-
         await mark_converged(ctx, vm, made)
         made, _ = await vmops.read_vm(ctx, node, made.identity, vm, pool=ctx.config.pool)
     return made

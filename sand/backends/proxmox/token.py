@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sand.backends.proxmox.errors import ProxmoxError
+from sand.logs import register_secret
 from sand.state.private import private_file_problem
 
 # user@realm!tokenid=secret, with realm and token id as pve-access-control checks them.
@@ -55,10 +56,5 @@ def read_token(path: Path, backend: str) -> ApiToken:
             "(the secret PVE showed when the token was created)",
         )
     token = ApiToken(found["user"], found["tokenid"], found["secret"])
-    try:
-        from sand.logs import register_secret
-
-        register_secret(token.secret)
-    except ImportError:  # pragma: no cover - logs is part of sand
-        pass
+    register_secret(token.secret)
     return token

@@ -11,7 +11,7 @@ from sand import activity
 from sand.backends.proxmox import units
 from sand.backends.proxmox.context import Ctx
 from sand.backends.proxmox.errors import ErrorKind, ProxmoxError
-from sand.backends.proxmox.observe import classify, listing, read_config
+from sand.backends.proxmox.observe import _observed, classify, listing, read_config
 from sand.desired import DesiredVM
 from sand.observed import ObservedVM, Ownership
 
@@ -47,8 +47,6 @@ async def read_vm(
     desired = {want.name: want} if want else {}
     observed = classify(ctx, row, desired, config)
     if not isinstance(observed, ObservedVM):
-        from sand.backends.proxmox.observe import _observed
-
         observed = _observed(ctx, row, Ownership.UNMANAGED, None, None, deep=True)
     return observed, config
 
