@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from sand import retrying
 from sand.redaction import REDACTED, redact, redaction_processor, register_secret
 from sand.terminal import inert_processor
 
@@ -58,8 +59,6 @@ def _structlog() -> Any:
 def configure(fmt: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog once per process: console (human) or json (CI). Applied when
     the first logger is asked for (structlog is not loaded before)."""
-    from sand import retrying  # here: validate, which logs nothing, never needs it
-
     global _pending
     _pending = (fmt, level, stream)
     # Retries are told to a logger once logging is set up (sand.retrying sits below us).
