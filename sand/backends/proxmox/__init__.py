@@ -16,6 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sand.backends.proxmox.backend import ProxmoxBackend
+from sand.backends.proxmox.client import PveClient
+from sand.backends.proxmox.context import Ctx
+
 if TYPE_CHECKING:
     from sand.backends.protocol import Backend
     from sand.manifest.backends import ProxmoxConfig
@@ -31,10 +35,6 @@ def make_proxmox_backend(
     name: str, config: ProxmoxConfig, *, project: str, manifest_dir: Path
 ) -> Backend:
     """Build the backend; nothing is read or contacted until it is first used."""
-    from sand.backends.proxmox.backend import ProxmoxBackend
-    from sand.backends.proxmox.client import PveClient
-    from sand.backends.proxmox.context import Ctx
-
     verify: bool | str = config.verify_tls
     if config.verify_tls and config.ca_file:
         verify = str(resolve_path(config.ca_file, manifest_dir))
