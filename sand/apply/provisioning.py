@@ -18,6 +18,7 @@ from sand.egress.registry import access as egress_access
 from sand.errors import SandError
 from sand.observed import ObservedVM, SecretsRecord
 from sand.plan.model import GuestAction, VMChange
+from sand.state.provlog import record_provision_log
 from sand.survey.guest_secrets import GuestSecrets
 
 if TYPE_CHECKING:
@@ -45,9 +46,6 @@ def make_provisioner(session: Session, secrets: GuestSecrets) -> Provisioner:
     ) -> SecretsRecord:
         # here, not at the top: sand apply starts without it
         from sand.provision import deliver_secrets, provision
-
-        # here, not at the top: sand apply starts without it
-        from sand.state.provlog import record_provision_log
 
         only_secrets = change.guest is GuestAction.SECRETS
         what = "deliver secrets" if only_secrets else "provision"
