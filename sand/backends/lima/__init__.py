@@ -19,7 +19,6 @@ from pathlib import Path
 
 from sand.backends.lima.backend import LimaBackend
 from sand.backends.lima.lifecycle import FIELD_POLICY
-from sand.backends.lima.remote import RemoteRunner, RemoteTarget
 from sand.backends.lima.runner import HostRunner, LocalRunner
 from sand.backends.protocol import Backend
 from sand.errors import BackendError
@@ -70,6 +69,10 @@ def make_lima_backend(
         runner = LocalRunner(backend=name, lima_home=home)
         limactl = _executable(config.limactl, manifest_dir)
     else:
+        # Here, in the remote branch: asyncssh (which remote.py imports) is a remote
+        # host's alone, and a local Lima backend never loads it.
+        from sand.backends.lima.remote import RemoteRunner, RemoteTarget
+
         ssh = config.ssh
         identity = _local_path(ssh.identity, manifest_dir) if ssh.identity else None
         known_hosts = _local_path(ssh.known_hosts or "~/.ssh/known_hosts", manifest_dir)

@@ -23,13 +23,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from sand.backends.doctor import DoctorReport, Finding
 from sand.backends.lima.context import Ctx
 from sand.backends.lima.listing import MIN_VERSION, version_tuple
-from sand.backends.lima.remote import RemoteRunner
 from sand.backends.lima.runner import HostRunner
 from sand.errors import SandError
+
+if TYPE_CHECKING:
+    from sand.backends.lima.remote import RemoteRunner
 
 TIMEOUT = 60.0
 
@@ -65,8 +68,8 @@ async def doctor(ctx: Ctx, runner: HostRunner) -> DoctorReport:
     """``runner``: the host runner itself, not behind the lease fence (a doctor takes no
     lease), so its kind tells a remote host from this machine."""
     limactl = ctx.limactl
-    if isinstance(runner, RemoteRunner):
-        findings = await _remote(runner, limactl)
+    if runner.remote:
+        findings = await _remote(cast("RemoteRunner", runner), limactl)
     else:
         findings = await _local(runner, limactl)
     return DoctorReport(ctx.name, tuple(findings), "lima")

@@ -3,8 +3,9 @@ use and shared by every call until :meth:`close` (each call is one exec channel)
 
 Each argv element is ``shlex.quote``-d and the environment (``LIMA_HOME``) is set with
 ``env NAME=VALUE`` in front, because sshd drops most environment requests. The remote
-host's key is pinned (see :mod:`sand.backends.lima.runner`). asyncssh is imported only
-when a remote host is reached: a local Lima backend never loads it.
+host's key is pinned (see :mod:`sand.backends.lima.runner`). This module (and with it
+asyncssh) is imported only for a backend whose Lima host is remote
+(:func:`sand.backends.lima.make_lima_backend`): a local Lima backend never loads it.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import asyncssh
 
 from sand import clock
 from sand.backends.lima.runner import Completed, HeldProcess, show_argv
 from sand.errors import BackendError, TransportError
 from sand.guest import user_known_hosts
-
-if TYPE_CHECKING:
-    import asyncssh
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,6 @@ class RemoteRunner:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
-            # here, not at the top: importing it loads asyncssh and cryptography
-            import asyncssh
 
             t = self.target
             if not Path(t.known_hosts).is_file():
@@ -140,9 +138,6 @@ class RemoteRunner:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Completed:
-        # here, not at the top: importing it loads asyncssh and cryptography
-        import asyncssh
-
         conn = await self._connection()
         command = self.command_line(argv, env)
         try:
@@ -171,9 +166,6 @@ class RemoteRunner:
         return Completed(tuple(argv), code, out, err)
 
     async def start(self, argv: Sequence[str]) -> HeldProcess:
-        # here, not at the top: importing it loads asyncssh and cryptography
-        import asyncssh
-
         conn = await self._connection()
         try:
             proc = await conn.create_process(self.command_line(argv), encoding=None)
@@ -201,9 +193,6 @@ class _RemoteProcess:
         self.where = where
 
     async def readline(self, timeout: float) -> bytes:
-        # here, not at the top: importing it loads asyncssh and cryptography
-        import asyncssh
-
         try:
             return bytes(await asyncio.wait_for(self.proc.stdout.readline(), timeout))
         except TimeoutError:
@@ -212,9 +201,6 @@ class _RemoteProcess:
             raise TransportError(f"SSH to {self.where} failed: {exc}") from None
 
     async def write(self, data: bytes) -> None:
-        # here, not at the top: importing it loads asyncssh and cryptography
-        import asyncssh
-
         try:
             self.proc.stdin.write(data)
             await self.proc.stdin.drain()
@@ -222,9 +208,6 @@ class _RemoteProcess:
             raise TransportError(f"SSH to {self.where} failed: {exc}") from None
 
     async def close(self) -> None:
-        # here, not at the top: importing it loads asyncssh and cryptography
-        import asyncssh
-
         with contextlib.suppress(OSError, asyncssh.Error):
             self.proc.stdin.write_eof()
         try:
