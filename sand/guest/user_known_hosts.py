@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import asyncssh
+import asyncssh
 
 Matcher = Callable[[str, str, int | None], Sequence[Any]]
 
@@ -27,9 +26,6 @@ def known_hosts_name(host: str, port: int) -> str:
 
 
 def read(path: str | Path) -> asyncssh.SSHKnownHosts:
-    # here, not at the top: importing it loads asyncssh and cryptography
-    import asyncssh
-
     return asyncssh.read_known_hosts(str(Path(path).expanduser()))
 
 
