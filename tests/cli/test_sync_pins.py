@@ -23,6 +23,7 @@ from tests.cli.sync_rig import Repo, https_git, private_file
 from tests.cli.test_sync import GIT_TOKEN, mutations, names, start_sync, vm_manifest
 from tests.cli.test_sync_secrets import place
 from tests.fakepve_rig.rig import FakePveRig
+from tests.rig.acceptloop import AcceptLoop
 from tests.rig.gitserver import GitServer
 
 
@@ -36,16 +37,11 @@ class Listener:
         self.tls = tls
         self.connections = 0
         self.received = bytearray()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.accepting = AcceptLoop(self.sock, self._accepted, "committer-listener")
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return  # closed
-            self.connections += 1
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+    def _accepted(self, conn: socket.socket) -> None:
+        self.connections += 1
+        threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
         try:
@@ -60,7 +56,7 @@ class Listener:
             conn.close()
 
     def close(self) -> None:
-        self.sock.close()
+        self.accepting.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from tests.cli.ui_pilot import (
     until,
 )
 from tests.limactl_standin import StandIn
+from tests.rig.acceptloop import AcceptLoop
 
 GIB = 1 << 30
 
@@ -257,23 +257,10 @@ async def test_columns_that_do_not_fit_give_way_and_come_back(
         await pilot.press("q")
 
 
-def silent_server() -> tuple[socket.socket, list[socket.socket]]:
+def silent_server() -> tuple[AcceptLoop, list[socket.socket]]:
     """A TCP port that accepts and never answers: a backend that hangs."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
     held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server, held
+    return AcceptLoop(socket.create_server(("127.0.0.1", 0)), held.append, "silent"), held
 
 
 async def test_keys_work_while_a_refresh_hangs(sand: Sand, fakepve_server: Any) -> None:
@@ -281,7 +268,7 @@ async def test_keys_work_while_a_refresh_hangs(sand: Sand, fakepve_server: Any) 
     data = rig.manifest([{"name": f"vm-{i}"} for i in range(3)])
     server, held = silent_server()
     try:
-        port = server.getsockname()[1]
+        port = server.listener.getsockname()[1]
         data["backends"]["pve"]["port"] = port
         sand.write(data)
         app = board(sand.manifest)

@@ -168,21 +168,30 @@ class Catcher:
         self.port = self.sock.getsockname()[1]
         if self.kind == socket.SOCK_STREAM:
             self.sock.listen()
-        threading.Thread(target=self._catch, daemon=True).start()
+        # Waits in short turns, and close() ends the thread before the socket: a wait
+        # left on a closed socket takes a later test's connections (tests.rig.acceptloop).
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._catch, daemon=True)
+        self._thread.start()
 
     def _catch(self) -> None:
-        while True:
+        while not self._stop.is_set():
             try:
                 if self.kind == socket.SOCK_STREAM:
                     conn, peer = self.sock.accept()
                     conn.close()
                 else:
                     _, peer = self.sock.recvfrom(512)
+            except TimeoutError:
+                continue
             except OSError:
                 return
             self.came.append(str(peer))
 
     def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
         self.sock.close()
 
 

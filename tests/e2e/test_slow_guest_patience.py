@@ -12,13 +12,8 @@ answer (each handshake held 10 s). `sand shell` reaches both; so must the sweep 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
-import struct
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +23,7 @@ import pytest
 from tests.cli.helpers import run_sand
 from tests.limactl_standin import StandIn
 from tests.provision.e2e_helpers import lima_manifest, stand_in_agents
+from tests.rig.slowdoor import SlowDoor
 
 SCALE = 0.5  # sand's patience runs twice as fast; the door's times are scaled alike
 pytestmark = [pytest.mark.e2e, pytest.mark.sand_time_scale(SCALE)]
@@ -41,69 +37,6 @@ defaults: {image: debian-12, disk: 20GiB, memory: 2GiB, provision: false}
 vms:
   - name: dev-1
 """
-
-
-class SlowDoor:
-    """A TCP door to a guest's sshd that behaves as a slow guest, in the world's seconds
-    (times ``SCALE``): ``refuse_for`` resets every connection for that long after the
-    first one it sees (sshd not up yet), ``hold`` keeps each admitted connection silent
-    that long before joining it to sshd (a loaded guest's handshake)."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.refuse_for = 0.0
-        self.hold = 0.0
-        self.first_try: float | None = None
-        self.resets = 0
-        self.admitted = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def behave(self, *, refuse_for: float = 0.0, hold: float = 0.0) -> None:
-        self.refuse_for, self.hold, self.first_try = refuse_for, hold, None
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            now = time.monotonic()
-            if self.first_try is None:
-                self.first_try = now
-            if now - self.first_try < self.refuse_for * SCALE:
-                self.resets += 1
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                conn.close()  # a reset, as a guest without sshd yet answers
-                continue
-            self.admitted += 1
-            # The guest's slowness itself: the connection is joined to sshd that much later.
-            threading.Timer(self.hold * SCALE, self._join, (conn,)).start()
-
-    def _join(self, conn: socket.socket) -> None:
-        try:
-            up = socket.create_connection(self.upstream)
-        except OSError:
-            conn.close()
-            return
-        for a, b in ((conn, up), (up, conn)):
-            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
 
 
 class Rig:
@@ -141,7 +74,7 @@ class Rig:
 @pytest.fixture
 def door(netns_guest) -> Iterator[tuple[Any, SlowDoor]]:
     guest = netns_guest()
-    slow = SlowDoor((guest.address, guest.port))
+    slow = SlowDoor((guest.address, guest.port), scale=SCALE)
     try:
         yield guest, slow
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sand.audit.entries import entries
 from sand.audit.log import LOG_FILE
 from sand.egress.policy import PolicyFile, decide, name_allowed
 from tests.egress.helpers import on_a_connection
+from tests.rig.acceptloop import AcceptLoop
 
 
 class Listener:
@@ -27,22 +27,16 @@ class Listener:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.received: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.accepting = AcceptLoop(self.sock, self._echo, "echo-listener")
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = conn.recv(65536)
-                self.received.append(data)
-                conn.sendall(b"echo:" + data)
+    def _echo(self, conn: socket.socket) -> None:
+        with conn:
+            data = conn.recv(65536)
+            self.received.append(data)
+            conn.sendall(b"echo:" + data)
 
     def close(self) -> None:
-        self.sock.close()
+        self.accepting.close()
 
 
 @pytest.fixture

@@ -28,6 +28,10 @@ tests that prove the installs on a bare guest.
 Helpers: :mod:`tests.rig.ssh` (asyncssh options with the rig key and the
 pinned host key) and :class:`tests.rig.argv.ArgvWatch` (samples every
 process's argv during an operation, to prove a secret never appeared there).
+:class:`tests.rig.slowdoor.SlowDoor` plays a slow guest in front of a guest's sshd;
+:class:`tests.rig.acceptloop.AcceptLoop` is the accept thread of a test's own TCP
+server, which a close really ends (a thread left in accept on a closed socket takes
+a later test's connections).
 
 The pytest fixtures live in :mod:`tests.rig.fixtures`; list it in a conftest's
 ``pytest_plugins`` to use them.  Everything here needs root; .ci/rig-setup.sh
