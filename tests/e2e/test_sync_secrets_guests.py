@@ -69,11 +69,9 @@ def test_a_host_mapped_secret_reaches_the_guest_tmpfs_only(
 
 
 def _files_holding(guest, text: str) -> list[str]:
-    """Every file in the guest holding ``text`` (the pattern goes on stdin, not argv)."""
-    script = (
-        'read -r p; grep -rlsF -e "$p" /home /root /etc /var /tmp /opt /usr/local /srv '
-        "/run /dev/shm || true"
-    )
+    """Every file in the guest holding ``text`` (grep reads the pattern from stdin: not
+    in its argv either, where another test's watch of every process would see it)."""
+    script = "grep -rlsF -f - /home /root /etc /var /tmp /opt /usr/local /srv /run /dev/shm || true"
     result = guest.run_root(["sh", "-c", script], input=(text + "\n").encode())
     assert result.returncode == 0, result.stderr
     return result.stdout.decode().split()

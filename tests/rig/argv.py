@@ -68,7 +68,10 @@ class ArgvWatch:
     ) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            # Without a time limit: a pass under load can take a while, and a thread
+            # still sampling after the block would count what runs after it (a test's
+            # own search for its canary) as seen while watching.
+            self._thread.join()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
