@@ -21,8 +21,9 @@ TURN = 0.2
 
 
 class AcceptLoop:
-    """Hands each connection ``listener`` accepts to ``handle``, in a thread of its own,
-    until :meth:`close`."""
+    """Hands each connection ``listener`` accepts to ``handle`` until :meth:`close`, all
+    on the loop's one thread: a ``handle`` that may block starts a thread of its own
+    (``close`` waits for the loop, and so for a ``handle`` running)."""
 
     def __init__(
         self, listener: socket.socket, handle: Callable[[socket.socket], None], name: str
